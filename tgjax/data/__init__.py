@@ -1,0 +1,1 @@
+"""Host-side input pipeline: vocabularies, corpora, batching. Never imports JAX."""

@@ -1,0 +1,1 @@
+"""models (later issues)."""

@@ -1,0 +1,1 @@
+"""Host-side syntax: trees and every tensor derived from them. NumPy only, never JAX."""
