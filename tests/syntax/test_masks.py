@@ -226,7 +226,7 @@ def test_bad_sequences_are_clear_errors():
     ids, types, labels, ltypes = fig2_sequence()
     bad = types.copy()
     bad[3] = 9
-    with pytest.raises(ValueError, match="unknown token type 9 at position 3"):
+    with pytest.raises(ValueError, match="sequence 0, position 3: unknown token type 9"):
         rule.chunks(ids, bad, labels, ltypes)
     unbalanced = np.array([tt.BOS, tt.TERMINAL, tt.CLOSING_NT])
     with pytest.raises(ValueError, match="closes nothing"):
@@ -239,5 +239,5 @@ def test_bad_sequences_are_clear_errors():
         rule.chunks(np.array([], int), np.array([], int), np.array([], int), np.array([], int))
     gap = types.copy()
     gap[4] = tt.PAD
-    with pytest.raises(ValueError, match="padding at position"):
+    with pytest.raises(ValueError, match="sequence 0, position 5: a token after padding"):
         rule.chunks(ids, gap, labels, ltypes)

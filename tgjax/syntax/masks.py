@@ -142,11 +142,17 @@ def attention_from_vectors(
     *,
     causal: bool,
     linear_relpos: bool,
+    q_open: Any = None,
+    k_transparent: Any = None,
     xp: ModuleType = np,
 ) -> tuple[Any, Any]:
     """Mask and relative positions between queries `[..., Q]` and keys `[..., K]`.
 
     Works with NumPy or `jax.numpy` (`xp`), with any leading batch dimensions.
+    Positions, push and pop times are sequence positions (-1: empty memory
+    slot). With transparency, `q_open` is the position of each CNT1's opening
+    NT and `k_transparent` marks keys whose owner is transparent: never
+    popped, seen by the COMPOSE of every constituent that contains them.
     Returns `(mask [..., Q, K] bool, relpos [..., Q, K] int)`, relpos 0 where
     the mask is 0.
     """
@@ -161,6 +167,9 @@ def attention_from_vectors(
         qt = q_ttypes[..., :, None]
         stack_rule = (k_push[..., None, :] <= qp) & (qp < k_pop[..., None, :])
         compose_rule = k_pop[..., None, :] == qp
+        if k_transparent is not None:
+            inside = (q_open[..., :, None] <= kp) & (kp <= qp)
+            compose_rule = compose_rule | (k_transparent[..., None, :] & inside)
         mask = (qt != tt.PAD) & (
             (kp == qp) | xp.where(qt == tt.CNT1, compose_rule, stack_rule)
         )
@@ -226,88 +235,8 @@ def expand(compact: CompactChunk, xp: ModuleType = np) -> Chunk:
 
 
 # -----------------------------------------------------------------------------
-# Per-sequence quantities from the token types, vectorised.
-
-
-@dataclasses.dataclass
-class _Lifetimes:
-    """Per position of the (duplicated, padded) sequence `[n]`."""
-
-    depth: np.ndarray
-    push: np.ndarray  # position if pushed, NEVER otherwise
-    pop: np.ndarray  # position of the popping CNT1, NEVER if never popped
-    # Only with transparency: entries whose owner is transparent (never popped,
-    # attended by the COMPOSE of every enclosing constituent), and, for each
-    # CNT1, the position of its opening NT.
-    transparent_owner: np.ndarray | None
-    open_pos: np.ndarray | None
-
-
-def _validate_tg(ttypes: np.ndarray) -> int:
-    """Checks a duplicated TG sequence; returns its length without trailing padding."""
-    n = len(ttypes)
-    tt.check_types(ttypes, allow_cnt2=True, where="TG sequence")
-    is_pad = ttypes == tt.PAD
-    if is_pad.all():
-        raise ValueError("TG sequence: empty (all padding)")
-    num_real = n - int(np.argmax(~is_pad[::-1]))  # without trailing padding
-    if is_pad[:num_real].any():
-        pos = int(np.argmax(is_pad[:num_real]))
-        raise ValueError(f"TG sequence: padding at position {pos} before the end (at {num_real - 1})")
-    if ttypes[0] != tt.BOS:
-        raise ValueError(
-            f"TG sequence: position 0 has type {tt.NAMES.get(int(ttypes[0]), ttypes[0])}, "
-            "expected BOS (the root of the stack)"
-        )
-    later_bos = np.flatnonzero(ttypes[1:] == tt.BOS)
-    if later_bos.size:
-        raise ValueError(f"TG sequence: BOS at position {int(later_bos[0]) + 1}; only position 0 may be BOS")
-    return num_real
-
-
-def _lifetimes(ttypes: np.ndarray, transparency_depth: int) -> _Lifetimes:
-    n = len(ttypes)
-    positions = np.arange(n, dtype=np.int64)
-    is_ont = ttypes == tt.OPENING_NT
-    is_cnt1 = ttypes == tt.CNT1
-    is_pad = ttypes == tt.PAD
-    # Open constituents before i, counting a CNT1 as closed at its own position.
-    open_count = np.cumsum(is_ont) - is_ont - np.cumsum(is_cnt1)
-    if (open_count[is_cnt1] < 0).any():
-        pos = int(np.flatnonzero(is_cnt1 & (open_count < 0))[0])
-        raise ValueError(f"TG sequence: closing non-terminal at position {pos} closes nothing")
-    depth = open_count + 1
-    depth[0] = 0
-    depth[is_pad] = 0
-
-    pushed = ~is_pad & (ttypes != tt.CNT2)
-    push = np.where(pushed, positions, NEVER)
-    # The constituent that composes j: its own for an opening NT, else its parent's.
-    owner_depth = np.where(is_ont, depth, depth - 1)
-    # First CNT1 after j at the owner's depth, by one sorted search over
-    # (depth, position) keys.
-    stride = n + 1
-    cnt1_keys = np.sort(depth[is_cnt1] * stride + positions[is_cnt1])
-    query_keys = owner_depth * stride + positions
-    hit = np.searchsorted(cnt1_keys, query_keys, side="right")
-    found = hit < cnt1_keys.size
-    hit_key = cnt1_keys[np.minimum(hit, max(cnt1_keys.size - 1, 0))] if cnt1_keys.size else query_keys
-    found &= (hit_key // stride) == owner_depth
-    poppable = pushed & (positions > 0) & found
-    pop = np.where(poppable, hit_key % stride, NEVER)
-
-    transparent_owner = open_pos = None
-    if transparency_depth >= 0:
-        transparent_owner = pushed & (positions > 0) & (owner_depth <= transparency_depth)
-        pop = np.where(transparent_owner, NEVER, pop)
-        ont_keys = np.sort(depth[is_ont] * stride + positions[is_ont])
-        last = np.searchsorted(ont_keys, depth * stride + positions, side="left") - 1
-        open_pos = np.where(is_cnt1 & (last >= 0), ont_keys[np.maximum(last, 0)] % stride, -1) if ont_keys.size else np.full(n, -1)
-    return _Lifetimes(depth, push, pop, transparent_owner, open_pos)
-
-
-# -----------------------------------------------------------------------------
-# Masking rules.
+# Many sequences at once: flat arrays with per-sequence offsets, so that the
+# NumPy call count does not grow with the number of sequences.
 
 
 def _check_lengths(seq_len: int, mem_len: int) -> None:
@@ -319,29 +248,245 @@ def _check_lengths(seq_len: int, mem_len: int) -> None:
         raise ValueError(f"seq_len + mem_len = {seq_len + mem_len} is too large for int16 positions")
 
 
-def _as_int_arrays(*arrays):
-    out = [np.asarray(a) for a in arrays]
-    n = len(out[0])
-    for name, a in zip(("inputs", "inputs_ttypes", "labels", "labels_ttypes"), out):
-        if a.ndim != 1 or len(a) != n:
-            raise ValueError(f"{name}: expected a 1-D array of length {n}, got shape {a.shape}")
+_FIELDS = ("inputs", "inputs_ttypes", "labels", "labels_ttypes")
+
+
+class _Flat(NamedTuple):
+    """A batch of S sequences laid end to end."""
+
+    fields: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # each [N]
+    lengths: np.ndarray  # [S]
+    starts: np.ndarray  # [S]
+    seq_of: np.ndarray  # [N] sequence of each position
+    local: np.ndarray  # [N] position within its sequence
+
+
+def _locate(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    starts = np.cumsum(lengths) - lengths
+    seq_of = np.repeat(np.arange(len(lengths)), lengths)
+    local = np.arange(int(lengths.sum())) - starts[seq_of]
+    return starts, seq_of, local
+
+
+def _flatten(sequences) -> _Flat:
+    sequences = list(sequences)
+    if not sequences:
+        raise ValueError("expected at least one sequence, got none")
+    lengths = np.array([len(s[0]) for s in sequences], np.int64)
+    for k in range(1, 4):
+        other = np.array([len(s[k]) for s in sequences], np.int64)
+        bad = np.flatnonzero(other != lengths)
+        if bad.size:
+            b = int(bad[0])
+            raise ValueError(f"sequence {b}: {_FIELDS[k]} has length {other[b]} but inputs has {lengths[b]}")
+    if (lengths == 0).any():
+        raise ValueError(f"sequence {int(np.argmax(lengths == 0))}: empty sequence")
+    fields = tuple(np.concatenate([np.asarray(s[k]) for s in sequences]) for k in range(4))
+    for name, a in zip(_FIELDS, fields):
+        if a.ndim != 1 or len(a) != lengths.sum():
+            raise ValueError(f"{name}: expected 1-D arrays")
         if not np.issubdtype(a.dtype, np.integer):
             raise ValueError(f"{name}: expected integers, got {a.dtype}")
-    if n == 0:
-        raise ValueError("empty sequence")
+    return _Flat(fields, lengths, *_locate(lengths))
+
+
+def _fail(what: str, flat_seq_of: np.ndarray, flat_local: np.ndarray, bad: np.ndarray) -> None:
+    """Raises a ValueError for the first flagged position, naming sequence and position."""
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(f"sequence {int(flat_seq_of[k])}, position {int(flat_local[k])}: {what}")
+
+
+def _check_types(flat: _Flat, allow_cnt2: bool) -> None:
+    types = flat.fields[1]
+    allowed = [t for t in tt.VALID_TYPES if allow_cnt2 or t != tt.CNT2]
+    bad = ~np.isin(types, allowed)
+    if bad.any():
+        k = int(np.argmax(bad))
+        _fail(f"unknown token type {int(types[k])}; expected one of {allowed}", flat.seq_of, flat.local, bad)
+
+
+class _Layout(NamedTuple):
+    """Sequences padded to whole segments, laid end to end: P positions, G segments."""
+
+    fields: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # each [P]
+    num_chunks: np.ndarray  # [S]
+    seq_start: np.ndarray  # [S] first position of each sequence
+    seq_of: np.ndarray  # [P]
+    local: np.ndarray  # [P]
+    chunk_seq: np.ndarray  # [G] sequence of each segment
+    chunk_local: np.ndarray  # [G] index of the segment within its sequence
+    last_real: np.ndarray  # [S] last position (within the sequence) with a non-zero id
+
+
+def _segment_layout(fields, lengths, starts, seq_of, local, seq_len) -> _Layout:
+    """Pads every sequence to whole segments; segments stop at the last non-zero id."""
+    last_real = np.maximum.reduceat(np.where(fields[0] != 0, local, -1), starts)
+    if (last_real < 0).any():
+        raise ValueError(f"sequence {int(np.argmax(last_real < 0))}: every input token id is 0 (padding)")
+    num_chunks = last_real // seq_len + 1
+    padded = num_chunks * seq_len
+    p_start, p_seq_of, p_local = _locate(padded)
+    keep = local < padded[seq_of]
+    dest = p_start[seq_of[keep]] + local[keep]
+    out = []
+    for a in fields:
+        b = np.zeros(int(padded.sum()), a.dtype)
+        b[dest] = a[keep]
+        out.append(b)
+    chunk_first, chunk_seq, chunk_local = _locate(num_chunks)
+    return _Layout(tuple(out), num_chunks, p_start, p_seq_of, p_local, chunk_seq, chunk_local, last_real)
+
+
+class _Segments(NamedTuple):
+    """Every segment of a batch as vectors: a batched `CompactChunk` and what dense needs besides."""
+
+    compact: CompactChunk  # fields [G, T], [G, M] or [G]
+    seq_index: np.ndarray  # [G] input sequence of each segment
+    q_open: np.ndarray | None  # [G, T] transparency only: opening NT of each CNT1
+    transparent: np.ndarray | None  # [G, T] keys whose owner is transparent
+    memory_transparent: np.ndarray | None  # [G, M]
+
+
+def _gather_memory(values: np.ndarray, seq_start: np.ndarray, chunk_seq: np.ndarray, memory_pos: np.ndarray, empty):
+    """Per memory slot `[G, M]`, the value of the sequence position it holds (`empty` if none)."""
+    index = seq_start[chunk_seq][:, None] + np.maximum(memory_pos, 0)
+    return np.where(memory_pos >= 0, values[index], empty)
+
+
+def _one_hot_scatter(src: np.ndarray, num_sources: int) -> np.ndarray:
+    """`[G, M]` source indices (-1: none) to one-hot `[G, num_sources, M]`, by scattering."""
+    G, M = src.shape
+    out = np.zeros((G, num_sources, M), MASK_DTYPE)
+    g, slot = np.nonzero(src >= 0)
+    out[g, src[g, slot], slot] = 1
     return out
 
 
-class _MemoryLayout(NamedTuple):
-    """Per chunk `[C, M]`: position held by each memory slot, validity, next-memory sources."""
+class _Rule:
+    """What TG and TXL share: batching, dense expansion, per-sequence splitting."""
 
-    memory_pos: np.ndarray
-    memory_padding_mask: np.ndarray
-    mem_src_seq: np.ndarray
-    mem_src_mem: np.ndarray
+    seq_len: int
+    mem_len: int
+    stats: MaskingStats
+
+    def _segments(self, sequences) -> _Segments:
+        raise NotImplementedError
+
+    def compact_chunks_many(self, sequences) -> tuple[CompactChunk, np.ndarray]:
+        """All segments of many sequences: a `CompactChunk` with a leading axis G, and `seq_index [G]`."""
+        segs = self._segments(sequences)
+        if segs.transparent is not None:
+            raise NotImplementedError(
+                "the compact form does not cover transparency; use .chunks() (dense) with transparency_depth"
+            )
+        return segs.compact, segs.seq_index
+
+    def chunks_many(self, sequences) -> tuple[Chunk, np.ndarray]:
+        """All segments of many sequences: a `Chunk` with a leading axis G, and `seq_index [G]`."""
+        segs = self._segments(sequences)
+        return _dense(segs), segs.seq_index
+
+    def chunks(self, inputs, inputs_ttypes, labels, labels_ttypes) -> list[Chunk]:
+        """Dense chunks of one sequence."""
+        batch, _ = self.chunks_many([(inputs, inputs_ttypes, labels, labels_ttypes)])
+        return _unbatch(batch)
+
+    def compact_chunks(self, inputs, inputs_ttypes, labels, labels_ttypes) -> list[CompactChunk]:
+        """Compact chunks of one sequence; `expand(c)` equals the matching dense chunk."""
+        batch, _ = self.compact_chunks_many([(inputs, inputs_ttypes, labels, labels_ttypes)])
+        return _unbatch(batch)
 
 
-class TGMasking:
+def _unbatch(batch):
+    cls = type(batch)
+    return [cls(*(field[g] for field in batch)) for g in range(batch.inputs.shape[0])]
+
+
+def _dense(segs: _Segments) -> Chunk:
+    """Dense chunks from segment vectors, computing only the rows that are not padding."""
+    c = segs.compact
+    G, T = c.inputs.shape
+    M = c.memory_pos.shape[1]
+    causal = bool(c.causal[0])
+    linear_relpos = bool(c.linear_relpos[0])
+    attn_mask = np.zeros((G, T, T), MASK_DTYPE)
+    memory_attn_mask = np.zeros((G, T, M), MASK_DTYPE)
+    attn_relpos = np.zeros((G, T, M + T), RELPOS_DTYPE)
+    if causal:
+        width = np.full(G, T)  # TXL: padding queries attend too
+    else:
+        active = (c.inputs_ttypes != tt.PAD).sum(axis=1)  # padding is trailing
+        width = np.minimum(-(-active // 32) * 32, T)
+    has_memory = (c.memory_pos >= 0).any(axis=1)
+    transparency = segs.transparent is not None
+    for w in np.unique(width):
+        w = int(w)
+        group = np.flatnonzero(width == w)
+        block = max(1, (1 << 21) // (w * (w + M)))  # bound temporaries to a few MB
+        for b in range(0, len(group), block):
+            idx = group[b:b + block]
+            q = (c.position[idx, :w], c.inputs_ttypes[idx, :w], c.depth[idx, :w])
+            q_open = segs.q_open[idx, :w] if transparency else None
+            mask, rel = attention_from_vectors(
+                *q, c.position[idx, :w], c.depth[idx, :w], c.push_time[idx, :w], c.pop_time[idx, :w],
+                causal=causal, linear_relpos=linear_relpos, q_open=q_open,
+                k_transparent=segs.transparent[idx, :w] if transparency else None,
+            )
+            attn_mask[idx, :w, :w] = mask
+            attn_relpos[idx, :w, M:M + w] = rel
+            sub = has_memory[idx]
+            if sub.any():
+                idx_m = idx[sub]
+                mask, rel = attention_from_vectors(
+                    *(v[sub] for v in q), c.memory_pos[idx_m], c.memory_depth[idx_m],
+                    c.memory_push_time[idx_m], c.memory_pop_time[idx_m],
+                    causal=causal, linear_relpos=linear_relpos,
+                    q_open=q_open[sub] if transparency else None,
+                    k_transparent=segs.memory_transparent[idx_m] if transparency else None,
+                )
+                memory_attn_mask[idx_m, :w, :] = mask
+                attn_relpos[idx_m, :w, :M] = rel
+    if bool(c.distinct_compose[0]):
+        indicator = (c.inputs_ttypes == tt.CNT1).astype(MASK_DTYPE)
+    else:
+        indicator = np.zeros((G, T), MASK_DTYPE)
+    return Chunk(
+        inputs=c.inputs,
+        inputs_ttypes=c.inputs_ttypes,
+        labels=c.labels,
+        labels_ttypes=c.labels_ttypes,
+        attn_mask=attn_mask,
+        attn_relpos=attn_relpos,
+        attn_indicator=indicator,
+        memory_attn_mask=memory_attn_mask,
+        memory_padding_mask=c.memory_padding_mask,
+        memory_pos=c.memory_pos,
+        depth=c.depth,
+        beginning_of_seq=c.beginning_of_seq,
+        end_of_seq=c.end_of_seq,
+        mem_from_seq=_one_hot_scatter(c.mem_src_seq, T),
+        mem_from_mem=_one_hot_scatter(c.mem_src_mem, M),
+        mem_src_seq=c.mem_src_seq,
+        mem_src_mem=c.mem_src_mem,
+    )
+
+
+def _flags(G: int, causal: bool, linear_relpos: bool, distinct_compose: bool) -> dict:
+    return dict(
+        causal=np.full(G, causal, MASK_DTYPE),
+        linear_relpos=np.full(G, linear_relpos, MASK_DTYPE),
+        distinct_compose=np.full(G, distinct_compose, MASK_DTYPE),
+    )
+
+
+def _boundaries(layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    first = layout.chunk_local == 0
+    last = layout.chunk_local == layout.num_chunks[layout.chunk_seq] - 1
+    return first.astype(MASK_DTYPE), last.astype(MASK_DTYPE)
+
+
+class TGMasking(_Rule):
     """Transformer Grammar STACK/COMPOSE rules, per segment of `seq_len` with `mem_len` memory.
 
     Args:
@@ -356,10 +501,14 @@ class TGMasking:
       linear_relpos: relative position i - j instead of depth(i) - depth(j)
         (the "TXL memory + linear rel. pos." variant).
 
-    `chunks(inputs, inputs_ttypes, labels, labels_ttypes)` takes a sequence
+    `chunks(inputs, inputs_ttypes, labels, labels_ttypes)` takes one sequence
     before duplication (closing NTs of type 4, BOS first, labels = inputs
-    shifted left with 0 appended) and returns the dense `Chunk`s;
-    `compact_chunks(...)` the same segments as `CompactChunk`s.
+    shifted left with 0 appended, padding only at the end) and returns its
+    dense `Chunk`s; `compact_chunks(...)` the same segments as
+    `CompactChunk`s. `chunks_many` / `compact_chunks_many` take a list of such
+    4-tuples and return every segment batched, which is much faster.
+    `stats` counts sequences, segments and stack entries dropped from a full
+    memory.
     """
 
     def __init__(
@@ -387,195 +536,238 @@ class TGMasking:
             f"linear_relpos={self.linear_relpos})"
         )
 
-    # --- the per-sequence work shared by the dense and compact forms
-
-    def _prepare(self, inputs, inputs_ttypes, labels, labels_ttypes):
-        inputs, inputs_ttypes, labels, labels_ttypes = _as_int_arrays(inputs, inputs_ttypes, labels, labels_ttypes)
-        tt.check_types(inputs_ttypes, allow_cnt2=False, where="inputs_ttypes")
-        x, xt, y, yt = tt.duplicate_closing_nts(inputs, inputs_ttypes, labels, labels_ttypes)
-        num_real = _validate_tg(xt)
-        T = self.seq_len
-        # Chunks stop at the first one that is all padding (token id 0).
-        nonzero = np.flatnonzero(x[:num_real] != 0)
-        num_chunks = -(-(int(nonzero[-1]) + 1) // T) if nonzero.size else 0
-        if num_chunks == 0:
-            raise ValueError("TG sequence: every input token id is 0 (padding)")
-        total = num_chunks * T
-        pad = total - len(x)
-        if pad > 0:
-            x, xt, y, yt = (np.concatenate([a, np.zeros(pad, a.dtype)]) for a in (x, xt, y, yt))
-        else:
-            x, xt, y, yt = x[:total], xt[:total], y[:total], yt[:total]
-        life = _lifetimes(xt, self.transparency_depth)
-        memory = self._memory_layout(x, life, num_chunks)
-        self.stats.sequences += 1
-        self.stats.chunks += num_chunks
-        self.stats.input_tokens += int(np.count_nonzero(inputs_ttypes))
-        return x, xt, y, yt, life, memory, num_chunks
-
-    def _memory_layout(self, x: np.ndarray, life: _Lifetimes, num_chunks: int) -> _MemoryLayout:
+    def _segments(self, sequences) -> _Segments:
         T, M = self.seq_len, self.mem_len
-        memory_pos = np.full((num_chunks + 1, M), -1, np.int32)
-        src_seq = np.full((num_chunks, M), -1, np.int32)
-        src_mem = np.full((num_chunks, M), -1, np.int32)
-        slots = np.arange(M)
-        if not self.smart_memory:
-            # Shifted memory: after chunk c, slot s holds position (c + 1) T - M + s.
-            for c in range(num_chunks):
-                start = c * T
-                p = start + T - M + slots
-                in_chunk = p >= start
-                in_chunk_real = in_chunk & (x[np.clip(p, 0, len(x) - 1)] > 0)
-                from_mem = ~in_chunk & (p >= 0)
-                old_slot = np.clip(slots + T, 0, M - 1)
-                from_mem &= (slots + T < M) & (memory_pos[c, old_slot] >= 0)
-                src_seq[c] = np.where(in_chunk_real, p - start, -1)
-                src_mem[c] = np.where(from_mem, slots + T, -1)
-                memory_pos[c + 1] = np.where(in_chunk_real | from_mem, p, -1)
+        flat = _flatten(sequences)
+        _check_types(flat, allow_cnt2=False)
+        fields = tt.duplicate_closing_nts(*flat.fields)
+        num_closing = np.add.reduceat((flat.fields[1] == tt.CLOSING_NT).astype(np.int64), flat.starts)
+        lengths = flat.lengths + num_closing
+        starts, seq_of, local = _locate(lengths)
+        _validate_tg(fields[1], starts, seq_of, local)
+        layout = _segment_layout(fields, lengths, starts, seq_of, local, T)
+        life = _lifetimes(layout, self.transparency_depth)
+        if self.smart_memory:
+            memory_pos, src_seq, src_mem = self._smart_memory(layout, life)
         else:
-            nonpad = np.flatnonzero(x > 0)
-            dropped = np.zeros(len(x), bool)
-            num_dropped = 0
-            for c in range(num_chunks):
-                start, end = c * T, (c + 1) * T
-                last = int(nonpad[np.searchsorted(nonpad, end) - 1])
-                upto = slice(0, last + 1)
-                on_stack = (life.push[upto] <= last) & (last < life.pop[upto]) & ~dropped[upto]
-                stack = np.flatnonzero(on_stack)  # bottom to top, all available
-                kept = stack[-M:]
-                lost = stack[: max(len(stack) - M, 0)]
-                dropped[lost] = True
-                num_dropped += len(lost)
-                dest = slice(M - len(kept), M)
-                memory_pos[c + 1, dest] = kept
-                in_chunk = kept >= start
-                src_seq[c, dest] = np.where(in_chunk, kept - start, -1)
-                # Older entries come from the current memory, where they sit in
-                # position order, right-aligned.
-                old = memory_pos[c]
-                old_slot = np.searchsorted(old, kept, side="left") if len(kept) else kept
-                src_mem[c, dest] = np.where(in_chunk, -1, old_slot)
-            if num_dropped:
-                self.stats.dropped_stack_entries += num_dropped
-                self.stats.sequences_with_dropped_entries += 1
-        current = memory_pos[:num_chunks]
-        return _MemoryLayout(current, (current >= 0).astype(MASK_DTYPE), src_seq, src_mem)
+            memory_pos, src_seq, src_mem = _shifted_memory(layout, T, M)
 
-    # --- public API
+        G = len(layout.chunk_seq)
+        seg = lambda a: a.reshape(G, T)
+        mem = lambda values, empty: _gather_memory(values, layout.seq_start, layout.chunk_seq, memory_pos, empty)
+        first, last = _boundaries(layout)
+        x, xt, y, yt = layout.fields
+        compact = CompactChunk(
+            inputs=seg(x), inputs_ttypes=seg(xt), labels=seg(y), labels_ttypes=seg(yt),
+            position=seg(layout.local.astype(np.int32)),
+            depth=seg(life.depth), push_time=seg(life.push), pop_time=seg(life.pop),
+            memory_pos=memory_pos, memory_padding_mask=(memory_pos >= 0).astype(MASK_DTYPE),
+            memory_depth=mem(life.depth, 0).astype(RELPOS_DTYPE),
+            memory_push_time=mem(life.push, NEVER).astype(np.int32),
+            memory_pop_time=mem(life.pop, NEVER).astype(np.int32),
+            mem_src_seq=src_seq, mem_src_mem=src_mem,
+            beginning_of_seq=first, end_of_seq=last,
+            **_flags(G, False, self.linear_relpos, self.distinct_compose),
+        )
+        self.stats.sequences += len(flat.lengths)
+        self.stats.chunks += G
+        self.stats.input_tokens += int(np.count_nonzero(flat.fields[1]))
+        if life.transparent is None:
+            return _Segments(compact, layout.chunk_seq, None, None, None)
+        return _Segments(compact, layout.chunk_seq, seg(life.open_pos), seg(life.transparent),
+                         mem(life.transparent, False))
 
-    def chunks(self, inputs, inputs_ttypes, labels, labels_ttypes) -> list[Chunk]:
-        """Dense chunks of one sequence (see the class docstring)."""
-        x, xt, y, yt, life, memory, num_chunks = self._prepare(inputs, inputs_ttypes, labels, labels_ttypes)
+    def _smart_memory(self, layout: _Layout, life: "_Lifetimes"):
+        """The stack after each segment, newest in slot M - 1 (Figure 8), for every segment at once.
+
+        Position j is in the memory after segment c iff it is on the stack at
+        the end of c and has been among the top M at the end of every segment
+        since it was pushed. When no stack is ever deeper than M, that is
+        every (j, c) with c from j's segment to the last segment ending
+        before pop[j]; sequences that overflow go through an exact
+        segment-by-segment pass that drops and counts.
+        """
         T, M = self.seq_len, self.mem_len
-        C = num_chunks
-        positions = np.arange(C * T, dtype=np.int32).reshape(C, T)
-        q_types = xt.reshape(C, T)
-        q_depth = life.depth.reshape(C, T)
-        mem_pos = memory.memory_pos
-        mem_index = np.maximum(mem_pos, 0)
-        has = mem_pos >= 0
-        mem_depth = np.where(has, life.depth[mem_index], 0)
-        mem_push = np.where(has, life.push[mem_index], NEVER)
-        mem_pop = np.where(has, life.pop[mem_index], NEVER)
-        attn_mask, seq_rel = attention_from_vectors(
-            positions, q_types, q_depth, positions, q_depth, life.push.reshape(C, T), life.pop.reshape(C, T),
-            causal=False, linear_relpos=self.linear_relpos,
-        )
-        mem_mask, mem_rel = attention_from_vectors(
-            positions, q_types, q_depth, mem_pos, mem_depth, mem_push, mem_pop,
-            causal=False, linear_relpos=self.linear_relpos,
-        )
-        if self.transparency_depth >= 0:
-            # COMPOSE rows also see never-popped entries of transparent owners
-            # inside the constituent: open_pos[i] <= j <= i.
-            is_compose = (q_types == tt.CNT1)[..., :, None]
-            lo = life.open_pos.reshape(C, T)[..., :, None]
-            hi = positions[..., :, None]
-            seq_extra = is_compose & life.transparent_owner.reshape(C, T)[..., None, :]
-            seq_extra &= (lo <= positions[..., None, :]) & (positions[..., None, :] <= hi)
-            mem_extra = is_compose & np.where(has, life.transparent_owner[mem_index], False)[..., None, :]
-            mem_extra &= (lo <= mem_pos[..., None, :]) & (mem_pos[..., None, :] <= hi)
-            rel = (lambda kp, kd: (positions[..., :, None] - kp[..., None, :]) if self.linear_relpos
-                   else (q_depth[..., :, None] - kd[..., None, :]))
-            attn_mask = attn_mask | seq_extra
-            mem_mask = mem_mask | mem_extra
-            seq_rel = np.where(attn_mask, rel(positions, q_depth), 0)
-            mem_rel = np.where(mem_mask, rel(mem_pos, mem_depth), 0)
-        attn_relpos = np.concatenate([mem_rel, seq_rel], axis=-1).astype(RELPOS_DTYPE)
-        indicator = (q_types == tt.CNT1) if self.distinct_compose else np.zeros_like(q_types, bool)
-        mem_from_seq = one_hot_selection(memory.mem_src_seq, T)
-        mem_from_mem = one_hot_selection(memory.mem_src_mem, M)
-        return [
-            Chunk(
-                inputs=x[c * T:(c + 1) * T],
-                inputs_ttypes=xt[c * T:(c + 1) * T],
-                labels=y[c * T:(c + 1) * T],
-                labels_ttypes=yt[c * T:(c + 1) * T],
-                attn_mask=attn_mask[c].astype(MASK_DTYPE),
-                attn_relpos=attn_relpos[c],
-                attn_indicator=indicator[c].astype(MASK_DTYPE),
-                memory_attn_mask=mem_mask[c].astype(MASK_DTYPE),
-                memory_padding_mask=memory.memory_padding_mask[c],
-                memory_pos=mem_pos[c],
-                depth=q_depth[c].astype(RELPOS_DTYPE),
-                beginning_of_seq=np.asarray(int(c == 0), MASK_DTYPE),
-                end_of_seq=np.asarray(int(c == C - 1), MASK_DTYPE),
-                mem_from_seq=mem_from_seq[c],
-                mem_from_mem=mem_from_mem[c],
-                mem_src_seq=memory.mem_src_seq[c],
-                mem_src_mem=memory.mem_src_mem[c],
-            )
-            for c in range(C)
-        ]
+        G = len(layout.chunk_seq)
+        S = len(layout.num_chunks)
+        chunk_first = np.cumsum(layout.num_chunks) - layout.num_chunks
+        chunk_start = layout.seq_start[layout.chunk_seq] + layout.chunk_local * T  # global
+        # Stack snapshot: after the last position with a non-zero id in the segment.
+        snap = chunk_start + T - 1
+        is_last = layout.chunk_local == layout.num_chunks[layout.chunk_seq] - 1
+        snap[is_last] = layout.seq_start[layout.chunk_seq[is_last]] + layout.last_real[layout.chunk_seq[is_last]]
 
-    def compact_chunks(self, inputs, inputs_ttypes, labels, labels_ttypes) -> list[CompactChunk]:
-        """Compact chunks of one sequence; `expand(c)` equals the matching dense chunk."""
-        if self.transparency_depth >= 0:
-            raise NotImplementedError(
-                "the compact form does not cover transparency; use .chunks() (dense) with transparency_depth"
-            )
-        x, xt, y, yt, life, memory, num_chunks = self._prepare(inputs, inputs_ttypes, labels, labels_ttypes)
-        T = self.seq_len
-        C = num_chunks
-        mem_pos = memory.memory_pos
-        mem_index = np.maximum(mem_pos, 0)
-        has = mem_pos >= 0
-        depth = life.depth.astype(RELPOS_DTYPE)
-        push = life.push.astype(np.int32)
-        pop = life.pop.astype(np.int32)
-        mem_depth = np.where(has, depth[mem_index], 0).astype(RELPOS_DTYPE)
-        mem_push = np.where(has, push[mem_index], NEVER).astype(np.int32)
-        mem_pop = np.where(has, pop[mem_index], NEVER).astype(np.int32)
-        flags = dict(
-            causal=np.asarray(0, MASK_DTYPE),
-            linear_relpos=np.asarray(int(self.linear_relpos), MASK_DTYPE),
-            distinct_compose=np.asarray(int(self.distinct_compose), MASK_DTYPE),
-        )
-        out = []
-        for c in range(C):
-            seg = slice(c * T, (c + 1) * T)
-            out.append(
-                CompactChunk(
-                    inputs=x[seg], inputs_ttypes=xt[seg], labels=y[seg], labels_ttypes=yt[seg],
-                    position=np.arange(c * T, (c + 1) * T, dtype=np.int32),
-                    depth=depth[seg], push_time=push[seg], pop_time=pop[seg],
-                    memory_pos=mem_pos[c], memory_padding_mask=memory.memory_padding_mask[c],
-                    memory_depth=mem_depth[c], memory_push_time=mem_push[c], memory_pop_time=mem_pop[c],
-                    mem_src_seq=memory.mem_src_seq[c], mem_src_mem=memory.mem_src_mem[c],
-                    beginning_of_seq=np.asarray(int(c == 0), MASK_DTYPE),
-                    end_of_seq=np.asarray(int(c == C - 1), MASK_DTYPE),
-                    **flags,
-                )
-            )
-        return out
+        pushed = np.flatnonzero(life.push != NEVER)  # global positions
+        seq = layout.seq_of[pushed]
+        chunk_of = chunk_first[seq] + layout.local[pushed] // T
+        pop_global = np.where(life.pop[pushed] == NEVER, np.iinfo(np.int64).max,
+                              layout.seq_start[seq] + life.pop[pushed])
+        last_chunk = np.minimum(np.searchsorted(snap, pop_global, side="left") - 1,
+                                chunk_first[seq] + layout.num_chunks[seq] - 1)
+        count = np.maximum(last_chunk - chunk_of + 1, 0)
+        # Entries (j, c), ordered by j then c.
+        first_entry = np.cumsum(count) - count
+        entry_j = np.repeat(pushed, count)
+        entry_first = np.repeat(first_entry, count)
+        entry_c = np.repeat(chunk_of, count) + np.arange(len(entry_j)) - entry_first
+        depth_at_end = np.bincount(entry_c, minlength=G)
+
+        memory_pos = np.full((G, M), -1, np.int32)
+        src_seq = np.full((G, M), -1, np.int32)
+        src_mem = np.full((G, M), -1, np.int32)
+        overflow_seqs = np.unique(layout.chunk_seq[depth_at_end > M])
+        if overflow_seqs.size:
+            keep = ~np.isin(layout.chunk_seq[entry_c], overflow_seqs)
+            entry_j, entry_c = entry_j[keep], entry_c[keep]
+            is_first = (np.arange(len(keep)) == entry_first)[keep]
+        else:
+            is_first = np.arange(len(entry_j)) == entry_first
+        # Rank from the top of the stack at the end of segment c.
+        order = np.lexsort((entry_j, entry_c))
+        sorted_c = entry_c[order]
+        group_start = np.searchsorted(sorted_c, sorted_c, side="left")
+        rank = depth_at_end[sorted_c] - 1 - (np.arange(len(order)) - group_start)
+        slot = np.empty(len(order), np.int64)
+        slot[order] = M - 1 - rank
+        src_seq[entry_c[is_first], slot[is_first]] = entry_j[is_first] - chunk_start[entry_c[is_first]]
+        later = np.flatnonzero(~is_first)
+        src_mem[entry_c[later], slot[later]] = slot[later - 1]
+        has_next = ~is_last[entry_c]
+        memory_pos[entry_c[has_next] + 1, slot[has_next]] = layout.local[entry_j[has_next]]
+        for s in overflow_seqs:
+            self._smart_memory_one(layout, life, int(s), int(chunk_first[s]), snap, memory_pos, src_seq, src_mem)
+        del S
+        return memory_pos, src_seq, src_mem
+
+    def _smart_memory_one(self, layout, life, s, chunk_first, snap, memory_pos, src_seq, src_mem):
+        """Figure 8 segment by segment for one sequence whose stack outgrows the memory."""
+        T, M = self.seq_len, self.mem_len
+        base = int(layout.seq_start[s])
+        n = int(layout.num_chunks[s]) * T
+        push = life.push[base:base + n]
+        pop = life.pop[base:base + n]
+        dropped = np.zeros(n, bool)
+        num_dropped = 0
+        current = np.full(M, -1, np.int64)
+        for c in range(int(layout.num_chunks[s])):
+            g = chunk_first + c
+            last = int(snap[g]) - base
+            upto = slice(0, last + 1)
+            stack = np.flatnonzero((push[upto] <= last) & (last < pop[upto]) & ~dropped[upto])
+            kept, lost = stack[-M:], stack[: max(len(stack) - M, 0)]
+            dropped[lost] = True
+            num_dropped += len(lost)
+            dest = slice(M - len(kept), M)
+            in_chunk = kept >= c * T
+            src_seq[g, dest] = np.where(in_chunk, kept - c * T, -1)
+            src_mem[g, dest] = np.where(in_chunk, -1, np.searchsorted(current, kept))
+            current = np.full(M, -1, np.int64)
+            current[dest] = kept
+            if c + 1 < int(layout.num_chunks[s]):
+                memory_pos[g + 1] = current
+        self.stats.dropped_stack_entries += num_dropped
+        self.stats.sequences_with_dropped_entries += int(num_dropped > 0)
 
 
-class TXLMasking:
+def _validate_tg(types: np.ndarray, starts: np.ndarray, seq_of: np.ndarray, local: np.ndarray) -> None:
+    """BOS first and only first; padding only at the end."""
+    first = types[starts]
+    if (first != tt.BOS).any():
+        s = int(np.argmax(first != tt.BOS))
+        name = tt.NAMES.get(int(first[s]), str(first[s]))
+        raise ValueError(f"sequence {s}, position 0: type {name}, expected BOS (the root of the stack)")
+    _fail("BOS after position 0; only position 0 may be BOS", seq_of, local, (types == tt.BOS) & (local > 0))
+    is_pad = types == tt.PAD
+    first_pad = np.minimum.reduceat(np.where(is_pad, local, np.iinfo(np.int64).max), starts)
+    _fail("a token after padding; padding may only come at the end", seq_of, local,
+          ~is_pad & (local > first_pad[seq_of]))
+
+
+class _Lifetimes(NamedTuple):
+    """Per position of the layout `[P]`; times are positions within the sequence."""
+
+    depth: np.ndarray
+    push: np.ndarray  # position if pushed, NEVER otherwise
+    pop: np.ndarray  # position of the popping CNT1, NEVER if never popped
+    transparent: np.ndarray | None  # owner transparent: never popped (transparency only)
+    open_pos: np.ndarray | None  # for each CNT1, its opening NT (transparency only)
+
+
+def _lifetimes(layout: _Layout, transparency_depth: int) -> _Lifetimes:
+    types = layout.fields[1]
+    seq, local = layout.seq_of, layout.local
+    P = len(types)
+    gpos = np.arange(P, dtype=np.int64)
+    is_ont = types == tt.OPENING_NT
+    is_cnt1 = types == tt.CNT1
+    is_pad = types == tt.PAD
+    # Constituents open before i (a CNT1 counts as closed at its own position),
+    # counted within each sequence.
+    opened = np.cumsum(is_ont) - is_ont
+    closed = np.cumsum(is_cnt1)
+    open_count = (opened - opened[layout.seq_start][seq]) - (closed - (closed - is_cnt1)[layout.seq_start][seq])
+    _fail("closing non-terminal closes nothing", seq, local, is_cnt1 & (open_count < 0))
+    depth = open_count + 1
+    depth[(local == 0) | is_pad] = 0
+    pushed = ~is_pad & (types != tt.CNT2)
+    push = np.where(pushed, local, NEVER).astype(np.int32)
+    # The constituent whose COMPOSE pops j: its own for an opening NT, its
+    # parent's otherwise; that CNT1 is the first one after j at the owner's
+    # depth. One sorted search over (sequence, depth, position) keys.
+    owner_depth = np.where(is_ont, depth, np.maximum(depth - 1, 0))
+    levels = int(depth.max()) + 1
+    group = seq.astype(np.int64) * levels
+    cnt1_keys = np.sort((group + depth)[is_cnt1] * P + gpos[is_cnt1])
+    query = (group + owner_depth) * P + gpos
+    hit = np.searchsorted(cnt1_keys, query, side="right")
+    if cnt1_keys.size:
+        hit_key = cnt1_keys[np.minimum(hit, cnt1_keys.size - 1)]
+        found = (hit < cnt1_keys.size) & (hit_key // P == group + owner_depth)
+    else:
+        hit_key, found = query, np.zeros(P, bool)
+    poppable = pushed & (local > 0) & found
+    pop = np.where(poppable, hit_key % P - layout.seq_start[seq], NEVER)
+    transparent = open_pos = None
+    if transparency_depth >= 0:
+        transparent = pushed & (local > 0) & (owner_depth <= transparency_depth)
+        pop = np.where(transparent, NEVER, pop)
+        ont_keys = np.sort((group + depth)[is_ont] * P + gpos[is_ont])
+        before = np.searchsorted(ont_keys, (group + depth) * P + gpos, side="left") - 1
+        if ont_keys.size:
+            ont_key = ont_keys[np.maximum(before, 0)]
+            ok = is_cnt1 & (before >= 0) & (ont_key // P == group + depth)
+            open_pos = np.where(ok, ont_key % P - layout.seq_start[seq], -1).astype(np.int32)
+        else:
+            open_pos = np.full(P, -1, np.int32)
+    return _Lifetimes(depth.astype(RELPOS_DTYPE), push, pop.astype(np.int32), transparent, open_pos)
+
+
+def _shifted_memory(layout: _Layout, T: int, M: int):
+    """The "TXL memory": segment c's memory holds the M positions before it (when they exist)."""
+    slots = np.arange(M)
+    start = (layout.chunk_local * T)[:, None]  # within the sequence
+    base = layout.seq_start[layout.chunk_seq][:, None]
+    x = layout.fields[0]
+    held = start - M + slots
+    valid = (held >= 0) & (x[base + np.maximum(held, 0)] != 0)
+    memory_pos = np.where(valid, held, -1).astype(np.int32)
+    nxt = start + T - M + slots
+    in_chunk = nxt >= start
+    src_seq = np.where(in_chunk & (x[base + np.maximum(nxt, 0)] != 0), nxt - start, -1).astype(np.int32)
+    from_memory = ~in_chunk & (slots + T < M)
+    from_memory &= valid[:, np.minimum(slots + T, M - 1)]
+    src_mem = np.where(from_memory, slots + T, -1).astype(np.int32)
+    return memory_pos, src_seq, src_mem
+
+
+class TXLMasking(_Rule):
     """The Transformer-XL baseline: causal mask, relative position i - j, shifted memory.
 
     For Choe–Charniak action sequences (TXL (CC)) and for terminals only (TXL
     (terminals)) alike: nothing is duplicated. The memory of segment tau + 1
-    holds the last M positions before it.
+    holds the last M positions before it. As in the authors' release, padding
+    queries attend causally too, and memory slots are marked valid by
+    `memory_padding_mask`.
     """
 
     def __init__(self, seq_len: int, mem_len: int):
@@ -587,59 +779,41 @@ class TXLMasking:
     def __repr__(self) -> str:
         return f"TXLMasking(seq_len={self.seq_len}, mem_len={self.mem_len})"
 
-    def compact_chunks(self, inputs, inputs_ttypes, labels, labels_ttypes) -> list[CompactChunk]:
-        x, xt, y, yt = _as_int_arrays(inputs, inputs_ttypes, labels, labels_ttypes)
-        tt.check_types(xt, allow_cnt2=True, where="inputs_ttypes")
+    def _segments(self, sequences) -> _Segments:
         T, M = self.seq_len, self.mem_len
-        nonzero = np.flatnonzero(x != 0)
-        if not nonzero.size:
-            raise ValueError("TXL sequence: every input token id is 0 (padding)")
-        C = -(-(int(nonzero[-1]) + 1) // T)
-        total = C * T
-        pad = total - len(x)
-        if pad > 0:
-            x, xt, y, yt = (np.concatenate([a, np.zeros(pad, a.dtype)]) for a in (x, xt, y, yt))
-        else:
-            x, xt, y, yt = x[:total], xt[:total], y[:total], yt[:total]
-        self.stats.sequences += 1
-        self.stats.chunks += C
-        self.stats.input_tokens += int(np.count_nonzero(inputs_ttypes))
-        slots = np.arange(M, dtype=np.int32)
-        zeros_t = np.zeros(T, RELPOS_DTYPE)
-        never_t = np.full(T, NEVER, np.int32)
-        out = []
-        for c in range(C):
-            start = c * T
-            seg = slice(start, start + T)
-            mem_pos = start - M + slots
-            has = mem_pos >= 0
-            mem_pos = np.where(has, mem_pos, -1).astype(np.int32)
-            nxt = start + T - M + slots
-            src_seq = np.where(nxt >= start, nxt - start, -1).astype(np.int32)
-            src_mem = np.where((nxt < start) & (nxt >= 0), slots + T, -1).astype(np.int32)
-            out.append(
-                CompactChunk(
-                    inputs=x[seg], inputs_ttypes=xt[seg], labels=y[seg], labels_ttypes=yt[seg],
-                    position=np.arange(start, start + T, dtype=np.int32),
-                    depth=zeros_t, push_time=np.arange(start, start + T, dtype=np.int32), pop_time=never_t,
-                    memory_pos=mem_pos,
-                    memory_padding_mask=(has & (x[np.maximum(mem_pos, 0)] > 0)).astype(MASK_DTYPE),
-                    memory_depth=np.zeros(M, RELPOS_DTYPE),
-                    memory_push_time=np.where(has, mem_pos, NEVER).astype(np.int32),
-                    memory_pop_time=np.full(M, NEVER, np.int32),
-                    mem_src_seq=src_seq, mem_src_mem=src_mem,
-                    beginning_of_seq=np.asarray(int(c == 0), MASK_DTYPE),
-                    end_of_seq=np.asarray(int(c == C - 1), MASK_DTYPE),
-                    causal=np.asarray(1, MASK_DTYPE),
-                    linear_relpos=np.asarray(1, MASK_DTYPE),
-                    distinct_compose=np.asarray(0, MASK_DTYPE),
-                )
-            )
-        return out
-
-    def chunks(self, inputs, inputs_ttypes, labels, labels_ttypes) -> list[Chunk]:
-        """Dense chunks; for TXL these are the compact ones expanded (the rule is that simple)."""
-        return [expand(c) for c in self.compact_chunks(inputs, inputs_ttypes, labels, labels_ttypes)]
+        flat = _flatten(sequences)
+        _check_types(flat, allow_cnt2=True)
+        layout = _segment_layout(flat.fields, flat.lengths, flat.starts, flat.seq_of, flat.local, T)
+        G = len(layout.chunk_seq)
+        slots = np.arange(M)
+        start = (layout.chunk_local * T)[:, None]
+        base = layout.seq_start[layout.chunk_seq][:, None]
+        held = start - M + slots
+        exists = held >= 0
+        memory_pos = np.where(exists, held, -1).astype(np.int32)
+        x = layout.fields[0]
+        nxt = start + T - M + slots
+        position = layout.local.astype(np.int32).reshape(G, T)
+        first, last = _boundaries(layout)
+        compact = CompactChunk(
+            inputs=x.reshape(G, T), inputs_ttypes=layout.fields[1].reshape(G, T),
+            labels=layout.fields[2].reshape(G, T), labels_ttypes=layout.fields[3].reshape(G, T),
+            position=position, depth=np.zeros((G, T), RELPOS_DTYPE),
+            push_time=position, pop_time=np.full((G, T), NEVER, np.int32),
+            memory_pos=memory_pos,
+            memory_padding_mask=(exists & (x[base + np.maximum(held, 0)] != 0)).astype(MASK_DTYPE),
+            memory_depth=np.zeros((G, M), RELPOS_DTYPE),
+            memory_push_time=np.where(exists, held, NEVER).astype(np.int32),
+            memory_pop_time=np.full((G, M), NEVER, np.int32),
+            mem_src_seq=np.where(nxt >= start, nxt - start, -1).astype(np.int32),
+            mem_src_mem=np.where((nxt < start) & (nxt >= 0), slots + T, -1).astype(np.int32),
+            beginning_of_seq=first, end_of_seq=last,
+            **_flags(G, True, True, False),
+        )
+        self.stats.sequences += len(flat.lengths)
+        self.stats.chunks += G
+        self.stats.input_tokens += int(np.count_nonzero(flat.fields[1]))
+        return _Segments(compact, layout.chunk_seq, None, None, None)
 
 
 def stack_batch(chunks: list) -> Any:
