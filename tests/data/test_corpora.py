@@ -1,0 +1,166 @@
+"""The built-in treebank: determinism, exact agreement, minimal pairs, the registry."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from tgjax.data import corpora
+from tgjax.syntax.trees import Tree
+
+NUMBER_OF_TAG = {"NN": "sg", "NNS": "pl", "VBZ": "sg", "VBP": "pl"}
+
+
+@functools.lru_cache(maxsize=None)
+def train_sample() -> tuple[Tree, ...]:
+    return tuple(corpora.builtin_treebank("train", 1000, seed=0))
+
+
+def head_number(np_node: Tree) -> str:
+    """Number of an NP's head noun: an NP's head is its first NP child's, else its last noun."""
+    first = np_node.children[0]
+    if isinstance(first, Tree) and first.label == "NP":
+        return head_number(first)
+    nouns = [c.label for c in np_node.children if isinstance(c, Tree) and c.label in ("NN", "NNS")]
+    assert nouns, f"NP without a head noun: {np_node}"
+    return NUMBER_OF_TAG[nouns[-1]]
+
+
+def verb_number(vp: Tree) -> str:
+    verb = vp.children[0]
+    assert isinstance(verb, Tree) and verb.label in ("VBZ", "VBP"), f"VP without a finite verb: {vp}"
+    return NUMBER_OF_TAG[verb.label]
+
+
+def check_agreement(node: Tree, relativised_number: str | None = None) -> int:
+    """Asserts agreement in every clause below `node`; returns how many clauses were checked.
+
+    A clause with a subject NP agrees with it; a subject relative (a clause
+    without one) agrees with the noun its SBAR modifies.
+    """
+    checked = 0
+    kids = [c for c in node.children if isinstance(c, Tree)]
+    if node.label == "S":
+        labels = [c.label for c in kids]
+        vp = kids[labels.index("VP")]
+        subject = head_number(kids[0]) if labels[0] == "NP" else relativised_number
+        assert subject is not None, f"clause without a subject: {node}"
+        assert verb_number(vp) == subject, f"agreement violated in {node}"
+        checked += 1
+    for i, child in enumerate(kids):
+        passed = None
+        if node.label == "NP" and child.label == "SBAR":
+            passed = head_number(node)
+        elif node.label == "SBAR":
+            passed = relativised_number
+        checked += check_agreement(child, passed)
+    return checked
+
+
+def test_grammar_parses_and_lexicon_categories_are_disjoint():
+    g = corpora.builtin_grammar()
+    categories = {}
+    for r in g.rules:
+        if len(r.rhs) == 1 and g.is_terminal(r.rhs[0]):
+            categories.setdefault(r.rhs[0], set()).add(corpora.ptb_label(r.lhs))
+    ambiguous = {w: tags for w, tags in categories.items() if len(tags) > 1}
+    assert ambiguous == {}  # "the" is DT for both numbers: one PTB tag
+    assert 250 <= len(g.terminals) <= 450
+    assert g.partition_function()["S"] == pytest.approx(1.0, abs=1e-9)
+    # Typical sentences are short but recursion is common.
+    dist = g.length_distribution(corpora.MAX_SENTENCE_LENGTH)
+    assert dist.sum() > 0.99
+    mean = (np.arange(len(dist)) * dist).sum() / dist.sum()
+    assert 7 < mean < 14
+
+
+def test_treebank_is_deterministic_by_seed_and_split():
+    a = [t.to_string() for t in corpora.builtin_treebank("train", 30, seed=0)]
+    assert a == [t.to_string() for t in corpora.builtin_treebank("train", 30, seed=0)]
+    assert a[:10] == [t.to_string() for t in corpora.builtin_treebank("train", 10, seed=0)]
+    assert a != [t.to_string() for t in corpora.builtin_treebank("train", 30, seed=1)]
+    assert a != [t.to_string() for t in corpora.builtin_treebank("valid", 30, seed=0)]
+    assert len(corpora.builtin_treebank("test")) == 500
+    with pytest.raises(ValueError, match="unknown split"):
+        corpora.builtin_treebank("dev")
+
+
+def test_every_sentence_agrees_and_has_the_expected_shape():
+    trees = train_sample()
+    clauses = 0
+    for tree in trees:
+        words = tree.leaves()
+        assert tree.label == "S" and words[-1] == "."
+        assert tree.children[-1] == Tree(".", ["."])
+        assert 3 <= len(words) <= corpora.MAX_SENTENCE_LENGTH
+        clauses += check_agreement(tree)
+    assert clauses > len(trees) * 1.3  # relative clauses are checked too
+    lengths = np.array([len(t.leaves()) for t in trees])
+    assert 7 < lengths.mean() < 14 and np.mean((lengths >= 5) & (lengths <= 25)) > 0.8
+    # Centre embedding (an object relative inside an object relative) does occur.
+    strings = [t.to_string() for t in trees]
+    nested = [s for s in strings if s.count("(SBAR") >= 2]
+    assert len(nested) > 10
+
+
+def test_all_yields_have_positive_inside_probability():
+    g = corpora.builtin_grammar()
+    for tree in train_sample()[:300]:
+        assert np.isfinite(g.log_prob(tree.leaves()))
+
+
+def test_vocabulary_size():
+    trees = corpora.builtin_treebank("train")
+    vocab = {w for t in trees for w in t.leaves()}
+    assert len(trees) == 5000
+    assert 300 <= len(vocab) <= len(corpora.builtin_grammar().terminals)
+
+
+def test_minimal_pairs():
+    g = corpora.builtin_grammar()
+    pairs = corpora.agreement_minimal_pairs(60, seed=3)
+    assert [p.construction for p in pairs[:3]] == list(corpora.CONSTRUCTIONS)
+    assert {p.subject_number for p in pairs} == {"sg", "pl"}
+    for pair in pairs:
+        good, bad = pair.good_words, pair.bad_words
+        assert len(good) == len(bad)
+        diff = [i for i, (x, y) in enumerate(zip(good, bad)) if x != y]
+        assert diff == [pair.verb_index]
+        assert np.isfinite(g.log_prob(good))
+        assert g.log_prob(bad) == -np.inf
+        # The good tree agrees everywhere; an attractor of the other number sits
+        # between the subject's head and the verb.
+        check_agreement(pair.good)
+        subject = pair.good.children[0]
+        assert head_number(subject) == pair.subject_number
+        other = "pl" if pair.subject_number == "sg" else "sg"
+        tags = [c.label for c in _preterminals(subject)]
+        assert [NUMBER_OF_TAG.get(t) for t in tags if t in ("NN", "NNS")][1:].count(other) >= 1
+        bad_verb = _preterminals(pair.bad)[pair.verb_index]
+        assert NUMBER_OF_TAG[bad_verb.label] == other
+    assert [p.good.to_string() for p in corpora.agreement_minimal_pairs(6, seed=3)] == [
+        p.good.to_string() for p in pairs[:6]
+    ]
+
+
+def _preterminals(tree: Tree) -> list[Tree]:
+    if tree.is_preterminal():
+        return [tree]
+    return [p for c in tree.children if isinstance(c, Tree) for p in _preterminals(c)]
+
+
+def test_registry_and_writer(tmp_path):
+    assert "builtin" in corpora.available_corpora()
+    trees = corpora.get_corpus("builtin", "valid", num_sentences=5, seed=2)
+    assert [t.to_string() for t in trees] == [
+        t.to_string() for t in corpora.builtin_treebank("valid", 5, seed=2)
+    ]
+    with pytest.raises(KeyError, match="unknown corpus"):
+        corpora.get_corpus("nope", "train")
+    with pytest.raises(ValueError, match="already registered"):
+        corpora.register_corpus("builtin", corpora.builtin_treebank)
+    path = tmp_path / "valid.txt"
+    assert corpora.write_treebank(path, trees) == 5
+    assert path.read_text(encoding="utf-8").splitlines() == [t.to_string() for t in trees]

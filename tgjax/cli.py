@@ -1,0 +1,239 @@
+"""The `tgjax` command.
+
+    tgjax data prepare  [--corpus builtin|FILE] [--workdir DIR]   treebank -> vocabulary -> one epoch of batches
+    tgjax data stats    [--corpus builtin|FILE] [--rule tg] ...   what the pipeline makes of a corpus
+    tgjax data export   --split train -o FILE                     write the built-in treebank
+    tgjax data show     "<tree>"                                  the paper's Figure 2 table for a tree
+    tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
+    tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _pipeline_config(args) -> "PipelineConfig":  # noqa: F821
+    from tgjax.data.pipeline import PipelineConfig
+
+    return PipelineConfig(
+        corpus=args.corpus, split=args.split, num_sentences=args.num_sentences, rule=args.rule,
+        seq_len=args.seq_len, mem_len=args.mem_len, batch_size=args.batch_size,
+        max_actions=args.max_actions, on_too_long=args.on_too_long, seed=args.seed,
+        num_workers=args.num_workers,
+    )
+
+
+def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", default="builtin", help="'builtin' or a treebank file (one tree per line or .mrg)")
+    p.add_argument("--split", default="train", help="split of the built-in corpus")
+    p.add_argument("--num-sentences", type=int, default=None, help="built-in corpus size")
+    p.add_argument("--rule", default="tg", choices=("tg", "txl_cc", "txl_terminals", "pushdown"))
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--mem-len", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-actions", type=int, default=None, help="longest sequence accepted")
+    p.add_argument("--on-too-long", default="error", choices=("error", "skip"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-workers", type=int, default=0, help="grain worker processes")
+
+
+class Progress:
+    """One status line: steps/s, tokens/s, ETA."""
+
+    def __init__(self, total: int, what: str = "step"):
+        self.total, self.what = total, what
+        self.start = time.perf_counter()
+        self.tokens = 0
+        self._last_print = 0.0
+
+    def update(self, step: int, tokens: int) -> None:
+        self.tokens += tokens
+        now = time.perf_counter()
+        if now - self._last_print < 0.5 and step < self.total:
+            return
+        self._last_print = now
+        elapsed = max(now - self.start, 1e-9)
+        rate = step / elapsed
+        eta = (self.total - step) / rate if rate > 0 else float("inf")
+        print(f"\r{self.what} {step}/{self.total}  {rate:7.1f} {self.what}s/s  "
+              f"{self.tokens / elapsed:11,.0f} tokens/s  ETA {eta:5.1f}s", end="", file=sys.stderr, flush=True)
+        if step >= self.total:
+            print(file=sys.stderr)
+
+
+def _run_epoch(pipeline) -> dict:
+    """Iterates one epoch with a progress line; returns what it counted."""
+    source = pipeline.epoch_source(0)
+    progress = Progress(len(source))
+    iterator = pipeline.iterator()
+    real_positions = padded_positions = segments = 0
+    for step in range(1, len(source) + 1):
+        batch = next(iterator)
+        real = int(np.count_nonzero(batch["inputs_ttypes"]))
+        real_positions += real
+        padded_positions += batch["inputs"].size
+        segments += int(np.count_nonzero(batch["seq_index"] >= 0))
+        progress.update(step, int(np.count_nonzero(batch["inputs"])))
+    return dict(steps=len(source), segments=segments, real_positions=real_positions,
+                padded_positions=padded_positions, seconds=time.perf_counter() - progress.start)
+
+
+def cmd_data_stats(args) -> int:
+    from tgjax.data.pipeline import Pipeline
+
+    config = _pipeline_config(args)
+    pipeline = Pipeline(config)
+    counts = _run_epoch(pipeline)
+    _print_summary(pipeline, counts)
+    return 0
+
+
+def _print_summary(pipeline, counts: dict) -> None:
+    enc = pipeline.encoded
+    lengths = np.array([len(s[0]) for s in enc.sequences])
+    rule = pipeline.epoch_source(0).rule
+    print(f"corpus            {pipeline.config.corpus} ({pipeline.config.split}): {len(pipeline.trees)} trees")
+    print(f"rule              {pipeline.config.rule}: {rule!r}")
+    print(f"vocabulary        {pipeline.vocab.size} ids ({type(pipeline.vocab).__name__})")
+    print(f"sequences         {len(enc.sequences)} kept, {enc.skipped_too_long} skipped as too long")
+    print(f"inputs per seq.   mean {lengths.mean():.1f}, max {lengths.max()}")
+    print(f"one epoch         {counts['steps']} steps of {pipeline.config.batch_size} rows, "
+          f"{counts['segments']} segments, {counts['seconds']:.1f}s")
+    print(f"fill              {counts['real_positions'] / max(counts['padded_positions'], 1):.1%} of positions are tokens")
+    if hasattr(rule, "smart_memory"):
+        stats = pipeline.epoch_source(0).rule.stats
+        print(f"memory            stack entries dropped from a full memory: {stats.dropped_stack_entries}")
+
+
+def cmd_data_prepare(args) -> int:
+    """The main job on the built-in data, until training lands: trees, vocabulary, batches, a picture."""
+    from tgjax.data import corpora
+    from tgjax.data.pipeline import Pipeline
+    from tgjax.viz import draw_mask
+
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = _pipeline_config(args)
+    if config.corpus == "builtin":
+        for split in ("train", "valid", "test"):
+            path = workdir / f"{split}.txt"
+            n = corpora.write_treebank(path, corpora.get_corpus("builtin", split, seed=config.seed))
+            print(f"wrote {n} trees to {path}")
+    pipeline = Pipeline(config)
+    vocab_path = workdir / "vocab.json"
+    pipeline.vocab.save(str(vocab_path))
+    print(f"wrote the vocabulary ({pipeline.vocab.size} ids) to {vocab_path}")
+    counts = _run_epoch(pipeline)
+    _print_summary(pipeline, counts)
+    picture = workdir / "mask.png"
+    draw_mask(pipeline.trees[0], str(picture))
+    print(f"drew the STACK/COMPOSE mask of the first tree to {picture}")
+    (workdir / "summary.json").write_text(json.dumps(counts, indent=2))
+    return 0
+
+
+def cmd_data_export(args) -> int:
+    from tgjax.data import corpora
+
+    n = corpora.write_treebank(args.output, corpora.get_corpus("builtin", args.split, seed=args.seed,
+                                                                num_sentences=args.num_sentences))
+    print(f"wrote {n} trees to {args.output}")
+    return 0
+
+
+def cmd_data_show(args) -> int:
+    from tgjax.syntax import actions, masks, trees
+    from tgjax.syntax import token_types as tt
+
+    tokens = ["<s>"] + actions.choe_charniak(trees.parse(args.tree))
+    types = np.array([tt.BOS] + [actions.token_type(t) for t in tokens[1:]], np.int32)
+    # Token k has id k + 1 and label id k + 2 (the next token; 0 after the last).
+    ids = np.arange(1, len(tokens) + 1, dtype=np.int32)
+    labels = np.append(ids[1:], 0)
+    n = len(tokens) + int(np.count_nonzero(types == tt.CLOSING_NT))
+    (chunk,) = masks.TGMasking(n, 1).chunks(ids, types, labels, np.append(types[1:], tt.PAD))
+    print(f"{'i':>3} {'input':12s} {'type':5s} {'op':8s} {'label':12s} attends")
+    for i in range(n):
+        compose = chunk.inputs_ttypes[i] == tt.CNT1
+        label = tokens[chunk.labels[i] - 1] if chunk.labels[i] else ""
+        attends = " ".join(str(j) for j in np.flatnonzero(chunk.attn_mask[i]))
+        print(f"{i:3d} {tokens[chunk.inputs[i] - 1]:12s} {tt.NAMES[int(chunk.inputs_ttypes[i])]:5s} "
+              f"{'COMPOSE' if compose else 'STACK':8s} {label:12s} {attends}")
+    return 0
+
+
+def cmd_viz_mask(args) -> int:
+    from tgjax.syntax import trees
+    from tgjax.viz import draw_mask
+
+    draw_mask(trees.parse(args.tree), args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    scripts = {"pipeline": "pipeline_throughput.py"}
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / scripts[args.name]
+    if not path.exists():
+        print(f"tgjax bench: {path} not found; benchmarks run from a source checkout", file=sys.stderr)
+        return 2
+    sys.argv = [str(path)] + args.rest
+    runpy.run_path(str(path), run_name="__main__")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tgjax", description="Syntactic language models at scale in JAX/Flax.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    data = commands.add_parser("data", help="the host-side data pipeline").add_subparsers(dest="what", required=True)
+    p = data.add_parser("prepare", help="main job: trees, vocabulary, one epoch of batches, a mask picture")
+    _add_pipeline_args(p)
+    p.add_argument("--workdir", default="runs/builtin")
+    p.set_defaults(func=cmd_data_prepare)
+    p = data.add_parser("stats", help="run one epoch of the pipeline and summarise it")
+    _add_pipeline_args(p)
+    p.set_defaults(func=cmd_data_stats)
+    p = data.add_parser("export", help="write a split of the built-in treebank, one tree per line")
+    p.add_argument("--split", default="train")
+    p.add_argument("--num-sentences", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_data_export)
+    p = data.add_parser("show", help="the Figure 2 table (input, type, attention, label) of a tree")
+    p.add_argument("tree", help='a bracketed tree, e.g. "(S (NP the blue bird) (VP sings))"')
+    p.set_defaults(func=cmd_data_show)
+
+    viz = commands.add_parser("viz", help="pictures").add_subparsers(dest="what", required=True)
+    p = viz.add_parser("mask", help="draw the STACK/COMPOSE mask of a tree (Figure 2b)")
+    p.add_argument("tree")
+    p.add_argument("-o", "--output", default="mask.png")
+    p.set_defaults(func=cmd_viz_mask)
+
+    p = commands.add_parser("bench", help="run a benchmark from benchmarks/")
+    p.add_argument("name", choices=("pipeline",))
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"tgjax: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""From a treebank to fixed-shape batches of segments, on the host.
+
+The shape of the stream is Transformer-XL's: a batch has B rows, and each
+row reads its sequences one after another, one segment per step, so that the
+memory a row carries from one step to the next belongs to the same sequence
+(`beginning_of_seq` tells the model to reset it). Sequences are dealt to
+rows by a seeded shuffle and a greedy balance on their segment counts, the
+same on every host; a host builds only its own rows (process index/count).
+
+Each step's batch is built by a `grain.MapDataset` (worker processes when
+`num_workers > 0`), from the masking rules of `tgjax.syntax.masks`: the
+compact form by default (what the jitted train step expands on device), the
+dense `Chunk` for interoperability. The iterator's state is two integers,
+(epoch, step), which a checkpoint saves; resuming rebuilds the same epoch
+layout and skips to the step. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tgjax.data import corpora
+from tgjax.data.vocab import Vocabulary, build_word_dictionary, load_vocabulary, train_sentencepiece
+from tgjax.syntax import actions, masks, stack_tape, trees
+from tgjax.syntax import token_types as tt
+
+log = logging.getLogger(__name__)
+
+# The masking each model family reads its data with.
+RULES = ("tg", "txl_cc", "txl_terminals", "pushdown")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """What the pipeline needs to know; `from_dict` rejects unknown keys by name."""
+
+    corpus: str = "builtin"  # "builtin" (the synthetic treebank) or a treebank file path
+    split: str = "train"  # for the built-in corpus
+    num_sentences: int | None = None  # built-in corpus size (None: the split's default)
+    rule: str = "tg"  # one of RULES
+    seq_len: int = 256
+    mem_len: int = 256
+    batch_size: int = 16  # global rows, divided among hosts
+    smart_memory: bool = True
+    distinct_compose: bool = False
+    transparency_depth: int = -1
+    linear_relpos: bool = False
+    compact: bool = True  # emit `CompactChunk` fields (else dense `Chunk` fields)
+    max_actions: int | None = None  # longest sequence (before duplication) accepted
+    on_too_long: str = "error"  # "error" or "skip" (counted and reported)
+    seed: int = 0
+    num_workers: int = 0  # grain worker processes (0: in this process)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "PipelineConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown pipeline config key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**values)
+
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise ValueError(f"rule: unknown {self.rule!r}; expected one of {RULES}")
+        if self.on_too_long not in ("error", "skip"):
+            raise ValueError(f"on_too_long: expected 'error' or 'skip', got {self.on_too_long!r}")
+        for name in ("seq_len", "mem_len", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+def load_trees(config: PipelineConfig) -> list[trees.Tree]:
+    """The corpus's trees: the built-in treebank, or a treebank file (bad trees are an error)."""
+    if config.corpus == "builtin":
+        return corpora.get_corpus("builtin", config.split, num_sentences=config.num_sentences, seed=config.seed)
+    if not os.path.exists(config.corpus):
+        raise FileNotFoundError(f"corpus: no such treebank file {config.corpus!r} (or use 'builtin')")
+    return trees.read_treebank(config.corpus)
+
+
+def tokens_for_rule(tree: trees.Tree, rule: str) -> list[str]:
+    """What a model of this family reads: Choe–Charniak actions, or the words alone."""
+    if rule in ("txl_terminals", "pushdown"):
+        return tree.leaves()
+    return actions.choe_charniak(tree)
+
+
+def build_vocabulary(token_lists: Sequence[Sequence[str]], kind: str = "words", size: int = 2000) -> Vocabulary:
+    """A vocabulary over the corpus: a word dictionary, or SentencePiece with NTs kept whole."""
+    if kind == "words":
+        return build_word_dictionary(token_lists)
+    if kind == "sentencepiece":
+        return train_sentencepiece(token_lists, size)
+    raise ValueError(f"vocabulary kind: expected 'words' or 'sentencepiece', got {kind!r}")
+
+
+@dataclasses.dataclass
+class EncodedCorpus:
+    """Model inputs for every kept sequence: `(inputs, inputs_ttypes, labels, labels_ttypes)`."""
+
+    sequences: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    source_index: np.ndarray  # [S] index of each kept sequence in the corpus
+    skipped_too_long: int = 0
+    # Pushdown only: per sequence, attachment labels [n] and depth tapes [n, n] over the words.
+    tapes: list[stack_tape.StackTape] | None = None
+
+
+def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: PipelineConfig) -> EncodedCorpus:
+    """Encodes every tree; sequences over `max_actions` raise or are skipped and counted."""
+    sequences = []
+    kept = []
+    tapes = [] if config.rule == "pushdown" else None
+    skipped = 0
+    for index, tree in enumerate(tree_list):
+        tokens = tokens_for_rule(tree, config.rule)
+        ids = vocab.encode(tokens)
+        if config.max_actions is not None and len(ids) > config.max_actions:
+            if config.on_too_long == "error":
+                raise ValueError(
+                    f"sequence {index} ({config.corpus}): {len(ids)} tokens, over max_actions={config.max_actions}"
+                    " (set on_too_long='skip' to skip and count such sequences)"
+                )
+            skipped += 1
+            continue
+        types = vocab.token_types(ids)
+        inputs = np.concatenate([[vocab.bos_id], ids]).astype(np.int32)
+        inputs_ttypes = np.concatenate([[tt.BOS], types]).astype(np.int32)
+        labels = np.concatenate([ids, [0]]).astype(np.int32)
+        labels_ttypes = np.concatenate([types, [tt.PAD]]).astype(np.int32)
+        sequences.append((inputs, inputs_ttypes, labels, labels_ttypes))
+        kept.append(index)
+        if tapes is not None:
+            tapes.append(stack_tape.stack_tape(tree, nary="right"))
+    if skipped:
+        log.warning("skipped %d of %d sequences longer than max_actions=%s", skipped, len(tree_list), config.max_actions)
+    if not sequences:
+        raise ValueError(f"corpus {config.corpus!r}: no sequences left to batch ({skipped} skipped as too long)")
+    return EncodedCorpus(sequences, np.asarray(kept), skipped, tapes)
+
+
+def make_rule(config: PipelineConfig):
+    if config.rule == "tg":
+        return masks.TGMasking(
+            config.seq_len, config.mem_len, smart_memory=config.smart_memory,
+            distinct_compose=config.distinct_compose, transparency_depth=config.transparency_depth,
+            linear_relpos=config.linear_relpos,
+        )
+    return masks.TXLMasking(config.seq_len, config.mem_len)
+
+
+def segments_per_sequence(sequences, rule) -> np.ndarray:
+    """How many segments each sequence takes (closing NTs count twice under TG)."""
+    T = rule.seq_len
+    lengths = np.array([len(s[0]) for s in sequences])
+    if isinstance(rule, masks.TGMasking):
+        lengths += np.array([int(np.count_nonzero(s[1] == tt.CLOSING_NT)) for s in sequences])
+    return -(-lengths // T)
+
+
+def deal_to_rows(num_segments: np.ndarray, num_rows: int, rng: np.random.Generator) -> list[list[tuple[int, int]]]:
+    """Shuffle sequences, then give each to the row with the fewest segments so far.
+
+    Returns, per row, its (sequence, segment) reads in order.
+    """
+    order = rng.permutation(len(num_segments))
+    heap = [(0, row) for row in range(num_rows)]
+    rows: list[list[tuple[int, int]]] = [[] for _ in range(num_rows)]
+    for s in order:
+        filled, row = heapq.heappop(heap)
+        rows[row].extend((int(s), k) for k in range(int(num_segments[s])))
+        heapq.heappush(heap, (filled + int(num_segments[s]), row))
+    return rows
+
+
+class BatchSource:
+    """Step -> batch for one epoch of one host: a random-access source for `grain.MapDataset`.
+
+    Every field has a leading `[local_batch]` axis; besides the `Chunk` /
+    `CompactChunk` fields, `seq_index [local_batch]` (position of the
+    sequence in the corpus, -1 for an idle row) and `segment_index`.
+    """
+
+    def __init__(self, encoded: EncodedCorpus, config: PipelineConfig, epoch: int,
+                 process_index: int = 0, process_count: int = 1):
+        if config.batch_size % process_count:
+            raise ValueError(f"batch_size {config.batch_size} does not divide among {process_count} hosts")
+        self.encoded = encoded
+        self.config = config
+        self.rule = make_rule(config)
+        rng = np.random.default_rng([config.seed, epoch])
+        all_rows = deal_to_rows(segments_per_sequence(encoded.sequences, self.rule), config.batch_size, rng)
+        local = config.batch_size // process_count
+        self.rows = all_rows[process_index * local:(process_index + 1) * local]
+        self.num_steps = max(len(r) for r in all_rows)  # the same on every host
+        self._padding = None
+
+    def __len__(self) -> int:
+        return self.num_steps
+
+    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
+        reads = [row[step] if step < len(row) else None for row in self.rows]
+        wanted = sorted({r[0] for r in reads if r is not None})
+        batch_fields = {}
+        if wanted:
+            make = self.rule.compact_chunks_many if self.config.compact else self.rule.chunks_many
+            chunks, seq_of_chunk = make([self.encoded.sequences[s] for s in wanted])
+            first_chunk = np.searchsorted(seq_of_chunk, np.arange(len(wanted)))
+            where = {s: int(first_chunk[k]) for k, s in enumerate(wanted)}
+            template = chunks
+        else:
+            template = None
+        picked = []
+        for read in reads:
+            if read is None:
+                picked.append(None)
+            else:
+                s, k = read
+                picked.append(where[s] + k)
+        if template is None:
+            template = self._padding_template()
+        pad = self._padding_from(template)
+        for name, field in zip(template._fields, template):
+            rows = [pad[name] if p is None else field[p] for p in picked]
+            batch_fields[name] = np.stack(rows)
+        batch_fields["seq_index"] = np.array(
+            [-1 if r is None else int(self.encoded.source_index[r[0]]) for r in reads], np.int32)
+        batch_fields["segment_index"] = np.array([-1 if r is None else r[1] for r in reads], np.int32)
+        if self.encoded.tapes is not None:
+            batch_fields.update(self._tapes(reads))
+        return batch_fields
+
+    def _padding_template(self):
+        make = self.rule.compact_chunks_many if self.config.compact else self.rule.chunks_many
+        chunks, _ = make([self.encoded.sequences[0]])
+        return chunks
+
+    def _padding_from(self, template) -> dict[str, np.ndarray]:
+        """An idle row: no tokens, no memory, nothing attended; it resets its memory."""
+        if self._padding is None:
+            pad = {name: np.zeros_like(field[0]) for name, field in zip(template._fields, template)}
+            for name in ("memory_pos", "mem_src_seq", "mem_src_mem"):
+                pad[name][...] = -1
+            for name in ("push_time", "pop_time", "memory_push_time", "memory_pop_time"):
+                if name in pad:
+                    pad[name][...] = masks.NEVER
+            for name in ("causal", "linear_relpos", "distinct_compose"):
+                if name in pad:
+                    pad[name][...] = template._asdict()[name][0]
+            pad["beginning_of_seq"][...] = 1
+            pad["end_of_seq"][...] = 1
+            self._padding = pad
+        return self._padding
+
+    def _tapes(self, reads) -> dict[str, np.ndarray]:
+        """Pushdown stack tapes for each row's segment: attach `[B, T]`, depths `[B, T, T]`."""
+        T = self.config.seq_len
+        attach = np.zeros((len(reads), T), np.int32)
+        depths = np.zeros((len(reads), T, T), np.int16)
+        for b, read in enumerate(reads):
+            if read is None:
+                continue
+            s, k = read
+            tape = self.encoded.tapes[s]
+            # Tapes index words; position 0 of the inputs is BOS, so word w sits at w + 1.
+            positions = np.arange(k * T, min((k + 1) * T, len(tape.attach) + 1))
+            word = positions - 1
+            cols = np.flatnonzero(word >= 0)
+            w = word[cols]
+            attach[b, cols] = tape.attach[w] + 1
+            depths[b][np.ix_(cols, cols)] = tape.depths[np.ix_(w, w)]
+        return {"attach": attach, "stack_depths": depths}
+
+
+class Pipeline:
+    """The whole host-side pipeline for one corpus: trees -> vocabulary -> encoded -> batches."""
+
+    def __init__(self, config: PipelineConfig, vocab: Vocabulary | None = None, *,
+                 tree_list: Sequence[trees.Tree] | None = None,
+                 process_index: int = 0, process_count: int = 1):
+        self.config = config
+        self.trees = list(tree_list) if tree_list is not None else load_trees(config)
+        if not self.trees:
+            raise ValueError(f"corpus {config.corpus!r}: no trees")
+        self.vocab = vocab or build_vocabulary([tokens_for_rule(t, config.rule) for t in self.trees])
+        self.encoded = encode_corpus(self.trees, self.vocab, config)
+        self.process_index = process_index
+        self.process_count = process_count
+
+    def epoch_source(self, epoch: int) -> BatchSource:
+        return BatchSource(self.encoded, self.config, epoch, self.process_index, self.process_count)
+
+    def epoch_dataset(self, epoch: int, start_step: int = 0):
+        """This epoch's batches from `start_step` on, as a `grain.MapDataset`."""
+        import grain  # the loader; imported here so that `import tgjax.data` stays light
+
+        return grain.MapDataset.source(self.epoch_source(epoch))[start_step:]
+
+    def iterator(self, state: dict[str, int] | None = None) -> "BatchIterator":
+        return BatchIterator(self, state)
+
+
+class BatchIterator(Iterator[dict[str, np.ndarray]]):
+    """Endless batches over epochs; `get_state()` / `set_state()` make it resumable."""
+
+    def __init__(self, pipeline: Pipeline, state: dict[str, int] | None = None):
+        self.pipeline = pipeline
+        self.epoch, self.step = 0, 0
+        self._iter = None
+        if state is not None:
+            self.set_state(state)
+
+    def get_state(self) -> dict[str, int]:
+        """The position: the next batch is step `step` of epoch `epoch`."""
+        return {"epoch": self.epoch, "step": self.step}
+
+    def set_state(self, state: dict[str, int]) -> None:
+        unknown = set(state) - {"epoch", "step"}
+        if unknown:
+            raise ValueError(f"pipeline state: unknown key(s) {sorted(unknown)}; expected 'epoch' and 'step'")
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self._iter = None
+
+    def _open(self):
+        import grain
+
+        ds = self.pipeline.epoch_dataset(self.epoch, self.step).to_iter_dataset()
+        workers = self.pipeline.config.num_workers
+        if workers > 0:
+            _absl_flags_parsed()
+            ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        return iter(ds)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        while True:
+            if self._iter is None:
+                self._iter = self._open()
+            try:
+                batch = next(self._iter)
+            except StopIteration:
+                self.epoch, self.step, self._iter = self.epoch + 1, 0, None
+                continue
+            self.step += 1
+            return {name: np.asarray(value) for name, value in batch.items()}
+
+
+def _absl_flags_parsed() -> None:
+    """grain's worker processes read absl flags; mark them parsed when the caller did not."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()

@@ -1,0 +1,54 @@
+"""Pictures: the STACK/COMPOSE attention mask of a tree, like Figure 2b of Sartran et al. (2022)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tgjax.syntax import actions, masks, trees
+from tgjax.syntax import token_types as tt
+
+STACK_COLOUR = (0.30, 0.45, 0.69)  # blue, as the paper's STACK
+COMPOSE_COLOUR = (0.87, 0.52, 0.32)  # orange, as the paper's COMPOSE
+
+
+def tg_mask(tree: trees.Tree) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The duplicated tokens `[n]`, their types `[n]` and the attention mask `[n, n]` of one tree."""
+    tokens = ["<s>"] + actions.choe_charniak(tree)
+    types = np.array([tt.BOS] + [actions.token_type(t) for t in tokens[1:]], np.int32)
+    ids = np.arange(1, len(tokens) + 1, dtype=np.int32)
+    dup_tokens = [t for t, ty in zip(tokens, types) for _ in range(2 if ty == tt.CLOSING_NT else 1)]
+    n = len(dup_tokens)
+    (chunk,) = masks.TGMasking(n, 1).chunks(ids, types, np.append(ids[1:], 0), np.append(types[1:], tt.PAD))
+    return dup_tokens, chunk.inputs_ttypes, chunk.attn_mask
+
+
+def draw_mask(tree: trees.Tree, path: str) -> None:
+    """Writes the mask as a PNG: rows attend to columns, STACK rows blue, COMPOSE rows orange."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    tokens, types, mask = tg_mask(tree)
+    n = len(tokens)
+    image = np.ones((n, n, 3))
+    compose_rows = types == tt.CNT1
+    image[mask.astype(bool) & ~compose_rows[:, None]] = STACK_COLOUR
+    image[mask.astype(bool) & compose_rows[:, None]] = COMPOSE_COLOUR
+    size = max(4.0, 0.32 * n + 1.5)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(image, interpolation="nearest")
+    ax.set_xticks(range(n), tokens, rotation=90, fontsize=8)
+    ax.set_yticks(range(n), [f"{i} {t}" for i, t in enumerate(tokens)], fontsize=8)
+    ax.xaxis.tick_top()
+    ax.set_xticks(np.arange(-0.5, n, 1), minor=True)
+    ax.set_yticks(np.arange(-0.5, n, 1), minor=True)
+    ax.grid(which="minor", color="0.85", linewidth=0.5)
+    ax.tick_params(which="minor", length=0)
+    ax.legend(handles=[Patch(color=STACK_COLOUR, label="STACK"), Patch(color=COMPOSE_COLOUR, label="COMPOSE")],
+              loc="lower left", bbox_to_anchor=(0.0, -0.12), ncol=2, frameon=False)
+    ax.set_title("TG attention mask (row attends to column)", pad=40 + 4 * max(len(t) for t in tokens))
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
