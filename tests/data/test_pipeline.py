@@ -1,0 +1,172 @@
+"""The host pipeline: determinism, coverage, resumption, host sharding, compact == dense, bad input."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tgjax.data import corpora
+from tgjax.data.pipeline import Pipeline, PipelineConfig, deal_to_rows
+from tgjax.syntax import masks, stack_tape
+
+SMALL = PipelineConfig(corpus="builtin", num_sentences=60, seq_len=16, mem_len=12, batch_size=4, seed=3)
+
+
+@pytest.fixture(scope="module")
+def small_trees():
+    return corpora.get_corpus("builtin", "train", num_sentences=60, seed=3)
+
+
+def make(trees, **changes):
+    return Pipeline(dataclasses.replace(SMALL, **changes), tree_list=trees)
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def assert_batches_equal(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+def test_same_seed_same_batches_other_seed_other_order(small_trees):
+    first = take(make(small_trees).iterator(), 8)
+    again = take(make(small_trees).iterator(), 8)
+    assert_batches_equal(first, again)
+    other = take(make(small_trees, seed=4).iterator(), 8)
+    assert any(not np.array_equal(x["seq_index"], y["seq_index"]) for x, y in zip(first, other))
+
+
+def test_one_epoch_reads_every_segment_once_in_order_per_row(small_trees):
+    pipeline = make(small_trees)
+    source = pipeline.epoch_source(0)
+    seen = []
+    row_history = {}
+    for step in range(len(source)):
+        batch = source[step]
+        for row, (s, k) in enumerate(zip(batch["seq_index"], batch["segment_index"])):
+            if s < 0:
+                assert batch["inputs"][row].sum() == 0 and batch["beginning_of_seq"][row] == 1
+                continue
+            seen.append((int(s), int(k)))
+            # A sequence's segments follow each other in one row, so its memory carries over.
+            if k > 0:
+                assert row_history[row] == (s, k - 1)
+            assert batch["beginning_of_seq"][row] == (k == 0)
+            row_history[row] = (s, k)
+    rule = masks.TGMasking(16, 12)
+    expected = set()
+    for s, seq in enumerate(pipeline.encoded.sequences):
+        expected |= {(s, k) for k in range(len(rule.compact_chunks(*seq)))}
+    assert sorted(seen) == sorted(expected)
+    assert any(k > 0 for _, k in seen), "the small config should produce multi-segment sequences"
+
+
+def test_resume_from_saved_state_across_epochs(small_trees):
+    pipeline = make(small_trees)
+    steps_per_epoch = len(pipeline.epoch_source(0))
+    total = steps_per_epoch + 5
+    straight = take(pipeline.iterator(), total)
+    cut = steps_per_epoch - 3  # stop inside epoch 0, resume into epoch 1
+    it = pipeline.iterator()
+    take(it, cut)
+    state = it.get_state()
+    assert state == {"epoch": 0, "step": cut}
+    resumed = take(make(small_trees).iterator(state), total - cut)
+    assert_batches_equal(straight[cut:], resumed)
+    assert it.get_state()["epoch"] == 0
+    # Epochs are reshuffled.
+    second = take(pipeline.iterator({"epoch": 1, "step": 0}), 3)
+    assert any(not np.array_equal(a["seq_index"], b["seq_index"]) for a, b in zip(straight[:3], second))
+
+
+def test_hosts_split_the_rows(small_trees):
+    whole = take(make(small_trees).iterator(), 6)
+    parts = [take(Pipeline(SMALL, tree_list=small_trees, process_index=p, process_count=2).iterator(), 6)
+             for p in range(2)]
+    for step, batch in enumerate(whole):
+        for key in batch:
+            joined = np.concatenate([parts[0][step][key], parts[1][step][key]])
+            np.testing.assert_array_equal(joined, batch[key], err_msg=key)
+
+
+def test_compact_batches_expand_to_dense_batches(small_trees):
+    compact = take(make(small_trees).iterator(), 5)
+    dense = take(make(small_trees, compact=False).iterator(), 5)
+    for c, d in zip(compact, dense):
+        expanded = masks.expand(masks.CompactChunk(**{f: c[f] for f in masks.CompactChunk._fields}))
+        for name, value in zip(masks.Chunk._fields, expanded):
+            np.testing.assert_array_equal(value, d[name], err_msg=name)
+
+
+def test_txl_and_pushdown_rules(small_trees):
+    txl = next(make(small_trees, rule="txl_terminals").iterator())
+    assert txl["causal"].all() and not np.isin(txl["inputs_ttypes"], [2, 4, 14]).any()
+    pipeline = make(small_trees, rule="pushdown", seq_len=64)
+    batch = pipeline.epoch_source(0)[0]
+    row = int(np.flatnonzero(batch["seq_index"] >= 0)[0])
+    s = list(pipeline.encoded.source_index).index(batch["seq_index"][row])
+    tape = stack_tape.stack_tape(pipeline.trees[batch["seq_index"][row]], nary="right")
+    n = len(tape.attach)
+    np.testing.assert_array_equal(batch["attach"][row, 1:n + 1], tape.attach + 1)
+    np.testing.assert_array_equal(batch["stack_depths"][row, 1:n + 1, 1:n + 1], tape.depths)
+    assert s >= 0
+
+
+def test_worker_processes_give_the_same_batches(small_trees):
+    local = take(make(small_trees).iterator(), 4)
+    workers = take(make(small_trees, num_workers=1).iterator(), 4)
+    assert_batches_equal(local, workers)
+
+
+def test_too_long_is_an_error_or_skipped_and_counted(small_trees):
+    with pytest.raises(ValueError, match="over max_actions=20"):
+        make(small_trees, max_actions=20)
+    pipeline = make(small_trees, max_actions=20, on_too_long="skip")
+    lengths = [len(pipeline.vocab.encode(__import__("tgjax").syntax.actions.choe_charniak(t))) for t in small_trees]
+    assert pipeline.encoded.skipped_too_long == sum(n > 20 for n in lengths) > 0
+    assert len(pipeline.encoded.sequences) == sum(n <= 20 for n in lengths)
+
+
+def test_bad_config_and_state():
+    with pytest.raises(ValueError, match=r"unknown pipeline config key\(s\) \['seq_length'\]"):
+        PipelineConfig.from_dict({"seq_length": 3})
+    with pytest.raises(ValueError, match="rule: unknown 'tx'"):
+        PipelineConfig(rule="tx")
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        PipelineConfig(batch_size=0)
+    with pytest.raises(FileNotFoundError, match="no such treebank file"):
+        Pipeline(PipelineConfig(corpus="/nonexistent/train.txt"))
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=40), st.integers(1, 8), st.integers(0, 99))
+def test_deal_to_rows_keeps_every_segment_and_balances(num_segments, num_rows, seed):
+    rows = deal_to_rows(np.array(num_segments), num_rows, np.random.default_rng(seed))
+    reads = sorted(r for row in rows for r in row)
+    assert reads == sorted((s, k) for s, n in enumerate(num_segments) for k in range(n))
+    loads = [len(r) for r in rows]
+    # Greedy to the least-loaded row: rows differ by at most the longest sequence.
+    assert max(loads) - min(loads) <= max(num_segments)
+
+
+def test_seqio_task_yields_the_encoded_sequences(small_trees):
+    pytest.importorskip("seqio", reason="the seqio extra is not installed")
+    import seqio
+
+    from tgjax.data import seqio_tasks
+
+    config = dataclasses.replace(SMALL, num_sentences=20)
+    pipeline = Pipeline(config)
+    seqio_tasks.register_treebank_task("tgjax_test_builtin", config, pipeline.vocab)
+    ds = seqio.get_mixture_or_task("tgjax_test_builtin").get_dataset(
+        sequence_length=None, split="train", shuffle=False)
+    examples = list(ds.as_numpy_iterator())
+    assert len(examples) == 20
+    for example, sequence in zip(examples, pipeline.encoded.sequences):
+        for name, value in zip(seqio_tasks.FEATURES, sequence):
+            np.testing.assert_array_equal(example[name], value)
