@@ -1,0 +1,58 @@
+"""The `tgjax` command end to end on the built-in data, and the README/CI contract."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tgjax import cli, viz
+from tgjax.syntax import trees
+
+REPO = Path(__file__).resolve().parents[1]
+FIG2 = "(S (NP (DT the) (JJ blue) (NN bird)) (VP (VBZ sings)))"
+
+
+def test_data_show_prints_figure2(capsys):
+    assert cli.main(["data", "show", FIG2]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[1:]
+    assert len(rows) == 14
+    assert rows[6].split() == ["6", "NP)", "CNT1", "COMPOSE", "2", "3", "4", "5", "6"]
+    assert rows[12].split() == ["12", "S)", "CNT1", "COMPOSE", "1", "6", "10", "12"]
+    assert rows[7].split()[:5] == ["7", "NP)", "CNT2", "STACK", "(VP"]
+
+
+def test_viz_mask_colours_stack_and_compose(tmp_path):
+    tokens, types, mask = viz.tg_mask(trees.parse(FIG2))
+    assert len(tokens) == 14 and mask.sum() == 54
+    out = tmp_path / "mask.png"
+    assert cli.main(["viz", "mask", FIG2, "-o", str(out)]) == 0
+    assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_data_prepare_main_job(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    code = cli.main(["data", "prepare", "--workdir", str(workdir), "--num-sentences", "80",
+                     "--seq-len", "32", "--mem-len", "32", "--batch-size", "4"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "80 kept, 0 skipped" in out
+    summary = json.loads((workdir / "summary.json").read_text())
+    assert summary["segments"] >= 80 and summary["steps"] >= 20
+    assert (workdir / "mask.png").exists() and (workdir / "vocab.json").exists()
+    assert len((workdir / "valid.txt").read_text().splitlines()) == 500
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert cli.main(["data", "stats", "--corpus", str(empty)]) == 2
+    assert str(empty) in capsys.readouterr().err
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    commands = re.findall(r"```(?:bash|sh)?\n(.*?)```", readme, re.S)
+    test_command = next(c.strip() for c in commands if "pytest" in c)
+    assert test_command in (REPO / ".ci" / "run").read_text()
