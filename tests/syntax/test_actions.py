@@ -201,7 +201,8 @@ def test_document_mode_by_hand():
     assert actions == ["(DOC", "(S", "(NP", "It", "NP)", "(VP", "rained", "VP)", "S)",
                        "(FRAG", "(INTJ", "Oh", "INTJ)", "FRAG)", "DOC)"]
     assert A.split_document_actions(actions) == [actions[1:9], actions[9:14]]
-    assert A.split_document(A.tree_from_choe_charniak(actions)) == [strip_preterminals(first), strip_preterminals(second)]
+    sentences = A.split_document(A.tree_from_choe_charniak(actions))
+    assert sentences == [strip_preterminals(first), strip_preterminals(second)]
     assert A.document_actions([first], label="TEXT")[0] == "(TEXT"
     with pytest.raises(ValueError, match="expected a document labelled 'DOC', found 'S'"):
         A.split_document_actions(A.choe_charniak(first))

@@ -207,39 +207,21 @@ class BatchSource:
     def __getitem__(self, step: int) -> dict[str, np.ndarray]:
         reads = [row[step] if step < len(row) else None for row in self.rows]
         wanted = sorted({r[0] for r in reads if r is not None})
-        batch_fields = {}
-        if wanted:
-            make = self.rule.compact_chunks_many if self.config.compact else self.rule.chunks_many
-            chunks, seq_of_chunk = make([self.encoded.sequences[s] for s in wanted])
-            first_chunk = np.searchsorted(seq_of_chunk, np.arange(len(wanted)))
-            where = {s: int(first_chunk[k]) for k, s in enumerate(wanted)}
-            template = chunks
-        else:
-            template = None
-        picked = []
-        for read in reads:
-            if read is None:
-                picked.append(None)
-            else:
-                s, k = read
-                picked.append(where[s] + k)
-        if template is None:
-            template = self._padding_template()
-        pad = self._padding_from(template)
-        for name, field in zip(template._fields, template):
-            rows = [pad[name] if p is None else field[p] for p in picked]
-            batch_fields[name] = np.stack(rows)
-        batch_fields["seq_index"] = np.array(
-            [-1 if r is None else int(self.encoded.source_index[r[0]]) for r in reads], np.int32)
-        batch_fields["segment_index"] = np.array([-1 if r is None else r[1] for r in reads], np.int32)
-        if self.encoded.tapes is not None:
-            batch_fields.update(self._tapes(reads))
-        return batch_fields
-
-    def _padding_template(self):
         make = self.rule.compact_chunks_many if self.config.compact else self.rule.chunks_many
-        chunks, _ = make([self.encoded.sequences[0]])
-        return chunks
+        # An all-idle step still needs a template for the padding rows.
+        chunks, seq_of_chunk = make([self.encoded.sequences[s] for s in wanted or [0]])
+        first_chunk = dict(zip(wanted, np.searchsorted(seq_of_chunk, np.arange(len(wanted)))))
+        pad = self._padding_from(chunks)
+        batch = {
+            name: np.stack([pad[name] if r is None else field[first_chunk[r[0]] + r[1]] for r in reads])
+            for name, field in zip(chunks._fields, chunks)
+        }
+        batch["seq_index"] = np.array(
+            [-1 if r is None else int(self.encoded.source_index[r[0]]) for r in reads], np.int32)
+        batch["segment_index"] = np.array([-1 if r is None else r[1] for r in reads], np.int32)
+        if self.encoded.tapes is not None:
+            batch.update(self._tapes(reads))
+        return batch
 
     def _padding_from(self, template) -> dict[str, np.ndarray]:
         """An idle row: no tokens, no memory, nothing attended; it resets its memory."""

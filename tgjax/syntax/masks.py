@@ -589,7 +589,6 @@ class TGMasking(_Rule):
         """
         T, M = self.seq_len, self.mem_len
         G = len(layout.chunk_seq)
-        S = len(layout.num_chunks)
         chunk_first = np.cumsum(layout.num_chunks) - layout.num_chunks
         chunk_start = layout.seq_start[layout.chunk_seq] + layout.chunk_local * T  # global
         # Stack snapshot: after the last position with a non-zero id in the segment.
@@ -636,7 +635,6 @@ class TGMasking(_Rule):
         memory_pos[entry_c[has_next] + 1, slot[has_next]] = layout.local[entry_j[has_next]]
         for s in overflow_seqs:
             self._smart_memory_one(layout, life, int(s), int(chunk_first[s]), snap, memory_pos, src_seq, src_mem)
-        del S
         return memory_pos, src_seq, src_mem
 
     def _smart_memory_one(self, layout, life, s, chunk_first, snap, memory_pos, src_seq, src_mem):

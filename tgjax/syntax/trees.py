@@ -7,8 +7,8 @@ A `Tree` is a label and a list of children; a child is a `Tree` or a word
 Reading
 -------
 `parse` reads exactly one tree from a string, `parse_trees` any number, and
-`read_treebank` a file (plain or `.gz`); `iter_trees` is the streaming core
-under all three. They accept one tree per line (Tale of Two Cities, BLLIP,
+`read_treebank` a file (plain or `.gz`); `iter_trees` (text or lines) and
+`iter_treebank` (a file, line by line) stream them. They accept one tree per line (Tale of Two Cities, BLLIP,
 CRAFT) as well as multi-line `.mrg`-style trees: a tree runs until its
 brackets balance. The PTB's unlabelled wrapper `( (S ...) )` is always
 unwrapped. Malformed input raises `TreeSyntaxError`, whose message reads
@@ -412,7 +412,8 @@ def _read_lines(
                 if stack:
                     stack[-1][1].append(token)
                 elif not in_stray_text:
-                    fail(_error(source, line_index, line, token_index, f"expected '(' to start a tree, found {token!r}"))
+                    reason = f"expected '(' to start a tree, found {token!r}"
+                    fail(_error(source, line_index, line, token_index, reason))
                     in_stray_text = True
     if stack:
         open_label, _, open_line_index, open_line, open_token = stack[-1]
@@ -940,6 +941,7 @@ __all__ = [
     "ReadReport",
     "Tree",
     "TreeSyntaxError",
+    "UNARY_JOINER",
     "binarise",
     "collapse_unary",
     "expand_unary",
