@@ -241,3 +241,29 @@ def test_bad_sequences_are_clear_errors():
     gap[4] = tt.PAD
     with pytest.raises(ValueError, match="sequence 0, position 5: a token after padding"):
         rule.chunks(ids, gap, labels, ltypes)
+
+
+def test_device_rebuild_under_jit_equals_host_dense():
+    """The same rebuild, traced with jax.numpy inside jit, gives the host's dense chunks."""
+    jax = pytest.importorskip("jax")
+    import functools
+
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    sequences = [fig2_sequence()]
+    for _ in range(6):  # random right-branching-ish sentences of different lengths
+        n = int(rng.integers(2, 9))
+        types = [tt.BOS] + [tt.OPENING_NT, tt.TERMINAL] * n + [tt.CLOSING_NT] * n
+        ids = np.arange(5, 5 + len(types))
+        sequences.append((ids, np.array(types), np.append(ids[1:], 0), np.append(types[1:], 0)))
+    for rule in (masks.TGMasking(8, 6), masks.TGMasking(8, 6, smart_memory=False, distinct_compose=True),
+                 masks.TXLMasking(8, 6)):
+        compact, _ = rule.compact_chunks_many(sequences)
+        dense, _ = rule.chunks_many(sequences)
+        flags = dict(causal=bool(compact.causal[0]), linear_relpos=bool(compact.linear_relpos[0]),
+                     distinct_compose=bool(compact.distinct_compose[0]))
+        rebuild = jax.jit(functools.partial(masks.expand_with_flags, xp=jnp, **flags))
+        on_device = rebuild(masks.CompactChunk(*(jnp.asarray(f) for f in compact)))
+        for name, a, b in zip(masks.Chunk._fields, on_device, dense):
+            np.testing.assert_array_equal(np.asarray(a), b, err_msg=f"{rule!r}: {name}")

@@ -189,11 +189,23 @@ def expand(compact: CompactChunk, xp: ModuleType = np) -> Chunk:
     """Rebuild the dense `Chunk` from a `CompactChunk` (NumPy reference of the device rebuild).
 
     Leading batch dimensions are allowed on every field (flags must be equal
-    across the batch).
+    across the batch). The flags are read from the arrays, so this is for
+    concrete inputs; inside `jax.jit`, call `expand_with_flags` with the
+    model's static flags.
     """
-    causal = bool(np.asarray(compact.causal).flat[0])
-    linear_relpos = bool(np.asarray(compact.linear_relpos).flat[0])
-    distinct_compose = bool(np.asarray(compact.distinct_compose).flat[0])
+    return expand_with_flags(
+        compact,
+        causal=bool(np.asarray(compact.causal).flat[0]),
+        linear_relpos=bool(np.asarray(compact.linear_relpos).flat[0]),
+        distinct_compose=bool(np.asarray(compact.distinct_compose).flat[0]),
+        xp=xp,
+    )
+
+
+def expand_with_flags(
+    compact: CompactChunk, *, causal: bool, linear_relpos: bool, distinct_compose: bool, xp: ModuleType = np
+) -> Chunk:
+    """`expand` with the rule's flags given statically: traceable with `xp=jax.numpy`."""
     kwargs = dict(causal=causal, linear_relpos=linear_relpos, xp=xp)
     q = (compact.position, compact.inputs_ttypes, compact.depth)
     seq_mask, seq_rel = attention_from_vectors(

@@ -8,9 +8,9 @@ Reading
 -------
 `parse` reads exactly one tree from a string, `parse_trees` any number, and
 `read_treebank` a file (plain or `.gz`); `iter_trees` (text or lines) and
-`iter_treebank` (a file, line by line) stream them. They accept one tree per line (Tale of Two Cities, BLLIP,
-CRAFT) as well as multi-line `.mrg`-style trees: a tree runs until its
-brackets balance. The PTB's unlabelled wrapper `( (S ...) )` is always
+`iter_treebank` (a file, line by line) stream them. They accept one tree per
+line (Tale of Two Cities, BLLIP, CRAFT) as well as multi-line `.mrg`-style
+trees: a tree runs until its brackets balance. The PTB's unlabelled wrapper `( (S ...) )` is always
 unwrapped. Malformed input raises `TreeSyntaxError`, whose message reads
 `file:line:column: expected ..., found ...`; with `on_error="skip"` the bad
 trees are left out and counted, with their locations, in a `ReadReport`.
