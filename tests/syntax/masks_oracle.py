@@ -87,6 +87,19 @@ def oracle_attention(ttypes, transparency_depth=-1):
     return infos
 
 
+def _empty_chunk(x, xt, y, yt, start, T, M):
+    """A segment's inputs, with every mask, position and selection still zero (memory empty)."""
+    return dict(
+        inputs=x[start:start + T], inputs_ttypes=xt[start:start + T],
+        labels=y[start:start + T], labels_ttypes=yt[start:start + T],
+        attn_mask=np.zeros((T, T), np.int64), attn_relpos=np.zeros((T, M + T), np.int64),
+        attn_indicator=np.zeros(T, np.int64), memory_attn_mask=np.zeros((T, M), np.int64),
+        memory_padding_mask=np.zeros(M, np.int64), memory_pos=np.full(M, -1, np.int64),
+        depth=np.zeros(T, np.int64),
+        mem_from_seq=np.zeros((T, M), np.int64), mem_from_mem=np.zeros((M, M), np.int64),
+    )
+
+
 def oracle_tg_chunks(inputs, inputs_ttypes, labels, labels_ttypes, seq_len, mem_len,
                      smart_memory=True, distinct_compose=False, transparency_depth=-1,
                      linear_relpos=False):
@@ -111,15 +124,8 @@ def oracle_tg_chunks(inputs, inputs_ttypes, labels, labels_ttypes, seq_len, mem_
         start = c * T
         if (x[start:start + T] == 0).all():
             break
-        ch = dict(
-            inputs=x[start:start + T], inputs_ttypes=xt[start:start + T],
-            labels=y[start:start + T], labels_ttypes=yt[start:start + T],
-            attn_mask=np.zeros((T, T), np.int64), attn_relpos=np.zeros((T, M + T), np.int64),
-            attn_indicator=np.zeros(T, np.int64), memory_attn_mask=np.zeros((T, M), np.int64),
-            memory_padding_mask=mem_valid.copy(), memory_pos=mem_pos.copy(),
-            depth=np.zeros(T, np.int64),
-            mem_from_seq=np.zeros((T, M), np.int64), mem_from_mem=np.zeros((M, M), np.int64),
-        )
+        ch = _empty_chunk(x, xt, y, yt, start, T, M)
+        ch["memory_padding_mask"], ch["memory_pos"] = mem_valid.copy(), mem_pos.copy()
         if not smart_memory:
             # Shifted memory: slot s holds sequence position start - M + s.
             seq2mem = {start - M + s: s for s in range(M) if mem_valid[s]}
@@ -192,15 +198,7 @@ def oracle_txl_chunks(inputs, inputs_ttypes, labels, labels_ttypes, seq_len, mem
         start = c * T
         if (x[start:start + T] == 0).all():
             break
-        ch = dict(
-            inputs=x[start:start + T], inputs_ttypes=xt[start:start + T],
-            labels=y[start:start + T], labels_ttypes=yt[start:start + T],
-            attn_mask=np.zeros((T, T), np.int64), attn_relpos=np.zeros((T, M + T), np.int64),
-            attn_indicator=np.zeros(T, np.int64), memory_attn_mask=np.zeros((T, M), np.int64),
-            memory_padding_mask=np.zeros(M, np.int64), memory_pos=np.full(M, -1, np.int64),
-            depth=np.zeros(T, np.int64),
-            mem_from_seq=np.zeros((T, M), np.int64), mem_from_mem=np.zeros((M, M), np.int64),
-        )
+        ch = _empty_chunk(x, xt, y, yt, start, T, M)
         for s in range(M):
             p = start - M + s
             if p >= 0:
