@@ -27,7 +27,7 @@ def _pipeline_config(args) -> "PipelineConfig":  # noqa: F821
     return PipelineConfig(
         corpus=args.corpus, split=args.split, num_sentences=args.num_sentences, rule=args.rule,
         seq_len=args.seq_len, mem_len=args.mem_len, batch_size=args.batch_size,
-        max_actions=args.max_actions, on_too_long=args.on_too_long, seed=args.seed,
+        max_actions=args.max_actions, on_too_long=args.on_too_long, on_bad_tree=args.on_bad_tree, seed=args.seed,
         num_workers=args.num_workers,
     )
 
@@ -42,6 +42,8 @@ def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-actions", type=int, default=None, help="longest sequence accepted")
     p.add_argument("--on-too-long", default="error", choices=("error", "skip"))
+    p.add_argument("--on-bad-tree", default="error", choices=("error", "skip"),
+                   help="malformed trees in a treebank file: stop with an error, or skip and count")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-workers", type=int, default=0, help="grain worker processes")
 
@@ -104,6 +106,10 @@ def _print_summary(pipeline, counts: dict) -> None:
     print(f"corpus            {pipeline.config.corpus} ({pipeline.config.split}): {len(pipeline.trees)} trees")
     print(f"rule              {pipeline.config.rule}: {rule!r}")
     print(f"vocabulary        {pipeline.vocab.size} ids ({type(pipeline.vocab).__name__})")
+    if pipeline.read_report is not None:
+        print(f"reading           {pipeline.read_report.num_skipped} malformed trees skipped")
+        for error in pipeline.read_report.errors[:5]:
+            print(f"                  {error}")
     print(f"sequences         {len(enc.sequences)} kept, {enc.skipped_too_long} skipped as too long")
     print(f"inputs per seq.   mean {lengths.mean():.1f}, max {lengths.max()}")
     print(f"one epoch         {counts['steps']} steps of {pipeline.config.batch_size} rows, "

@@ -170,3 +170,28 @@ def test_seqio_task_yields_the_encoded_sequences(small_trees):
     for example, sequence in zip(examples, pipeline.encoded.sequences):
         for name, value in zip(seqio_tasks.FEATURES, sequence):
             np.testing.assert_array_equal(example[name], value)
+
+
+def test_treebank_file_with_bad_trees_skip_and_count(tmp_path, capsys):
+    from tgjax import cli
+
+    path = tmp_path / "bank.txt"
+    path.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))\n(S (NP (DT a) (NN cat)\n"
+                    "(S (NP (NNS birds)) (VP (VBP sing)))\n")
+    with pytest.raises(ValueError, match=r"bank.txt:3:1: expected .\). to close .\(NP. opened at 2:4"):
+        Pipeline(PipelineConfig(corpus=str(path), batch_size=2, seq_len=32, mem_len=32))
+    pipeline = Pipeline(PipelineConfig(corpus=str(path), batch_size=2, seq_len=32, mem_len=32, on_bad_tree="skip"))
+    assert len(pipeline.trees) == 2 and pipeline.read_report.num_skipped == 1
+    assert cli.main(["data", "stats", "--corpus", str(path), "--on-bad-tree", "skip", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "1 malformed trees skipped" in out and "bank.txt:3:1" in out
+
+
+def test_tale_of_two_cities_valid_through_the_pipeline(shared_data):
+    path = shared_data / "tale_of_two_cities" / "valid.txt"
+    pipeline = Pipeline(PipelineConfig(corpus=str(path), batch_size=8, seq_len=256, mem_len=256))
+    assert len(pipeline.encoded.sequences) == 346
+    source = pipeline.epoch_source(0)
+    segments = sum(int((source[step]["seq_index"] >= 0).sum()) for step in range(len(source)))
+    rule = masks.TGMasking(256, 256)
+    assert segments == len(rule.compact_chunks_many(pipeline.encoded.sequences)[1])

@@ -55,6 +55,7 @@ class PipelineConfig:
     compact: bool = True  # emit `CompactChunk` fields (else dense `Chunk` fields)
     max_actions: int | None = None  # longest sequence (before duplication) accepted
     on_too_long: str = "error"  # "error" or "skip" (counted and reported)
+    on_bad_tree: str = "error"  # treebank files: "error" or "skip" (counted and reported)
     seed: int = 0
     num_workers: int = 0  # grain worker processes (0: in this process)
 
@@ -69,20 +70,31 @@ class PipelineConfig:
     def __post_init__(self):
         if self.rule not in RULES:
             raise ValueError(f"rule: unknown {self.rule!r}; expected one of {RULES}")
-        if self.on_too_long not in ("error", "skip"):
-            raise ValueError(f"on_too_long: expected 'error' or 'skip', got {self.on_too_long!r}")
+        for name in ("on_too_long", "on_bad_tree"):
+            if getattr(self, name) not in ("error", "skip"):
+                raise ValueError(f"{name}: expected 'error' or 'skip', got {getattr(self, name)!r}")
         for name in ("seq_len", "mem_len", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-def load_trees(config: PipelineConfig) -> list[trees.Tree]:
-    """The corpus's trees: the built-in treebank, or a treebank file (bad trees are an error)."""
+def load_trees(config: PipelineConfig) -> tuple[list[trees.Tree], trees.ReadReport | None]:
+    """The corpus's trees: the built-in treebank, or a treebank file.
+
+    A malformed tree in a file raises (naming file, line and column), or with
+    `on_bad_tree="skip"` is skipped and counted in the returned report.
+    """
     if config.corpus == "builtin":
-        return corpora.get_corpus("builtin", config.split, num_sentences=config.num_sentences, seed=config.seed)
+        tree_list = corpora.get_corpus("builtin", config.split, num_sentences=config.num_sentences, seed=config.seed)
+        return tree_list, None
     if not os.path.exists(config.corpus):
         raise FileNotFoundError(f"corpus: no such treebank file {config.corpus!r} (or use 'builtin')")
-    return trees.read_treebank(config.corpus)
+    if config.on_bad_tree == "skip":
+        tree_list, report = trees.read_treebank(config.corpus, on_error="skip")
+        if report.num_skipped:
+            log.warning("%s", report.summary())
+        return tree_list, report
+    return trees.read_treebank(config.corpus), None
 
 
 def tokens_for_rule(tree: trees.Tree, rule: str) -> list[str]:
@@ -267,7 +279,11 @@ class Pipeline:
                  tree_list: Sequence[trees.Tree] | None = None,
                  process_index: int = 0, process_count: int = 1):
         self.config = config
-        self.trees = list(tree_list) if tree_list is not None else load_trees(config)
+        # What reading the treebank skipped (on_bad_tree="skip"), for reports.
+        self.read_report: trees.ReadReport | None = None
+        if tree_list is None:
+            tree_list, self.read_report = load_trees(config)
+        self.trees = list(tree_list)
         if not self.trees:
             raise ValueError(f"corpus {config.corpus!r}: no trees")
         self.vocab = vocab or build_vocabulary([tokens_for_rule(t, config.rule) for t in self.trees])
