@@ -1,0 +1,169 @@
+"""TG / TXL language models: parameter count, device rebuild, memory, mask-respecting outputs, registry."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tgjax.models import MODEL_NAMES, build_model, count_parameters, model_config, model_spec, sequence_loss
+from tgjax.models.transformer_lm import attention_inputs
+from tgjax.syntax import masks
+from tgjax.syntax import token_types as tt
+
+from ..syntax.test_masks import fig2_sequence
+
+SMALL = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64, embedding_dropout=0.0,
+             core_dropout=0.0, final_dropout=0.0)
+
+
+def as_batch(compact, rows=None):
+    """A `CompactChunk` with a leading axis -> the dict of device arrays the model reads."""
+    fields = compact._asdict()
+    if rows is not None:
+        fields = {k: v[rows] for k, v in fields.items()}
+    return {k: jnp.asarray(v) for k, v in fields.items()}
+
+
+def rule_for(name, config):
+    fields = model_spec(name).pipeline_fields(config)
+    if fields["rule"] == "tg":
+        return masks.TGMasking(config.sequence_length, config.memory_length, smart_memory=fields["smart_memory"],
+                               distinct_compose=fields["distinct_compose"], linear_relpos=fields["linear_relpos"])
+    return masks.TXLMasking(config.sequence_length, config.memory_length)
+
+
+def random_sequence(rng, num_words, vocab_size):
+    """A random right-branching-and-flat action sequence (BOS, ONT/T/CNT) with ids < vocab_size."""
+    types, open_count = [tt.BOS], 0
+    while num_words > 0 or open_count:
+        choice = rng.integers(3)
+        if choice == 0 and num_words > 0:
+            types.append(tt.OPENING_NT)
+            open_count += 1
+        elif choice == 1 and num_words > 0:
+            types.append(tt.TERMINAL)
+            num_words -= 1
+        elif open_count and types[-1] != tt.OPENING_NT:
+            types.append(tt.CLOSING_NT)
+            open_count -= 1
+    types = np.array(types)
+    ids = rng.integers(4, vocab_size, len(types))
+    ids[0] = 1
+    return ids, types, np.append(ids[1:], 0), np.append(types[1:], tt.PAD)
+
+
+def test_paper_size_has_252m_parameters():
+    model = nnx.eval_shape(lambda: build_model("tg", 32768, rngs=nnx.Rngs(0), d_model=1024, num_layers=16,
+                                               num_heads=8, ffw_hidden_size=4096))
+    assert count_parameters(model) == 251_887_616
+
+
+@pytest.mark.parametrize("name", ["tg", "tg_txl_memory", "tg_distinct_mha", "txl_cc"])
+def test_rebuild_on_device_equals_host_dense(name):
+    config = model_config(name, 50, sequence_length=8, memory_length=6, **SMALL)
+    rule = rule_for(name, config)
+    rng = np.random.default_rng(1)
+    sequences = [random_sequence(rng, n, 50) for n in (3, 7, 12)]
+    compact, _ = rule.compact_chunks_many(sequences)
+    dense, _ = rule.chunks_many(sequences)
+    rebuilt = jax.jit(lambda b: attention_inputs(config, b))(as_batch(compact))
+    expected_mask = np.concatenate([dense.memory_attn_mask, dense.attn_mask], -1).astype(bool)
+    np.testing.assert_array_equal(np.asarray(rebuilt["mask"]), expected_mask)
+    np.testing.assert_array_equal(np.asarray(rebuilt["relpos"]), dense.attn_relpos)
+
+
+def reachable(mask: np.ndarray, layers: int) -> np.ndarray:
+    """`[T, T]` bool: which inputs can reach which outputs through `layers` attention layers."""
+    step = mask.astype(bool) | np.eye(len(mask), dtype=bool)
+    reach = np.eye(len(mask), dtype=bool)
+    for _ in range(layers):
+        reach = (step.astype(int) @ reach.astype(int)) > 0
+    return reach
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_figure2_outputs_only_change_where_the_mask_lets_them_see(num_layers):
+    config = model_config("tg", 40, sequence_length=16, memory_length=16, **{**SMALL, "num_layers": num_layers})
+    model = build_model("tg", 40, rngs=nnx.Rngs(0), sequence_length=16, memory_length=16,
+                        **{**SMALL, "num_layers": num_layers})
+    rule = rule_for("tg", config)
+    (compact,) = rule.compact_chunks(*fig2_sequence())
+    (dense,) = rule.chunks(*fig2_sequence())
+    batch = as_batch(masks.stack_batch([compact]))
+    memory = model.init_memory(1)
+    logits, _ = model(batch, memory)
+    perturbed_position = 3  # "the"
+    changed = dict(batch)
+    changed["inputs"] = batch["inputs"].at[0, perturbed_position].set(39)
+    logits2, _ = model(changed, memory)
+    delta = np.abs(np.asarray(logits2 - logits)).max(-1)[0, :14]
+    sees = reachable(dense.attn_mask[:14, :14], num_layers)[:, perturbed_position]
+    assert sees.sum() < 14 and sees[3:7].all()
+    np.testing.assert_array_equal(delta[~sees], 0.0)
+    assert (delta[sees] > 1e-6).all()
+
+
+@pytest.mark.parametrize("name", ["tg", "txl_cc", "tg_txl_memory"])
+def test_segments_with_memory_equal_one_long_segment(name):
+    """Reading a sequence in segments with memory gives the logits of reading it at once."""
+    rng = np.random.default_rng(7)
+    seq = random_sequence(rng, 9, 60)
+    n = len(seq[0]) + int(np.count_nonzero(seq[1] == tt.CLOSING_NT)) * (name != "txl_cc")
+    T = 8
+    long_config = dict(sequence_length=64, memory_length=64, **SMALL)
+    short_config = dict(sequence_length=T, memory_length=64, **SMALL)
+    long_model = build_model(name, 60, rngs=nnx.Rngs(3), **long_config)
+    short_model = build_model(name, 60, rngs=nnx.Rngs(3), **short_config)
+    (whole,) = rule_for(name, long_model.config).compact_chunks(*seq)
+    long_logits, _ = long_model(as_batch(masks.stack_batch([whole])), long_model.init_memory(1))
+    segments = rule_for(name, short_model.config).compact_chunks(*seq)
+    assert len(segments) == -(-n // T) >= 3
+    memory = short_model.init_memory(1)
+    pieces = []
+    for segment in segments:
+        logits, memory = short_model(as_batch(masks.stack_batch([segment])), memory)
+        pieces.append(logits[0])
+    np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), atol=2e-5, rtol=2e-5)
+
+
+def test_loss_counts_prediction_events_only():
+    config = model_config("tg", 40, sequence_length=16, memory_length=16, **SMALL)
+    (compact,) = rule_for("tg", config).compact_chunks(*fig2_sequence())
+    batch = as_batch(masks.stack_batch([compact]))
+    logits = jnp.zeros((1, 16, 40))
+    total, events = sequence_loss(logits, batch)
+    assert int(events) == 10  # the 10 original actions; none at CNT1, none after S)
+    np.testing.assert_allclose(float(total), 10 * np.log(40), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_registered_model_runs_and_learns_a_step(name):
+    config = model_config(name, 30, sequence_length=8, memory_length=8, **SMALL)
+    model = build_model(name, 30, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8, **SMALL)
+    rng = np.random.default_rng(0)
+    sequences = [random_sequence(rng, 4, 30) for _ in range(3)]
+    if model_spec(name).pipeline["rule"] == "txl_terminals":
+        sequences = [tuple(a[np.isin(s[1], [tt.BOS, tt.TERMINAL])] for a in s) for s in sequences]
+    compact, _ = rule_for(name, config).compact_chunks_many(sequences)
+    batch = as_batch(compact)
+    memory = model.init_memory(batch["inputs"].shape[0])
+
+    def loss_fn(m):
+        logits, _ = m(batch, memory)
+        total, events = sequence_loss(logits, batch)
+        return total / events
+
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    assert np.isfinite(float(loss))
+    norms = [float(jnp.abs(g).max()) for g in jax.tree.leaves(grads)]
+    assert all(np.isfinite(norms)) and max(norms) > 0
+
+
+def test_bad_model_configs():
+    with pytest.raises(ValueError, match="unknown model 'tgx'"):
+        model_spec("tgx")
+    with pytest.raises(ValueError, match=r"unknown model config key\(s\) \['layers'\]"):
+        model_config("tg", 10, layers=3)
+    with pytest.raises(ValueError, match="num_unrestricted_layers=5"):
+        model_config("tg", 10, num_layers=2, num_unrestricted_layers=5)

@@ -1,0 +1,180 @@
+"""Transformer Grammars and Transformer-XL language models over segments with memory.
+
+One model class for the whole family (Sartran et al., 2022): the masking rule
+decides TG vs TXL, and the variants are switches. The model reads the
+pipeline's compact segments (`tgjax.syntax.masks.CompactChunk` fields, a
+leading batch axis) and rebuilds masks and relative positions on device with
+the same broadcasting comparisons as the host (`masks.attention_from_vectors`
+with `xp=jax.numpy`), inside whatever `jax.jit` calls it.
+
+Device side: everything below runs under jit; the memory is a `[K, B, M, d]`
+array carried from one segment to the next by the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tgjax.nn.params import param
+from tgjax.nn.transformer_xl import TransformerXLLayer
+from tgjax.syntax import masks
+from tgjax.syntax import token_types as tt
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and switches; names follow the authors' release where they have one."""
+
+    vocab_size: int
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    ffw_hidden_size: int = 256
+    sequence_length: int = 64  # T
+    memory_length: int = 64  # M
+    min_relative_position: int = -1
+    max_relative_position: int = 62
+    # TG rule switches (ignored by TXL models)
+    tg: bool = True  # STACK/COMPOSE masks and depth relative positions; False: TXL (causal, i - j)
+    smart_memory: bool = True
+    distinct_compose: bool = False
+    linear_relpos: bool = False
+    num_unrestricted_layers: int = 0  # layer-hybrid: the top K layers are causal/linear
+    num_unrestricted_heads: int = 0  # head-hybrid: the last heads of every layer are causal/linear
+    embedding_dropout: float = 0.1
+    core_dropout: float = 0.1
+    final_dropout: float = 0.1
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size",
+                     "sequence_length", "memory_length"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.num_unrestricted_layers <= self.num_layers:
+            raise ValueError(f"model.num_unrestricted_layers={self.num_unrestricted_layers} "
+                             f"is not in [0, num_layers={self.num_layers}]")
+        if not 0 <= self.num_unrestricted_heads <= self.num_heads:
+            raise ValueError(f"model.num_unrestricted_heads={self.num_unrestricted_heads} "
+                             f"is not in [0, num_heads={self.num_heads}]")
+
+    @property
+    def uses_linear_positions(self) -> bool:
+        """Whether any attention uses i - j (TXL, linear TG, or an unrestricted part)."""
+        return (not self.tg) or self.linear_relpos or self.num_unrestricted_layers > 0 or self.num_unrestricted_heads > 0
+
+    @property
+    def relative_range(self) -> tuple[int, int]:
+        """[min, max] of the position table: the TG range, widened to 0..M+T-1 for linear positions."""
+        lo, hi = self.min_relative_position, self.max_relative_position
+        if self.uses_linear_positions:
+            lo, hi = min(lo, 0), max(hi, self.memory_length + self.sequence_length - 1)
+        return lo, hi
+
+
+def attention_inputs(config: ModelConfig, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Masks and relative positions of a batch of compact segments, rebuilt on device.
+
+    Returns `mask`, `relpos` `[B, T, M + T]` (memory columns first) of the
+    model's rule, and `causal_mask`, `causal_relpos` (TXL's) when some part of
+    the model is unrestricted. TG relative positions are clipped to
+    [min, max] here; linear ones to [0, M + T - 1].
+    """
+    q = (batch["position"], batch["inputs_ttypes"], batch["depth"])
+    keys_seq = (batch["position"], batch["depth"], batch["push_time"], batch["pop_time"])
+    keys_mem = (batch["memory_pos"], batch["memory_depth"], batch["memory_push_time"], batch["memory_pop_time"])
+
+    def build(causal: bool, linear: bool):
+        mem_mask, mem_rel = masks.attention_from_vectors(*q, *keys_mem, causal=causal, linear_relpos=linear, xp=jnp)
+        seq_mask, seq_rel = masks.attention_from_vectors(*q, *keys_seq, causal=causal, linear_relpos=linear, xp=jnp)
+        return jnp.concatenate([mem_mask, seq_mask], -1), jnp.concatenate([mem_rel, seq_rel], -1)
+
+    mask, relpos = build(causal=not config.tg, linear=(not config.tg) or config.linear_relpos)
+    out = {"mask": mask, "relpos": relpos}
+    if config.tg and (config.num_unrestricted_layers or config.num_unrestricted_heads):
+        out["causal_mask"], out["causal_relpos"] = build(causal=True, linear=True)
+    return out
+
+
+def update_memory(layer_input: jax.Array, memory: jax.Array, src_seq: jax.Array, src_mem: jax.Array) -> jax.Array:
+    """The next memory `[B, M, d]`: slot s takes `layer_input[src_seq[s]]` or `memory[src_mem[s]]`, else 0.
+
+    This is `mem_from_seq.T @ h + mem_from_mem.T @ mem` of the paper's
+    Appendix A, as gathers; no gradient flows through the memory.
+    """
+    from_seq = jnp.take_along_axis(layer_input, jnp.maximum(src_seq, 0)[..., None], axis=1)
+    from_mem = jnp.take_along_axis(memory, jnp.maximum(src_mem, 0)[..., None], axis=1)
+    new = jnp.where((src_seq >= 0)[..., None], from_seq, jnp.where((src_mem >= 0)[..., None], from_mem, 0.0))
+    return jax.lax.stop_gradient(new)
+
+
+class TransformerLM(nnx.Module):
+    """Embeddings, K Transformer-XL layers, tied output embeddings with a bias."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        d = config.d_model
+        self.embedding = param(rngs, nnx.initializers.normal(d ** -0.5), (config.vocab_size, d), ("vocab", "embed"))
+        self.output_bias = param(rngs, nnx.initializers.zeros, (config.vocab_size,), ("vocab",))
+        lo, hi = config.relative_range
+        self.layers = nnx.List([
+            TransformerXLLayer(d, config.num_heads, config.ffw_hidden_size, rel_min=lo, rel_max=hi,
+                               dropout=config.core_dropout, distinct_compose=config.distinct_compose, rngs=rngs)
+            for _ in range(config.num_layers)
+        ])
+        self.embedding_dropout = nnx.Dropout(config.embedding_dropout, rngs=rngs)
+        self.final_dropout = nnx.Dropout(config.final_dropout, rngs=rngs)
+
+    def init_memory(self, batch_size: int, dtype=jnp.float32) -> jax.Array:
+        """Empty memory `[K, B, M, d]` (nothing in it is ever attended: every slot is marked empty)."""
+        c = self.config
+        return jnp.zeros((c.num_layers, batch_size, c.memory_length, c.d_model), dtype)
+
+    def __call__(self, batch: dict[str, jax.Array], memory: jax.Array, *, deterministic: bool = True
+                 ) -> tuple[jax.Array, jax.Array]:
+        """Logits `[B, T, V]` and the next memory `[K, B, M, d]` for one segment per row."""
+        c = self.config
+        attn = attention_inputs(c, batch)
+        mask, relpos = attn["mask"], attn["relpos"]
+        if c.tg and c.num_unrestricted_heads:
+            heads_tg = c.num_heads - c.num_unrestricted_heads
+            per_head = lambda tg_part, causal_part: jnp.concatenate(
+                [jnp.repeat(tg_part[:, None], heads_tg, 1), jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
+            mask = per_head(attn["mask"], attn["causal_mask"])
+            relpos = per_head(attn["relpos"], attn["causal_relpos"])
+        compose = batch["inputs_ttypes"] == tt.CNT1
+        x = self.embedding[...][batch["inputs"]] * jnp.sqrt(float(c.d_model))
+        x = self.embedding_dropout(x, deterministic=deterministic)
+        new_memory = []
+        first_unrestricted = c.num_layers - c.num_unrestricted_layers
+        for index, layer in enumerate(self.layers):
+            new_memory.append(update_memory(x, memory[index], batch["mem_src_seq"], batch["mem_src_mem"]))
+            if c.tg and index >= first_unrestricted:
+                x = layer(x, memory[index], attn["causal_mask"], attn["causal_relpos"], compose,
+                          deterministic=deterministic)
+            else:
+                x = layer(x, memory[index], mask, relpos, compose, deterministic=deterministic)
+        x = self.final_dropout(x, deterministic=deterministic)
+        logits = x @ self.embedding[...].T + self.output_bias[...]
+        return logits, jnp.stack(new_memory)
+
+
+def prediction_mask(batch: dict[str, Any]) -> jax.Array:
+    """`[B, T]` True at prediction events: a real label (none at CNT1, none at padding)."""
+    return batch["labels_ttypes"] != tt.PAD
+
+
+def sequence_loss(logits: jax.Array, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """Summed negative log-likelihood over prediction events, and their count."""
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(log_probs, batch["labels"][..., None].astype(jnp.int32), axis=-1)[..., 0]
+    events = prediction_mask(batch)
+    return jnp.sum(jnp.where(events, nll, 0.0)), jnp.sum(events)
+
+
+def count_parameters(model: nnx.Module) -> int:
+    return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
