@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs ON a host, from the repository root: stages the data and starts `tgjax train`.
+# launch/tpu_train.sh runs it on every host of a TPU slice at once; launch/gpu_train.sh on one GPU host.
+#
+#   CONFIG=tg_bllip WORKDIR=gs://bucket/tgjax/tg_bllip \
+#   DATA_URI=gs://bucket/bllip TRAIN_FILE=train.txt VALID_FILE=valid.txt \
+#     launch/host_train.sh [--config.x.y=v ...]
+#
+# Settings: CONFIG, WORKDIR; DATA_URI (gs://... is copied to DATA_DIR on this host; a local directory is
+# used in place); TRAIN_FILE / VALID_FILE / TEST_FILE (names inside it, passed as
+# --config.data.{train,valid,test}_path=...); DETACH=1 (default) runs in the background under nohup with
+# a log and a pid file in LOG_DIR, so the ssh session may end; DETACH=0 runs in the foreground.
+# A run already going on this host is left alone (RESTART=1 stops it first). Re-running resumes:
+# the trainer restores the latest checkpoint in WORKDIR.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+# shellcheck source=common.sh
+source "$HERE/common.sh"
+parse_common_args "$@"
+cd "$HERE/.."
+
+: "${VENV:=.venv}"
+: "${DATA_URI:=}"
+: "${DATA_DIR:=$HOME/tgjax_data}"
+: "${TRAIN_FILE:=}" "${VALID_FILE:=}" "${TEST_FILE:=}"
+: "${DETACH:=1}"
+: "${RESTART:=0}"
+: "${LOG_DIR:=$HOME/tgjax_logs}"
+RUN_NAME="train-${CONFIG##*/}"; RUN_NAME="${RUN_NAME%.py}"
+LOG="$LOG_DIR/$RUN_NAME.log"
+PIDFILE="$LOG_DIR/$RUN_NAME.pid"
+require_real WORKDIR
+
+# Data: a gs:// prefix is copied here (every host gets its own copy; the pipeline reads local files).
+if [[ "$DATA_URI" == gs://* ]]; then
+  run mkdir -p "$DATA_DIR"
+  run gcloud storage rsync --recursive "$DATA_URI" "$DATA_DIR"
+elif [[ -n "$DATA_URI" ]]; then
+  DATA_DIR="$DATA_URI"
+fi
+overrides=()
+[[ -n "$TRAIN_FILE" ]] && overrides+=("--config.data.train_path=$DATA_DIR/$TRAIN_FILE")
+[[ -n "$VALID_FILE" ]] && overrides+=("--config.data.valid_path=$DATA_DIR/$VALID_FILE")
+[[ -n "$TEST_FILE" ]] && overrides+=("--config.data.test_path=$DATA_DIR/$TEST_FILE")
+
+cmd=("$VENV/bin/tgjax" train --config "$(config_path "$CONFIG")" --workdir "$WORKDIR" "${overrides[@]}" "${REST_ARGS[@]}")
+
+if [[ "$DETACH" != 1 ]]; then
+  run "${cmd[@]}"
+  exit
+fi
+run mkdir -p "$LOG_DIR"
+if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+  if [[ "$RESTART" == 1 ]]; then
+    run kill -TERM -- "-$(cat "$PIDFILE")"   # the run's own process group (setsid below)
+    sleep 5
+  else
+    echo "$(hostname): $RUN_NAME is already running (pid $(cat "$PIDFILE"), log $LOG); RESTART=1 to restart" >&2
+    exit 0
+  fi
+fi
+# The run leads its own process group (setsid) and writes its pid itself, so that
+# launch/tpu_stop.sh can signal exactly this run and its children.
+# shellcheck disable=SC2016  # $$ and $@ are for the inner bash
+launcher=(nohup setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" "${cmd[@]}")
+if [[ "$DRY_RUN" == 1 ]]; then
+  echo "$(quote "${launcher[@]}") >>$(quote "$LOG") 2>&1 </dev/null &"
+  exit 0
+fi
+rm -f "$PIDFILE"
+echo "=== $(date -u +%FT%TZ) $(hostname): $(quote "${cmd[@]}")" >>"$LOG"
+"${launcher[@]}" >>"$LOG" 2>&1 </dev/null &
+for _ in $(seq 50); do [[ -s "$PIDFILE" ]] && break; sleep 0.1; done
+echo "$(hostname): started $RUN_NAME, pid $(cat "$PIDFILE" 2>/dev/null || echo '?'), log $LOG"
