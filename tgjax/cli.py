@@ -6,6 +6,8 @@
     tgjax data show     "<tree>"                                  the paper's Figure 2 table for a tree
     tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
+    tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
+    tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
 """
 
 from __future__ import annotations
@@ -197,6 +199,51 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _load_train_config(args):
+    from tgjax.train.config import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def cmd_train(args) -> int:
+    """Trains (or resumes) in --workdir; progress on stderr, metrics.jsonl and TensorBoard in the workdir."""
+    import logging
+
+    from tgjax.train.loop import TrainingDiverged, train
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    config = _load_train_config(args)
+    try:
+        result = train(config, args.workdir, quiet=args.quiet)
+    except TrainingDiverged as error:
+        print(f"tgjax: error: {error}", file=sys.stderr)
+        return 1
+    if args.quiet and result.valid_losses:
+        step = max(result.valid_losses)
+        print(f"step {result.final_step}: validation loss {result.valid_losses[step]:.4f} "
+              f"(unigram {result.unigram_loss:.4f})")
+    return 0
+
+
+def cmd_info(args) -> int:
+    """The model's parameter count, its settings, and the resolved config."""
+    from tgjax.train.config import to_json_dict
+    from tgjax.train.loop import describe
+
+    config = _load_train_config(args)
+    info = describe(config)
+    if args.json:
+        print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))
+        return 0
+    print(f"config       {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else ""))
+    print(f"model        {config.model.name}: {info['num_parameters']:,} parameters")
+    print(f"vocabulary   {info['vocab_size']:,} ids ({info['vocab_source']})")
+    print("model config " + ", ".join(f"{k}={v}" for k, v in info["model"].items()))
+    print("\nresolved config:")
+    print(str(config).rstrip())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tgjax", description="Syntactic language models at scale in JAX/Flax.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -225,6 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="mask.png")
     p.set_defaults(func=cmd_viz_mask)
 
+    config_help = ("config file (configs/NAME.py, a path, or FILE.py:ARG); override any key with "
+                   "--config.SECTION.KEY=VALUE, e.g. --config.training.num_steps=100")
+    p = commands.add_parser("train", help="train a model from a config (resumes from DIR's checkpoints)",
+                            description="Train a model. Re-running the same command on a workdir that holds "
+                                        "checkpoints resumes from the newest good one.")
+    p.add_argument("--config", default="tiny", help=config_help + " (default: tiny)")
+    p.add_argument("--workdir", required=True, help="checkpoints, vocabulary, metrics.jsonl, tensorboard/")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_train)
+    p = commands.add_parser("info", help="parameter count and resolved config of a training config")
+    p.add_argument("--config", default="tiny", help=config_help + " (default: tiny)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_info)
+
     p = commands.add_parser("bench", help="run a benchmark from benchmarks/")
     p.add_argument("name", choices=("pipeline",))
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -233,7 +294,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tgjax.train.config import parse_override_args
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.
+    try:
+        overrides, argv = parse_override_args(argv)
+    except ValueError as error:
+        print(f"tgjax: error: {error}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
+    if overrides and args.command not in ("train", "info"):
+        print(f"tgjax: error: --config.KEY=VALUE overrides are for train and info, not {args.command}", file=sys.stderr)
+        return 2
+    args.overrides = overrides
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as error:

@@ -1,1 +1,26 @@
-"""train (later issues)."""
+"""Training: configs, optimiser and schedule, mesh and shardings, train state, checkpoints, the loop.
+
+    from tgjax.train import load_config, train
+    result = train(load_config("tiny", ["training.num_steps=200"]), "runs/tiny")
+
+Modules, one concern each: `config` (ml_collections files and overrides),
+`optimizer` (Adam, warm-up + cosine, clipping), `sharding` (mesh ("data",
+"model"), logical-axis rules), `state` (TrainState, jitted steps), `checkpoint`
+(orbax, integrity, fallback), `inputs` (pipelines, vocabulary checks, unigram
+baseline), `metrics` (metrics.jsonl, TensorBoard, progress line), `loop`.
+"""
+
+from tgjax.train.checkpoint import CheckpointStore
+from tgjax.train.config import ConfigError, apply_overrides, default_config, load_config
+from tgjax.train.inputs import VocabularyMismatch
+from tgjax.train.loop import Trainer, TrainingDiverged, TrainResult, describe, train
+from tgjax.train.optimizer import linear_warmup_then_cosine_anneal, make_optimizer, make_schedule
+from tgjax.train.sharding import logical_to_spec, make_mesh, param_shardings
+from tgjax.train.state import TrainState, make_eval_step, make_train_step
+
+__all__ = [
+    "CheckpointStore", "ConfigError", "TrainResult", "TrainState", "Trainer", "TrainingDiverged",
+    "VocabularyMismatch", "apply_overrides", "default_config", "describe", "linear_warmup_then_cosine_anneal",
+    "load_config", "logical_to_spec", "make_eval_step", "make_mesh", "make_optimizer", "make_schedule",
+    "make_train_step", "param_shardings", "train",
+]

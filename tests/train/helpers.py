@@ -1,0 +1,34 @@
+"""Small configs and readers shared by the trainer tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tgjax.train.config import apply_overrides, default_config
+
+# d_model 32, 2 layers, T = M = 16, batch 8, on a slice of the built-in treebank: one step is milliseconds.
+TEST_OVERRIDES = [
+    "model.d_model=32", "model.num_layers=2", "model.num_heads=4", "model.ffw_hidden_size=64",
+    "model.sequence_length=16", "model.memory_length=16",
+    "data.num_train_sentences=64", "data.num_valid_sentences=16",
+    "training.batch_size=8", "evaluation.batch_size=8", "training.num_steps=10",
+    "training.lr_schedule.kwargs.max_lr=0.003", "training.lr_schedule.kwargs.warmup_steps=3",
+    "training.lr_schedule.kwargs.cosine_cycle_length=7",
+    "evaluation.interval_steps=5", "checkpointing.interval_steps=2", "logging.interval_steps=1",
+    "checkpointing.max_to_keep=10", "logging.tensorboard=false",
+]
+
+
+def small_config(*overrides: str):
+    """The test-sized config with `overrides` ("a.b=v") applied on top."""
+    return apply_overrides(default_config(), [*TEST_OVERRIDES, *overrides])
+
+
+def read_metrics(workdir: Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_losses(workdir: Path) -> dict[int, float]:
+    """step -> training loss from metrics.jsonl (logging.interval_steps=1: each step's own loss)."""
+    return {r["step"]: r["loss"] for r in read_metrics(workdir) if r["split"] == "train"}

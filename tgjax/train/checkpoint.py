@@ -1,0 +1,290 @@
+"""Checkpoints: an orbax `CheckpointManager` (async, keep-N, best by validation loss) with integrity checks.
+
+A checkpoint at step s, `WORKDIR/checkpoints/<s>/`, holds three items:
+
+    state     the whole `TrainState`: params, optimiser state, step, RNG, and
+              (with `checkpointing.save_memory`) each row's memory [K, B, M, d],
+              which makes a resume mid-sequence bit-identical
+    pipeline  the data position {"epoch", "step"} (JSON)
+    meta      run facts (JSON): vocabulary fingerprint and size, best validation loss so far
+
+Retention keeps the `max_to_keep` most recent steps and the `keep_best` best
+by validation loss (steps saved with a validation loss as their metric).
+
+Integrity: orbax writes each step to a temporary directory and renames it
+when complete, so a save cut short never looks finished; beyond that, once
+a save has finished this module writes a manifest of sha256 sums of its files
+(`WORKDIR/checkpoint_manifests/<s>.json`). On resume the newest step is
+checked (items present, manifest matches, orbax restore succeeds); a step that
+fails is reported, moved to `WORKDIR/checkpoints_corrupt/`, and the previous
+step is tried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+from tgjax.train.state import TrainState
+
+log = logging.getLogger(__name__)
+
+ITEMS = ("state", "pipeline", "meta")
+VALID_LOSS = "valid_loss"
+
+
+@dataclasses.dataclass
+class Restored:
+    """A checkpoint read back: the state (in the target's shardings), data position, run facts."""
+
+    step: int
+    state: TrainState
+    pipeline: dict[str, int]
+    meta: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Problem:
+    """A checkpoint that could not be used, and why."""
+
+    step: int
+    reason: str
+    moved_to: str | None = None
+
+    def __str__(self) -> str:
+        where = f"; moved to {self.moved_to}" if self.moved_to else ""
+        return f"checkpoint step {self.step} is corrupt or incomplete ({self.reason}){where}"
+
+
+def _state_tree(state: TrainState, save_memory: bool) -> dict[str, Any]:
+    tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    if not save_memory:
+        del tree["memory"]
+    return tree
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def directory_manifest(directory: Path) -> dict[str, list]:
+    """relative path -> [size, sha256] for every file under `directory`."""
+    manifest = {}
+    for root, _, files in os.walk(directory):
+        for name in sorted(files):
+            path = Path(root) / name
+            manifest[str(path.relative_to(directory))] = [path.stat().st_size, _sha256(path)]
+    return manifest
+
+
+class CheckpointStore:
+    """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
+
+    def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, keep_best: int = 1,
+                 async_save: bool = True, checksums: bool = True, save_memory: bool = True):
+        self.workdir = Path(workdir)
+        self.directory = self.workdir / "checkpoints"
+        self.manifest_dir = self.workdir / "checkpoint_manifests"
+        self.corrupt_dir = self.workdir / "checkpoints_corrupt"
+        self.save_memory = save_memory
+        # Checksums need a local file system (os.walk); remote paths rely on orbax's commit protocol.
+        self.checksums = checksums and "://" not in str(workdir)
+        self._options = dict(max_to_keep=max_to_keep, keep_best=keep_best, async_save=async_save)
+        self._pending_manifests: list[int] = []
+        self.manager = self._open()
+
+    def _open(self) -> ocp.CheckpointManager:
+        o = self._options
+        preserve = [policies.LatestN(n=max(o["max_to_keep"], 1))]
+        if o["keep_best"] > 0:
+            # BestN sorts ascending and keeps the last n: reverse=True keeps the lowest losses.
+            preserve.append(policies.BestN(get_metric_fn=lambda m: m[VALID_LOSS], reverse=True, n=o["keep_best"],
+                                           keep_checkpoints_without_metrics=False))
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=policies.AnyPreservationPolicy(preserve),
+            enable_async_checkpointing=o["async_save"],
+            create=True,
+            cleanup_tmp_directories=True,  # a save cut short leaves a temporary directory: remove it
+        )
+        return ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: TrainState, pipeline_state: dict[str, int], meta: dict[str, Any],
+             valid_loss: float | None = None) -> None:
+        """Starts saving step `step` (in the background when async); `valid_loss` ranks it for keep-best."""
+        self._finish_manifests()
+        metrics = {VALID_LOSS: float(valid_loss)} if valid_loss is not None else None
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(_state_tree(state, self.save_memory)),
+                pipeline=ocp.args.JsonSave(dict(pipeline_state)),
+                meta=ocp.args.JsonSave(dict(meta)),
+            ),
+            metrics=metrics,
+            force=True,
+        )
+        self._pending_manifests.append(step)
+
+    def wait(self) -> None:
+        """Blocks until every save has finished and its manifest is written."""
+        self._finish_manifests()
+
+    def close(self) -> None:
+        self._finish_manifests()
+        self.manager.close()
+
+    def _finish_manifests(self) -> None:
+        self.manager.wait_until_finished()
+        if not self.checksums or jax.process_index() != 0:
+            self._pending_manifests.clear()
+            return
+        self.manifest_dir.mkdir(parents=True, exist_ok=True)
+        kept = set(self.manager.all_steps())
+        for step in self._pending_manifests:
+            if step in kept:
+                manifest = directory_manifest(self._step_dir(step))
+                tmp = self.manifest_dir / f"{step}.json.tmp"
+                tmp.write_text(json.dumps(manifest, indent=0, sort_keys=True))
+                tmp.replace(self.manifest_dir / f"{step}.json")
+        self._pending_manifests.clear()
+        for stale in self.manifest_dir.glob("*.json"):  # manifests of steps retention has deleted
+            if stale.stem.isdigit() and int(stale.stem) not in kept:
+                stale.unlink()
+
+    def _step_dir(self, step: int) -> Path:
+        return Path(str(self.manager.directory)) / str(step)
+
+    # -- checking and restoring ----------------------------------------------------------------
+
+    def check(self, step: int) -> str | None:
+        """Why step `step` cannot be trusted, or None: items missing, or files not matching the manifest."""
+        step_dir = self._step_dir(step)
+        missing = [item for item in ITEMS if not (step_dir / item).is_dir()]
+        if missing:
+            return f"item(s) {missing} missing from {step_dir}"
+        if not self.checksums:
+            return None
+        manifest_path = self.manifest_dir / f"{step}.json"
+        if not manifest_path.exists():
+            return None  # saved by a run that stopped before writing it; orbax's restore is the check
+        try:
+            expected = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            return f"manifest {manifest_path} unreadable: {e}"
+        actual = directory_manifest(step_dir)
+        for name, (size, digest) in sorted(expected.items()):
+            if name not in actual:
+                return f"file {step_dir / name} is missing"
+            if actual[name][0] != size:
+                return f"file {step_dir / name} has {actual[name][0]} bytes, expected {size}"
+            if actual[name][1] != digest:
+                return f"file {step_dir / name} does not match its sha256 in {manifest_path}"
+        return None
+
+    def read_meta(self, step: int) -> dict[str, Any]:
+        """The `meta` item of a step (small JSON), read without the state."""
+        items = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        meta = items["meta"]
+        if not isinstance(meta, dict):
+            raise ValueError(f"meta item is {type(meta).__name__}, expected a JSON object")
+        return meta
+
+    def restore_latest(self, target: TrainState, check_meta: Callable[[int, dict], None] | None = None
+                       ) -> tuple[Restored | None, list[Problem]]:
+        """The newest checkpoint that passes `check` and restores; older steps are tried in turn.
+
+        `target` is a TrainState of `jax.ShapeDtypeStruct`s with shardings.
+        `check_meta(step, meta)` runs before the state is read and raises when
+        the checkpoint belongs to another run (another model or vocabulary):
+        that error propagates, nothing is moved. Unusable (corrupt or
+        incomplete) steps are moved aside, so that training can save that step
+        again, and returned as `Problem`s for the caller to report. Without
+        saved memory, the restored state's memory is empty.
+        """
+        problems: list[Problem] = []
+        restored = None
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            reason = self.check(step)
+            meta = None
+            if reason is None:
+                try:
+                    meta = self.read_meta(step)
+                except Exception as e:  # orbax raises many kinds; all mean "unreadable"
+                    reason = f"restore failed: meta: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            if reason is None:
+                if check_meta is not None:
+                    check_meta(step, meta)  # a different run's checkpoint: not corruption
+                try:
+                    restored = self._restore(step, target)
+                    break
+                except Exception as e:
+                    reason = f"restore failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            problems.append(Problem(step, reason))
+            log.info("%s", problems[-1])
+        if problems:
+            self._move_aside(problems)
+        return restored, problems
+
+    def _restore(self, step: int, target: TrainState) -> Restored:
+        tree_target = _state_tree(target, self.save_memory)
+        items = self.manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(tree_target),
+                pipeline=ocp.args.JsonRestore(),
+                meta=ocp.args.JsonRestore(),
+            ),
+        )
+        tree = dict(items["state"])
+        if "memory" not in tree:  # saved without memory: rows start empty
+            tree["memory"] = jax.jit(lambda: jnp.zeros(target.memory.shape, target.memory.dtype),
+                                     out_shardings=target.memory.sharding)()
+        pipeline = items["pipeline"]
+        if not isinstance(pipeline, dict) or set(pipeline) != {"epoch", "step"}:
+            raise ValueError(f"pipeline item is {pipeline!r}, expected {{'epoch', 'step'}}")
+        if int(tree["step"]) != step:
+            raise ValueError(f"state says step {int(tree['step'])}")
+        return Restored(step, TrainState(**tree), pipeline, dict(items["meta"]))
+
+    def _move_aside(self, problems: list[Problem]) -> None:
+        """Moves unusable step directories out of orbax's way (process 0), then reopens the manager."""
+        self.manager.close()
+        if jax.process_index() == 0:
+            self.corrupt_dir.mkdir(parents=True, exist_ok=True)
+            for problem in problems:
+                source = self._step_dir(problem.step)
+                if source.exists():
+                    dest = self.corrupt_dir / f"{problem.step}-{time.strftime('%Y%m%d-%H%M%S')}"
+                    shutil.move(str(source), str(dest))
+                    problem.moved_to = str(dest)
+                (self.manifest_dir / f"{problem.step}.json").unlink(missing_ok=True)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("tgjax checkpoint fallback")
+        self.manager = self._open()

@@ -1,0 +1,353 @@
+"""Training configs: `ml_collections` files in `configs/`, overridable from the command line.
+
+A config file defines `get_config()` (or `get_config(arg)`, called with the
+text after a colon: `configs/tg_ptb.py:TRAIN,VALID`) and returns a
+`ConfigDict`. Section and key names follow the authors' Transformer Grammars
+release where it has them (`training.num_steps`, `training.lr_schedule.kwargs.max_lr`,
+`model.d_model`, `evaluation.interval_steps`, ...), so their configs carry
+over; `default_config()` holds every key this trainer reads, with its default.
+
+Overrides are `a.b.c=value` strings (from `--config.a.b.c=value`): the key
+must exist (else a `ConfigError` names it and lists its section's keys) and the
+value is parsed to the type of the value it replaces.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+# Where `--config NAME` (no ".py", no path) is looked up: the repository's configs/.
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+# Placeholder for data paths a config cannot know (licensed treebanks).
+UNSET_PATH = "<<< set data.train_path / data.valid_path >>>"
+
+# Logical parameter axes -> mesh axes (MaxText style); first matching rule wins.
+DEFAULT_LOGICAL_AXIS_RULES = (
+    ("vocab", "model"),
+    ("mlp", "model"),
+    ("heads", "model"),
+    ("embed", None),
+    ("kv", None),
+)
+
+
+class ConfigError(ValueError):
+    """A config file, key or value that cannot be used; the message names it."""
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key the trainer reads, with its default (a small TG on the built-in treebank)."""
+    return ml_collections.ConfigDict(dict(
+        model=dict(
+            # One of tgjax.models.MODEL_NAMES: tg, txl_cc, txl_terminals, tg_* variants.
+            name="tg",
+            # None: the size of the vocabulary built from (or loaded for) the data. An int is used
+            # by `tgjax info` when no data is at hand, and as the SentencePiece target size.
+            vocab_size=None,
+            d_model=64,
+            num_layers=2,
+            num_heads=4,
+            ffw_hidden_size=256,
+            sequence_length=64,
+            memory_length=64,
+            min_relative_position=-1,
+            max_relative_position=62,
+            num_unrestricted_layers=0,
+            num_unrestricted_heads=None,  # the authors' default; None means 0
+            embedding_dropout=0.1,
+            core_dropout=0.1,
+            core_output_dropout=0.1,  # the authors' name for the final-layer dropout
+        ),
+        data=dict(
+            # "builtin" (the synthetic treebank's train / valid split) or a treebank file;
+            # valid_path="" trains without validation.
+            train_path="builtin",
+            valid_path="builtin",
+            num_train_sentences=None,  # built-in corpus sizes (None: 5000 / 500)
+            num_valid_sentences=None,
+            corpus_seed=0,  # which built-in treebank
+            vocabulary="words",  # "words" or "sentencepiece" (trained on the training trees)
+            vocab_path=None,  # an existing vocabulary file instead (word-dictionary JSON or SP model)
+            max_actions=None,
+            on_too_long="error",  # "error" or "skip" (counted, reported)
+            on_bad_tree="error",  # "error" or "skip" (counted, reported)
+            transparency_depth=-1,
+            # Stack entries that do not fit in model.memory_length: "warn" (count, report) or "error".
+            on_dropped_stack_entries="warn",
+            num_workers=0,  # grain worker processes for the training batches
+        ),
+        training=dict(
+            num_steps=1000,
+            batch_size=16,  # global (all hosts, all devices), rows of the TXL-style stream
+            clip_grad_norm=3.0,
+            seed=1,
+            optimizer=dict(name="adam", kwargs=dict(b1=0.9, b2=0.999, eps=1e-8)),
+            lr_schedule=dict(
+                name="linear_warmup_then_cosine_anneal",
+                kwargs=dict(start_lr=1e-7, max_lr=1e-3, min_lr=3e-7, warmup_steps=100, cosine_cycle_length=900),
+            ),
+        ),
+        evaluation=dict(
+            interval_steps=200,
+            batch_size=16,  # global rows for the validation pass
+        ),
+        checkpointing=dict(
+            interval_steps=200,
+            max_to_keep=3,  # most recent checkpoints kept
+            keep_best=1,  # and the best by validation loss
+            async_save=True,
+            checksums=True,  # write a sha256 manifest per checkpoint and verify it on resume
+            # Save the per-row memory [K, B, M, d] too: resuming mid-sequence is then bit-identical.
+            save_memory=True,
+        ),
+        logging=dict(
+            interval_steps=10,
+            tensorboard=True,
+        ),
+        mesh=dict(
+            data=-1,  # -1: whatever the other axis leaves
+            model=1,
+            logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES,
+        ),
+        distributed=dict(
+            # Call jax.distributed.initialize() first (multi-host TPU / GPU); the addresses are
+            # detected on Cloud TPU and SLURM when left None.
+            initialize=False,
+            coordinator_address=None,
+            num_processes=None,
+            process_id=None,
+        ),
+    ))
+
+
+def set_data_paths(config: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
+    """For configs of licensed treebanks: `FILE.py:TRAIN,VALID` sets `data.train_path` and `data.valid_path`.
+
+    Without an argument the paths stay unset; training then asks for them
+    (`--config.data.train_path=...` works as well).
+    """
+    config.data.train_path = config.data.valid_path = UNSET_PATH
+    if arg:
+        paths = [p.strip() for p in arg.split(",")]
+        if len(paths) != 2 or not all(paths):
+            raise ConfigError(f"config argument {arg!r}: expected TRAIN_FILE,VALID_FILE")
+        config.data.train_path, config.data.valid_path = paths
+    return config
+
+
+# -----------------------------------------------------------------------------
+# Loading.
+
+
+def resolve_config_path(spec: str) -> tuple[Path, str | None]:
+    """`"configs/x.py[:arg]"` or a bare name (`"tiny"`) -> (file, arg)."""
+    path_text, arg = spec, None
+    if ":" in spec and not os.path.exists(spec):
+        path_text, arg = spec.split(":", 1)
+    path = Path(path_text)
+    if not path.exists() and path.suffix != ".py" and os.sep not in path_text:
+        path = CONFIG_DIR / f"{path_text}.py"
+    if not path.is_file():
+        raise ConfigError(f"config file {path_text!r} not found (give a path, or a name in {CONFIG_DIR})")
+    return path, arg
+
+
+def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.ConfigDict:
+    """Runs a config file's `get_config([arg])`, then applies `a.b=v` overrides.
+
+    Raises:
+      ConfigError: no such file, no `get_config`, an unknown key or a value of the wrong type.
+    """
+    path, arg = resolve_config_path(spec)
+    module_spec = importlib.util.spec_from_file_location(f"tgjax_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:  # a config file is user code: report where it failed
+        raise ConfigError(f"config file {path}: {type(e).__name__}: {e}") from e
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"config file {path} defines no get_config()")
+    try:
+        config = module.get_config(arg) if arg is not None else module.get_config()
+    except TypeError as e:
+        raise ConfigError(f"config file {path}: get_config({'' if arg is None else repr(arg)}) failed: {e}") from e
+    if not isinstance(config, (ml_collections.ConfigDict, dict)):
+        raise ConfigError(f"config file {path}: get_config() returned {type(config).__name__}, expected a ConfigDict")
+    return apply_overrides(merge_into_defaults(config), overrides)
+
+
+# Sections whose keys depend on a `name` beside them: taken whole from a config file, and
+# checked by whatever reads them (the optimiser, the schedule).
+FREE_FORM_SECTIONS = {("training", "optimizer", "kwargs"), ("training", "lr_schedule", "kwargs")}
+
+
+def merge_into_defaults(config: ml_collections.ConfigDict | dict) -> ml_collections.ConfigDict:
+    """`default_config()` with the values of `config` set on it; a key the defaults lack is an error.
+
+    A config file may therefore set only what differs from the defaults, and a
+    misspelt key is reported instead of silently ignored.
+    """
+    if not isinstance(config, ml_collections.ConfigDict):
+        config = ml_collections.ConfigDict(config)
+    merged = default_config()
+    for path in _leaf_paths(config):
+        value = config
+        for key in path:
+            value = value[key]
+        section = _lookup(merged, path, what="config key")
+        if isinstance(section[path[-1]], ml_collections.ConfigDict) and path not in FREE_FORM_SECTIONS:
+            raise ConfigError(f"config key {'.'.join(path)!r} is a section, got the value {value!r}")
+        with section.unlocked():
+            try:
+                section[path[-1]] = value
+            except TypeError as e:
+                raise ConfigError(f"config key {'.'.join(path)!r}: {e}") from None
+    return merged
+
+
+def _leaf_paths(config: ml_collections.ConfigDict, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Paths to every value (free-form sections count as one value)."""
+    paths = []
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict) and prefix + (key,) not in FREE_FORM_SECTIONS:
+            paths += _leaf_paths(value, prefix + (key,))
+        else:
+            paths.append(prefix + (key,))
+    return paths
+
+
+def _lookup(config: ml_collections.ConfigDict, path: Sequence[str], *, what: str):
+    """The section holding `path[-1]`; raises naming the key and what exists beside it."""
+    node = config
+    for depth, key in enumerate(path):
+        if not isinstance(node, ml_collections.ConfigDict):
+            raise ConfigError(f"{what} {'.'.join(path)!r}: {'.'.join(path[:depth])!r} is a value, not a section")
+        if key not in node:
+            where = ".".join(path[:depth]) or "the top level"
+            keys = sorted(node.keys())
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f" (did you mean {'.'.join(path[:depth] + (close[0],))!r}?)" if close else ""
+            raise ConfigError(f"{what} {'.'.join(path)!r} does not exist{hint}; {where} has: {', '.join(keys)}")
+        if depth < len(path) - 1:
+            node = node[key]
+    return node
+
+
+# -----------------------------------------------------------------------------
+# Overrides.
+
+
+def parse_override_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Splits `--config.a.b=v` / `--config.a.b v` out of argv: (overrides as "a.b=v", the rest)."""
+    overrides, rest = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--config."):
+            body = arg[len("--config."):]
+            if "=" not in body:
+                if i + 1 >= len(argv):
+                    raise ConfigError(f"{arg}: no value (write {arg}=VALUE)")
+                body = f"{body}={argv[i + 1]}"
+                i += 1
+            overrides.append(body)
+        else:
+            rest.append(arg)
+        i += 1
+    return overrides, rest
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]) -> ml_collections.ConfigDict:
+    """Sets each `a.b.c=value`; the value is parsed to the type of the value it replaces."""
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"override {override!r}: expected KEY=VALUE, e.g. training.num_steps=100")
+        dotted, text = override.split("=", 1)
+        path = tuple(dotted.split("."))
+        if path in FREE_FORM_SECTIONS:  # a whole optimizer / schedule kwargs dict
+            value = parse_value(text, None, key=dotted)
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key {dotted!r}: expected a dict literal like {{'lr': 1e-3}}, got {text!r}")
+            section = _lookup(config, path, what="config key")
+            with section.unlocked():
+                section[path[-1]] = ml_collections.ConfigDict(value)
+            continue
+        if path[:-1] in FREE_FORM_SECTIONS:  # its keys depend on the name beside it: new ones are allowed
+            section = _lookup(config, path[:-1], what="config key")[path[-2]]
+            current = section[path[-1]] if path[-1] in section else None
+            with section.unlocked():
+                section[path[-1]] = parse_value(text, current, key=dotted)
+            continue
+        section = _lookup(config, path, what="config key")
+        current = section[path[-1]]
+        if isinstance(current, ml_collections.ConfigDict):
+            raise ConfigError(f"config key {dotted!r} is a section; set one of its keys: "
+                              f"{', '.join(f'{dotted}.{k}' for k in sorted(current.keys()))}")
+        value = parse_value(text, current, key=dotted)
+        with section.unlocked():
+            section[path[-1]] = value
+    return config
+
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def parse_value(text: str, current: Any, *, key: str = "value") -> Any:
+    """`text` as the type of `current` (bool, int, float, str, tuple/list); literal when `current` is None."""
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"config key {key!r}: cannot use {text!r}, expected {expected} "
+                           f"(like the current value {current!r})")
+
+    if isinstance(current, bool):
+        lowered = text.strip().lower()
+        if lowered in _TRUE | _FALSE:
+            return lowered in _TRUE
+        raise bad("true or false")
+    if isinstance(current, int):
+        try:
+            return int(text)
+        except ValueError:
+            # Allow "1e5" for an int only when it is a whole number.
+            try:
+                number = float(text)
+            except ValueError:
+                raise bad("an integer") from None
+            if number != int(number):
+                raise bad("an integer") from None
+            return int(number)
+    if isinstance(current, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise bad("a number") from None
+    if isinstance(current, str):
+        return text
+    if isinstance(current, (tuple, list)):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise bad("a Python tuple/list literal") from None
+        if not isinstance(value, (tuple, list)):
+            raise bad("a tuple/list")
+        return tuple(value) if isinstance(current, tuple) else list(value)
+    # None (or anything else): a Python literal if it is one, else the string.
+    if text.strip() == "None":
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def to_json_dict(config: ml_collections.ConfigDict) -> dict:
+    """A plain dict of the config (tuples as lists), for JSON files and checkpoints."""
+    return config.to_dict()

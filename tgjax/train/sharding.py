@@ -1,0 +1,158 @@
+"""The device mesh ("data", "model") and the shardings of parameters, optimiser state, batches and memory.
+
+Parameters carry logical axis names (`tgjax.nn.params`); the config's rules
+map each name to a mesh axis (or None: replicated), MaxText style:
+
+    (("vocab", "model"), ("mlp", "model"), ("heads", "model"), ("embed", None), ("kv", None))
+
+so one model runs data-parallel (`mesh.model=1`), model-parallel
+(`mesh.data=1`) or both, from the same code. Batches `[B, ...]` and the memory
+`[K, B, M, d]` are split over "data" along B. A dimension that a mesh axis does
+not divide is replicated instead (and reported once), so odd vocabulary
+sizes still run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+log = logging.getLogger(__name__)
+
+MESH_AXES = ("data", "model")
+Rules = Sequence[tuple[str, str | Sequence[str] | None]]
+
+
+def make_mesh(data: int = -1, model: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A `data x model` mesh over `devices` (default: all); one of the two may be -1 (the rest).
+
+    Devices are laid out so that the "model" axis varies fastest, i.e. the
+    devices of one model replica are neighbours (same host where possible).
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    n = len(devices)
+    if data == -1 and model == -1:
+        raise ValueError("mesh: at most one of mesh.data and mesh.model may be -1")
+    if data == -1:
+        if model <= 0 or n % model:
+            raise ValueError(f"mesh.model={model} does not divide the {n} devices")
+        data = n // model
+    elif model == -1:
+        if data <= 0 or n % data:
+            raise ValueError(f"mesh.data={data} does not divide the {n} devices")
+        model = n // data
+    if data * model != n:
+        raise ValueError(f"mesh: data={data} x model={model} = {data * model}, but there are {n} devices")
+    return jax.make_mesh((data, model), MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto), devices=devices)
+
+
+def logical_to_spec(logical_axes: Sequence[str | None] | None, rules: Rules) -> P:
+    """Logical axis names -> a `PartitionSpec` by the first matching rule whose mesh axes are still free."""
+    if logical_axes is None:
+        return P()
+    table: dict[str, list] = {}
+    for name, target in rules:
+        table.setdefault(name, []).append(target)
+    used: set[str] = set()
+    spec = []
+    for name in logical_axes:
+        chosen = None
+        for target in table.get(name, []) if name is not None else []:
+            axes = (target,) if isinstance(target, str) or target is None else tuple(target)
+            if target is None or not used.intersection(axes):
+                chosen = target
+                break
+        if chosen is not None:
+            used.update((chosen,) if isinstance(chosen, str) else chosen)
+        spec.append(tuple(chosen) if isinstance(chosen, list) else chosen)
+    return P(*spec)
+
+
+def fit_spec(spec: P, shape: Sequence[int], mesh: Mesh, *, what: str = "") -> P:
+    """`spec` with every dimension that its mesh axes do not divide replicated instead."""
+    fitted = []
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+        size = int(np.prod([mesh.shape[a] for a in names])) if names else 1
+        if size > 1 and dim % size:
+            log.info("sharding: %s dimension %d is not divisible by mesh axes %s (%d); replicated", what, dim,
+                     names, size)
+            axes = None
+        fitted.append(axes)
+    return P(*fitted)
+
+
+def _path_key(path) -> tuple:
+    """A jax key path -> a tuple of plain dict keys / attribute names / indices."""
+    out = []
+    for entry in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(entry, attr):
+                out.append(getattr(entry, attr))
+                break
+    return tuple(out)
+
+
+def param_shardings(abstract_params: nnx.State, mesh: Mesh, rules: Rules) -> dict:
+    """`NamedSharding` of every parameter, as a pure dict shaped like `nnx.to_pure_dict(params)`.
+
+    `abstract_params` is the `nnx.Param` state (abstract or concrete); each
+    Variable's `logical_axes` metadata goes through `rules`.
+    """
+    def sharding_of(variable):
+        axes = getattr(variable, "logical_axes", None)
+        spec = fit_spec(logical_to_spec(axes, rules), variable.shape, mesh, what=f"parameter {axes}")
+        return NamedSharding(mesh, spec)
+
+    shardings = jax.tree.map(sharding_of, abstract_params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.to_pure_dict(shardings)
+
+
+def opt_state_shardings(abstract_opt_state: Any, params_shardings: dict, mesh: Mesh) -> Any:
+    """Shardings of an optax state: a leaf whose key path ends with a parameter's path (Adam's mu, nu)
+    takes that parameter's sharding; everything else (counts) is replicated."""
+    by_path = {_path_key(path): s for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]}
+    longest = max((len(k) for k in by_path), default=0)
+
+    def sharding_of(path, leaf):
+        key = _path_key(path)
+        for length in range(min(longest, len(key)), 0, -1):
+            found = by_path.get(key[-length:])
+            if found is not None and len(found.spec) <= len(leaf.shape):
+                return found
+        return NamedSharding(mesh, P())
+
+    return jax.tree_util.tree_map_with_path(sharding_of, abstract_opt_state)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Every batch field `[B, ...]`: rows split over "data"."""
+    return NamedSharding(mesh, P("data"))
+
+
+def memory_sharding(mesh: Mesh) -> NamedSharding:
+    """The TXL memory `[K, B, M, d]`: rows split over "data"."""
+    return NamedSharding(mesh, P(None, "data"))
+
+
+def check_batch_divides(batch_size: int, mesh: Mesh, what: str) -> None:
+    if batch_size % mesh.shape["data"]:
+        raise ValueError(f"{what}={batch_size} is not divisible by the mesh's data axis ({mesh.shape['data']})")
+
+
+def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """This host's rows `[B_local, ...]` -> global arrays `[B, ...]` split over "data" (one call per host)."""
+    sharding = batch_sharding(mesh)
+    return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+            for name, value in local_batch.items()}

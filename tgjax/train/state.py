@@ -1,0 +1,230 @@
+"""The train state and the jitted train / eval steps (functional Flax NNX).
+
+The model is split once, `graphdef, params, rest = nnx.split(model, nnx.Param, ...)`:
+`params` (a pure dict of arrays) is what the optimiser updates; `rest` holds
+the model's constants (position tables) and its dropout RNG streams. Each
+step merges them back inside `jax.jit`, reseeds dropout from
+`fold_in(rng, step)` (so a resumed run draws the same masks as an
+uninterrupted one), and returns new arrays; shardings are explicit on every
+input and output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from tgjax.models import ModelConfig, TransformerLM, sequence_loss
+from tgjax.syntax import token_types as tt
+from tgjax.train import sharding as shd
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class TrainState:
+    """Everything a training step reads and writes (all arrays; checkpointed whole).
+
+    params: pure dict of parameter arrays (`nnx.to_pure_dict` layout).
+    opt_state: the optax state (Adam moments shaped like `params`, counts).
+    step: int32 scalar, updates done so far.
+    rng: uint32 `[2]`, raw key data of the base key; step k's dropout key is `fold_in(rng, k)`.
+    memory: `[K, B, M, d]` float32, each row's Transformer-XL memory after the last step.
+    """
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+    memory: jax.Array
+
+
+class ModelParts(NamedTuple):
+    """The static and constant parts of the model that the steps close over or take."""
+
+    config: ModelConfig
+    graphdef: nnx.GraphDef
+    abstract_params: nnx.State  # with `logical_axes` metadata, for shardings
+    rng_tags: tuple[str, ...]  # names of the RNG streams to reseed every step (dropout)
+
+
+class StateShardings(NamedTuple):
+    state: TrainState  # a TrainState of NamedShardings
+    rest: NamedSharding
+    batch: NamedSharding
+    memory: NamedSharding
+
+
+def model_parts(config: ModelConfig) -> ModelParts:
+    """Graph definition and abstract parameters, without allocating the model."""
+    abstract = nnx.eval_shape(lambda: TransformerLM(config, rngs=nnx.Rngs(params=0, dropout=0)))
+    graphdef, abstract_params, abstract_rest = nnx.split(abstract, nnx.Param, ...)
+    keys = jax.tree.leaves(abstract_rest, is_leaf=lambda x: isinstance(x, nnx.RngKey))
+    tags = sorted({key.tag for key in keys if isinstance(key, nnx.RngKey)})
+    return ModelParts(config, graphdef, abstract_params, tuple(tags))
+
+
+def _abstract_params(parts: ModelParts) -> dict:
+    """`jax.ShapeDtypeStruct` of every parameter, as a pure dict."""
+    return jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(parts.abstract_params))
+
+
+def _initialisation_rng():
+    """The RNG setting parameters are drawn under.
+
+    Threefry in its non-partitionable form: the values are the same for any
+    sharding either way, and XLA:CPU compiles the partitionable form about
+    ten times slower (seconds per parameter shape), for a function that runs
+    once. Dropout in the train step keeps JAX's default (partitionable).
+    """
+    return jax.threefry_partitionable(False)
+
+
+def _initialiser(parts: ModelParts, seed: int):
+    """`() -> (params as a pure dict, rest)` drawing from `seed`, and the base key of the step RNG."""
+    param_key, dropout_key, step_key = jax.random.split(jax.random.key(seed), 3)
+
+    def init():
+        model = TransformerLM(parts.config, rngs=nnx.Rngs(params=param_key, dropout=dropout_key))
+        _, params, rest = nnx.split(model, nnx.Param, ...)
+        return nnx.to_pure_dict(params), rest
+
+    return init, step_key
+
+
+def init_rest(parts: ModelParts, shardings: "StateShardings", seed: int) -> nnx.State:
+    """The model's non-parameter state (position tables, dropout streams), replicated.
+
+    The same for a fresh and a resumed run: dropout streams are reseeded every
+    step from the TrainState's rng, and the rest is constant. (XLA drops the
+    unused parameter draws.)
+    """
+    init, _ = _initialiser(parts, seed)
+    with _initialisation_rng():
+        return jax.jit(lambda: init()[1], out_shardings=shardings.rest)()
+
+
+def init_train_state(parts: ModelParts, tx: optax.GradientTransformation, mesh: Mesh, rules, *,
+                     seed: int, batch_size: int) -> tuple[TrainState, nnx.State, "StateShardings"]:
+    """Initialises parameters (directly in their shardings), optimiser state and empty memory.
+
+    Returns the state, the model's `rest` (constants and RNG streams,
+    replicated) and the shardings the steps are compiled with.
+    """
+    shardings = state_shardings(parts, tx, mesh, rules)
+    init, step_key = _initialiser(parts, seed)
+    with _initialisation_rng():
+        params, rest = jax.jit(init, out_shardings=(shardings.state.params, shardings.rest))()
+    opt_state = jax.jit(tx.init, out_shardings=shardings.state.opt_state)(params)
+    state = TrainState(
+        params=params,
+        opt_state=opt_state,
+        step=jax.device_put(jnp.zeros((), jnp.int32), shardings.state.step),
+        rng=jax.device_put(jax.random.key_data(step_key), shardings.state.rng),
+        memory=empty_memory(parts, batch_size, shardings),
+    )
+    return state, rest, shardings
+
+
+def state_shardings(parts: ModelParts, tx: optax.GradientTransformation, mesh: Mesh, rules) -> StateShardings:
+    """Shardings of the train state (parameters by their logical axes, Adam moments alike), `rest`, batch, memory."""
+    params = shd.param_shardings(parts.abstract_params, mesh, rules)
+    opt_state = shd.opt_state_shardings(jax.eval_shape(tx.init, _abstract_params(parts)), params, mesh)
+    replicated = shd.replicated(mesh)
+    state = TrainState(params=params, opt_state=opt_state, step=replicated, rng=replicated,
+                       memory=shd.memory_sharding(mesh))
+    return StateShardings(state, replicated, shd.batch_sharding(mesh), shd.memory_sharding(mesh))
+
+
+def abstract_train_state(parts: ModelParts, tx: optax.GradientTransformation, shardings: StateShardings,
+                         batch_size: int) -> TrainState:
+    """`jax.ShapeDtypeStruct`s (with shardings) of a TrainState: the target a checkpoint restores into."""
+    c = parts.config
+    pure = _abstract_params(parts)
+    shapes = TrainState(
+        params=pure,
+        opt_state=jax.eval_shape(tx.init, pure),
+        step=jax.ShapeDtypeStruct((), jnp.int32),
+        rng=jax.ShapeDtypeStruct((2,), jnp.uint32),
+        memory=jax.ShapeDtypeStruct((c.num_layers, batch_size, c.memory_length, c.d_model), jnp.float32),
+    )
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings.state)
+
+
+def _merged(parts: ModelParts, params, rest, dropout_key=None) -> TransformerLM:
+    # Fresh Variable objects for `rest` (a tree map rebuilds them) so that dropout may update its RNG
+    # counters inside whatever transform (grad) this runs under.
+    model = nnx.merge(parts.graphdef, params, jax.tree.map(lambda x: x, rest))
+    if dropout_key is not None and parts.rng_tags:
+        # One fresh key per stream tag; `reseed` then gives every stream of the tag its own key.
+        nnx.reseed(model, **{tag: jax.random.fold_in(dropout_key, i) for i, tag in enumerate(parts.rng_tags)})
+    return model
+
+
+def make_train_step(parts: ModelParts, tx: optax.GradientTransformation, schedule, shardings: StateShardings):
+    """`train_step(state, rest, batch) -> (state, metrics)`, jitted with explicit shardings; `state` is donated.
+
+    The loss is the mean negative log-likelihood per prediction event over
+    the global batch. Metrics (replicated scalars): `loss`, `sum_nll`,
+    `num_events`, `num_tokens` (non-padding inputs), `grad_norm` (before
+    clipping), `learning_rate` (the one this update used).
+    """
+
+    def train_step(state: TrainState, rest, batch):
+        step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+
+        def loss_fn(params):
+            model = _merged(parts, params, rest, step_key)
+            logits, new_memory = model(batch, state.memory, deterministic=False)
+            total, events = sequence_loss(logits, batch)
+            return total / jnp.maximum(events, 1), (new_memory, total, events)
+
+        (loss, (new_memory, total, events)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {
+            "loss": loss,
+            "sum_nll": total,
+            "num_events": events,
+            "num_tokens": jnp.sum(batch["inputs_ttypes"] != tt.PAD),
+            "grad_norm": optax.tree.norm(grads),
+            "learning_rate": schedule(state.step),
+        }
+        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng,
+                               memory=new_memory)
+        return new_state, metrics
+
+    return jax.jit(
+        train_step,
+        in_shardings=(shardings.state, shardings.rest, shardings.batch),
+        out_shardings=(shardings.state, shardings.rest),
+        donate_argnums=(0,),
+    )
+
+
+def make_eval_step(parts: ModelParts, shardings: StateShardings):
+    """`eval_step(params, rest, batch, memory) -> (sum_nll, num_events, new_memory)`, deterministic."""
+
+    def eval_step(params, rest, batch, memory):
+        model = _merged(parts, params, rest)
+        logits, new_memory = model(batch, memory, deterministic=True)
+        total, events = sequence_loss(logits, batch)
+        return total, events, new_memory
+
+    return jax.jit(
+        eval_step,
+        in_shardings=(shardings.state.params, shardings.rest, shardings.batch, shardings.memory),
+        out_shardings=(shardings.rest, shardings.rest, shardings.memory),
+        donate_argnums=(3,),
+    )
+
+
+def empty_memory(parts: ModelParts, batch_size: int, shardings: StateShardings) -> jax.Array:
+    c = parts.config
+    return jax.jit(lambda: jnp.zeros((c.num_layers, batch_size, c.memory_length, c.d_model), jnp.float32),
+                   out_shardings=shardings.memory)()
