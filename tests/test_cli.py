@@ -56,3 +56,15 @@ def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"```(?:bash|sh)?\n(.*?)```", readme, re.S)
     test_command = next(c.strip() for c in commands if "pytest" in c)
     assert test_command in (REPO / ".ci" / "run").read_text()
+
+
+def test_eval_f1_hand_counted(tmp_path, capsys):
+    gold = tmp_path / "gold.txt"
+    pred = tmp_path / "pred.txt"
+    gold.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))\n")
+    # Punctuation is ignored; of S[0,3] NP[0,2] VP[2,3] only S matches; VP[1,3] crosses NP[0,2].
+    pred.write_text("(S (NP (DT the)) (VP (NN dog) (VBZ barks)) (. .))\n")
+    assert cli.main(["eval", "f1", "--gold", str(gold), "--pred", str(pred)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"Bracketing FMeasure\s+=\s+33\.33", out)
+    assert re.search(r"Average crossing\s+=\s+1\.00", out)

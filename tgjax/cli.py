@@ -123,7 +123,7 @@ def _print_summary(pipeline, counts: dict) -> None:
 
 
 def cmd_data_prepare(args) -> int:
-    """The main job on the built-in data, until training lands: trees, vocabulary, batches, a picture."""
+    """The data side end to end: trees, vocabulary, one epoch of batches, a mask picture."""
     from tgjax.data import corpora
     from tgjax.data.pipeline import Pipeline
     from tgjax.viz import draw_mask
@@ -189,7 +189,8 @@ def cmd_viz_mask(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    scripts = {"pipeline": "pipeline_throughput.py"}
+    scripts = {"pipeline": "pipeline_throughput.py", "train_step": "train_step.py",
+               "stack_attention": "stack_attention.py"}
     path = Path(__file__).resolve().parents[1] / "benchmarks" / scripts[args.name]
     if not path.exists():
         print(f"tgjax bench: {path} not found; benchmarks run from a source checkout", file=sys.stderr)
@@ -249,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     data = commands.add_parser("data", help="the host-side data pipeline").add_subparsers(dest="what", required=True)
-    p = data.add_parser("prepare", help="main job: trees, vocabulary, one epoch of batches, a mask picture")
+    p = data.add_parser("prepare", help="trees, vocabulary, one epoch of batches, a mask picture")
     _add_pipeline_args(p)
     p.add_argument("--workdir", default="runs/builtin")
     p.set_defaults(func=cmd_data_prepare)
@@ -286,8 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_info)
 
+    evaluate = commands.add_parser("eval", help="evaluations").add_subparsers(dest="what", required=True)
+    # `tgjax eval f1 ...` is handed whole to its own parser (see main).
+    evaluate.add_parser("f1", help="parse F1 with EVALB's rules: --gold G --pred P [--params collins|keep_punct]")
+
     p = commands.add_parser("bench", help="run a benchmark from benchmarks/")
-    p.add_argument("name", choices=("pipeline",))
+    p.add_argument("name", choices=("pipeline", "train_step", "stack_attention"))
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser
@@ -297,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     from tgjax.train.config import parse_override_args
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["eval", "f1"]:
+        from tgjax.eval.evalb import main_f1
+
+        return main_f1(argv[2:])
     # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.
     try:
         overrides, argv = parse_override_args(argv)
