@@ -214,6 +214,10 @@ def cmd_train(args) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = _load_train_config(args)
+    from tgjax.train.config import trainer_of
+
+    if trainer_of(config) == "cfl":
+        return _train_cfl(config, args)
     try:
         result = train(config, args.workdir, quiet=args.quiet)
     except TrainingDiverged as error:
@@ -226,18 +230,38 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _train_cfl(config, args) -> int:
+    """`tgjax train` for configs/stack_cfl.py: tgjax.train.cfl (no resumption; a fresh run in --workdir)."""
+    from tgjax.train.cfl import train_cfl
+
+    try:
+        result = train_cfl(config, args.workdir, quiet=args.quiet)
+    except FloatingPointError as error:
+        print(f"tgjax: error: {error}", file=sys.stderr)
+        return 1
+    if args.quiet:
+        best = result.best
+        print(f"{result.task} {result.model}: cross-entropy difference validation "
+              f"{best.valid['cross_entropy_difference']:.4f}, test {best.test['cross_entropy_difference']:.4f} "
+              f"(best epoch {best.best_epoch})")
+    return 0
+
+
 def cmd_info(args) -> int:
     """The model's parameter count, its settings, and the resolved config."""
-    from tgjax.train.config import to_json_dict
+    from tgjax.train.config import to_json_dict, trainer_of
     from tgjax.train.loop import describe
 
     config = _load_train_config(args)
+    if trainer_of(config) == "cfl":
+        from tgjax.train.cfl import describe_cfl as describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))
         return 0
     print(f"config       {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else ""))
-    print(f"model        {config.model.name}: {info['num_parameters']:,} parameters")
+    name = info["model_name"] if "model_name" in info else config.model.name
+    print(f"model        {name}: {info['num_parameters']:,} parameters")
     print(f"vocabulary   {info['vocab_size']:,} ids ({info['vocab_source']})")
     print("model config " + ", ".join(f"{k}={v}" for k, v in info["model"].items()))
     print("\nresolved config:")

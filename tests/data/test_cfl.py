@@ -381,6 +381,8 @@ def test_true_model_has_zero_cross_entropy_difference():
     assert abs(result.difference) < 1e-9
     assert result.overall.num_symbols == sum(len(w) + 1 for w in strings)  # EOS counted
     assert result.overall.num_strings == 100
+    assert (result.overall.min_length, result.overall.max_length) == (
+        min(len(w) for w in strings), max(len(w) for w in strings))
     assert all(abs(d) < 1e-9 for d in result.per_bin().values())
     assert result.overall.true_cross_entropy > 0
 

@@ -17,7 +17,7 @@ def test_the_issue_configs_exist():
             "txl_terminals_bllip"} <= set(CONFIGS)
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n != "stack_cfl"])  # stack_cfl: tests/train/test_cfl_train.py
 def test_every_config_loads_and_resolves(name):
     config = load_config(str(REPO / "configs" / f"{name}.py"))
     model = resolve_model_config(config, config.model.vocab_size or 100)

@@ -145,7 +145,8 @@ def cross_entropy_difference(
             f"{''.join(strings[i])!r}"
         )
     lengths = np.array([len(s) for s in strings], dtype=np.int64)
-    overall = _bin_difference(int(lengths.min(initial=0)), int(lengths.max(initial=0)), model_lp, true_lp, lengths)
+    shortest, longest = (int(lengths.min()), int(lengths.max())) if lengths.size else (0, 0)
+    overall = _bin_difference(shortest, longest, model_lp, true_lp, lengths)
     bin_true_lp = true_lp
     if bins_condition_on_length:
         bin_true_lp = np.array([task.log_prob_given_length(s) for s in strings], dtype=np.float64)

@@ -182,7 +182,24 @@ def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.Conf
         raise ConfigError(f"config file {path}: get_config({'' if arg is None else repr(arg)}) failed: {e}") from e
     if not isinstance(config, (ml_collections.ConfigDict, dict)):
         raise ConfigError(f"config file {path}: get_config() returned {type(config).__name__}, expected a ConfigDict")
+    if trainer_of(config) != "lm":  # another trainer's config (configs/stack_cfl.py): its own keys, no TG defaults
+        if not isinstance(config, ml_collections.ConfigDict):
+            config = ml_collections.ConfigDict(config)
+        return apply_overrides(config, overrides)
     return apply_overrides(merge_into_defaults(config), overrides)
+
+
+# `trainer` (a top-level key; absent means "lm") picks what `tgjax train` runs: "lm" is the TG / TXL
+# loop (tgjax.train.loop) over `default_config()`'s keys; "cfl" is tgjax.train.cfl (configs/stack_cfl.py).
+TRAINERS = ("lm", "cfl")
+
+
+def trainer_of(config: ml_collections.ConfigDict | dict) -> str:
+    """The config's `trainer` ("lm" when it has none); raises `ConfigError` for an unknown one."""
+    trainer = config.get("trainer", "lm") if hasattr(config, "get") else "lm"
+    if trainer not in TRAINERS:
+        raise ConfigError(f"config key 'trainer': unknown {trainer!r}; expected one of {', '.join(TRAINERS)}")
+    return trainer
 
 
 # Sections whose keys depend on a `name` beside them: taken whole from a config file, and
