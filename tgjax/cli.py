@@ -314,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="evaluations").add_subparsers(dest="what", required=True)
     # `tgjax eval f1 ...` is handed whole to its own parser (see main).
     evaluate.add_parser("f1", help="parse F1 with EVALB's rules: --gold G --pred P [--params collins|keep_punct]")
+    evaluate.add_parser("score", help="log p per sentence (and per token / per-word surprisal): --workdir W --input FILE")
+    evaluate.add_parser("ppl", help="word-perplexity upper bound from proposal trees: --workdir W --proposals P")
+    evaluate.add_parser("rerank", help="rerank proposal trees by log p(x, y), F1 vs --gold: --workdir W --proposals P")
+    evaluate.add_parser("merge", help="combine the per-shard results of an eval job")
 
     p = commands.add_parser("bench", help="run a benchmark from benchmarks/")
     p.add_argument("name", choices=("pipeline", "train_step", "stack_attention"))
@@ -330,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         from tgjax.eval.evalb import main_f1
 
         return main_f1(argv[2:])
+    # The scoring commands have their own parsers too.
+    eval_commands = {"score": "main_score", "ppl": "main_ppl", "rerank": "main_rerank", "merge": "main_merge"}
+    if len(argv) >= 2 and argv[0] == "eval" and argv[1] in eval_commands:
+        from tgjax.eval import commands
+
+        return getattr(commands, eval_commands[argv[1]])(argv[2:])
     # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.
     try:
         overrides, argv = parse_override_args(argv)

@@ -1,0 +1,88 @@
+"""Parse reranking: the argmax of log p(x, y), ties to the first, F1 with EVALB, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tgjax.eval.evalb import evalb
+from tgjax.eval.perplexity import ProposalError, read_proposals
+from tgjax.eval.rerank import rerank, rerank_f1
+from tgjax.eval.scoring import score_trees
+from tgjax.syntax import trees
+from tests.eval.test_perplexity import flat, retagged, right_branching, standard_blocks, write_proposals
+from tests.eval.test_scoring import B, compilation_cache, corpus, fresh_scorer, trained_workdir  # noqa: F401
+
+
+def test_rerank_picks_the_argmax(tmp_path):
+    scorer = fresh_scorer("tg")
+    blocks = standard_blocks(8)
+    results = list(rerank(scorer, read_proposals(write_proposals(tmp_path / "p.txt", blocks))))
+    for r, block in zip(results, blocks):
+        each = [s.logp for s in score_trees(scorer, block)]
+        assert r.best == int(np.argmax(each))
+        assert r.best_tree == block[r.best]
+        assert r.logps[r.best] == max(r.logps)
+
+
+def test_ties_go_to_the_first_proposal(tmp_path):
+    gold = corpus()[2]
+    path = write_proposals(tmp_path / "p.txt", [[flat(gold), retagged(gold), gold]])
+    (r,) = rerank(fresh_scorer("tg"), read_proposals(path, dedup=False))
+    assert r.logps[1] == r.logps[2]  # the same tree to the model
+    if r.best in (1, 2):
+        assert r.best == 1
+
+
+def test_f1_is_evalb_of_the_chosen_trees(tmp_path):
+    blocks = standard_blocks(8)
+    results = list(rerank(fresh_scorer("txl_cc"), read_proposals(write_proposals(tmp_path / "p.txt", blocks))))
+    gold = [b[1] for b in blocks]
+    chosen = [r.best_tree for r in results]
+    assert rerank_f1(chosen, gold).f1 == evalb(gold, chosen).f1
+    assert rerank_f1(gold, gold).f1 == 100.0
+    with pytest.raises(ProposalError, match="gold trees but"):
+        rerank_f1(chosen[:-1], gold)
+    with pytest.raises(ProposalError, match="sentence 1"):
+        rerank_f1(chosen, [gold[0], gold[0]] + gold[2:])
+
+
+def test_txl_terminals_cannot_rerank(tmp_path):
+    path = write_proposals(tmp_path / "p.txt", standard_blocks(1))
+    with pytest.raises(ValueError, match="cannot rerank"):
+        list(rerank(fresh_scorer("txl_terminals"), read_proposals(path)))
+
+
+def test_rerank_command(tmp_path, capsys):
+    from tgjax.eval.commands import main_rerank
+
+    workdir, _ = trained_workdir()
+    blocks = standard_blocks(6)
+    path = write_proposals(tmp_path / "p.txt", blocks)
+    gold_path = tmp_path / "gold.txt"
+    trees.write_treebank([b[1] for b in blocks], gold_path)
+    out, best = tmp_path / "rerank.jsonl", tmp_path / "best.txt"
+    assert main_rerank(["--workdir", str(workdir), "--proposals", str(path), "--gold", str(gold_path),
+                        "--trees", str(best), "-o", str(out), "--batch-size", str(B)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    chosen = best.read_text().splitlines()
+    assert chosen == [r["best_tree"] for r in records]
+    assert [r["best_line"] for r in records] == [4 * i + 1 + r["best"] for i, r in enumerate(records)]
+    summary = json.loads((tmp_path / "rerank.jsonl.meta.json").read_text())["summary"]
+    assert summary["f1"] == evalb([b[1] for b in blocks], chosen).f1
+    assert "f1" in capsys.readouterr().err
+
+    wrong = tmp_path / "wrong_gold.txt"
+    trees.write_treebank([blocks[1][1]] + [b[1] for b in blocks[1:]], wrong)
+    assert main_rerank(["--workdir", str(workdir), "--proposals", str(path), "--gold", str(wrong)]) == 2
+    assert "reference sentence" in capsys.readouterr().err
+    assert main_rerank(["--workdir", str(workdir), "--proposals", str(path), "--shard", "0/2", "-o",
+                        str(tmp_path / "x.jsonl"), "--gold", str(gold_path)]) == 2
+    assert "give them to `tgjax eval merge`" in capsys.readouterr().err
+
+
+def test_right_branching_helper_keeps_the_words():
+    t = corpus()[0]
+    assert right_branching(t).leaves() == flat(t).leaves() == retagged(t).leaves() == t.leaves()

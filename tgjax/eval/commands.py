@@ -1,0 +1,366 @@
+"""The `tgjax eval score | ppl | rerank | merge` commands (argparse handlers; `tgjax.cli` dispatches to them).
+
+    tgjax eval score  --workdir W [--workdir W2 ...] --input FILE [--output out.jsonl] [--per-token] [--surprisal]
+    tgjax eval ppl    --workdir W ... --proposals FILE [--output out.jsonl] [--documents]
+    tgjax eval rerank --workdir W ... --proposals FILE [--gold GOLD] [--trees best.txt] [--output out.jsonl]
+    tgjax eval merge  SHARD_RESULTS... [--output merged.jsonl] [--gold GOLD] [--trees best.txt]
+
+Every command takes `--shard I/N` (default: this host's shard in a multi-host
+run, else 0/1; see `tgjax.eval.shards`), writes one JSON line per sentence
+(stdout when there is no `--output` and one shard) and prints a summary to
+stderr. Several `--workdir`s make a uniform ensemble (`tgjax.eval.ensemble`).
+Each handler returns the exit status: 0, or 2 with a one-line error for bad
+input (missing files, malformed trees, mismatched proposals or shards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+STEP_HELP = "checkpoint: best (lowest validation loss, default), latest, or a step; comma-separated for one per workdir"
+
+
+def _add_common(p: argparse.ArgumentParser, *, output_help: str = "results, one JSON line per sentence") -> None:
+    p.add_argument("--workdir", action="append", required=True,
+                   help="a training workdir; give several for a uniform ensemble of their models")
+    p.add_argument("--step", default="best", help=STEP_HELP)
+    p.add_argument("--batch-size", type=int, default=32, help="rows per step (default 32)")
+    p.add_argument("--chunk-size", type=int, default=1024,
+                   help="sequences encoded and batched together while streaming (default 1024)")
+    p.add_argument("--seq-len", type=int, default=None, help="segment length T for scoring (default: training's)")
+    p.add_argument("--mem-len", type=int, default=None, help="memory length M for scoring (default: training's)")
+    p.add_argument("--shard", default=None,
+                   help="I/N: score sentences with index %% N == I (default: this host's in a multi-host run)")
+    p.add_argument("--distributed", action="store_true",
+                   help="call jax.distributed.initialize() first (multi-host; each host then takes its shard)")
+    p.add_argument("-o", "--output", default=None, help=output_help + " (default: stdout)")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+
+
+def _shard(args):
+    from tgjax.eval.shards import default_shard, parse_shard
+
+    if args.distributed:
+        import jax
+
+        if not jax.distributed.is_initialized():
+            jax.distributed.initialize()
+    shard = parse_shard(args.shard) if args.shard else default_shard()
+    if shard.count > 1 and args.output is None:
+        raise ValueError(f"--shard {shard}: give --output (each shard writes its own results file)")
+    return shard
+
+
+def _steps(args) -> list[str]:
+    steps = [s.strip() for s in args.step.split(",")]
+    if len(steps) == 1:
+        return steps * len(args.workdir)
+    if len(steps) != len(args.workdir):
+        raise ValueError(f"--step: {len(steps)} steps for {len(args.workdir)} workdirs")
+    return steps
+
+
+def build_scorer(args):
+    """A `Scorer` (one workdir) or an `Ensemble`, and the settings that identify it."""
+    from tgjax.eval.ensemble import Ensemble
+    from tgjax.eval.loading import load_model
+    from tgjax.eval.scoring import Scorer
+
+    members = []
+    for workdir, step in zip(args.workdir, _steps(args)):
+        loaded = load_model(workdir, step=step, sequence_length=args.seq_len, memory_length=args.mem_len)
+        members.append(Scorer(loaded, batch_size=args.batch_size))
+    scorer = members[0] if len(members) == 1 else Ensemble(members)
+    settings = {
+        "models": [{"workdir": os.path.abspath(m.loaded.workdir), "step": m.loaded.step, "model": m.loaded.model_name}
+                   for m in members],
+        "rule": scorer.rule,
+        "seq_len": members[0].loaded.model_config.sequence_length,
+        "mem_len": members[0].loaded.model_config.memory_length,
+    }
+    return scorer, members, settings
+
+
+class _Progress:
+    """`scored N sentences (R/s)` on stderr, at most twice a second, when stderr is a terminal."""
+
+    def __init__(self, what: str, quiet: bool):
+        self.what = what
+        self.enabled = not quiet and sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.count = 0
+        self._last = 0.0
+
+    def add(self, n: int = 1) -> None:
+        self.count += n
+        now = time.perf_counter()
+        if self.enabled and now - self._last > 0.5:
+            self._last = now
+            rate = self.count / max(now - self.start, 1e-9)
+            print(f"\r{self.what} {self.count:,} sentences ({rate:,.1f}/s)", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> float:
+        seconds = time.perf_counter() - self.start
+        if self.enabled:
+            print(file=sys.stderr)
+        return seconds
+
+
+def _report(title: str, summary: dict, quiet: bool) -> None:
+    if quiet:
+        return
+    print(title, file=sys.stderr)
+    for key, value in summary.items():
+        text = f"{value:.6g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+        print(f"  {key:32s} {text}", file=sys.stderr)
+
+
+def _warn_dropped(members, quiet: bool) -> None:
+    """The TG stack entries that did not fit in the memory (the masking rules count them)."""
+    for m in members:
+        stats = m.stats
+        if stats.dropped_stack_entries and not quiet:
+            print(f"warning: {m.loaded.describe()}: {stats.dropped_stack_entries} stack entries in "
+                  f"{stats.sequences_with_dropped_entries} sequences did not fit in the memory "
+                  f"(M={m.loaded.model_config.memory_length}; raise it with --mem-len)", file=sys.stderr)
+
+
+def _run(prog: str, body, argv, parser) -> int:
+    from tgjax.eval.loading import CheckpointError
+
+    args = parser.parse_args(argv)
+    try:
+        return body(args)
+    except (ValueError, OSError, CheckpointError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+
+
+# -----------------------------------------------------------------------------
+# score
+
+
+def _score(args) -> int:
+    from tgjax.eval.scoring import ScoreSummary, score_record, score_treebank, surprisals_from_score
+    from tgjax.eval.shards import ResultWriter, shard_path
+
+    shard = _shard(args)
+    scorer, members, settings = build_scorer(args)
+    settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
+                    per_token=args.per_token, surprisal=args.surprisal)
+    summary = ScoreSummary(scorer.rule)
+    progress = _Progress("scored", args.quiet)
+    output = shard_path(args.output, shard) if args.output else None
+    with ResultWriter(output, "score", settings, shard) as writer:
+        for s in score_treebank(scorer, args.input, input_format=args.input_format, shard=shard,
+                                chunk_size=args.chunk_size):
+            record = score_record(s, per_token=args.per_token,
+                                  surprisal=surprisals_from_score(s) if args.surprisal else None)
+            writer.write(record)
+            summary.add(record)
+            progress.add()
+        result = summary.result()
+        writer.finish(result)
+    result["seconds"] = progress.close()
+    _warn_dropped(members, args.quiet)
+    result["sentences_per_second"] = result["sentences"] / max(result["seconds"], 1e-9)
+    _report(f"tgjax eval score: {args.input} (shard {shard}){' -> ' + str(output) if output else ''}", result,
+            args.quiet)
+    return 0
+
+
+def main_score(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval score`: log p of every sentence of a treebank (or words file) under a model or ensemble."""
+    parser = argparse.ArgumentParser(
+        prog="tgjax eval score",
+        description="Score every sentence of a file: log p(actions) (TG, TXL (CC): the joint log p(x, y) of the "
+                    "given tree) or log p(words) (TXL (terminals), exact). One JSON line per sentence: index, "
+                    "logp (natural log), num_predictions, num_words, num_unk; --per-token adds tokens and their "
+                    "log probs, --surprisal per-word surprisals. Streams files of any size.")
+    _add_common(parser)
+    parser.add_argument("--input", required=True, help="a treebank file (any layout; .gz ok), or words with "
+                                                       "--input-format words")
+    parser.add_argument("--input-format", choices=("trees", "words"), default="trees",
+                        help="trees (default) or words: one sentence per line (TXL (terminals) models only)")
+    parser.add_argument("--per-token", action="store_true", help="add tokens and per-token log probs")
+    parser.add_argument("--surprisal", action="store_true",
+                        help="add per-word surprisals (nats; each word takes the actions before it) and the "
+                             "end surprisal (closing actions after the last word)")
+    return _run("tgjax eval score", _score, argv, parser)
+
+
+# -----------------------------------------------------------------------------
+# ppl
+
+
+def _ppl(args) -> int:
+    from tgjax.eval.perplexity import PplSummary, ppl_record, read_proposals, score_documents, score_proposals
+    from tgjax.eval.shards import ResultWriter, shard_path
+
+    shard = _shard(args)
+    scorer, members, settings = build_scorer(args)
+    settings.update(command="ppl", proposals=os.path.abspath(args.proposals), dedup=not args.keep_duplicates,
+                    documents=args.documents, doc_label=args.doc_label if args.documents else None,
+                    all_logps=args.all_logps)
+    blocks = read_proposals(args.proposals, dedup=not args.keep_duplicates, documents=args.documents, shard=shard)
+    if args.documents:
+        results = score_documents(scorer, blocks, label=args.doc_label)
+    else:
+        results = score_proposals(scorer, blocks, chunk_size=args.chunk_size)
+    summary = PplSummary(scorer.rule)
+    progress = _Progress("scored", args.quiet)
+    output = shard_path(args.output, shard) if args.output else None
+    with ResultWriter(output, "ppl", settings, shard) as writer:
+        for r in results:
+            record = ppl_record(r, all_logps=args.all_logps, documents=args.documents)
+            writer.write(record)
+            summary.add(record)
+            progress.add()
+        result = summary.result()
+        writer.finish(result)
+    result["seconds"] = progress.close()
+    _warn_dropped(members, args.quiet)
+    _report(f"tgjax eval ppl: {args.proposals} (shard {shard}){' -> ' + str(output) if output else ''}", result,
+            args.quiet)
+    return 0
+
+
+def main_ppl(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval ppl`: the word-perplexity upper bound from proposal trees (exact for TXL (terminals))."""
+    parser = argparse.ArgumentParser(
+        prog="tgjax eval ppl",
+        description="Upper bound on word perplexity from proposal trees (Sartran et al. 2022, §3.1): "
+                    "exp(-Σ_x log Σ_j p(x, y_j) / N_w) over J distinct proposals per sentence. Proposal file: one "
+                    "tree per line, one block per sentence, blocks separated by blank lines. TXL (terminals): exact.")
+    _add_common(parser)
+    parser.add_argument("--proposals", required=True, help="the proposal trees (the same file for every model)")
+    parser.add_argument("--keep-duplicates", action="store_true",
+                        help="count repeated proposals every time (default: each distinct tree once, as the bound "
+                             "requires)")
+    parser.add_argument("--documents", action="store_true",
+                        help="document-level models: a line '<doc>' starts a document; each sentence is scored "
+                             "after the greedy best trees of the sentences before it (the paper's approximation)")
+    parser.add_argument("--doc-label", default="DOC", help="label of the document node (default DOC)")
+    parser.add_argument("--all-logps", action="store_true", help="add every proposal's log p to the records")
+    return _run("tgjax eval ppl", _ppl, argv, parser)
+
+
+# -----------------------------------------------------------------------------
+# rerank
+
+
+def _write_trees(path: str, trees_text: Sequence[str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for t in trees_text:
+            f.write(t + "\n")
+
+
+def _f1(best: Sequence[str], gold_path: str, params: str) -> dict:
+    from tgjax.eval.rerank import f1_summary, read_gold, rerank_f1
+
+    return f1_summary(rerank_f1(best, read_gold(gold_path), params=params, gold_source=gold_path))
+
+
+def _rerank(args) -> int:
+    from tgjax.eval.perplexity import check_sentence, read_proposals
+    from tgjax.eval.rerank import read_gold, rerank, rerank_record
+    from tgjax.eval.shards import ResultWriter, make_summary, shard_path
+
+    shard = _shard(args)
+    if shard.count > 1 and (args.gold or args.trees):
+        raise ValueError("--gold and --trees need every sentence: with --shard, give them to `tgjax eval merge`")
+    gold = read_gold(args.gold) if args.gold else None
+    scorer, members, settings = build_scorer(args)
+    settings.update(command="rerank", proposals=os.path.abspath(args.proposals))
+
+    def checked(blocks):
+        for block in blocks:
+            if gold is not None:
+                if block.index >= len(gold):
+                    raise ValueError(f"{args.gold}: {len(gold)} gold trees, but {args.proposals} has more blocks")
+                check_sentence(block, gold[block.index].leaves(), f"{args.proposals} vs {args.gold} tree "
+                                                                 f"{block.index}")
+            yield block
+
+    blocks = checked(read_proposals(args.proposals, shard=shard))
+    summary = make_summary("rerank", settings)
+    best: list[str] = []
+    progress = _Progress("reranked", args.quiet)
+    output = shard_path(args.output, shard) if args.output else None
+    with ResultWriter(output, "rerank", settings, shard) as writer:
+        for r in rerank(scorer, blocks, chunk_size=args.chunk_size):
+            record = rerank_record(r)
+            writer.write(record)
+            summary.add(record)
+            best.append(record["best_tree"])
+            progress.add()
+        result = summary.result()
+        if gold is not None:
+            result.update(_f1(best, args.gold, args.evalb_params))
+        writer.finish(result)
+    if args.trees:
+        _write_trees(args.trees, best)
+    result["seconds"] = progress.close()
+    _warn_dropped(members, args.quiet)
+    _report(f"tgjax eval rerank: {args.proposals} (shard {shard}){' -> ' + str(output) if output else ''}", result,
+            args.quiet)
+    return 0
+
+
+def main_rerank(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval rerank`: the most likely proposal tree per sentence, and F1 against gold trees."""
+    parser = argparse.ArgumentParser(
+        prog="tgjax eval rerank",
+        description="Rerank proposal trees by log p(x, y) under a TG or TXL (CC) model (or ensemble): write the "
+                    "best tree of each sentence and, with --gold, report bracketing F1 (EVALB rules).")
+    _add_common(parser)
+    parser.add_argument("--proposals", required=True, help="proposal trees, one block per sentence")
+    parser.add_argument("--gold", default=None, help="gold trees in the same order: report F1")
+    parser.add_argument("--trees", default=None, help="write the chosen trees here, one per line")
+    parser.add_argument("--evalb-params", default="collins", help="collins (default), keep_punct or a .prm file")
+    return _run("tgjax eval rerank", _rerank, argv, parser)
+
+
+# -----------------------------------------------------------------------------
+# merge
+
+
+def _merge(args) -> int:
+    from tgjax.eval.shards import merge, read_meta
+
+    command = read_meta(args.inputs[0])["command"]
+    if command != "rerank" and (args.gold or args.trees):
+        raise ValueError(f"--gold and --trees are for rerank results; {args.inputs[0]} holds {command} results")
+    best: list[str] = []
+
+    def finalize(summary: dict) -> None:
+        if args.gold:
+            summary.update(_f1(best, args.gold, args.evalb_params))
+
+    meta = merge(args.inputs, args.output, on_record=(lambda r: best.append(r["best_tree"])) if command == "rerank"
+                 else None, finalize=finalize)
+    if args.trees:
+        _write_trees(args.trees, best)
+    _report(f"tgjax eval merge: {len(args.inputs)} shards of {command}{' -> ' + args.output if args.output else ''}",
+            meta["summary"], args.quiet)
+    return 0
+
+
+def main_merge(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval merge`: combine the per-shard results of one sharded eval job."""
+    parser = argparse.ArgumentParser(
+        prog="tgjax eval merge",
+        description="Merge the results files of the shards of one eval job (score, ppl or rerank): checks they "
+                    "cover every shard once with equal settings, merges records by index, recomputes the summary.")
+    parser.add_argument("inputs", nargs="+", help="the shards' results files (their .meta.json files beside them)")
+    parser.add_argument("-o", "--output", default=None, help="merged results (default: stdout)")
+    parser.add_argument("--gold", default=None, help="rerank: gold trees, to report F1 over all sentences")
+    parser.add_argument("--trees", default=None, help="rerank: write the chosen trees here, one per line")
+    parser.add_argument("--evalb-params", default="collins", help="collins (default), keep_punct or a .prm file")
+    parser.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    return _run("tgjax eval merge", _merge, argv, parser)

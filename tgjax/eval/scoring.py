@@ -1,0 +1,536 @@
+"""Scoring sequences: log p(actions) per sequence and per token, for TG and the TXL baselines.
+
+    loaded = load_model("runs/tiny")
+    scorer = Scorer(loaded, batch_size=32)
+    for s in score_treebank(scorer, "valid.txt"):          # streams the file, constant memory
+        print(s.index, s.logp, s.num_predictions)
+    w = word_surprisals(scorer, tree)                      # per-word surprisal of a given tree
+
+What is scored
+--------------
+Exactly what training predicts (`tgjax.data.pipeline.encode_corpus`): the
+inputs are BOS then the sequence's ids, the labels the ids; every id is one
+prediction event (`labels_ttypes != PAD`). For TG and TXL (CC) the sequence
+is the tree's Choe–Charniak actions, so a sequence's `logp` is log p(x, y),
+the joint probability of the words x and the tree y. For TXL (terminals) it
+is the words only, and `logp` is log p(x) exactly; the training pipeline
+appends no end-of-sequence label, so neither does scoring (the paper counts
+an EOS prediction for word-level models, footnote 3: it is absent here
+because the model was never trained to predict it). All logs are natural.
+
+How it is run
+-------------
+Like training: a batch has B rows and each row reads its sequences one after
+another, one segment of T positions per step, carrying the Transformer-XL
+memory from step to step (TG: the stack, Figure 8 of the paper). A row
+starting a sequence sees none of the previous sequence's memory (every
+memory slot is marked empty), so each sequence's result is the same
+whichever row and step it lands in, and whatever else is in the batch. The
+step is jitted once (fixed `[B, T]`), deterministic (no dropout), and the
+batch rows are split over the local devices. Sequences are dealt to rows
+longest first, each to the row with the least work so far.
+
+Per token, per word
+-------------------
+`token_logprobs[k]` is log p of the k-th token of the sequence given
+everything before it: for TG and TXL (CC) the k-th action (so per original
+action: the TG input's CNT1 copies of closing non-terminals predict nothing
+and are mapped away; the CNT2 copy carries the prediction of the next
+action), for TXL (terminals) the k-th word. With a SentencePiece
+vocabulary a word is several ids; its entry is the sum over its pieces
+(`piece_logprobs` keeps the per-id values).
+
+Per-word surprisal of a given tree (`word_surprisals`): the surprisal of word
+w_t is
+
+    s_t = −log p(w_t, and the actions between w_{t−1} and w_t | everything before)
+        = −Σ log p(a_k | a_<k) over the actions a_k after w_{t−1}, up to and including w_t,
+
+that is, the opening non-terminals (and closing ones) leading to w_t are
+charged to w_t. This is each word's share of −log p(x, y) for the tree y; the
+closing actions after the last word form `end` (the analogue of a word
+model's end-of-sentence surprisal), so Σ_t s_t + end = −log p(x, y). For
+TXL (terminals) s_t = −log p(w_t | w_<t) and end = 0.
+
+Unknown words are mapped as training maps them (a word dictionary: the UNK
+id; SentencePiece: pieces, or UNK without byte fallback); `num_unk` counts
+the words that became UNK, and the summaries report the total.
+
+Ensembles (`tgjax.eval.ensemble.Ensemble`) offer the same `score_encoded`
+method, so every function here takes a `Scorer` or an `Ensemble`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import itertools
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from tgjax.data import pipeline as pl
+from tgjax.data.vocab import UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
+from tgjax.eval.loading import LoadedModel
+from tgjax.syntax import masks, trees
+from tgjax.syntax import token_types as tt
+
+SUPPORTED_RULES = ("tg", "txl_cc", "txl_terminals")
+DEFAULT_CHUNK_SIZE = 1024  # sequences encoded and batched together when streaming
+
+
+# -----------------------------------------------------------------------------
+# Encoding.
+
+
+@dataclasses.dataclass
+class Encoded:
+    """One sequence ready for the model, with what maps its predictions back to tokens and words.
+
+    `arrays` are `(inputs, inputs_ttypes, labels, labels_ttypes)` before CNT
+    duplication, exactly as `pipeline.encode_corpus` makes them; `source[i]`
+    is the token that id i came from; `is_word[k]` marks word tokens.
+    """
+
+    tokens: list[str]
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    source: np.ndarray  # [n_ids]
+    is_word: np.ndarray  # [n_tokens] bool
+    num_unk: int
+
+    @property
+    def num_ids(self) -> int:
+        return len(self.source)
+
+    @property
+    def num_words(self) -> int:
+        return int(self.is_word.sum())
+
+
+def sequence_tokens(tree: trees.Tree, rule: str) -> list[str]:
+    """What a model of this rule reads of a tree: its actions (TG, TXL (CC)) or its words."""
+    return pl.tokens_for_rule(tree, rule)
+
+
+def is_word_token(tokens: Sequence[str]) -> np.ndarray:
+    """`[n]` bool: which tokens are words (not opening or closing non-terminals)."""
+    return np.array([not (is_opening_nt(t) or is_closing_nt(t)) for t in tokens], bool)
+
+
+def encode(vocab: Vocabulary, tokens: Sequence[str]) -> Encoded:
+    """The model inputs of one token sequence (see `Encoded`); raises ValueError for an unknown non-terminal."""
+    if not tokens:
+        raise ValueError("empty sequence: nothing to score")
+    ids, source = vocab.encode_with_alignment(list(tokens))
+    types = vocab.token_types(ids)
+    inputs = np.concatenate([[vocab.bos_id], ids]).astype(np.int32)
+    inputs_ttypes = np.concatenate([[tt.BOS], types]).astype(np.int32)
+    labels = np.concatenate([ids, [0]]).astype(np.int32)
+    labels_ttypes = np.concatenate([types, [tt.PAD]]).astype(np.int32)
+    is_word = is_word_token(tokens)
+    unk_tokens = np.unique(source[ids == UNK_ID])
+    num_unk = int(is_word[unk_tokens].sum()) if unk_tokens.size else 0
+    return Encoded(list(tokens), (inputs, inputs_ttypes, labels, labels_ttypes), source, is_word, num_unk)
+
+
+def encode_tree(vocab: Vocabulary, tree: trees.Tree, rule: str, *, where: str = "") -> Encoded:
+    """`encode` of a tree's tokens; errors name `where` (file and sentence)."""
+    try:
+        return encode(vocab, sequence_tokens(tree, rule))
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}" if where else str(e)) from e
+
+
+# -----------------------------------------------------------------------------
+# Results.
+
+
+@dataclasses.dataclass
+class SequenceScore:
+    """The scores of one sequence.
+
+    index: its position in the input (global, across shards).
+    logp: Σ log p over its prediction events (natural log). For an ensemble,
+      the sequence-level mixture log mean_k p_k (see `tgjax.eval.ensemble`).
+    token_logprobs: `[n_tokens]` log p of each token (action or word) given
+      its prefix; a word's pieces summed. For an ensemble, the per-token mixture.
+    piece_logprobs: `[n_ids]` the same per vocabulary id.
+    num_words, num_unk: words in the sequence, and how many became UNK.
+    member_logps: ensembles only, `[K]` each member's log p.
+    """
+
+    index: int
+    logp: float
+    token_logprobs: np.ndarray
+    piece_logprobs: np.ndarray
+    num_words: int
+    num_unk: int
+    tokens: list[str] | None = None
+    member_logps: np.ndarray | None = None
+
+    @property
+    def num_predictions(self) -> int:
+        return int(self.piece_logprobs.shape[0])
+
+
+def _make_score(index: int, encoded: Encoded, piece_logprobs: np.ndarray, logp: float | None = None,
+                member_logps: np.ndarray | None = None) -> SequenceScore:
+    piece_logprobs = np.asarray(piece_logprobs, np.float64)
+    per_token = np.bincount(encoded.source, weights=piece_logprobs, minlength=len(encoded.tokens))
+    total = float(math.fsum(piece_logprobs)) if logp is None else float(logp)
+    return SequenceScore(index, total, per_token, piece_logprobs, encoded.num_words, encoded.num_unk,
+                         encoded.tokens, member_logps)
+
+
+class SequenceScorer(Protocol):
+    """What the scoring functions need: a `Scorer` or an `Ensemble`."""
+
+    vocab: Vocabulary
+    rule: str
+
+    def score_encoded(self, encoded: Sequence[Encoded], indices: Sequence[int] | None = None
+                      ) -> list[SequenceScore]: ...
+
+
+# -----------------------------------------------------------------------------
+# The batched scorer of one model.
+
+
+def _deal(num_segments: np.ndarray, num_rows: int) -> list[list[int]]:
+    """Sequences to rows, longest first, each to the row with the fewest segments so far."""
+    order = np.lexsort((np.arange(len(num_segments)), -num_segments))
+    heap = [(0, row) for row in range(num_rows)]
+    rows: list[list[int]] = [[] for _ in range(num_rows)]
+    for s in order:
+        filled, row = heapq.heappop(heap)
+        rows[row].append(int(s))
+        heapq.heappush(heap, (filled + int(num_segments[s]), row))
+    return rows
+
+
+def _padding_segment(chunks: masks.CompactChunk) -> dict[str, np.ndarray]:
+    """An idle row's segment: no tokens, an empty memory, nothing predicted (as the training pipeline's)."""
+    pad = {name: np.zeros_like(field[0]) for name, field in zip(chunks._fields, chunks)}
+    for name in ("memory_pos", "mem_src_seq", "mem_src_mem"):
+        pad[name][...] = -1
+    for name in ("push_time", "pop_time", "memory_push_time", "memory_pop_time"):
+        pad[name][...] = masks.NEVER
+    for name in ("causal", "linear_relpos", "distinct_compose"):
+        pad[name][...] = getattr(chunks, name)[0]
+    pad["beginning_of_seq"][...] = 1
+    pad["end_of_seq"][...] = 1
+    return pad
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("memory",))
+def _score_step(graphdef, params, rest, batch, memory):
+    """log p of each position's label `[B, T]` (0 where nothing is predicted), and the next memory.
+
+    One jitted function for every scorer: models of the same structure
+    (ensemble members, shards of a job, repeated commands) share compilations;
+    the shardings come with the arguments.
+    """
+    model = nnx.merge(graphdef, params, rest)
+    logits, new_memory = model(batch, memory, deterministic=True)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(log_probs, batch["labels"][..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return jnp.where(batch["labels_ttypes"] != tt.PAD, picked, 0.0), new_memory
+
+
+class Scorer:
+    """Batched, jitted, deterministic scoring of token sequences under one model (see the module docstring).
+
+    Args:
+      loaded: a `LoadedModel` (`load_model`, or `loading.from_model`).
+      batch_size: rows per step (rounded up to a multiple of the device count).
+      devices: the devices the rows are split over (default: all local devices).
+    """
+
+    def __init__(self, loaded: LoadedModel, *, batch_size: int = 32, devices: Sequence | None = None):
+        if loaded.rule not in SUPPORTED_RULES:
+            raise ValueError(f"scoring supports the rules {SUPPORTED_RULES}; {loaded.describe()} uses {loaded.rule!r}")
+        if loaded.pipeline_fields.get("transparency_depth", -1) >= 0:
+            raise ValueError(f"{loaded.describe()}: transparent constituents (data.transparency_depth >= 0) "
+                             f"are not supported by the compact segments the model reads")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.loaded = loaded
+        self.vocab = loaded.vocab
+        self.rule = loaded.rule
+        self.masking = pl.make_rule(pl.PipelineConfig(**loaded.pipeline_fields))
+        devices = list(devices) if devices is not None else jax.local_devices()
+        self.batch_size = -(-batch_size // len(devices)) * len(devices)
+        mesh = Mesh(np.array(devices), ("data",))
+        replicated = NamedSharding(mesh, P())
+        self._batch_sharding = NamedSharding(mesh, P("data"))
+        self._memory_sharding = NamedSharding(mesh, P(None, "data"))
+        self._params = jax.device_put(loaded.params, replicated)
+        self._rest = jax.device_put(loaded.rest, replicated)
+        self._graphdef = loaded.graphdef
+        cfg = loaded.model_config
+        self._memory_shape = (cfg.num_layers, self.batch_size, cfg.memory_length, cfg.d_model)
+        self._memory = None
+
+    @property
+    def stats(self) -> masks.MaskingStats:
+        """What the masking rule counted (sequences, segments, stack entries dropped from a full memory)."""
+        return self.masking.stats
+
+    def _empty_memory(self) -> jax.Array:
+        return jax.device_put(np.zeros(self._memory_shape, np.float32), self._memory_sharding)
+
+    def piece_logprobs(self, encoded: Sequence[Encoded]) -> list[np.ndarray]:
+        """Per sequence, `[n_ids]` float64 log p of each id given its prefix."""
+        if not encoded:
+            return []
+        arrays = [e.arrays for e in encoded]
+        chunks, seq_of_chunk = self.masking.compact_chunks_many(arrays)
+        G = len(seq_of_chunk)
+        num_segments = np.bincount(seq_of_chunk, minlength=len(arrays))
+        first_chunk = np.cumsum(num_segments) - num_segments
+        # Each row's reads, as chunk indices; G is the idle (padding) segment.
+        rows = _deal(num_segments, self.batch_size)
+        reads = [np.concatenate([first_chunk[s] + np.arange(num_segments[s]) for s in row]) if row
+                 else np.zeros(0, np.int64) for row in rows]
+        num_steps = max(len(r) for r in reads)
+        schedule = np.full((num_steps, self.batch_size), G, np.int64)
+        for b, r in enumerate(reads):
+            schedule[:len(r), b] = r
+        pad = _padding_segment(chunks)
+        fields = {name: np.concatenate([field, pad[name][None]]) for name, field in zip(chunks._fields, chunks)}
+        memory = self._memory if self._memory is not None else self._empty_memory()
+        self._memory = None  # donated below
+        outputs = []
+        for t in range(num_steps):
+            batch = {name: field[schedule[t]] for name, field in fields.items()}
+            out, memory = _score_step(self._graphdef, self._params, self._rest,
+                                      jax.device_put(batch, self._batch_sharding), memory)
+            outputs.append(out)
+        self._memory = memory
+        per_step = np.stack(jax.device_get(outputs)).astype(np.float64)  # [steps, B, T]
+        by_chunk = np.zeros((G + 1, self.masking.seq_len), np.float64)
+        by_chunk[schedule.reshape(-1)] = per_step.reshape(-1, self.masking.seq_len)
+        events = chunks.labels_ttypes != tt.PAD  # [G, T]
+        values = by_chunk[:G][events]  # in (sequence, segment, position) order
+        counts = np.bincount(seq_of_chunk, weights=events.sum(axis=1), minlength=len(arrays)).astype(np.int64)
+        out = np.split(values, np.cumsum(counts)[:-1])
+        for e, v in zip(encoded, out):
+            if len(v) != e.num_ids:  # the rules predict every id once: anything else is a bug
+                raise AssertionError(f"{len(v)} prediction events for {e.num_ids} ids")
+        return out
+
+    def score_encoded(self, encoded: Sequence[Encoded], indices: Sequence[int] | None = None) -> list[SequenceScore]:
+        """`SequenceScore`s of encoded sequences (`indices` default to 0, 1, ...)."""
+        indices = range(len(encoded)) if indices is None else indices
+        return [_make_score(i, e, lp) for i, e, lp in zip(indices, encoded, self.piece_logprobs(encoded))]
+
+
+# -----------------------------------------------------------------------------
+# Scoring many sequences, streaming.
+
+
+def _batched(iterable: Iterable, n: int) -> Iterator[list]:
+    iterator = iter(iterable)
+    while chunk := list(itertools.islice(iterator, n)):
+        yield chunk
+
+
+def score_sequences(scorer: SequenceScorer, items: Iterable[tuple[int, Encoded]], *,
+                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[SequenceScore]:
+    """Scores `(index, Encoded)` items lazily, `chunk_size` at a time, in input order."""
+    for chunk in _batched(items, chunk_size):
+        yield from scorer.score_encoded([e for _, e in chunk], [i for i, _ in chunk])
+
+
+def score_trees(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *,
+                chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[SequenceScore]:
+    """Scores trees in memory (their actions, or their words for TXL (terminals))."""
+    items = ((i, encode_tree(scorer.vocab, t, scorer.rule, where=f"tree {i}")) for i, t in enumerate(tree_list))
+    return list(score_sequences(scorer, items, chunk_size=chunk_size))
+
+
+def read_sentences(path: str | os.PathLike, input_format: str = "trees") -> Iterator[trees.Tree]:
+    """Trees of a treebank file, lazily; or, with `input_format="words"`, one sentence of words per line.
+
+    A words line becomes a flat tree `(X w1 ... wn)` (its words are all a
+    TXL (terminals) model reads). Empty lines of a words file are skipped
+    (and so not counted).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such input file {path!r}")
+    if input_format == "trees":
+        yield from trees.iter_treebank(path)
+        return
+    if input_format != "words":
+        raise ValueError(f"input format: expected 'trees' or 'words', got {input_format!r}")
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            words = line.split()
+            if words:
+                yield trees.Tree("X", words)
+
+
+def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, input_format: str = "trees",
+                   shard: tuple[int, int] = (0, 1), chunk_size: int = DEFAULT_CHUNK_SIZE
+                   ) -> Iterator[SequenceScore]:
+    """Streams a file's sentences (this shard's: index % N == I) through the scorer; constant memory.
+
+    Raises ValueError for an empty file, and naming the file and sentence for
+    sentences the vocabulary cannot encode (a non-terminal it does not have).
+    """
+    if input_format == "words" and scorer.rule != "txl_terminals":
+        raise ValueError(f"--input-format words is for TXL (terminals) models; a {scorer.rule} model scores trees")
+    index, count = shard
+    path = os.fspath(path)
+    seen = 0
+
+    def items():
+        nonlocal seen
+        for i, tree in enumerate(read_sentences(path, input_format)):
+            seen += 1
+            if i % count == index:
+                yield i, encode_tree(scorer.vocab, tree, scorer.rule, where=f"{path}: sentence {i}")
+
+    yield from score_sequences(scorer, items(), chunk_size=chunk_size)
+    if seen == 0:
+        raise ValueError(f"{path}: no sentences (the file is empty)")
+
+
+# -----------------------------------------------------------------------------
+# Per-word surprisal.
+
+
+@dataclasses.dataclass
+class WordSurprisals:
+    """Per-word surprisals (nats) of one tree; Σ surprisals + end = −log p(x, y) (see the module docstring)."""
+
+    words: list[str]
+    surprisals: np.ndarray  # [num_words]
+    end: float  # −log p of the actions after the last word (closing non-terminals)
+    logp: float  # log p(x, y) (log p(x) for TXL (terminals)); ensembles: Σ of the per-token mixture
+    num_unk: int
+
+
+def surprisals_from_score(score: SequenceScore) -> WordSurprisals:
+    """Groups a sequence's token log probs into per-word surprisals (each word takes the actions before it)."""
+    tokens = score.tokens or []
+    is_word = is_word_token(tokens)
+    lp = np.asarray(score.token_logprobs, np.float64)
+    word_at = np.flatnonzero(is_word)
+    if word_at.size == 0:
+        raise ValueError("the sequence has no words")
+    owner = np.searchsorted(word_at, np.arange(len(lp)), side="left")  # the next word at or after each token
+    per_word = np.bincount(owner, weights=-lp, minlength=len(word_at) + 1)
+    total = float(math.fsum(lp))
+    return WordSurprisals([tokens[k] for k in word_at], per_word[:len(word_at)],
+                          float(per_word[len(word_at)]), total, score.num_unk)
+
+
+def word_surprisals(scorer: SequenceScorer, tree: trees.Tree) -> WordSurprisals:
+    """Per-word surprisals of a given tree (or of a sentence's words for TXL (terminals))."""
+    encoded = encode_tree(scorer.vocab, tree, scorer.rule)
+    (score,) = scorer.score_encoded([encoded])
+    return surprisals_from_score(score)
+
+
+def word_surprisals_many(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *,
+                         chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[WordSurprisals]:
+    """`word_surprisals` of many trees, batched."""
+    encoded = [encode_tree(scorer.vocab, t, scorer.rule, where=f"tree {i}") for i, t in enumerate(tree_list)]
+    out = []
+    for start in range(0, len(encoded), chunk_size):
+        part = encoded[start:start + chunk_size]
+        out += [surprisals_from_score(s) for s in scorer.score_encoded(part)]
+    return out
+
+
+# -----------------------------------------------------------------------------
+# Records and summaries (what the `score` command writes).
+
+
+def score_record(score: SequenceScore, *, per_token: bool = False, surprisal: WordSurprisals | None = None) -> dict:
+    """One JSON line: index, log p, predictions, words, UNK words (and per-token / per-word values if asked)."""
+    record = {"index": score.index, "logp": score.logp, "num_predictions": score.num_predictions,
+              "num_words": score.num_words, "num_unk": score.num_unk}
+    if score.member_logps is not None:
+        record["member_logps"] = [float(x) for x in score.member_logps]
+    if per_token:
+        record["tokens"] = list(score.tokens or [])
+        record["token_logprobs"] = [float(x) for x in score.token_logprobs]
+    if surprisal is not None:
+        record["words"] = surprisal.words
+        record["surprisals"] = [float(x) for x in surprisal.surprisals]
+        record["end_surprisal"] = surprisal.end
+    return record
+
+
+class ExactSum:
+    """A float sum that is exact until the final rounding, so independent of the order of the terms.
+
+    Shewchuk's partials (the algorithm of `math.fsum`), kept incrementally:
+    summaries of shards merged in any order equal the unsharded one bit for bit.
+    """
+
+    def __init__(self):
+        self._partials: list[float] = []
+
+    def add(self, x: float) -> None:
+        partials = self._partials
+        i = 0
+        x = float(x)
+        for y in partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                partials[i] = lo
+                i += 1
+            x = hi
+        partials[i:] = [x]
+
+    @property
+    def value(self) -> float:
+        return math.fsum(self._partials)
+
+
+class ScoreSummary:
+    """Corpus totals of `score` records, exact whatever the order (`ExactSum`)."""
+
+    def __init__(self, rule: str):
+        self.rule = rule
+        self.logp = ExactSum()
+        self.sentences = self.predictions = self.words = self.unk = 0
+
+    def add(self, record: dict) -> None:
+        self.sentences += 1
+        self.logp.add(record["logp"])
+        self.predictions += record["num_predictions"]
+        self.words += record["num_words"]
+        self.unk += record["num_unk"]
+
+    def result(self) -> dict:
+        total = self.logp.value
+        out = {"sentences": self.sentences, "total_logp": total, "num_predictions": self.predictions,
+               "num_words": self.words, "num_unk_words": self.unk,
+               "nll_per_prediction": -total / max(self.predictions, 1),
+               "perplexity_per_prediction": _exp(-total / max(self.predictions, 1))}
+        if self.rule == "txl_terminals":
+            out["word_perplexity"] = _exp(-total / max(self.words, 1))  # exact: p(x) itself
+        else:
+            # With one given tree per sentence: exp(−Σ log p(x, y) / N_w) >= the true word perplexity.
+            out["joint_word_perplexity"] = _exp(-total / max(self.words, 1))
+        return out
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if x < 700 else math.inf
