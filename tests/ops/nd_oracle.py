@@ -7,8 +7,9 @@ DuSell & Chiang, "Stack Attention" (ICLR 2024):
 * `nondeterministic_oracle`: Appendix B, eqs. (21)-(29), with the paper's
   indices (-1 <= i < t <= n), the chart kept in dictionaries keyed by
   (i, t), gamma' rebuilt for every t, zeta (the vector inner weights)
-  computed as in eq. (26), everything in log space, t-ordered. jnp only, so
-  `jax.grad` through it gives the reference gradients.
+  computed as in eq. (26), everything in log space, t-ordered. It runs on
+  NumPy (`xp=np`: values, no compilation) or on jax.numpy (`xp=jnp`, the
+  default), so that `jax.grad` through it gives the reference gradients.
 * `brute_force_readings`: eq. (12) itself — every run of the vector PDA
   enumerated (NumPy, float64), for a handful of time steps. It checks the
   oracle, not the kernel.
@@ -22,8 +23,9 @@ from __future__ import annotations
 import itertools
 
 import jax.numpy as jnp
+import jax.scipy.special
 import numpy as np
-from jax.scipy.special import logsumexp
+import scipy.special
 
 # log 0 inside the oracle: finite, so that jax.grad through its logsumexps has
 # no NaN (exp(-1e5) is exactly 0 in float64, so values are unchanged). Inputs
@@ -31,10 +33,13 @@ from jax.scipy.special import logsumexp
 LOG_ZERO = -1e5
 
 
-def superposition_oracle(actions, pushed):
-    """Eqs. (5)-(8): `actions` [B, n, 3] (push, pop, no-op), `pushed` [B, n, m] -> [B, n, m]."""
+def superposition_oracle(actions, pushed, xp=jnp):
+    """Eqs. (5)-(8): `actions` [B, n, 3] (push, pop, no-op), `pushed` [B, n, m] -> [B, n, m].
+
+    The stack is a Python list of elements, top first, of length t at step t.
+    """
     n = pushed.shape[1]
-    zero = jnp.zeros_like(pushed[:, 0])
+    zero = xp.zeros_like(pushed[:, 0])
     stack = [zero]  # V_0 = [0]
     readings = []
     for t in range(1, n + 1):
@@ -48,14 +53,10 @@ def superposition_oracle(actions, pushed):
             new.append(a_push * above + a_noop * at + a_pop * below)  # eq. (5)
         stack = new
         readings.append(stack[0])  # r_t = V_t[1]
-    return jnp.stack(readings, axis=1)
+    return xp.stack(readings, axis=1)
 
 
-def _lse(terms, axis=0):
-    return logsumexp(jnp.stack(terms), axis=axis)
-
-
-def nondeterministic_oracle(push, repl, pop, pushed, bottom):
+def nondeterministic_oracle(push, repl, pop, pushed, bottom, xp=jnp):
     """Appendix B, eqs. (21)-(29), in log space, t-ordered.
 
     Shapes as `tgjax.ops.nondeterministic_stack`: `push`, `repl`
@@ -63,19 +64,25 @@ def nondeterministic_oracle(push, repl, pop, pushed, bottom):
     [m] or [B, m] (all logs). Returns r_1..r_n, [B, n, Q, S, m], real space.
     Delta_t of the paper is (push, repl, pop)[:, t - 1].
     """
+    logsumexp = scipy.special.logsumexp if xp is np else jax.scipy.special.logsumexp
+
+    def _lse(terms):
+        return logsumexp(xp.stack(terms), axis=0)
+
     B, n, Q, S = push.shape[:4]
     m = pushed.shape[-1]
     push, repl, pop, pushed, bottom = (
-        jnp.maximum(x, LOG_ZERO) for x in (push, repl, pop, pushed, bottom)
+        xp.maximum(xp.asarray(x), LOG_ZERO) for x in (push, repl, pop, pushed, bottom)
     )
-    bottom = jnp.broadcast_to(bottom, (B, m))
-    dtype = push.dtype
+    bottom = xp.broadcast_to(bottom, (B, m))
 
     # Eqs. (21)-(23): the bottom span [-1 -> 0] and alpha[-1], with q0 = 0, ⊥ = 0.
-    indicator = jnp.full((B, Q, S, Q, S), LOG_ZERO, dtype).at[:, 0, 0, 0, 0].set(0.0)
+    first = np.zeros((Q, S), bool)
+    first[0, 0] = True  # (q0, ⊥)
+    indicator = xp.where(xp.asarray(first[:, :, None, None] & first), 0.0, LOG_ZERO) + 0 * push[:, 0]
     gamma = {(-1, 0): indicator}  # gamma[(i, t)][b, q, x, r, y]
     zeta = {(-1, 0): indicator[..., None] + bottom[:, None, None, None, None, :]}
-    alpha = {-1: jnp.full((B, Q, S), LOG_ZERO, dtype).at[:, 0, 0].set(0.0)}
+    alpha = {-1: xp.where(xp.asarray(first), 0.0, LOG_ZERO) + 0 * push[:, 0, :, :, 0, 0]}
 
     def alpha_at(t):  # eq. (27)
         terms = [
@@ -89,14 +96,19 @@ def nondeterministic_oracle(push, repl, pop, pushed, bottom):
     for t in range(1, n + 1):
         push_t, repl_t, pop_t = push[:, t - 1], repl[:, t - 1], pop[:, t - 1]
         v_t = pushed[:, t - 1]
-        # Eq. (25): gamma'[k -> t][u, y -> r] for 0 <= k <= t - 2, summing over (s, z).
-        gamma_p = {
-            k: logsumexp(
-                gamma[(k, t - 1)][:, :, :, :, :, None] + pop_t[:, None, None, :, :, :],
-                axis=(3, 4),
+        # Eq. (25): gamma'[k -> t][u, y -> r] for 0 <= k <= t - 2, summing over (s, z);
+        # stacked over k, as [k, b, u, r, y].
+        gamma_p = [
+            xp.swapaxes(
+                logsumexp(
+                    gamma[(k, t - 1)][:, :, :, :, :, None] + pop_t[:, None, None, :, :, :],
+                    axis=(3, 4),
+                ),
+                2,
+                3,
             )
             for k in range(0, t - 1)
-        }
+        ]
         for i in range(-1, t):
             g_terms, z_terms = [], []
             if i == t - 1:  # push
@@ -117,16 +129,14 @@ def nondeterministic_oracle(push, repl, pop, pushed, bottom):
                         axis=(3, 4),
                     )
                 )
-            for k in range(i + 1, t - 1):  # pop: sum over u of gamma[i -> k][q,x -> u,y] gamma'[k -> t][u,y -> r]
-                gp = jnp.swapaxes(gamma_p[k], 2, 3)  # [b, u, r, y]
-                g_terms.append(
-                    logsumexp(gamma[(i, k)][:, :, :, :, None, :] + gp[:, None, None], axis=3)
-                )
+            ks = range(i + 1, t - 1)
+            if len(ks):  # pop: sum over k and u of gamma[i -> k][q,x -> u,y] gamma'[k -> t][u,y -> r]
+                g_ik = xp.stack([gamma[(i, k)] for k in ks])  # [k, b, q, x, u, y]
+                z_ik = xp.stack([zeta[(i, k)] for k in ks])  # [k, b, q, x, u, y, m]
+                gp = xp.stack([gamma_p[k] for k in ks])[:, :, None, None]  # [k, b, 1, 1, u, r, y]
+                g_terms.append(logsumexp(g_ik[:, :, :, :, :, None, :] + gp, axis=(0, 4)))
                 z_terms.append(
-                    logsumexp(
-                        zeta[(i, k)][:, :, :, :, None, :, :] + gp[:, None, None, :, :, :, None],
-                        axis=3,
-                    )
+                    logsumexp(z_ik[:, :, :, :, :, None, :, :] + gp[..., None], axis=(0, 4))
                 )
             gamma[(i, t)] = _lse(g_terms)  # eq. (24)
             zeta[(i, t)] = _lse(z_terms)  # eq. (26)
@@ -139,8 +149,8 @@ def nondeterministic_oracle(push, repl, pop, pushed, bottom):
             ]
         )
         norm = logsumexp(alpha[t], axis=(1, 2))  # eq. (29)
-        readings.append(jnp.exp(eta - norm[:, None, None, None]))
-    return jnp.stack(readings, axis=1)
+        readings.append(xp.exp(eta - norm[:, None, None, None]))
+    return xp.stack(readings, axis=1)
 
 
 def brute_force_readings(push, repl, pop, pushed, bottom):

@@ -1,0 +1,251 @@
+"""Forward+backward time and peak memory of the stack-attention kernels, beside the slow oracles.
+
+Nondeterministic stack (dVPDA): batch 8, |Q| = |Γ| = 3, m = 10, n in
+{32, 64, 128, 256}; superposition stack: batch 8, m = 32, same n. Each
+configuration runs in its own subprocess, so that its peak resident memory
+(getrusage maxrss of that process) is its own; XLA's own account of the
+compiled step (arguments + outputs + scratch) is printed beside it. Step
+time is the best of a few runs after one warm-up run; compile time (each n
+compiles anew) is reported apart. The slow oracles of tests/ops/nd_oracle.py
+(eqs. 21-29 and 5-8 written out, jitted) run only at small n and are
+compared at a common n. Growth exponents are least-squares slopes of
+log(time) and log(memory) against log(n).
+
+For scale, the authors' PyTorch implementation of the dVPDA takes about
+5.6 s (n = 32) and 57 s (n = 64) for forward+backward at batch 8,
+|Q| = |Γ| = 3, m = 10 on 2 cores of this kind of machine, with peak memory
+0.66 GB and 1.9 GB. Bars (issue item 6): >= 20x faster than that at n = 64
+(under 2.8 s); n = 256 fits in 24 GB; peak memory grows no faster than n^2.
+
+    python benchmarks/stack_attention.py [--ns 32,64,128,256] [--oracle-ns 4,8,12] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for the oracles in tests/
+
+AUTHORS_SECONDS = {32: 5.6, 64: 57.0}
+AUTHORS_PEAK_GB = {32: 0.66, 64: 1.9}
+BAR_SECONDS_N64 = 57.0 / 20
+BAR_MEMORY_GB_N256 = 24.0
+B, Q, S, M_ND, M_SUP = 8, 3, 3, 10, 32
+
+
+# --------------------------------------------------------------------------- child: one measurement
+
+
+def _inputs(kind: str, n: int):
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
+    if kind == "sup":
+        logits = rng.normal(size=(B, n, 3))
+        actions = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        return (f32(actions), f32(rng.normal(size=(B, n, M_SUP)))), rng.normal(size=(B, n, M_SUP))
+    args = (
+        rng.normal(size=(B, n, Q, S, Q, S)),
+        rng.normal(size=(B, n, Q, S, Q, S)),
+        rng.normal(size=(B, n, Q, S, Q)),
+        -np.logaddexp(0.0, -rng.normal(size=(B, n, M_ND))),  # log sigmoid, as in stack attention
+        -np.logaddexp(0.0, -rng.normal(size=(M_ND,))),
+    )
+    return tuple(f32(a) for a in args), rng.normal(size=(B, n, Q, S, M_ND))
+
+
+def _function(kind: str, impl: str):
+    from tests.ops.nd_oracle import nondeterministic_oracle, superposition_oracle
+    from tgjax.ops import nondeterministic_stack, superposition_stack
+
+    return {
+        ("nd", "kernel"): nondeterministic_stack,
+        ("nd", "oracle"): nondeterministic_oracle,
+        ("sup", "kernel"): superposition_stack,
+        ("sup", "oracle"): superposition_oracle,
+    }[(kind, impl)]
+
+
+def measure(kind: str, impl: str, n: int, repeats: int) -> dict:
+    """Compile and time forward+backward of sum(readings * w) once, in this process."""
+    import jax
+    import jax.numpy as jnp
+
+    args, weights = _inputs(kind, n)
+    fn = _function(kind, impl)
+    argnums = tuple(range(len(args)))
+    step = jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a) * weights), argnums=argnums))
+    rss_before = _maxrss_gb()
+    t0 = time.perf_counter()
+    compiled = step.lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(compiled(*args))  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - t0)
+    mem = compiled.memory_analysis()
+    xla_bytes = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+    return {
+        "kind": kind,
+        "impl": impl,
+        "n": n,
+        "step_s": min(times),
+        "compile_s": compile_s,
+        "peak_rss_gb": _maxrss_gb(),
+        "rss_before_compile_gb": rss_before,
+        "xla_gb": xla_bytes / 2**30,
+        "xla_temp_gb": mem.temp_size_in_bytes / 2**30,
+    }
+
+
+def _maxrss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+# --------------------------------------------------------------------------- parent: the table
+
+
+def run_child(kind: str, impl: str, n: int, repeats: int, timeout: float) -> dict | None:
+    cmd = [sys.executable, __file__, "--child", kind, impl, str(n), str(repeats)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        print(f"  {kind} {impl} n={n}: timed out after {timeout:.0f} s", flush=True)
+        return None
+    if out.returncode != 0:
+        print(f"  {kind} {impl} n={n}: failed\n{out.stderr[-2000:]}", flush=True)
+        return None
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(
+        f"  {kind:3s} {impl:6s} n={n:4d}  step {result['step_s']:8.3f} s  compile {result['compile_s']:6.1f} s"
+        f"  peak RSS {result['peak_rss_gb']:6.2f} GB  XLA {result['xla_gb']:6.3f} GB",
+        flush=True,
+    )
+    return result
+
+
+def slope(points) -> float:
+    """Least-squares slope of log(y) against log(x)."""
+    xs = [math.log(x) for x, _ in points]
+    ys = [math.log(y) for _, y in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ns", default="32,64,128,256")
+    ap.add_argument("--oracle-ns", default="4,8,12", help="small n for the dVPDA oracle (its compile grows ~n^2)")
+    ap.add_argument("--sup-oracle-ns", default="8,16")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    args = ap.parse_args()
+    ns = [int(x) for x in args.ns.split(",")]
+    oracle_ns = [int(x) for x in args.oracle_ns.split(",")]
+    sup_oracle_ns = [int(x) for x in args.sup_oracle_ns.split(",")]
+
+    print(f"load average {os.getloadavg()}, {os.cpu_count()} CPUs; float32; batch {B}", flush=True)
+    rows = {}
+    plan = [("nd", "kernel", n) for n in sorted(set(ns) | set(oracle_ns))]
+    plan += [("nd", "oracle", n) for n in oracle_ns]
+    plan += [("sup", "kernel", n) for n in sorted(set(ns) | set(sup_oracle_ns))]
+    plan += [("sup", "oracle", n) for n in sup_oracle_ns]
+    for kind, impl, n in plan:
+        repeats = args.repeats if n <= 128 or impl == "oracle" else max(1, args.repeats - 1)
+        rows[kind, impl, n] = run_child(kind, impl, n, repeats, args.timeout)
+    print(f"load average {os.getloadavg()}", flush=True)
+
+    def get(kind, impl, n, key):
+        r = rows.get((kind, impl, n))
+        return r[key] if r else float("nan")
+
+    print()
+    print(f"Nondeterministic stack (dVPDA), B={B}, |Q|=|Γ|={Q}, m={M_ND}, float32, forward+backward")
+    print(f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8} {'authors s':>10} {'authors/ours':>13}")
+    for n in sorted(set(ns) | set(oracle_ns)):
+        authors = AUTHORS_SECONDS.get(n)
+        ratio = f"{authors / get('nd', 'kernel', n, 'step_s'):13.0f}x" if authors else " " * 14
+        print(
+            f"{n:5d} {get('nd', 'kernel', n, 'step_s'):9.3f} {get('nd', 'kernel', n, 'compile_s'):10.1f}"
+            f" {get('nd', 'kernel', n, 'peak_rss_gb'):12.2f} {get('nd', 'kernel', n, 'xla_gb'):8.3f}"
+            f" {authors if authors else '':>10} {ratio}"
+        )
+    print("  slow oracle (eqs. 21-29, jitted):")
+    for n in oracle_ns:
+        print(
+            f"{n:5d} {get('nd', 'oracle', n, 'step_s'):9.3f} {get('nd', 'oracle', n, 'compile_s'):10.1f}"
+            f" {get('nd', 'oracle', n, 'peak_rss_gb'):12.2f} {get('nd', 'oracle', n, 'xla_gb'):8.3f}"
+        )
+    print()
+    print(f"Superposition stack, B={B}, m={M_SUP}, float32, forward+backward")
+    print(f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8}")
+    for n in sorted(set(ns) | set(sup_oracle_ns)):
+        print(
+            f"{n:5d} {get('sup', 'kernel', n, 'step_s'):9.4f} {get('sup', 'kernel', n, 'compile_s'):10.1f}"
+            f" {get('sup', 'kernel', n, 'peak_rss_gb'):12.2f} {get('sup', 'kernel', n, 'xla_gb'):8.3f}"
+        )
+    print("  slow oracle (eqs. 5-8, jitted):")
+    for n in sup_oracle_ns:
+        print(
+            f"{n:5d} {get('sup', 'oracle', n, 'step_s'):9.4f} {get('sup', 'oracle', n, 'compile_s'):10.1f}"
+            f" {get('sup', 'oracle', n, 'peak_rss_gb'):12.2f} {get('sup', 'oracle', n, 'xla_gb'):8.3f}"
+        )
+
+    print()
+    print("Ratios and growth")
+    for kind, common, label in (("nd", max(oracle_ns), "dVPDA"), ("sup", max(sup_oracle_ns), "superposition")):
+        o, k = get(kind, "oracle", common, "step_s"), get(kind, "kernel", common, "step_s")
+        oc, kc = get(kind, "oracle", common, "compile_s"), get(kind, "kernel", common, "compile_s")
+        print(f"  {label}: oracle / kernel at n = {common}: step {o / k:.1f}x, compile {oc / kc:.1f}x")
+        pts = [(n, get(kind, "kernel", n, "step_s")) for n in ns if rows.get((kind, "kernel", n))]
+        mem = [(n, get(kind, "kernel", n, "xla_gb")) for n in ns if rows.get((kind, "kernel", n))]
+        rss = [(n, get(kind, "kernel", n, "peak_rss_gb")) for n in ns if rows.get((kind, "kernel", n))]
+        if len(pts) >= 2:
+            print(
+                f"  {label}: growth exponent over n = {[n for n, _ in pts]}: time {slope(pts):.2f},"
+                f" XLA memory {slope(mem):.2f}, peak RSS {slope(rss):.2f}"
+            )
+        opts = [(n, get(kind, "oracle", n, "step_s")) for n in (oracle_ns if kind == "nd" else sup_oracle_ns)]
+        if len(opts) >= 2:
+            print(f"  {label} oracle: time exponent over n = {[n for n, _ in opts]}: {slope(opts):.2f}")
+    for n in (32, 64):
+        if rows.get(("nd", "kernel", n)):
+            t = get("nd", "kernel", n, "step_s")
+            print(
+                f"  dVPDA vs the authors' PyTorch at n = {n}: {AUTHORS_SECONDS[n] / t:.0f}x faster;"
+                f" peak RSS {get('nd', 'kernel', n, 'peak_rss_gb'):.2f} GB vs {AUTHORS_PEAK_GB[n]} GB"
+            )
+    print()
+    print("Bars")
+    t64 = get("nd", "kernel", 64, "step_s")
+    print(f"  n = 64 forward+backward under {BAR_SECONDS_N64:.2f} s (20x the authors): {t64:.3f} s ->"
+          f" {'PASS' if t64 < BAR_SECONDS_N64 else 'FAIL'}")
+    r256 = rows.get(("nd", "kernel", 256))
+    if r256:
+        print(f"  n = 256 fits in {BAR_MEMORY_GB_N256:.0f} GB: peak RSS {r256['peak_rss_gb']:.2f} GB ->"
+              f" {'PASS' if r256['peak_rss_gb'] < BAR_MEMORY_GB_N256 else 'FAIL'}")
+    mem = [(n, get("nd", "kernel", n, "xla_gb")) for n in ns if rows.get(("nd", "kernel", n))]
+    if len(mem) >= 2:
+        e = slope(mem)
+        print(f"  peak memory grows no faster than n^2: XLA memory exponent {e:.2f} ->"
+              f" {'PASS' if e <= 2.1 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _, _, kind, impl, n, repeats = sys.argv
+        print(json.dumps(measure(kind, impl, int(n), int(repeats))))
+    else:
+        main()

@@ -1,0 +1,367 @@
+"""tgjax.ops.nondeterministic_stack against the slow oracle of tests/ops/nd_oracle.py.
+
+The oracle is Appendix B of DuSell & Chiang (2024) written out t-ordered
+(eqs. 21-29, zeta included); it is itself checked against eq. (12) by
+enumerating every run of the vector PDA. Values are compared on NumPy (no
+compilation), gradients through `jax.grad` of the oracle at a few small
+shapes that stay fixed so the compiled functions are reused. float64 runs
+inside `jax.enable_x64(True)`, so the rest of the test session is unaffected.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.ops.nd_oracle import brute_force_readings, nondeterministic_oracle
+from tgjax.ops import nondeterministic_stack, superposition_stack
+
+stack = jax.jit(nondeterministic_stack, static_argnames="num_blocks")
+ARGNUMS = (0, 1, 2, 3, 4)
+
+
+def random_inputs(rng, B, n, Q, S, m, *, scale=1.0, p_neg_inf=0.0, dtype=np.float64):
+    """Random log weights (normal * scale, some -inf) and log vectors, as NumPy arrays.
+
+    Staying in (q0, ⊥) by a replace keeps a finite weight, so some run always survives.
+    """
+
+    def weights(shape):
+        w = rng.normal(size=shape) * scale
+        w[rng.random(shape) < p_neg_inf] = -np.inf
+        return w
+
+    push, repl, pop = weights((B, n, Q, S, Q, S)), weights((B, n, Q, S, Q, S)), weights((B, n, Q, S, Q))
+    repl[:, :, 0, 0, 0, 0] = rng.normal(size=(B, n)) * scale
+    pushed = rng.normal(size=(B, n, m))
+    bottom = rng.normal(size=(m,))
+    return tuple(x.astype(dtype) for x in (push, repl, pop, pushed, bottom))
+
+
+def loss_fn(fn, weights):
+    """A scalar that mixes every reading: sum(readings * weights)."""
+    return lambda *args: jnp.sum(fn(*args) * weights)
+
+
+def assert_grads_close(got, want, rtol, atol):
+    for name, g, w in zip(("push", "repl", "pop", "pushed", "bottom"), got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol, err_msg=name)
+
+
+# --------------------------------------------------------------------------- the oracle itself
+
+
+@pytest.mark.parametrize("n, Q, S, m, p_neg_inf", [(3, 2, 2, 2, 0.0), (4, 1, 2, 3, 0.0), (3, 2, 2, 1, 0.4)])
+def test_oracle_matches_run_enumeration(n, Q, S, m, p_neg_inf):
+    """Eqs. (21)-(29) (the oracle) equal eq. (12): every run of the vector PDA, enumerated."""
+    rng = np.random.default_rng(n * 10 + Q)
+    push, repl, pop, pushed, bottom = random_inputs(rng, 1, n, Q, S, m, p_neg_inf=p_neg_inf)
+    want = brute_force_readings(push[0], repl[0], pop[0], pushed[0], bottom)
+    got = nondeterministic_oracle(push, repl, pop, pushed, bottom, xp=np)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- values
+
+
+SHAPES = [(1, 1, 1), (2, 1, 2), (1, 2, 3), (3, 2, 2), (2, 3, 1), (3, 3, 2)]
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_readings_match_oracle_float64(n):
+    Q, S, m = SHAPES[n % len(SHAPES)]
+    rng = np.random.default_rng(n)
+    with jax.enable_x64(True):
+        args = random_inputs(rng, 2, n, Q, S, m, scale=2.0)
+        got = np.asarray(stack(*args))
+    want = nondeterministic_oracle(*args, xp=np)
+    assert got.shape == (2, n, Q, S, m)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_shared_and_per_sequence_bottom():
+    """bottom [m] is the same as bottom broadcast to [B, m]; its gradient sums over the batch."""
+    rng = np.random.default_rng(7)
+    with jax.enable_x64(True):
+        push, repl, pop, pushed, bottom = random_inputs(rng, 3, 5, 2, 2, 2)
+        per_seq = np.broadcast_to(bottom, (3, 2)).copy()
+        np.testing.assert_allclose(stack(push, repl, pop, pushed, bottom), stack(push, repl, pop, pushed, per_seq))
+        weights = rng.normal(size=(3, 5, 2, 2, 2))
+        g_shared = jax.grad(loss_fn(nondeterministic_stack, weights), argnums=4)(push, repl, pop, pushed, bottom)
+        g_per_seq = jax.grad(loss_fn(nondeterministic_stack, weights), argnums=4)(push, repl, pop, pushed, per_seq)
+    np.testing.assert_allclose(g_shared, np.asarray(g_per_seq).sum(0), rtol=1e-12)
+
+
+def test_num_blocks_changes_nothing():
+    rng = np.random.default_rng(11)
+    with jax.enable_x64(True):
+        args = random_inputs(rng, 2, 20, 2, 2, 3, scale=3.0, p_neg_inf=0.2)
+        weights = rng.normal(size=(2, 20, 2, 2, 3))
+        results = []
+        for k in (1, 3, 7):
+            f = loss_fn(lambda *a, k=k: nondeterministic_stack(*a, num_blocks=k), weights)
+            results.append(jax.jit(jax.value_and_grad(f, argnums=ARGNUMS))(*args))
+    for value, grads in results[1:]:
+        np.testing.assert_allclose(value, results[0][0], rtol=1e-12)
+        assert_grads_close(grads, results[0][1], rtol=1e-10, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+GRAD_SHAPES = [(3, 2, 2, 2), (5, 1, 3, 2), (4, 3, 2, 3)]  # (n, Q, S, m)
+
+
+@pytest.mark.parametrize("n, Q, S, m", GRAD_SHAPES)
+def test_gradients_match_oracle_autodiff(n, Q, S, m):
+    rng = np.random.default_rng(100 + n)
+    with jax.enable_x64(True):
+        args = random_inputs(rng, 2, n, Q, S, m, scale=2.0)
+        weights = rng.normal(size=(2, n, Q, S, m))
+        got = jax.jit(jax.grad(loss_fn(nondeterministic_stack, weights), argnums=ARGNUMS))(*args)
+        want = jax.jit(jax.grad(loss_fn(nondeterministic_oracle, weights), argnums=ARGNUMS))(*args)
+    assert_grads_close(got, want, rtol=1e-9, atol=1e-11)
+
+
+_PROP_SHAPE = (2, 4, 2, 2, 2)  # B, n, Q, S, m: fixed so that the compiled functions are reused
+_prop_cache = {}
+
+
+def _prop_functions():
+    if not _prop_cache:
+        B, n, Q, S, m = _PROP_SHAPE
+        weights = np.linspace(-1.0, 1.0, B * n * Q * S * m).reshape(B, n, Q, S, m)
+        for name, fn in (("kernel", nondeterministic_stack), ("oracle", nondeterministic_oracle)):
+            _prop_cache[name] = jax.jit(jax.value_and_grad(loss_fn(fn, weights), argnums=ARGNUMS))
+    return _prop_cache
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.sampled_from([0.1, 1.0, 5.0, 20.0, 50.0]),
+    p_neg_inf=st.sampled_from([0.0, 0.3, 0.6]),
+)
+def test_property_values_and_gradients(seed, scale, p_neg_inf):
+    """Random weights, impossible transitions and |w| up to ~150: kernel == oracle, all finite."""
+    with jax.enable_x64(True):
+        args = random_inputs(np.random.default_rng(seed), *_PROP_SHAPE, scale=scale, p_neg_inf=p_neg_inf)
+        fns = _prop_functions()
+        value, grads = fns["kernel"](*args)
+        want_value, want_grads = fns["oracle"](*args)
+    assert np.isfinite(value) and all(np.isfinite(g).all() for g in grads)
+    np.testing.assert_allclose(value, want_value, rtol=1e-9, atol=1e-10)
+    assert_grads_close(grads, want_grads, rtol=1e-8, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+def _extreme_inputs(rng, dtype):
+    B, n, Q, S, m = 4, 12, 3, 3, 3
+    push, repl, pop, pushed, bottom = random_inputs(rng, B, n, Q, S, m, scale=50.0, p_neg_inf=0.3)
+    repl[:, 3, 1, 2, 0, 1] = 150.0
+    pop[:, 5] = -150.0
+    pushed = np.log(1 / (1 + np.exp(-3 * rng.normal(size=(B, n, m)))))  # log sigmoid, as in attention
+    pushed[0, 2, 1] = -np.inf
+    return tuple(x.astype(dtype) for x in (push, repl, pop, pushed, bottom))
+
+
+def test_no_nan_or_inf_with_impossible_and_huge_weights():
+    """|w| ~ 50-150 and -inf weights: finite values and gradients, float32 close to float64."""
+    rng = np.random.default_rng(5)
+    weights = rng.normal(size=(4, 12, 3, 3, 3))
+    results = {}
+    for dtype in (np.float32, np.float64):
+        with jax.enable_x64(dtype == np.float64):
+            args = _extreme_inputs(np.random.default_rng(6), dtype)
+            readings = stack(*args)
+            grads = jax.jit(jax.grad(loss_fn(nondeterministic_stack, weights.astype(dtype)), argnums=ARGNUMS))(*args)
+            assert readings.dtype == dtype and all(g.dtype == dtype for g in grads)
+            assert np.isfinite(readings).all()
+            for g in grads:
+                assert np.isfinite(g).all()
+            results[dtype] = (np.asarray(readings), [np.asarray(g) for g in grads])
+    args64 = _extreme_inputs(np.random.default_rng(6), np.float64)
+    np.testing.assert_allclose(results[np.float64][0], nondeterministic_oracle(*args64, xp=np), rtol=1e-9, atol=1e-10)
+    r32, g32 = results[np.float32]
+    r64, g64 = results[np.float64]
+    np.testing.assert_allclose(r32, r64, atol=1e-3)
+    for a, b in zip(g32, g64):
+        np.testing.assert_allclose(a, b, atol=2e-3 * max(1.0, np.abs(b).max()))
+
+
+def test_no_surviving_run_gives_zero_readings():
+    """If every transition at some step is impossible, all runs die: readings 0, gradients finite."""
+    rng = np.random.default_rng(9)
+    push, repl, pop, pushed, bottom = random_inputs(rng, 1, 4, 2, 2, 2)
+    push[:, 2], repl[:, 2], pop[:, 2] = -np.inf, -np.inf, -np.inf
+    args = tuple(x.astype(np.float32) for x in (push, repl, pop, pushed, bottom))
+    readings = np.asarray(stack(*args))
+    assert np.isfinite(readings[:, :2]).all() and readings[:, :2].any()
+    np.testing.assert_array_equal(readings[:, 2:], 0.0)
+    grads = jax.grad(lambda *a: stack(*a).sum(), argnums=ARGNUMS)(*args)
+    assert all(np.isfinite(g).all() for g in grads)
+
+
+def test_float32_matches_float64():
+    rng = np.random.default_rng(21)
+    weights = rng.normal(size=(2, 16, 3, 3, 4))
+    with jax.enable_x64(True):
+        args = random_inputs(rng, 2, 16, 3, 3, 4, scale=3.0, p_neg_inf=0.1)
+        f = jax.jit(jax.value_and_grad(loss_fn(nondeterministic_stack, weights), argnums=ARGNUMS))
+        v64, g64 = f(*args)
+        r64 = stack(*args)
+    args32 = tuple(x.astype(np.float32) for x in args)
+    v32, g32 = jax.jit(jax.value_and_grad(loss_fn(nondeterministic_stack, weights.astype(np.float32)), argnums=ARGNUMS))(*args32)
+    assert stack(*args32).dtype == jnp.float32
+    np.testing.assert_allclose(stack(*args32), r64, rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(v32, v64, rtol=1e-5)
+    for a, b in zip(g32, g64):
+        np.testing.assert_allclose(a, b, atol=1e-4 * max(1.0, np.abs(b).max()))
+
+
+# --------------------------------------------------------------------------- the superposition stack (§4)
+
+
+def _superposition_inputs(rng, B, n, m):
+    logits = rng.normal(size=(B, n, 3))
+    actions = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)  # (push, pop, no-op)
+    return actions, rng.normal(size=(B, n, m))
+
+
+def test_superposition_is_a_dvpda_with_q_s_1_when_nothing_pops():
+    """§4 with |Q| = |Γ| = 1, normalised weights, v_0 = 0, as long as no pop is possible.
+
+    With pops the literal claim fails: the superposition stack lets a run pop
+    the (zero) bottom and go on, while the dVPDA can never pop ⊥, so such runs
+    are dropped and the survivors renormalised (see the next test).
+    """
+    rng = np.random.default_rng(3)
+    with jax.enable_x64(True):
+        actions, pushed = _superposition_inputs(rng, 2, 9, 4)
+        actions[..., 2] += actions[..., 1]
+        actions[..., 1] = 0.0  # no pops
+        push, noop = (np.log(actions[..., k]).reshape(2, 9, 1, 1, 1, 1) for k in (0, 2))
+        pop = np.full((2, 9, 1, 1, 1), -np.inf)
+        nd = stack(push, noop, pop, np.log(np.abs(pushed)), np.full(4, -np.inf))
+        sup = superposition_stack(actions, np.abs(pushed))
+    np.testing.assert_allclose(nd[:, :, 0, 0], sup, rtol=1e-12, atol=1e-14)
+
+
+def test_superposition_is_a_dvpda_special_case():
+    """§4, exactly: |Q| = 1, Γ = {⊥, A}, normalised weights, v_0 = 0, popping ⊥ folded into no-op.
+
+    Every push pushes A; A can be popped; on ⊥ (the zero bottom the
+    superposition stack keeps below its elements) a pop leaves ⊥ in place,
+    like the superposition stack popping its zero padding. No run dies, so
+    the dVPDA's normaliser is 1 and the reading summed over the top symbol
+    is the superposition stack's reading.
+    """
+    rng = np.random.default_rng(4)
+    B, n, m = 2, 11, 3
+    with jax.enable_x64(True):
+        actions, pushed = _superposition_inputs(rng, B, n, m)
+        log_a = np.log(actions)
+        push = np.full((B, n, 1, 2, 1, 2), -np.inf)
+        push[..., 0, :, 0, 1] = log_a[..., 0, None]  # on ⊥ or A, push A
+        repl = np.full((B, n, 1, 2, 1, 2), -np.inf)
+        repl[..., 0, 1, 0, 1] = log_a[..., 2]  # no-op on A
+        repl[..., 0, 0, 0, 0] = np.log(actions[..., 2] + actions[..., 1])  # no-op or pop on ⊥
+        pop = np.full((B, n, 1, 2, 1), -np.inf)
+        pop[..., 0, 1, 0] = log_a[..., 1]  # pop A
+        vecs = np.abs(pushed)  # the dVPDA takes log vectors, so keep them positive
+        nd = stack(push, repl, pop, np.log(vecs), np.full(m, -np.inf))
+        sup = superposition_stack(actions, vecs)
+    np.testing.assert_allclose(np.asarray(nd)[:, :, 0].sum(axis=2), sup, rtol=1e-12, atol=1e-14)
+
+
+def test_bottom_pops_are_dropped_and_renormalised():
+    """n = 2, |Q| = |Γ| = 1, v_0 = 0: the dVPDA reading by hand, next to the superposition stack's."""
+    p, o, a = np.array([0.5, 0.3]), np.array([0.2, 0.3]), np.array([0.3, 0.4])  # push, pop, no-op
+    v = np.array([[2.0], [3.0]])
+    log = lambda x: np.log(x).reshape(1, 2, 1, 1, 1, 1)  # noqa: E731
+    with jax.enable_x64(True):
+        nd = np.asarray(stack(log(p), log(a), log(o).reshape(1, 2, 1, 1, 1), np.log(v)[None], np.full(1, -np.inf)))
+        sup = np.asarray(superposition_stack(np.stack([p, o, a], -1)[None], v[None]))
+    # Surviving runs at t = 2: (push, push/no-op/pop), (no-op, push/no-op); the pop runs of t = 1 die.
+    survivors = p[0] * (p[1] + a[1] + o[1]) + a[0] * (p[1] + a[1])
+    top = (p[0] * p[1] + a[0] * p[1]) * v[1] + p[0] * a[1] * v[0]
+    np.testing.assert_allclose(nd[0, 1, 0, 0], top / survivors, rtol=1e-12)
+    np.testing.assert_allclose(sup[0, 1], p[1] * v[1] + a[1] * p[0] * v[0], rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _good(B=2, n=3, Q=2, S=2, m=2):
+    return random_inputs(np.random.default_rng(0), B, n, Q, S, m)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda a: (a[0][..., 0],) + a[1:], "push must be"),
+        (lambda a: (a[0][..., :1, :],) + a[1:], "push must be"),
+        (lambda a: (a[0], a[1][:, :2]) + a[2:], "repl must have"),
+        (lambda a: a[:2] + (a[2][..., :1],) + a[3:], "pop must be"),
+        (lambda a: a[:3] + (a[3][:1],) + a[4:], "pushed must be"),
+        (lambda a: a[:3] + (a[3][:, :, :0],) + a[4:], "pushed must be"),
+        (lambda a: a[:4] + (a[4][:1],), "bottom must be"),
+        (lambda a: a[:4] + (np.zeros((3, 2)),), "bottom must be"),
+    ],
+)
+def test_shape_errors(change, message):
+    with pytest.raises(ValueError, match=message):
+        nondeterministic_stack(*change(_good()))
+    with pytest.raises(ValueError, match=message):  # at trace time, too
+        jax.jit(nondeterministic_stack).lower(*change(_good()))
+
+
+@pytest.mark.parametrize("B, n, Q, S", [(2, 0, 2, 2), (2, 3, 0, 2), (2, 3, 2, 0), (0, 3, 2, 2)])
+def test_empty_sizes_are_errors(B, n, Q, S):
+    args = (
+        np.zeros((B, n, Q, S, Q, S)),
+        np.zeros((B, n, Q, S, Q, S)),
+        np.zeros((B, n, Q, S, Q)),
+        np.zeros((B, n, 2)),
+        np.zeros(2),
+    )
+    with pytest.raises(ValueError, match="B, n, Q, S >= 1"):
+        nondeterministic_stack(*args)
+
+
+@pytest.mark.parametrize("which", range(5))
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_positive_inf_are_rejected_eagerly(which, bad):
+    args = list(_good())
+    args[which] = args[which].copy()
+    args[which].flat[1] = bad
+    name = ("push", "repl", "pop", "pushed", "bottom")[which]
+    with pytest.raises(ValueError, match=f"{name} contains NaN or \\+inf"):
+        nondeterministic_stack(*args)
+
+
+def test_bad_num_blocks():
+    with pytest.raises(ValueError, match="num_blocks"):
+        nondeterministic_stack(*_good(), num_blocks=0)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _temp_bytes(n, num_blocks):
+    B, Q, S, m = 2, 2, 2, 2
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(B, n, Q, S, Q, S)] * 2 + [(B, n, Q, S, Q), (B, n, m), (m,)]]
+    f = jax.grad(lambda *a: nondeterministic_stack(*a, num_blocks=num_blocks).sum(), argnums=ARGNUMS)
+    return jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_forward_backward_memory_grows_quadratically():
+    """The custom VJP keeps O(n^2): doubling n roughly quadruples the scratch memory (not x8)."""
+    small, large = _temp_bytes(24, 2), _temp_bytes(48, 2)
+    assert large / small < 5.0, (small, large)
