@@ -1,0 +1,290 @@
+"""Word-synchronous beam search and the prefix scorer, against exhaustive enumeration with the same model.
+
+The oracle: for a tiny vocabulary and short sentences, every well-formed
+action sequence (under the same caps) is enumerated and scored by the model
+read the usual way (the masking rule's segments, `model.__call__`, labels at
+prediction events); p(x) = Σ_y p(x, y) is then exact. A beam wide enough to
+keep everything must give the same p(x), the same prefix probabilities and
+the same best tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tgjax.data.vocab import WordDictionary
+from tgjax.eval.beam import (ActionSpace, BeamConfig, TerminalScorer, WordSynchronousBeamSearch, logsumexp,
+                             make_word_scorer)
+from tgjax.eval.incremental import PrefixScorer, hidden_states, project, rule_of
+from tgjax.models import build_model, model_config, model_spec
+from tgjax.syntax import actions as cc
+from tgjax.syntax import masks
+from tgjax.syntax import token_types as tt
+
+SMALL = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64, embedding_dropout=0.0, core_dropout=0.0,
+             final_dropout=0.0, sequence_length=32, memory_length=32)
+LABELS = ["A", "B"]
+WORDS = ["a", "b", "c"]
+MAX_OPEN, MAX_CONSECUTIVE = 3, 2
+# One row bucket for every call: few compilations.
+EXHAUSTIVE = BeamConfig(word_beam=10**6, action_beam=10**6, fast_track=10**6, max_open_nts=MAX_OPEN,
+                        max_consecutive_opens=MAX_CONSECUTIVE, min_batch=64, max_batch=64)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return WordDictionary(WORDS, LABELS)
+
+
+_MODELS = {}
+
+
+def get_model(name: str, vocab_size: int, seed: int = 0):
+    key = (name, vocab_size, seed)
+    if key not in _MODELS:
+        _MODELS[key] = build_model(name, vocab_size, rngs=nnx.Rngs(seed), **SMALL)
+    return _MODELS[key]
+
+
+# ---------------------------------------------------------------------------
+# The oracle.
+
+
+def enumerate_actions(words, labels, max_open, max_consecutive, upto_word=None):
+    """Every well-formed Choe–Charniak sequence over `words` (or every prefix ending with word `upto_word`).
+
+    The rules, written independently of the search: the first action opens
+    the root; a word needs an open constituent; at most `max_open` open at
+    once and `max_consecutive` opens in a row; a closing NT closes the
+    innermost open label, only if it is non-empty, and the root only after
+    the last word; after the last word, everything closes.
+    """
+    n = len(words)
+    out = []
+
+    def rec(prefix, stack, opens, t):
+        if upto_word is not None and t == upto_word + 1:
+            out.append(prefix)
+            return
+        if t == n:
+            out.append(prefix + [cc.closing(label) for label, _ in reversed(stack)])
+            return
+        if len(stack) < max_open and opens < max_consecutive:
+            for label in labels:
+                rec(prefix + [cc.opening(label)], stack + [(label, False)], opens + 1, t)
+        if len(stack) >= 2 and stack[-1][1]:
+            rec(prefix + [cc.closing(stack[-1][0])], stack[:-2] + [(stack[-2][0], True)], 0, t)
+        if stack:
+            rec(prefix + [words[t]], stack[:-1] + [(stack[-1][0], True)], 0, t + 1)
+
+    rec([], [], 0, 0)
+    return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _sequence_log_probs(graphdef, state, batch):
+    """`[B]`: Σ log p(label) over prediction events, by `model.__call__` (the standard reading)."""
+    model = nnx.merge(graphdef, state)
+    memory = model.init_memory(batch["inputs"].shape[0])
+    logits, _ = model(batch, memory, deterministic=True)
+    log_softmax = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    log_probs = jnp.take_along_axis(log_softmax, batch["labels"][..., None].astype(jnp.int32), -1)[..., 0]
+    return jnp.where(batch["labels_ttypes"] != tt.PAD, log_probs, 0.0).sum(-1)
+
+
+def exact_log_probs(model, name, vocab, sequences, rows=64):
+    """log p(actions) of each token sequence, by the model's standard reading (one segment per sequence)."""
+    config = model.config
+    fields = model_spec(name).pipeline_fields(config)
+    encoded = []
+    for tokens in sequences:
+        ids = vocab.encode(tokens)
+        types = vocab.token_types(ids)
+        encoded.append((np.concatenate([[vocab.bos_id], ids]), np.concatenate([[tt.BOS], types]),
+                        np.concatenate([ids, [0]]), np.concatenate([types, [tt.PAD]])))
+    if fields["rule"] == "tg":
+        rule = masks.TGMasking(config.sequence_length, config.memory_length)
+    else:
+        rule = masks.TXLMasking(config.sequence_length, config.memory_length)
+    graphdef, state = nnx.split(model)
+    out = []
+    for start in range(0, len(encoded), rows):  # fixed-size batches: one compilation
+        chunk = encoded[start:start + rows]
+        chunk = chunk + [chunk[0]] * (rows - len(chunk))
+        compact, seq_index = rule.compact_chunks_many(chunk)
+        assert len(seq_index) == rows  # one segment each
+        batch = {k: jnp.asarray(v) for k, v in compact._asdict().items()}
+        out.append(np.asarray(_sequence_log_probs(graphdef, state, batch), np.float64))
+    return np.concatenate(out)[:len(sequences)]
+
+
+@pytest.mark.parametrize("name", ["tg", "txl_cc"])
+def test_exhaustive_beam_equals_enumeration(vocab, name):
+    model = get_model(name, vocab.size)
+    search = WordSynchronousBeamSearch(model, vocab, rule_of(name), EXHAUSTIVE)
+    sentences = [["a", "b", "c"], ["c", "a"], ["b"]]
+    results = search.search(sentences)
+    for words, result in zip(sentences, results):
+        trees = enumerate_actions(words, LABELS, MAX_OPEN, MAX_CONSECUTIVE)
+        exact = exact_log_probs(model, name, vocab, trees)
+        # The same hypotheses, with the same joint probabilities.
+        found = {tuple(actions): lp for actions, lp in result.hypotheses}
+        assert set(found) == {tuple(t) for t in trees}
+        np.testing.assert_allclose([found[tuple(t)] for t in trees], exact, atol=1e-5)
+        # p(x) and the best tree.
+        assert abs(result.log_prob - logsumexp(exact)) < 1e-5
+        assert result.best_actions == trees[int(np.argmax(exact))]
+        assert abs(result.best_log_prob - exact.max()) < 1e-5
+        assert cc.tree_from_choe_charniak(result.best_actions).leaves() == words
+        # Prefix probabilities: every well-formed prefix that ends with word t.
+        for t in range(len(words)):
+            prefixes = enumerate_actions(words, LABELS, MAX_OPEN, MAX_CONSECUTIVE, upto_word=t)
+            assert abs(result.prefix_log_probs[t + 1] - logsumexp(exact_log_probs(model, name, vocab, prefixes))) < 1e-5
+        # Surprisals add up to -log p(x).
+        assert abs(result.surprisals.sum() + result.end_surprisal + result.log_prob) < 1e-9
+
+
+def test_enumeration_counts_match_a_hand_count():
+    # One word, one label: (A w A), (A (A w A) A): at most 2 open.
+    assert enumerate_actions(["w"], ["A"], 2, 2) == [["(A", "(A", "w", "A)", "A)"], ["(A", "w", "A)"]]
+    # Two words, one label, one open at most: only (A w v A).
+    assert enumerate_actions(["w", "v"], ["A"], 1, 1) == [["(A", "w", "v", "A)"]]
+
+
+@pytest.mark.parametrize("name", ["tg", "txl_cc"])
+def test_small_beam_surprisals_sum_to_the_marginal(vocab, name):
+    model = get_model(name, vocab.size)
+    config = BeamConfig(word_beam=3, action_beam=4, fast_track=1, max_open_nts=4, max_consecutive_opens=3,
+                        min_batch=64, max_batch=64, batch_sentences=2)
+    sentences = [["a", "b", "c", "a", "b"], ["c"], ["b", "b", "a"]]
+    results = WordSynchronousBeamSearch(model, vocab, name, config).search(sentences)
+    exhaustive = WordSynchronousBeamSearch(model, vocab, name, dataclasses.replace(
+        EXHAUSTIVE, max_open_nts=4, max_consecutive_opens=3)).search(sentences[1:2])
+    for words, result in zip(sentences, results):
+        assert len(result.surprisals) == len(words)
+        np.testing.assert_allclose(result.surprisals.sum(), -result.prefix_log_probs[-1], atol=1e-9)
+        np.testing.assert_allclose(result.surprisals.sum() + result.end_surprisal, -result.log_prob, atol=1e-9)
+        assert 1 <= len(result.hypotheses) <= config.word_beam
+        assert all(np.diff([lp for _, lp in result.hypotheses]) <= 0)  # best first
+        for tokens, _ in result.hypotheses:
+            tree = cc.tree_from_choe_charniak(tokens)
+            assert tree.leaves() == words
+    # A lower bound on the marginal under the same caps.
+    assert results[1].log_prob <= exhaustive[0].log_prob + 1e-6
+
+
+def test_count_stop_and_batching_give_the_same_results_per_sentence(vocab):
+    model = get_model("tg", vocab.size)
+    sentences = [["a", "b"], ["c", "c", "a"], ["b"]]
+    base = dict(word_beam=2, action_beam=3, fast_track=1, max_open_nts=3, max_consecutive_opens=2,
+                min_batch=64, max_batch=64)
+    together = WordSynchronousBeamSearch(model, vocab, "tg", BeamConfig(**base, batch_sentences=3)).search(sentences)
+    alone = [WordSynchronousBeamSearch(model, vocab, "tg", BeamConfig(**base, batch_sentences=1)).search([s])[0]
+             for s in sentences]
+    for a, b in zip(together, alone):
+        assert a.best_actions == b.best_actions
+        np.testing.assert_allclose(a.prefix_log_probs, b.prefix_log_probs, atol=1e-5)
+    counted = WordSynchronousBeamSearch(model, vocab, "tg", BeamConfig(**base, stop="count")).search(sentences)
+    for result, words in zip(counted, sentences):
+        assert cc.tree_from_choe_charniak(result.best_actions).leaves() == words
+
+
+def test_unknown_words_are_counted_and_kept_in_the_tree(vocab):
+    model = get_model("tg", vocab.size)
+    config = BeamConfig(word_beam=2, action_beam=4, fast_track=1, min_batch=64, max_batch=64, max_open_nts=3,
+                        max_consecutive_opens=2)
+    (result,) = WordSynchronousBeamSearch(model, vocab, "tg", config).search([["a", "zebra", "b"]])
+    assert result.num_unknown == 1
+    assert cc.tree_from_choe_charniak(result.best_actions).leaves() == ["a", "zebra", "b"]
+
+
+def test_terminal_scorer_is_exact(vocab):
+    name = "txl_terminals"
+    model = get_model(name, vocab.size)
+    scorer = make_word_scorer(model, vocab, "txl_terminals", BeamConfig(min_batch=64, max_batch=64))
+    assert isinstance(scorer, TerminalScorer)
+    sentences = [["a", "b", "c"], ["c"], ["a", "zebra"]]
+    results = scorer.search(sentences)
+    exact = exact_log_probs(model, name, vocab, sentences)
+    np.testing.assert_allclose([r.log_prob for r in results], exact, atol=1e-5)
+    # Word by word: prefixes of each sentence.
+    for words, result in zip(sentences, results):
+        prefixes = exact_log_probs(model, name, vocab, [words[:t + 1] for t in range(len(words))])
+        np.testing.assert_allclose(result.surprisals, -np.diff(np.concatenate([[0.0], prefixes])), atol=1e-5)
+    assert results[2].num_unknown == 1
+
+
+@pytest.mark.parametrize("name", ["tg", "tg_distinct_mha", "tg_head_hybrid", "tg_layer_hybrid",
+                                  "tg_txl_memory_linear_pos", "txl_cc"])
+def test_hidden_states_project_to_the_model_logits(vocab, name):
+    model = build_model(name, vocab.size, rngs=nnx.Rngs(1), **SMALL)
+    tokens = ["(A", "a", "(B", "b", "c", "B)", "A)"]
+    ids = vocab.encode(tokens)
+    types = vocab.token_types(ids)
+    seq = (np.concatenate([[1], ids]), np.concatenate([[tt.BOS], types]), np.concatenate([ids, [0]]),
+           np.concatenate([types, [tt.PAD]]))
+    config = model_config(name, vocab.size, **SMALL)
+    fields = model_spec(name).pipeline_fields(config)
+    rule = (masks.TGMasking(32, 32, smart_memory=fields["smart_memory"], distinct_compose=fields["distinct_compose"],
+                            linear_relpos=fields["linear_relpos"]) if fields["rule"] == "tg"
+            else masks.TXLMasking(32, 32))
+    compact, _ = rule.compact_chunks_many([seq])
+    batch = {k: jnp.asarray(v) for k, v in compact._asdict().items()}
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def both(state, batch):
+        m = nnx.merge(graphdef, state)
+        memory = m.init_memory(1)
+        logits, _ = m(batch, memory, deterministic=True)
+        return project(m, hidden_states(m, batch, memory)), logits
+
+    mine, theirs = both(state, batch)
+    np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), atol=1e-5, rtol=1e-5)
+
+
+def test_prefix_scorer_next_distribution_and_continuations(vocab):
+    """The query row is log p(. | prefix); continuation entries are the sequence's own log-probabilities."""
+    model = get_model("tg", vocab.size)
+    space = ActionSpace.from_vocab(vocab)
+    scorer = PrefixScorer(model, "tg", space.token_types, min_batch=64, max_batch=64)
+    tokens = ["(A", "a", "(B", "b", "B)", "c", "A)"]
+    ids = vocab.encode(tokens)
+    full = exact_log_probs(model, "tg", vocab, [tokens[:k] for k in range(1, len(tokens) + 1)])
+    per_action = np.diff(np.concatenate([[0.0], full]))
+    scored = scorer.score([ids] * len(tokens), list(range(len(tokens))))
+    for q in range(len(tokens)):
+        np.testing.assert_allclose(scored.continuation_log_probs[q], per_action[q:], atol=1e-5)
+        np.testing.assert_allclose(scored.next_log_probs[q, ids[q]], per_action[q], atol=1e-5)
+        np.testing.assert_allclose(np.exp(scored.next_log_probs[q]).sum(), 1.0, atol=1e-5)
+
+
+def test_errors(vocab):
+    model = get_model("tg", vocab.size)
+    with pytest.raises(ValueError, match="no words"):
+        WordSynchronousBeamSearch(model, vocab, "tg", EXHAUSTIVE).search([[]])
+    with pytest.raises(ValueError, match="syntactic model"):
+        WordSynchronousBeamSearch(model, vocab, "txl_terminals")
+    with pytest.raises(ValueError, match="word_beam must be at least 1"):
+        BeamConfig(word_beam=0)
+    with pytest.raises(ValueError, match="stop must be one of"):
+        BeamConfig(stop="never")
+    with pytest.raises(ValueError, match="cannot be a word"):
+        ActionSpace.from_vocab(vocab).encode_word("(A")
+    with pytest.raises(ValueError, match="does not match the model"):
+        PrefixScorer(model, "txl_cc", ActionSpace.from_vocab(vocab).token_types)
+    with pytest.raises(ValueError, match="query 5 outside"):
+        PrefixScorer(model, "tg", ActionSpace.from_vocab(vocab).token_types).score([[4]], [5])
+
+
+def test_rule_of():
+    assert rule_of("tg_distinct_mha") == "tg"
+    assert rule_of("txl_cc") == "txl_cc"
+    assert rule_of("txl_terminals") == "txl_terminals"

@@ -1,0 +1,226 @@
+"""Drivers on the beam: parsing with EVALB, SyntaxGym and BLiMP on tiny synthetic data, sharding and merging."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tgjax.data.vocab import WordDictionary
+from tgjax.eval import parse
+from tgjax.eval import syntaxgym as sg
+from tgjax.eval.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
+from tgjax.eval.blimp import BlimpPair, words_of
+from tgjax.eval.evalb import evalb, right_branching
+from tgjax.syntax import trees as trees_lib
+from tgjax.syntax.trees import Tree
+
+from .test_beam import get_model
+
+CONFIG = BeamConfig(word_beam=3, action_beam=6, fast_track=1, max_open_nts=4, max_consecutive_opens=2,
+                    min_batch=64, max_batch=64)
+BEAM_ARGS = ["--word-beam", "3", "--action-beam", "6", "--fast-track", "1", "--max-open-nts", "4",
+             "--max-consecutive-opens", "2"]
+GOLD = [
+    "(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))",
+    "(S (NP (DT a) (NN cat)) (VP (VBZ sees) (NP (DT the) (NN dog))) (. .))",
+    "(S (VP (VBZ barks)))",
+    "(NP (DT the) (NN cat))",
+    "(S (NP (NN dog)) (VP (VBZ sees) (NP (DT a) (NN cat))) (. .))",
+]
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    words = ["the", "a", "dog", "cat", "barks", "sees", "."]
+    return WordDictionary(words, ["NP", "S", "VP"])
+
+
+@pytest.fixture
+def fake_load(monkeypatch, vocab):
+    """`parse._load` returning a random-init model of the asked kind (the workdir names it)."""
+
+    class Loaded:
+        def __init__(self, name):
+            self.model = get_model(name, vocab.size)
+            self.vocab = vocab
+            self.model_name = name
+            self.pipeline_fields = {"rule": "tg" if name.startswith("tg") else name}
+
+    monkeypatch.setattr(parse, "_load", lambda workdir, step: Loaded(workdir))
+
+
+def test_with_preterminals():
+    tree = trees_lib.parse("(S (NP the dog) barks)")
+    assert parse.with_preterminals(tree, ["DT", "NN", "VBZ"]).to_string() == \
+        "(S (NP (DT the) (NN dog)) (VBZ barks))"
+    with pytest.raises(ValueError, match="2 tags"):
+        parse.with_preterminals(tree, ["DT", "NN"])
+
+
+def test_parse_treebank_scores_parses_and_the_baseline(vocab):
+    gold = [trees_lib.parse(t) for t in GOLD]
+    search = WordSynchronousBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIG)
+    report = parse.parse_treebank(search, gold)
+    for g, p, r in zip(gold, report.predicted, report.results):
+        assert trees_lib.tagged_words(p) == trees_lib.tagged_words(g)  # gold words and tags under the parse
+        assert parse.with_preterminals(r.best_tree, trees_lib.pos_tags(g)) == p
+    assert report.labeled_f1 == pytest.approx(evalb(gold, report.predicted).all.bracketing_fmeasure)
+    assert report.unlabeled_f1 == pytest.approx(evalb(gold, report.predicted, unlabeled=True).all.bracketing_fmeasure)
+    baseline = [right_branching(trees_lib.words(g), tags=trees_lib.pos_tags(g)) for g in gold]
+    assert report.baseline_unlabeled_f1 == pytest.approx(
+        evalb(gold, baseline, unlabeled=True).all.bracketing_fmeasure)
+    assert report.unknown.tokens == 0 and report.unknown.total == sum(len(g.leaves()) for g in gold)
+    text = report.format()
+    assert "right-branching" in text and "sentences/s" in text
+
+
+def test_parsing_the_gold_trees_own_model_choice_scores_100(vocab):
+    """EVALB of the beam's own best trees against themselves (as gold) is 100: the plumbing keeps spans intact."""
+    search = WordSynchronousBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIG)
+    gold = [trees_lib.parse(t) for t in GOLD]
+    report = parse.parse_treebank(search, gold)
+    again = parse.parse_treebank(search, report.predicted)
+    assert again.labeled_f1 == pytest.approx(100.0) and again.unlabeled_f1 == pytest.approx(100.0)
+
+
+def test_main_parse_shards_merge_to_the_whole(tmp_path, fake_load, capsys):
+    treebank = tmp_path / "gold.txt"
+    treebank.write_text("\n".join(GOLD) + "\n")
+    whole = tmp_path / "whole.txt"
+    assert parse.main_parse(["--workdir", "tg", "--treebank", str(treebank), "-o", str(whole), *BEAM_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "beam search" in out and "right-branching" in out
+    lines = {}
+    for i in range(2):
+        assert parse.main_parse(["--workdir", "tg", "--treebank", str(treebank), "-o", str(tmp_path / "p.txt"),
+                                 "--shard", f"{i}/2", *BEAM_ARGS]) == 0
+    files = [str(tmp_path / f"p.shard-{i:05d}-of-00002.txt") for i in range(2)]
+    lines = [open(f).read().split("\n")[:-1] for f in files]
+    assert [len(x) for x in lines] == [3, 2]
+    merged = tmp_path / "merged.txt"
+    capsys.readouterr()
+    assert parse.main_parse(["--treebank", str(treebank), "--merge", *files, "-o", str(merged)]) == 0
+    assert merged.read_text() == whole.read_text()
+    assert "merged 2 shards" in capsys.readouterr().out
+    assert parse.main_parse(["--treebank", str(treebank), "--merge", files[0]]) == 2
+    assert parse.main_parse(["--workdir", "txl_terminals", "--treebank", str(treebank)]) == 2
+    assert "cannot parse" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# SyntaxGym
+
+
+def tiny_suite(name="agreement"):
+    def condition(cname, verb):
+        regions = [("the", 1), ("dog", 2), (verb, 3), (".", 4)]
+        return {"condition_name": cname, "regions": [{"region_number": n, "content": c} for c, n in regions]}
+
+    return {
+        "meta": {"name": name, "metric": "sum"},
+        "region_meta": {"1": "det", "2": "noun", "3": "verb", "4": "end"},
+        "items": [{"item_number": 1, "conditions": [condition("match", "barks"), condition("mismatch", "sees")]},
+                  {"item_number": 2, "conditions": [condition("match", "sees"), condition("mismatch", "bark")]}],
+        "predictions": [{"type": "formula", "formula": "(3;%match%) < (3;%mismatch%)"}],
+    }
+
+
+@pytest.mark.parametrize("name", ["tg", "txl_cc", "txl_terminals"])
+def test_sg_region_surprisals_come_from_the_scorer(vocab, name):
+    suite = sg.suite_from_dict(tiny_suite())
+    model = get_model(name, vocab.size)
+    scorer = (TerminalScorer(model, vocab, min_batch=64, batch_size=64) if name == "txl_terminals"
+              else WordSynchronousBeamSearch(model, vocab, name, CONFIG))
+    run = parse.evaluate_sg(scorer, [suite])
+    (result,) = run.results
+    expected = {}
+    for sentence in suite.sentences():
+        (r,) = scorer.search([sentence.words])
+        expected[(sentence.item, sentence.condition)] = sentence.region_surprisals(r.surprisals)
+    assert np.array_equal(result.outcomes, sg.evaluate_suite(suite, expected).outcomes)
+    assert run.report.sg_score == result.accuracy
+    assert run.unknown.tokens == 1  # "bark" is not in the vocabulary (counted once: distinct sentences)
+
+
+def test_main_sg_with_shards_and_merge(tmp_path, fake_load, capsys):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    for name in ("agreement", "other"):
+        (suites / f"{name}.json").write_text(json.dumps(tiny_suite(name)))
+    (suites / "circuits.json").write_text(json.dumps({"circuits": {"Agreement": ["agreement", "other"]}}))
+    assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), *BEAM_ARGS,
+                          "-o", str(tmp_path / "all.json")]) == 0
+    out = capsys.readouterr().out
+    assert "SG score" in out and "Agreement" in out and "unknown words (UNK): 1 of" in out
+    for i in range(2):
+        assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), "--shard", f"{i}/2", *BEAM_ARGS,
+                              "-o", str(tmp_path / f"s{i}.json")]) == 0
+    capsys.readouterr()
+    assert parse.main_sg(["--suites", str(suites), "--merge", str(tmp_path / "s0.json"),
+                          str(tmp_path / "s1.json")]) == 0
+    merged = capsys.readouterr().out
+    assert parse.main_sg(["--suites", str(suites), "--merge", str(tmp_path / "all.json")]) == 0
+    assert capsys.readouterr().out == merged
+    assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), "--suite", "nope"]) == 2
+
+
+# ---------------------------------------------------------------------------
+# BLiMP
+
+
+def blimp_file(path):
+    rows = []
+    for uid, pairs in (("agreement", [("The dog barks.", "The dog bark."), ("A cat sees the dog.", "A cat see the dog."),
+                                      ("The cat barks.", "The cats barks.")]),
+                       ("order", [("The dog sees a cat.", "Dog the sees a cat.")])):
+        for k, (good, bad) in enumerate(pairs):
+            rows.append({"sentence_good": good, "sentence_bad": bad, "field": "syntax", "linguistics_term": uid,
+                         "UID": uid, "pairID": str(k)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("name", ["tg", "txl_terminals"])
+def test_blimp_scores_are_the_scorers_log_probs(vocab, name):
+    model = get_model(name, vocab.size)
+    scorer = (TerminalScorer(model, vocab, min_batch=64, batch_size=64) if name == "txl_terminals"
+              else WordSynchronousBeamSearch(model, vocab, name, CONFIG))
+    pairs = [BlimpPair("The dog barks.", "The dog bark.", "u", "f", "t", "0"),
+             BlimpPair("a cat sees the dog .", "a cat the dog sees .", "u", "f", "t", "1")]
+    run = parse.evaluate_blimp_pairs(scorer, pairs)
+    for pair, good, bad in zip(pairs, run.result.log_prob_good, run.result.log_prob_bad):
+        (g, b) = scorer.search([words_of(pair.sentence_good), words_of(pair.sentence_bad)])
+        assert good == pytest.approx(g.log_prob) and bad == pytest.approx(b.log_prob)
+    assert run.result.correct.tolist() == (run.result.log_prob_good > run.result.log_prob_bad).tolist()
+
+
+def test_main_blimp_limit_shards_and_merge(tmp_path, fake_load, capsys):
+    data = blimp_file(tmp_path / "blimp.jsonl")
+    assert parse.main_blimp(["--workdir", "tg", "--data", str(data), "--limit", "2", *BEAM_ARGS,
+                             "-o", str(tmp_path / "all.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "3 pairs" in out and "beam-marginal" in out and "BLiMP: 2 paradigms" in out
+    for i in range(2):
+        assert parse.main_blimp(["--workdir", "tg", "--data", str(data), "--limit", "2", "--shard", f"{i}/2",
+                                 *BEAM_ARGS, "-o", str(tmp_path / f"b{i}.jsonl")]) == 0
+    capsys.readouterr()
+    assert parse.main_blimp(["--merge", str(tmp_path / "b0.jsonl"), str(tmp_path / "b1.jsonl")]) == 0
+    merged = capsys.readouterr().out
+    assert parse.main_blimp(["--merge", str(tmp_path / "all.jsonl")]) == 0
+    assert capsys.readouterr().out == merged
+    assert parse.main_blimp(["--workdir", "txl_terminals", "--data", str(data), "--paradigm", "order"]) == 0
+    assert "exact log p(x)" in capsys.readouterr().out
+    assert parse.main_blimp(["--workdir", "tg", "--data", str(data), "--paradigm", "nope"]) == 2
+    assert "no BLiMP pairs" in capsys.readouterr().err
+
+
+def test_select_pairs_and_shards():
+    pairs = [BlimpPair("a", "b", uid, "f", "t", str(k)) for uid in ("x", "y") for k in range(3)]
+    assert [p.pair_id for p in parse.select_pairs(pairs, limit=2)] == ["0", "1", "0", "1"]
+    assert {p.uid for p in parse.select_pairs(pairs, paradigms=["y"])} == {"y"}
+    assert parse.select_shard(list(range(7)), "1/3") == [1, 4]
+    with pytest.raises(ValueError, match="I/N"):
+        parse.select_shard([1], "1")
+    assert isinstance(right_branching(["a", "b"]), Tree)

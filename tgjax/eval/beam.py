@@ -1,0 +1,512 @@
+"""Word-synchronous beam search for TG and TXL (CC): surprisals, an approximate p(x), and parses.
+
+A syntactic language model (TG, TXL on Choe–Charniak actions) gives the
+joint p(x, y) of a sentence x and a tree y; incremental surprisal and p(x)
+need the marginal over trees, which is intractable. Following Stern et al.
+(2017, "Effective inference for generative neural parsing") and its use for
+surprisal by Hale et al. (2018), the search advances **word by word**: the
+word beam for word t holds the best (at most `word_beam`) action prefixes
+that have just generated words 0..t, and
+
+    p(x_<=t) ~= sum of p(prefix) over the word beam after word t,
+    surprisal_t = -log p(x_<=t) + log p(x_<t)            (nats),
+
+so a trained model is also a parser (the best complete tree) that needs no
+external proposals.
+
+The search for word t (all sentences of a batch advance together, and all
+their hypotheses are scored in one device call per action step):
+
+1. the action-level frontier starts as the word beam of word t - 1;
+2. every frontier item is extended by every *well-formed* action: an opening
+   non-terminal of any label (if fewer than `max_open_nts` are open and fewer
+   than `max_consecutive_opens` opens came in a row), the closing
+   non-terminal of the innermost open label (only if that constituent is
+   non-empty and is not the root, which closes only after the last word), or
+   word t (forced: the sentence's word, all of its pieces);
+3. *fast track*: the best `fast_track` word successors go to the next word
+   beam directly; the other successors compete for the `action_beam` slots,
+   word successors among them joining the next word beam and the others
+   forming the new frontier;
+4. this repeats until the frontier is empty, or — once `word_beam` items
+   have generated word t — until no frontier item scores above the
+   `word_beam`-th best of them (scores only fall as actions are added, so
+   none could enter the top `word_beam`): `stop="bound"`, the default.
+   `stop="count"` ends the step as soon as `word_beam` items have generated
+   the word, as Stern et al. do.
+   The loop ends: between two words an item can only close (at most as many
+   as are open) and then open (at most `max_consecutive_opens`).
+5. the next word beam is the best `word_beam` of the items that generated word t.
+
+After the last word every item closes all its open constituents (one model
+call scores the whole run of closings), which gives complete trees:
+`log_prob` is log Σ p(x, y) over them, `best_tree` the argmax.
+
+Probabilities are the model's own, **not renormalised over the allowed
+actions**: mass the model puts on ill-formed continuations (a closing label
+that does not match, a word that is not the sentence's, BOS, ...) is lost,
+so p(x) is a lower bound on the model's marginal; restricting only decides
+which continuations are explored. TG's closing non-terminal is two layout
+positions (CNT1 composes and predicts nothing; CNT2's distribution is the
+next action's), handled by the masking rule in `PrefixScorer`.
+
+Host side: the beam bookkeeping (NumPy over each sentence's successors).
+Device side: `tgjax.eval.incremental.PrefixScorer` (jitted model calls); each
+hypothesis carries the `PrefixCache` of its parent, so a step runs the model
+on the hypothesis's last action and the forced word only.
+
+For TXL (terminals), `TerminalScorer` gives exact surprisals and log p(x)
+by scoring the word sequence directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from tgjax.data.vocab import Vocabulary
+from tgjax.eval.incremental import PrefixScorer
+from tgjax.models.transformer_lm import TransformerLM
+from tgjax.syntax import actions as cc
+from tgjax.syntax import token_types as tt
+from tgjax.syntax.trees import Tree
+
+STOP_RULES = ("bound", "count")
+
+
+def logsumexp(values) -> float:
+    """log Σ exp(values) in float64 (-inf for no values)."""
+    v = np.asarray(values, np.float64)
+    if v.size == 0:
+        return -math.inf
+    top = v.max()
+    if not np.isfinite(top):
+        return float(top)
+    return float(top + np.log(np.exp(v - top).sum()))
+
+
+# -----------------------------------------------------------------------------
+# The action space of a vocabulary.
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSpace:
+    """The actions of a Choe–Charniak vocabulary, as the searches and samplers use them.
+
+    Attributes:
+      vocab: the vocabulary.
+      labels: `[L]` non-terminal labels (in the vocabulary's order).
+      open_ids, close_ids: `[L]` int32: the ids of `(label` and `label)`.
+      token_types: `[V]` int32: the token type of every id.
+    """
+
+    vocab: Vocabulary
+    labels: tuple[str, ...]
+    open_ids: np.ndarray
+    close_ids: np.ndarray
+    token_types: np.ndarray
+
+    @classmethod
+    def from_vocab(cls, vocab: Vocabulary) -> "ActionSpace":
+        labels = tuple(nt[1:] for nt in vocab.opening_nts)
+        open_ids = np.asarray(vocab.encode([cc.opening(label) for label in labels]), np.int32)
+        close_ids = np.asarray(vocab.encode([cc.closing(label) for label in labels]), np.int32)
+        if len(open_ids) != len(labels) or len(close_ids) != len(labels):  # pragma: no cover
+            raise ValueError("every non-terminal must be one id")
+        types = np.asarray(vocab.token_types(np.arange(vocab.size)), np.int32)
+        return cls(vocab, labels, open_ids, close_ids, types)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    def encode_word(self, word: str) -> tuple[tuple[int, ...], bool]:
+        """The ids of one word (one or more terminal pieces), and whether it is unknown (UNK).
+
+        Words are mapped as in training (`vocab.encode`): an unknown word is
+        the UNK id for a word dictionary; SentencePiece splits it into pieces.
+        Raises ValueError for a word that is a non-terminal or reserved token.
+        """
+        if cc.token_type(word) not in (tt.TERMINAL, tt.PLACEHOLDER) or not word or any(c.isspace() for c in word):
+            raise ValueError(f"{word!r} cannot be a word of a Choe–Charniak sequence "
+                             f"(it looks like a non-terminal, a reserved token, or is blank)")
+        ids = tuple(int(i) for i in self.vocab.encode([word]))
+        bad = [i for i in ids if self.token_types[i] not in (tt.TERMINAL, tt.PLACEHOLDER)]
+        if not ids or bad:
+            raise ValueError(f"word {word!r} encodes to non-terminal or reserved ids {bad}")
+        return ids, ids == (self.vocab.unk_id,)
+
+
+# -----------------------------------------------------------------------------
+# Configuration and results.
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamConfig:
+    """Beam sizes and the well-formedness caps.
+
+    Attributes:
+      word_beam: hypotheses kept after each word (k_w).
+      action_beam: frontier size at each action step (k_a).
+      fast_track: word successors that join the next word beam at each
+        action step without competing for the action beam (k_ft).
+      max_open_nts: most constituents open at once.
+      max_consecutive_opens: most opening non-terminals in a row.
+      stop: "bound" (default) or "count" (Stern et al.): see the module docstring.
+      batch_sentences: sentences searched together (their hypotheses share model calls).
+      max_batch, min_batch: most and fewest rows per model call (see `PrefixScorer`).
+      length_bucket: model segment lengths are multiples of this.
+    """
+
+    word_beam: int = 10
+    action_beam: int = 50
+    fast_track: int = 2
+    max_open_nts: int = 32
+    max_consecutive_opens: int = 6
+    stop: str = "bound"
+    batch_sentences: int = 8
+    max_batch: int = 256
+    min_batch: int = 8
+    length_bucket: int = 32
+
+    def __post_init__(self):
+        for name in ("word_beam", "action_beam", "max_open_nts", "max_consecutive_opens", "batch_sentences",
+                     "max_batch", "min_batch", "length_bucket"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"beam config: {name} must be at least 1, got {getattr(self, name)}")
+        if self.fast_track < 0:
+            raise ValueError(f"beam config: fast_track must be >= 0, got {self.fast_track}")
+        if self.stop not in STOP_RULES:
+            raise ValueError(f"beam config: stop must be one of {STOP_RULES}, got {self.stop!r}")
+
+
+@dataclasses.dataclass
+class BeamResult:
+    """The search's answer for one sentence (log-probabilities in nats).
+
+    Attributes:
+      words: the sentence.
+      prefix_log_probs: `[n + 1]`: log p(x_<=t) from the word beam after word
+        t (entry 0 is log p(empty prefix) = 0).
+      surprisals: `[n]`: -log p(x_t | x_<t) = prefix_log_probs[t] - prefix_log_probs[t + 1].
+      log_prob: log p(x) ~= log Σ p(x, y) over the complete trees found.
+      end_surprisal: -(log_prob - prefix_log_probs[n]): the cost of ending
+        the sentence (closing every open constituent); `surprisals.sum() +
+        end_surprisal == -log_prob`.
+      best_actions: Choe–Charniak actions of the best tree (the sentence's
+        own words, not UNK); None for TXL (terminals).
+      best_log_prob: log p(x, y*) of that tree.
+      hypotheses: complete trees found, best first, as (actions, log p(x, y)).
+      num_unknown: words of the sentence mapped to UNK.
+    """
+
+    words: list[str]
+    prefix_log_probs: np.ndarray
+    surprisals: np.ndarray
+    log_prob: float
+    end_surprisal: float
+    best_actions: list[str] | None = None
+    best_log_prob: float = math.nan
+    hypotheses: list[tuple[list[str], float]] = dataclasses.field(default_factory=list)
+    num_unknown: int = 0
+
+    @property
+    def best_tree(self) -> Tree | None:
+        """The best tree (no pre-terminals), via `tree_from_choe_charniak`; None without one."""
+        return None if self.best_actions is None else cc.tree_from_choe_charniak(self.best_actions)
+
+
+# -----------------------------------------------------------------------------
+# The search state of one sentence (host side).
+
+
+class _Item:
+    """A hypothesis: an action prefix with its parse state.
+
+    `ids`: model ids (no BOS); `actions`: codes (l < L open label l, L + l
+    close label l, 2L a word); `stack`: open constituents, innermost last, as
+    `2 * label + non_empty`; `opens`: opening NTs in a row at the end;
+    `score`: log p(prefix); `cache`: the `PrefixCache` of the parent's prefix
+    (BOS + all actions but the last; None for the root), so that scoring an
+    item runs the model on its last action and the continuation only.
+    """
+
+    __slots__ = ("ids", "actions", "stack", "opens", "score", "cache")
+
+    def __init__(self, ids, actions, stack, opens, score, cache=None):
+        self.ids, self.actions, self.stack, self.opens, self.score = ids, actions, stack, opens, score
+        self.cache = cache
+
+
+_ROOT = _Item((), (), (), 0, 0.0)
+_WORD, _FINISH, _DONE = 0, 1, 2
+
+
+class _SentenceSearch:
+    """Word-synchronous beam search over one sentence; `requests` / `update` alternate."""
+
+    def __init__(self, index: int, words: Sequence[str], space: ActionSpace, config: BeamConfig):
+        if not words:
+            raise ValueError(f"sentence {index}: no words; a tree needs at least one")
+        self.index = index
+        self.words = list(words)
+        self.space = space
+        self.config = config
+        encoded = [space.encode_word(w) for w in self.words]
+        self.pieces = [ids for ids, _ in encoded]
+        self.num_unknown = sum(unk for _, unk in encoded)
+        self.t = 0
+        self.frontier: list[_Item] = [_ROOT]
+        self.next_word: list[_Item] = []
+        self.prefix_log_probs = [0.0]
+        self.phase = _WORD
+        self.result: BeamResult | None = None
+        self.steps = 0
+
+    # Requests: (action ids, query, cache) per frontier item.
+    def requests(self) -> list[tuple[tuple[int, ...], int, object]]:
+        if self.phase == _WORD:
+            tail = self.pieces[self.t]
+            return [(item.ids + tail, len(item.ids), item.cache) for item in self.frontier]
+        close_ids = self.space.close_ids
+        return [(item.ids + tuple(int(close_ids[e >> 1]) for e in reversed(item.stack)), len(item.ids), item.cache)
+                for item in self.frontier]
+
+    def update(self, next_log_probs: np.ndarray, continuations: list[np.ndarray], caches: list) -> None:
+        if self.phase == _WORD:
+            self._word_step(next_log_probs, continuations, caches)
+        else:
+            self._finish(continuations)
+
+    def _word_step(self, next_lp: np.ndarray, cont: list[np.ndarray], caches: list) -> None:
+        config, L = self.config, self.space.num_labels
+        frontier = self.frontier
+        self.steps += 1
+        score = np.array([it.score for it in frontier])
+        depth = np.array([len(it.stack) for it in frontier])
+        opens = np.array([it.opens for it in frontier])
+        top = np.array([it.stack[-1] if it.stack else 0 for it in frontier])
+        can_open = (depth < config.max_open_nts) & (opens < config.max_consecutive_opens)
+        can_close = (depth >= 2) & (top & 1).astype(bool)
+        can_word = depth >= 1
+        # Successors as (parent, code, score): code l < L opens label l, L closes, L + 1 generates the word.
+        parent_o, label_o = np.nonzero(np.broadcast_to(can_open[:, None], (len(frontier), L)))
+        parents = [parent_o, np.flatnonzero(can_close), np.flatnonzero(can_word)]
+        codes = [label_o, np.full(len(parents[1]), L), np.full(len(parents[2]), L + 1)]
+        word_lp = np.array([c.sum() for c in cont])
+        scores = [score[parent_o] + next_lp[parent_o, label_o],
+                  score[parents[1]] + next_lp[parents[1], L + (top[parents[1]] >> 1)],
+                  score[parents[2]] + word_lp[parents[2]]]
+        parent = np.concatenate(parents)
+        code = np.concatenate(codes)
+        value = np.concatenate(scores)
+        is_word = code == L + 1
+        # Fast track: the best word successors join the word beam directly.
+        word_idx = np.flatnonzero(is_word)
+        word_idx = word_idx[np.argsort(-value[word_idx], kind="stable")]
+        fast = word_idx[:config.fast_track]
+        pool = np.setdiff1d(np.arange(len(value)), fast, assume_unique=True)
+        pool = pool[np.argsort(-value[pool], kind="stable")][:config.action_beam]
+        new_frontier = []
+        for k in np.concatenate([fast, pool]):
+            item = self._extend(frontier[parent[k]], int(code[k]), float(value[k]), caches[parent[k]])
+            (self.next_word if code[k] == L + 1 else new_frontier).append(item)
+        done = not new_frontier
+        if len(self.next_word) >= config.word_beam:
+            if config.stop == "count":
+                done = True
+            else:
+                threshold = np.sort([it.score for it in self.next_word])[::-1][config.word_beam - 1]
+                new_frontier = [it for it in new_frontier if it.score > threshold]
+                done = not new_frontier
+        self.frontier = new_frontier
+        if done:
+            self._next_word()
+
+    def _extend(self, item: _Item, code: int, score: float, cache) -> _Item:
+        """The successor of `item` by action `code`; `cache` covers `item`'s whole prefix."""
+        L = self.space.num_labels
+        if code < L:
+            return _Item(item.ids + (int(self.space.open_ids[code]),), item.actions + (code,),
+                         item.stack + (2 * code,), item.opens + 1, score, cache)
+        if code == L:
+            label = item.stack[-1] >> 1
+            return _Item(item.ids + (int(self.space.close_ids[label]),), item.actions + (L + label,),
+                         item.stack[:-2] + (item.stack[-2] | 1,), 0, score, cache)
+        return _Item(item.ids + self.pieces[self.t], item.actions + (2 * L,),
+                     item.stack[:-1] + (item.stack[-1] | 1,), 0, score, cache)
+
+    def _next_word(self) -> None:
+        ranked = sorted(self.next_word, key=lambda it: -it.score)[:self.config.word_beam]
+        if not ranked:  # pragma: no cover - every frontier item can generate the word
+            raise RuntimeError(f"sentence {self.index}: no hypothesis generated word {self.t}")
+        self.prefix_log_probs.append(float(logsumexp([it.score for it in ranked])))
+        self.t += 1
+        self.frontier, self.next_word = ranked, []
+        if self.t == len(self.words):
+            self.phase = _FINISH
+
+    def _finish(self, cont: list[np.ndarray]) -> None:
+        totals = np.array([it.score + c.sum() for it, c in zip(self.frontier, cont)])
+        order = np.argsort(-totals, kind="stable")
+        hypotheses = [(self.tokens(self.frontier[k]), float(totals[k])) for k in order]
+        prefix = np.asarray(self.prefix_log_probs)
+        log_prob = float(logsumexp(totals))
+        self.result = BeamResult(
+            words=self.words, prefix_log_probs=prefix, surprisals=prefix[:-1] - prefix[1:], log_prob=log_prob,
+            end_surprisal=float(prefix[-1] - log_prob), best_actions=hypotheses[0][0],
+            best_log_prob=hypotheses[0][1], hypotheses=hypotheses, num_unknown=self.num_unknown,
+        )
+        self.phase = _DONE
+
+    def tokens(self, item: _Item) -> list[str]:
+        """Choe–Charniak tokens of a complete item, with the sentence's words; closes what is open."""
+        L, labels = self.space.num_labels, self.space.labels
+        out, w = [], 0
+        for a in item.actions:
+            if a < L:
+                out.append(cc.opening(labels[a]))
+            elif a < 2 * L:
+                out.append(cc.closing(labels[a - L]))
+            else:
+                out.append(self.words[w])
+                w += 1
+        out.extend(cc.closing(labels[e >> 1]) for e in reversed(item.stack))
+        return out
+
+
+# -----------------------------------------------------------------------------
+# The searches.
+
+
+class WordSynchronousBeamSearch:
+    """Word-synchronous beam search with a TG or TXL (CC) model (see the module docstring).
+
+    Args:
+      model: the model (`TransformerLM`, eval mode is used: no dropout).
+      vocab: its vocabulary.
+      rule: "tg" or "txl_cc" (`tgjax.eval.incremental.rule_of(model_name)`).
+      config: beam sizes and caps.
+
+    `search(sentences)` takes word lists and returns one `BeamResult` each,
+    in order; the sentences are searched `config.batch_sentences` at a time,
+    their hypotheses scored together (a finished sentence's slot is refilled
+    at once).
+    """
+
+    def __init__(self, model: TransformerLM, vocab: Vocabulary, rule: str, config: BeamConfig = BeamConfig()):
+        if rule not in ("tg", "txl_cc"):
+            raise ValueError(f"beam search needs a syntactic model (rule 'tg' or 'txl_cc'), got rule {rule!r}; "
+                             f"use TerminalScorer for txl_terminals")
+        self.space = ActionSpace.from_vocab(vocab)
+        if not self.space.num_labels:
+            raise ValueError("the vocabulary has no non-terminals: cannot build trees")
+        self.config = config
+        candidates = np.concatenate([self.space.open_ids, self.space.close_ids])
+        self.scorer = PrefixScorer(model, rule, self.space.token_types, bos_id=vocab.bos_id,
+                                   candidate_ids=candidates, length_bucket=config.length_bucket,
+                                   max_batch=config.max_batch, min_batch=config.min_batch)
+        self.steps = 0  # action steps summed over sentences (for benchmarks)
+
+    def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
+        sentences = [list(s) for s in sentences]
+        pending = iter(enumerate(sentences))
+        results: list[BeamResult | None] = [None] * len(sentences)
+        active: list[_SentenceSearch] = []
+
+        def refill() -> None:
+            while len(active) < self.config.batch_sentences:
+                try:
+                    index, words = next(pending)
+                except StopIteration:
+                    return
+                active.append(_SentenceSearch(index, words, self.space, self.config))
+
+        refill()
+        while active:
+            requests, counts = [], []
+            for search in active:
+                r = search.requests()
+                requests.extend(r)
+                counts.append(len(r))
+            scored = self.scorer.score([r[0] for r in requests], [r[1] for r in requests],
+                                       [r[2] for r in requests])
+            offset = 0
+            for search, n in zip(active, counts):
+                search.update(scored.next_log_probs[offset:offset + n],
+                              scored.continuation_log_probs[offset:offset + n], scored.caches[offset:offset + n])
+                offset += n
+            for search in [s for s in active if s.phase == _DONE]:
+                results[search.index] = search.result
+                self.steps += search.steps
+                active.remove(search)
+            refill()
+        return results  # type: ignore[return-value]
+
+    # Convenience for the drivers.
+    def word_surprisals(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Per sentence, `[n]` surprisals in nats."""
+        return [r.surprisals for r in self.search(sentences)]
+
+    def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        """`[N]` approximate log p(x) (nats)."""
+        return np.array([r.log_prob for r in self.search(sentences)])
+
+
+class TerminalScorer:
+    """Exact word surprisals and log p(x) for TXL (terminals): the word sequence scored directly.
+
+    A word's surprisal is the sum over its pieces. There is no end-of-sentence
+    event (the pipeline adds none), so `end_surprisal` is 0 and `log_prob` is
+    the probability of the words as a prefix.
+    """
+
+    def __init__(self, model: TransformerLM, vocab: Vocabulary, *, batch_size: int = 64, length_bucket: int = 32,
+                 min_batch: int = 8):
+        self.space = ActionSpace.from_vocab(vocab)
+        self.batch_size = batch_size
+        self.scorer = PrefixScorer(model, "txl_terminals", self.space.token_types, bos_id=vocab.bos_id,
+                                   candidate_ids=[vocab.bos_id], length_bucket=length_bucket, max_batch=batch_size,
+                                   min_batch=min_batch)
+
+    def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
+        sentences = [list(s) for s in sentences]
+        results = []
+        for start in range(0, len(sentences), self.batch_size):
+            chunk = sentences[start:start + self.batch_size]
+            encoded = []
+            for index, words in enumerate(chunk, start):
+                if not words:
+                    raise ValueError(f"sentence {index}: no words")
+                encoded.append([self.space.encode_word(w) for w in words])
+            sequences = [tuple(i for ids, _ in enc for i in ids) for enc in encoded]
+            scored = self.scorer.score(sequences, [0] * len(sequences))
+            for words, enc, lp in zip(chunk, encoded, scored.continuation_log_probs):
+                lengths = np.array([len(ids) for ids, _ in enc])
+                word_lp = np.add.reduceat(lp, np.cumsum(lengths) - lengths)  # [n]: sum over each word's pieces
+                prefix = np.concatenate([[0.0], np.cumsum(word_lp)])
+                results.append(BeamResult(words=words, prefix_log_probs=prefix, surprisals=-word_lp,
+                                          log_prob=float(prefix[-1]), end_surprisal=0.0,
+                                          num_unknown=sum(unk for _, unk in enc)))
+        return results
+
+    def word_surprisals(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return [r.surprisals for r in self.search(sentences)]
+
+    def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        return np.array([r.log_prob for r in self.search(sentences)])
+
+
+def make_word_scorer(model: TransformerLM, vocab: Vocabulary, rule: str, config: BeamConfig = BeamConfig()):
+    """The scorer of a model: beam search for "tg"/"txl_cc", direct scoring for "txl_terminals"."""
+    if rule == "txl_terminals":
+        return TerminalScorer(model, vocab, batch_size=config.max_batch, length_bucket=config.length_bucket,
+                              min_batch=config.min_batch)
+    return WordSynchronousBeamSearch(model, vocab, rule, config)
+
+
+__all__ = ["ActionSpace", "BeamConfig", "BeamResult", "STOP_RULES", "TerminalScorer", "WordSynchronousBeamSearch",
+           "make_word_scorer"]

@@ -1,0 +1,536 @@
+"""Drivers built on word-synchronous beam search: parsing (F1), SyntaxGym (SG score), BLiMP.
+
+    tgjax eval parse --workdir W --treebank test.txt [--output pred.txt]   labelled / unlabelled F1 and right-branching
+    tgjax eval sg    --workdir W [--suites DIR] [--suite NAME ...]       per-suite accuracy, circuits, SG score
+    tgjax eval blimp --workdir W [--data DIR] [--limit N]                per paradigm / field / overall accuracy
+
+Each takes `--workdir` (a trained run, read with `tgjax.eval.loading.load_model`),
+`--step` (best by default), the beam settings (`--word-beam`, `--action-beam`,
+`--fast-track`, caps) and `--shard I/N` (round robin over sentences, suites
+or paradigms, as `tgjax.eval.shards`; `--merge` joins the shards' outputs
+and reports them together).
+
+Words are tokenised as in training: treebank leaves as they are; SyntaxGym
+regions and BLiMP sentences with `tgjax.eval.blimp.words_of` (PTB-style),
+then mapped by the model's vocabulary (`vocab.encode`: unknown words become
+UNK for a word dictionary; they are counted and reported).
+
+Scores: syntactic models (TG, TXL (CC)) through the beam: surprisals from its
+word-level marginal, log p(x) from the complete trees it finds (a lower bound
+on p(x)); TXL (terminals) exactly by direct scoring. Surprisals are in nats
+(SyntaxGym's formulas only compare them).
+
+Parsing: the best tree of the beam over the gold sentence's words; POS
+pre-terminals are not predicted (TG drops them), so the gold tags are put
+back under the predicted tree for EVALB (COLLINS.prm deletes punctuation by
+tag); the right-branching baseline (`right_branching`, label X, gold tags)
+is scored the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tgjax.eval import blimp as blimp_lib
+from tgjax.eval import shards
+from tgjax.eval import syntaxgym as sg
+from tgjax.eval.beam import ActionSpace, BeamConfig, BeamResult, make_word_scorer
+from tgjax.eval.evalb import evalb, right_branching
+from tgjax.syntax import trees as trees_lib
+from tgjax.syntax.trees import Tree
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+
+# -----------------------------------------------------------------------------
+# Shared helpers.
+
+
+def select_shard(items: Sequence, text: str | None) -> list:
+    """This job's items: item k iff k % N == I for `--shard I/N` (round robin, as every eval command).
+
+    Without `--shard`, a multi-host run takes its host's shard (`shards.default_shard`).
+    """
+    shard = shards.parse_shard(text) if text else shards.default_shard()
+    return [item for _, item in shards.take(items, shard)]
+
+
+def add_beam_args(parser: argparse.ArgumentParser) -> None:
+    d = BeamConfig()
+    group = parser.add_argument_group("beam search")
+    group.add_argument("--word-beam", type=int, default=d.word_beam, help="hypotheses kept per word (k_w)")
+    group.add_argument("--action-beam", type=int, default=d.action_beam, help="frontier per action step (k_a)")
+    group.add_argument("--fast-track", type=int, default=d.fast_track, help="word successors fast-tracked (k_ft)")
+    group.add_argument("--max-open-nts", type=int, default=d.max_open_nts)
+    group.add_argument("--max-consecutive-opens", type=int, default=d.max_consecutive_opens)
+    group.add_argument("--stop", default=d.stop, choices=("bound", "count"),
+                       help="end of an action search: 'bound' (exact given the beams) or 'count' (Stern et al.)")
+    group.add_argument("--batch-sentences", type=int, default=d.batch_sentences,
+                       help="sentences searched together (one model call scores all their hypotheses)")
+    group.add_argument("--max-batch", type=int, default=d.max_batch, help="most rows per model call")
+
+
+def beam_config(args: argparse.Namespace) -> BeamConfig:
+    return BeamConfig(word_beam=args.word_beam, action_beam=args.action_beam, fast_track=args.fast_track,
+                      max_open_nts=args.max_open_nts, max_consecutive_opens=args.max_consecutive_opens,
+                      stop=args.stop, batch_sentences=args.batch_sentences, max_batch=args.max_batch)
+
+
+def _load(workdir: str, step: str):
+    """`tgjax.eval.loading.load_model` (imported here: tests replace this function)."""
+    from tgjax.eval.loading import load_model
+
+    return load_model(workdir, step=step)
+
+
+def _scorer(loaded, config: BeamConfig):
+    rule = loaded.pipeline_fields["rule"]
+    return make_word_scorer(loaded.model, loaded.vocab, rule, config), rule
+
+
+@dataclasses.dataclass
+class UnknownWords:
+    """Words mapped to UNK: token and type counts, and the most frequent types."""
+
+    tokens: int = 0
+    total: int = 0
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def add(self, space: ActionSpace, words: Sequence[str]) -> None:
+        for word in words:
+            self.total += 1
+            if space.encode_word(word)[1]:
+                self.tokens += 1
+                self.counts[word] += 1
+
+    def format(self) -> str:
+        share = self.tokens / self.total if self.total else 0.0
+        common = ", ".join(f"{w} ({c})" for w, c in self.counts.most_common(8))
+        return (f"unknown words (UNK): {self.tokens} of {self.total} tokens ({100 * share:.2f}%), "
+                f"{len(self.counts)} types" + (f"; most frequent: {common}" if common else ""))
+
+
+class CachedScorer:
+    """Beam / direct results per distinct sentence, computed once (SG and BLiMP repeat sentences)."""
+
+    def __init__(self, scorer, unknown: UnknownWords | None = None):
+        self.scorer = scorer
+        self.unknown = unknown
+        self.cache: dict[tuple[str, ...], BeamResult] = {}
+        self.seconds = 0.0
+
+    def results(self, sentences: Sequence[Sequence[str]]) -> list[BeamResult]:
+        todo = list(dict.fromkeys(tuple(s) for s in sentences if tuple(s) not in self.cache))
+        if todo:
+            start = time.perf_counter()
+            for words, result in zip(todo, self.scorer.search([list(s) for s in todo])):
+                self.cache[words] = result
+                if self.unknown is not None:
+                    self.unknown.add(self.scorer.space, words)
+            self.seconds += time.perf_counter() - start
+        return [self.cache[tuple(s)] for s in sentences]
+
+    def word_surprisals(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return [r.surprisals for r in self.results(sentences)]
+
+    def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        return np.array([r.log_prob for r in self.results(sentences)])
+
+
+# -----------------------------------------------------------------------------
+# Parsing.
+
+
+def with_preterminals(tree: Tree, tags: Sequence[str]) -> Tree:
+    """`tree` (no pre-terminals) with each word wrapped as `(TAG word)`, tags in word order."""
+    tags = list(tags)
+    position = 0
+
+    def rebuild(node: Tree) -> Tree:
+        nonlocal position
+        children = []
+        for child in node.children:
+            if isinstance(child, str):
+                if position >= len(tags):
+                    raise ValueError(f"{len(tags)} tags for a tree with more words: {tree.to_string()}")
+                children.append(Tree(tags[position], [child]))
+                position += 1
+            else:
+                children.append(rebuild(child))
+        return Tree(node.label, children)
+
+    out = rebuild(tree)
+    if position != len(tags):
+        raise ValueError(f"{len(tags)} tags for a tree of {position} words")
+    return out
+
+
+@dataclasses.dataclass
+class ParseReport:
+    """Parses of a treebank and their scores (F1 in %, EVALB COLLINS.prm rules).
+
+    Attributes:
+      gold, predicted, baseline: trees with POS pre-terminals (predicted ones
+        carry the gold tags; baseline is right-branching).
+      results: the beam's result per sentence.
+      labeled_f1, unlabeled_f1: of the predictions; baseline_labeled_f1,
+        baseline_unlabeled_f1: of right-branching.
+      seconds: beam search time.
+    """
+
+    gold: list[Tree]
+    predicted: list[Tree]
+    baseline: list[Tree]
+    results: list[BeamResult]
+    labeled_f1: float
+    unlabeled_f1: float
+    baseline_labeled_f1: float
+    baseline_unlabeled_f1: float
+    seconds: float
+    unknown: UnknownWords
+
+    @property
+    def sentences_per_second(self) -> float:
+        return len(self.gold) / self.seconds if self.seconds > 0 else math.inf
+
+    def perplexity_bound(self) -> float:
+        """exp(-Σ log p(x) / Σ words): a per-word perplexity upper bound from the beam's p(x)."""
+        words = sum(len(r.words) for r in self.results)
+        return math.exp(-sum(r.log_prob for r in self.results) / max(words, 1))
+
+    def format(self) -> str:
+        words = sum(len(r.words) for r in self.results)
+        return "\n".join([
+            f"sentences {len(self.gold)}, words {words}; beam search {self.seconds:.1f}s "
+            f"({self.sentences_per_second:.2f} sentences/s)",
+            self.unknown.format(),
+            f"per-word perplexity bound (beam marginal): {self.perplexity_bound():.2f}",
+            f"{'':<20}{'labelled F1':>12}{'unlabelled F1':>15}",
+            f"{'beam search':<20}{self.labeled_f1:12.2f}{self.unlabeled_f1:15.2f}",
+            f"{'right-branching':<20}{self.baseline_labeled_f1:12.2f}{self.baseline_unlabeled_f1:15.2f}",
+            f"unlabelled F1 over right-branching: {self.unlabeled_f1 - self.baseline_unlabeled_f1:+.2f}",
+        ])
+
+
+def parse_treebank(search, gold_trees: Sequence[Tree], *, params: str = "collins") -> ParseReport:
+    """Parses the gold trees' sentences with `search` (a `WordSynchronousBeamSearch`) and scores them."""
+    gold_trees = list(gold_trees)
+    if not gold_trees:
+        raise ValueError("no trees to parse")
+    tagged = [trees_lib.tagged_words(t) for t in gold_trees]
+    words = [[w for w, _ in pairs] for pairs in tagged]
+    tags = [[t for _, t in pairs] for pairs in tagged]
+    unknown = UnknownWords()
+    for sentence in words:
+        unknown.add(search.space, sentence)
+    start = time.perf_counter()
+    results = search.search(words)
+    seconds = time.perf_counter() - start
+    predicted = [with_preterminals(r.best_tree, t) for r, t in zip(results, tags)]
+    baseline = [right_branching(w, tags=t) for w, t in zip(words, tags)]
+    f1 = lambda pred, unlabeled: evalb(gold_trees, pred, params, unlabeled=unlabeled).all.bracketing_fmeasure
+    return ParseReport(gold_trees, predicted, baseline, results, f1(predicted, False), f1(predicted, True),
+                       f1(baseline, False), f1(baseline, True), seconds, unknown)
+
+
+def _read_gold(treebank: str, split: str, limit: int | None) -> tuple[list[Tree], str]:
+    if treebank == "builtin":
+        from tgjax.data.corpora import get_corpus
+
+        gold, where = get_corpus("builtin", split), f"built-in treebank ({split})"
+    else:
+        gold, report = trees_lib.read_treebank(treebank, on_error="skip")
+        where = treebank
+        if report.num_skipped:
+            print(f"{treebank}: {report.summary()}", file=sys.stderr)
+    return (gold[:limit] if limit is not None else gold), where
+
+
+def main_parse(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval parse --workdir W [--treebank FILE|builtin] [--output PRED] [--shard I/N] [beam options]`.
+
+    Parses the treebank's sentences with the beam, writes the predicted trees
+    (with gold POS tags) one per line, and prints labelled and unlabelled F1
+    (EVALB, COLLINS.prm) of the parses and of a right-branching baseline.
+    With `--shard I/N` the output holds this shard's sentences (k % N == I)
+    and its name gets the shard (`shards.shard_path`); `--merge P0 P1 ...`
+    (all N files, in shard order) interleaves them back into `--output` and
+    scores the whole treebank.
+    """
+    parser = argparse.ArgumentParser(prog="tgjax eval parse", description=main_parse.__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="a trained run (tgjax train --workdir)")
+    parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
+    parser.add_argument("--shard", default=None, help="I/N: sentence k iff k %% N == I (default: this host's share)")
+    parser.add_argument("--treebank", default="builtin", help="gold trees (one per line) or 'builtin'")
+    parser.add_argument("--split", default="test", help="split of the built-in treebank")
+    parser.add_argument("--limit", type=int, default=None, help="first N trees only")
+    parser.add_argument("--output", "-o", default=None, help="write the predicted trees here")
+    parser.add_argument("--baseline-output", default=None, help="write the right-branching trees here")
+    parser.add_argument("--params", default="collins", help="EVALB parameters: collins, keep_punct or a .prm file")
+    parser.add_argument("--merge", nargs="+", default=None,
+                        help="the N shards' prediction files, in shard order: interleave and score them")
+    add_beam_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        gold, where = _read_gold(args.treebank, args.split, args.limit)
+        if args.merge:
+            return _merge_parses(args, gold, where)
+        if not args.workdir:
+            parser.error("--workdir is required (or --merge)")
+        shard = shards.parse_shard(args.shard) if args.shard else shards.default_shard()
+        gold = [tree for _, tree in shards.take(gold, shard)]
+        if not gold:
+            raise ValueError(f"no trees in shard {shard}")
+        config = beam_config(args)
+        loaded = _load(args.workdir, args.step)
+        search, rule = _scorer(loaded, config)
+        if rule == "txl_terminals":
+            raise ValueError(f"{loaded.model_name} models words only: it cannot parse")
+        report = parse_treebank(search, gold, params=args.params)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"tgjax eval parse: error: {err}", file=sys.stderr)
+        return 2
+    for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
+        if path:
+            with open(shards.shard_path(path, shard), "w", encoding="utf-8") as f:
+                f.writelines(t.to_string() + "\n" for t in trees)
+    print(f"model {loaded.model_name} ({args.workdir}, step {args.step}); treebank {where}"
+          + (f", shard {shard}" if shard.count > 1 else ""))
+    print(f"beam: word {config.word_beam}, action {config.action_beam}, fast-track {config.fast_track}, "
+          f"stop {config.stop}, caps {config.max_open_nts} open / {config.max_consecutive_opens} in a row")
+    print(report.format())
+    return 0
+
+
+def _merge_parses(args, gold: list[Tree], where: str) -> int:
+    """Interleaves shard prediction files (shard order) and scores them against the whole treebank."""
+    parts = []
+    for path in args.merge:
+        with open(path, encoding="utf-8") as f:
+            parts.append([line.rstrip("\n") for line in f if line.strip()])
+    count = len(parts)
+    expected = [len(range(i, len(gold), count)) for i in range(count)]
+    if [len(p) for p in parts] != expected:
+        raise ValueError(f"{count} shard files with {[len(p) for p in parts]} trees; {where} split {count} ways "
+                         f"gives {expected} (give every shard's file, in shard order)")
+    predicted = [parts[k % count][k // count] for k in range(len(gold))]
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.writelines(t + "\n" for t in predicted)
+    baseline = []
+    for tree in gold:
+        pairs = trees_lib.tagged_words(tree)
+        baseline.append(right_branching([w for w, _ in pairs], tags=[t for _, t in pairs]))
+    f1 = lambda pred, unlabeled: evalb(gold, pred, args.params, unlabeled=unlabeled).all.bracketing_fmeasure
+    print(f"merged {count} shards: {len(gold)} sentences of {where}")
+    print(f"{'':<20}{'labelled F1':>12}{'unlabelled F1':>15}")
+    print(f"{'beam search':<20}{f1(predicted, False):12.2f}{f1(predicted, True):15.2f}")
+    print(f"{'right-branching':<20}{f1(baseline, False):12.2f}{f1(baseline, True):15.2f}")
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# SyntaxGym.
+
+
+@dataclasses.dataclass
+class SGRun:
+    """SyntaxGym results: one `SuiteResult` per suite, the report, and what was unknown."""
+
+    results: list[sg.SuiteResult]
+    report: sg.SGReport
+    unknown: UnknownWords
+    seconds: float
+
+
+def evaluate_sg(scorer, suites: Sequence[sg.Suite], circuits: sg.Circuits | None = None,
+                progress: Callable[[str], None] | None = None) -> SGRun:
+    """Scores every suite with the scorer's word surprisals and builds the SG report."""
+    unknown = UnknownWords()
+    cached = CachedScorer(scorer, unknown)
+    results = []
+    for suite in suites:
+        results.append(sg.score_suite(suite, cached.word_surprisals))
+        if progress:
+            progress(f"{suite.name}: {100 * results[-1].accuracy:.2f} ({cached.seconds:.0f}s so far)")
+    return SGRun(results, sg.sg_report(results, circuits), unknown, cached.seconds)
+
+
+def _suite_result_to_json(result: sg.SuiteResult) -> dict:
+    return {"suite": result.suite, "predictions": list(result.predictions), "items": list(result.item_numbers),
+            "outcomes": result.outcomes.astype(int).tolist(), "accuracy": result.accuracy}
+
+
+def _suite_result_from_json(data: dict) -> sg.SuiteResult:
+    return sg.SuiteResult(data["suite"], tuple(data["predictions"]), tuple(data["items"]),
+                          np.asarray(data["outcomes"], bool).reshape(len(data["items"]), len(data["predictions"])))
+
+
+def main_sg(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval sg --workdir W [--suites DIR] [--suite NAME ...] [--shard I/N] [--output J] [beam options]`.
+
+    Region surprisals from the beam's word-level marginal (direct scoring for
+    TXL (terminals)); prints per-suite accuracy, circuit scores and the SG
+    score, and the unknown-word count. `--merge J1 J2 ...` prints the report
+    of shards' `--output` files instead.
+    """
+    parser = argparse.ArgumentParser(prog="tgjax eval sg", description=main_sg.__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="a trained run (tgjax train --workdir)")
+    parser.add_argument("--step", default="best")
+    parser.add_argument("--shard", default=None, help="I/N: suite k (by name) iff k %% N == I")
+    parser.add_argument("--suites", default=str(SHARED_DATA / "sg_test_suites"), help="directory of suite JSON files")
+    parser.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
+    parser.add_argument("--circuits", default=None, help="circuits.json (default: the one in --suites)")
+    parser.add_argument("--output", "-o", default=None, help="write per-suite outcomes as JSON (for --merge)")
+    parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
+    add_beam_args(parser)
+    args = parser.parse_args(argv)
+    circuits_path = Path(args.circuits) if args.circuits else Path(args.suites) / "circuits.json"
+    circuits = sg.load_circuits(circuits_path) if circuits_path.exists() else None
+    if args.merge:
+        results = []
+        for path in args.merge:
+            with open(path, encoding="utf-8") as f:
+                results.extend(_suite_result_from_json(r) for r in json.load(f)["suites"])
+        print(sg.sg_report(results, circuits).format())
+        return 0
+    if not args.workdir:
+        parser.error("--workdir is required (or --merge)")
+    try:
+        suites = sg.load_suites(args.suites)
+        if args.suite:
+            missing = sorted(set(args.suite) - {s.name for s in suites})
+            if missing:
+                raise ValueError(f"no suite(s) {missing} in {args.suites}")
+            suites = [s for s in suites if s.name in args.suite]
+        suites = select_shard(sorted(suites, key=lambda s: s.name), args.shard)
+        if not suites:
+            raise ValueError("no suites in this shard")
+        loaded = _load(args.workdir, args.step)
+        scorer, rule = _scorer(loaded, beam_config(args))
+        run = evaluate_sg(scorer, suites, circuits, progress=lambda line: print(line, file=sys.stderr))
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"tgjax eval sg: error: {err}", file=sys.stderr)
+        return 2
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump({"model": loaded.model_name, "workdir": args.workdir, "step": args.step,
+                       "suites": [_suite_result_to_json(r) for r in run.results],
+                       "unknown_tokens": run.unknown.tokens, "tokens": run.unknown.total}, f, indent=1)
+    print(f"model {loaded.model_name} ({rule}); {len(suites)} suites"
+          + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
+    print(run.unknown.format())
+    print(run.report.format())
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# BLiMP.
+
+
+def select_pairs(pairs: Sequence[blimp_lib.BlimpPair], *, limit: int | None = None,
+                 paradigms: Sequence[str] | None = None) -> list[blimp_lib.BlimpPair]:
+    """The first `limit` pairs of each paradigm (all if None), of the given paradigms (all if None)."""
+    kept, seen = [], collections.Counter()
+    wanted = set(paradigms) if paradigms else None
+    for pair in pairs:
+        if wanted is not None and pair.uid not in wanted:
+            continue
+        if limit is not None and seen[pair.uid] >= limit:
+            continue
+        seen[pair.uid] += 1
+        kept.append(pair)
+    return kept
+
+
+@dataclasses.dataclass
+class BlimpRun:
+    result: blimp_lib.BlimpResult
+    unknown: UnknownWords
+    seconds: float
+
+
+def evaluate_blimp_pairs(scorer, pairs: Sequence[blimp_lib.BlimpPair]) -> BlimpRun:
+    """log p(sentence) of both sides of every pair (beam marginal, or exact for TXL (terminals))."""
+    unknown = UnknownWords()
+    cached = CachedScorer(scorer, unknown)
+    result = blimp_lib.evaluate_blimp(pairs, lambda sentences: cached.log_probs(
+        [blimp_lib.words_of(s) for s in sentences]))
+    return BlimpRun(result, unknown, cached.seconds)
+
+
+def main_blimp(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval blimp --workdir W [--data DIR|FILE] [--limit N] [--paradigm UID ...] [--shard I/N] [beam options]`.
+
+    Accuracy per paradigm, field and linguistics term, and overall (a pair is
+    right when log p(good) > log p(bad)). `--limit N` scores the first N
+    pairs of each paradigm. `--output` writes per-pair scores (JSON lines);
+    `--merge F1 F2 ...` reports shards' files together.
+    """
+    parser = argparse.ArgumentParser(prog="tgjax eval blimp", description=main_blimp.__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="a trained run (tgjax train --workdir)")
+    parser.add_argument("--step", default="best")
+    parser.add_argument("--shard", default=None, help="I/N: paradigm k (by name) iff k %% N == I")
+    parser.add_argument("--data", default=str(SHARED_DATA / "blimp"), help="a BLiMP .jsonl file or a directory")
+    parser.add_argument("--limit", type=int, default=None, help="first N pairs of each paradigm")
+    parser.add_argument("--paradigm", action="append", default=None, help="only this paradigm (UID; repeatable)")
+    parser.add_argument("--output", "-o", default=None, help="write per-pair log-probabilities (JSON lines)")
+    parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
+    add_beam_args(parser)
+    args = parser.parse_args(argv)
+    if args.merge:
+        pairs, scores = [], {}
+        for path in args.merge:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    r = json.loads(line)
+                    pairs.append(blimp_lib.BlimpPair(r["sentence_good"], r["sentence_bad"], r["uid"], r["field"],
+                                                     r["linguistics_term"], r["pair_id"]))
+                    scores[r["sentence_good"]], scores[r["sentence_bad"]] = r["log_prob_good"], r["log_prob_bad"]
+        result = blimp_lib.evaluate_blimp(pairs, lambda sentences: np.array([scores[s] for s in sentences]))
+        print(blimp_lib.format_blimp_report(result))
+        return 0
+    if not args.workdir:
+        parser.error("--workdir is required (or --merge)")
+    try:
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit must be positive, got {args.limit}")
+        pairs = select_pairs(blimp_lib.load_blimp(args.data), limit=args.limit, paradigms=args.paradigm)
+        uids = select_shard(sorted({p.uid for p in pairs}), args.shard)
+        pairs = [p for p in pairs if p.uid in set(uids)]
+        if not pairs:
+            raise ValueError("no BLiMP pairs selected (check --paradigm / --shard)")
+        loaded = _load(args.workdir, args.step)
+        scorer, rule = _scorer(loaded, beam_config(args))
+        run = evaluate_blimp_pairs(scorer, pairs)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"tgjax eval blimp: error: {err}", file=sys.stderr)
+        return 2
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            for pair, good, bad in zip(run.result.pairs, run.result.log_prob_good, run.result.log_prob_bad):
+                f.write(json.dumps({"sentence_good": pair.sentence_good, "sentence_bad": pair.sentence_bad,
+                                    "uid": pair.uid, "field": pair.field, "linguistics_term": pair.linguistics_term,
+                                    "pair_id": pair.pair_id, "log_prob_good": float(good),
+                                    "log_prob_bad": float(bad)}) + "\n")
+    how = "exact log p(x)" if rule == "txl_terminals" else "beam-marginal log p(x)"
+    print(f"model {loaded.model_name} ({how}); {len(pairs)} pairs"
+          + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
+    print(run.unknown.format())
+    print(blimp_lib.format_blimp_report(run.result))
+    return 0
+
+
+__all__ = ["BlimpRun", "CachedScorer", "ParseReport", "SGRun", "UnknownWords", "add_beam_args", "beam_config",
+           "evaluate_blimp_pairs", "evaluate_sg", "main_blimp", "main_parse", "main_sg", "parse_treebank",
+           "select_pairs", "select_shard", "with_preterminals"]
