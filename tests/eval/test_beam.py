@@ -38,9 +38,15 @@ EXHAUSTIVE = BeamConfig(word_beam=10**6, action_beam=10**6, fast_track=10**6, ma
                         max_consecutive_opens=MAX_CONSECUTIVE, min_batch=64, max_batch=64)
 
 
+@functools.lru_cache(maxsize=None)
+def tiny_vocab() -> WordDictionary:
+    """The vocabulary of every test here and in test_sampling / test_parse (shared compilations)."""
+    return WordDictionary(WORDS, LABELS)
+
+
 @pytest.fixture(scope="module")
 def vocab():
-    return WordDictionary(WORDS, LABELS)
+    return tiny_vocab()
 
 
 _MODELS = {}
@@ -288,3 +294,27 @@ def test_rule_of():
     assert rule_of("tg_distinct_mha") == "tg"
     assert rule_of("txl_cc") == "txl_cc"
     assert rule_of("txl_terminals") == "txl_terminals"
+
+
+@pytest.mark.parametrize("name", ["tg", "tg_head_hybrid", "txl_cc"])
+def test_scoring_from_a_cache_equals_scoring_from_scratch(vocab, name):
+    """The layer inputs of a prefix, as memory, give the log-probabilities of a full recompute."""
+    model = get_model(name, vocab.size) if name != "tg_head_hybrid" else build_model(
+        name, vocab.size, rngs=nnx.Rngs(2), **SMALL)
+    space = ActionSpace.from_vocab(vocab)
+    scorer = PrefixScorer(model, rule_of(name), space.token_types, min_batch=64, max_batch=64)
+    tokens = ["(A", "a", "(B", "b", "c", "B)", "(A", "a", "A)", "A)"]
+    ids = vocab.encode(tokens)
+    scratch = scorer.score([ids] * 4, [2, 5, 6, 9])
+    first = scorer.score([ids[:2], ids[:5]], [2, 5])  # caches of BOS + 2 and BOS + 5 actions
+    assert [c.length for c in first.caches] == ([3, 6] if name == "txl_cc" else [3, 6])
+    resumed = scorer.score([ids] * 4, [2, 5, 6, 9], [first.caches[0], first.caches[1], first.caches[1],
+                                                      scratch.caches[2]])
+    for k in range(4):
+        np.testing.assert_allclose(resumed.next_log_probs[k], scratch.next_log_probs[k], atol=1e-5)
+        np.testing.assert_allclose(resumed.continuation_log_probs[k], scratch.continuation_log_probs[k], atol=1e-5)
+        np.testing.assert_allclose(resumed.caches[k].states, scratch.caches[k].states, atol=1e-5)
+    # TG: the closing NT B) at action 5 is two layout positions (CNT1, CNT2).
+    assert scratch.caches[3].length == (1 + 9 if name == "txl_cc" else 1 + 9 + 1)
+    with pytest.raises(ValueError, match="past the query"):
+        scorer.score([ids], [1], [first.caches[1]])

@@ -12,16 +12,14 @@ from tgjax.eval.sampling import Sampler, SamplingConfig, choose
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
 
-from .test_beam import LABELS, exact_log_probs, get_model
+from .test_beam import exact_log_probs, get_model, tiny_vocab
 
 BATCH = 16
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    from tgjax.data.vocab import WordDictionary
-
-    return WordDictionary(["a", "b", "c"], LABELS)
+    return tiny_vocab()
 
 
 def check_well_formed(tokens, config):

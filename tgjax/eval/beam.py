@@ -158,7 +158,10 @@ class BeamConfig:
       stop: "bound" (default) or "count" (Stern et al.): see the module docstring.
       batch_sentences: sentences searched together (their hypotheses share model calls).
       max_batch, min_batch: most and fewest rows per model call (see `PrefixScorer`).
-      length_bucket: model segment lengths are multiples of this.
+      length_bucket: see `PrefixScorer`.
+      use_cache: score each hypothesis incrementally from its parent's
+        `PrefixCache` (default); False recomputes every prefix from scratch
+        (the reference, for benchmarks; the results are the same).
     """
 
     word_beam: int = 10
@@ -171,6 +174,7 @@ class BeamConfig:
     max_batch: int = 256
     min_batch: int = 8
     length_bucket: int = 32
+    use_cache: bool = True
 
     def __post_init__(self):
         for name in ("word_beam", "action_beam", "max_open_nts", "max_consecutive_opens", "batch_sentences",
@@ -255,7 +259,10 @@ class _SentenceSearch:
         self.words = list(words)
         self.space = space
         self.config = config
-        encoded = [space.encode_word(w) for w in self.words]
+        try:
+            encoded = [space.encode_word(w) for w in self.words]
+        except ValueError as err:
+            raise ValueError(f"sentence {index}: {err}") from None
         self.pieces = [ids for ids, _ in encoded]
         self.num_unknown = sum(unk for _, unk in encoded)
         self.t = 0
@@ -433,7 +440,7 @@ class WordSynchronousBeamSearch:
                 requests.extend(r)
                 counts.append(len(r))
             scored = self.scorer.score([r[0] for r in requests], [r[1] for r in requests],
-                                       [r[2] for r in requests])
+                                       [r[2] for r in requests] if self.config.use_cache else None)
             offset = 0
             for search, n in zip(active, counts):
                 search.update(scored.next_log_probs[offset:offset + n],

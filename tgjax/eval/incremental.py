@@ -31,11 +31,14 @@ host (float32): each call moves `[K, rows, M, d]` in and `[K, rows, S, d]`
 out, cheap for the model sizes evaluated on one machine; a device-resident
 cache is the next step for large models.
 
-Compilation: one trace per (rows, M, S) bucket: a call has `max_batch` rows
-or a power of two of at least `min_batch` (a batch is split into such calls,
-the last padded), the memory M is a multiple of `length_bucket`, the new
-positions S a power of two (at least 4) up to `length_bucket`, a multiple of
-it beyond.
+Compilation: one trace per (rows, M, S, P) bucket: a call has `max_batch`
+rows or a power of two of at least `min_batch` (a batch is split into such
+calls, the last padded); the memory M is a power of two of at least
+`length_bucket`; the new positions S a power of two (at least 4) up to
+`length_bucket`, a multiple of it beyond; the positions read P (the query's,
+then one per scored continuation action) a power of two. The output
+projection and log-softmax over the vocabulary run on the P read positions
+only: with a word dictionary a beam step reads one position per hypothesis.
 
 Faithfulness. A single segment equals the training-time segmented reading
 for TG with smart memory whenever the stack never holds more than
@@ -126,8 +129,26 @@ def project(model: TransformerLM, x: jax.Array) -> jax.Array:
     return x @ model.embedding[...].T + model.output_bias[...]
 
 
+class _Static:
+    """A graph definition as a jit static argument, hashed once (hashing a GraphDef walks the whole graph).
+
+    Equal graph definitions (models of the same structure) are equal static
+    arguments, so their scorers share compiled functions.
+    """
+
+    def __init__(self, graphdef):
+        self.graphdef = graphdef
+        self._hash = hash(graphdef)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Static) and (self.graphdef is other.graphdef or self.graphdef == other.graphdef)
+
+
 @functools.partial(jax.jit, static_argnums=0)
-def _score_fn(graphdef, state, memory, batch, positions, targets, candidates):
+def _score_fn(static: _Static, state, memory, batch, positions, targets, candidates):
     """Device side of `PrefixScorer.score`: the model on the new positions of B sequences.
 
     Args:
@@ -142,7 +163,7 @@ def _score_fn(graphdef, state, memory, batch, positions, targets, candidates):
       `next_log_probs [B, C or V]` at `positions[:, 0]`, `target_log_probs [B, P]`,
       and the new positions' layer inputs `[K, B, S, d]`.
     """
-    model = nnx.merge(graphdef, state)
+    model = nnx.merge(static.graphdef, state)
     x, layer_inputs = hidden_states(model, batch, memory, with_layer_inputs=True)
     gathered = jnp.take_along_axis(x, positions[..., None], axis=1)  # [B, P, d]
     log_probs = jax.nn.log_softmax(project(model, gathered).astype(jnp.float32), axis=-1)  # [B, P, V]
@@ -201,7 +222,8 @@ class PrefixScorer:
       bos_id: the id prepended to every sequence.
       candidate_ids: ids whose next-action log-probabilities to return (e.g.
         the non-terminals, for beam search), or None for the whole vocabulary.
-      length_bucket: memory lengths are multiples of this (see the module docstring).
+      length_bucket: the smallest memory length, and the step of long new-position buckets
+        (see the module docstring).
       max_batch: the most rows per model call (rounded up to a power of two).
       min_batch: the fewest rows per model call (fewer sequences are padded).
     """
@@ -226,7 +248,8 @@ class PrefixScorer:
         self._rules: dict[int, masks._Rule] = {}
         # The graph definition is a static argument: scorers of models with the same structure
         # share compiled functions.
-        self._graphdef, self._state = nnx.split(model)
+        graphdef, self._state = nnx.split(model)
+        self._static = _Static(graphdef)
         self.calls = 0  # model calls made (for benchmarks)
         self.rows = 0  # rows scored, padding included
         self.positions = 0  # new positions run through the model, padding included
@@ -301,7 +324,7 @@ class PrefixScorer:
                 raise ValueError(f"sequence {k}: its cache covers {start} positions, past the query's "
                                  f"({pos[q] + 1} positions: BOS + {q} actions)")
             rows.append(_Row(k, a, q, pos, cache, start))
-        memory_bucket = np.array([max(_round_up(r.start, self.length_bucket), self.length_bucket) for r in rows])
+        memory_bucket = np.array([max(_next_power_of_two(r.start), self.length_bucket) for r in rows])
         for mem_len in np.unique(memory_bucket):
             members = [rows[i] for i in np.flatnonzero(memory_bucket == mem_len)]
             members.sort(key=lambda r: r.pos[-1] + 1 - r.start)  # similar numbers of new positions together
@@ -363,8 +386,10 @@ class PrefixScorer:
                                  ("memory_pop_time", "pop_time", masks.NEVER)):
             batch[key] = np.where(in_memory, np.take_along_axis(layout[name], mem_index, axis=1), empty)
         memory = np.zeros((config.num_layers, rows, mem_len, config.d_model), np.float32)
-        positions = np.zeros((rows, new), np.int32)
-        targets = np.zeros((rows, new), np.int32)
+        # Positions to read: the query's, then one per further action (its log-probability).
+        reads = _next_power_of_two(max(len(r.actions) - r.q for r in chunk) or 1)
+        positions = np.zeros((rows, reads), np.int32)
+        targets = np.zeros((rows, reads), np.int32)
         for i, r in enumerate(chunk):
             if r.cache is not None:
                 memory[:, i, :r.start] = r.cache.states
@@ -375,7 +400,7 @@ class PrefixScorer:
             targets[i, :span] = r.actions[r.q:]
         batch = {name: _pad_rows(np.asarray(v, _DTYPES[name]), rows) for name, v in batch.items()}
         next_lp, target_lp, layer_inputs = _score_fn(
-            self._graphdef, self._state, memory, batch, positions, targets,
+            self._static, self._state, memory, batch, positions, targets,
             None if self.candidate_ids is None else jnp.asarray(self.candidate_ids))
         next_lp = np.asarray(next_lp)
         target_lp = np.asarray(target_lp, np.float64)
