@@ -129,7 +129,8 @@ def run_child(kind: str, impl: str, n: int, repeats: int, timeout: float) -> dic
         return None
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(
-        f"  {kind:3s} {impl:6s} n={n:4d}  step {result['step_s']:8.3f} s  compile {result['compile_s']:6.1f} s"
+        f"  {kind:3s} {impl:6s} n={n:4d}  step {result['step_s']:8.3f} s"
+        f"  compile {result['compile_s']:6.1f} s"
         f"  peak RSS {result['peak_rss_gb']:6.2f} GB  XLA {result['xla_gb']:6.3f} GB",
         flush=True,
     )
@@ -147,7 +148,7 @@ def slope(points) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ns", default="32,64,128,256")
-    ap.add_argument("--oracle-ns", default="4,8,12", help="small n for the dVPDA oracle (its compile grows ~n^2)")
+    ap.add_argument("--oracle-ns", default="4,8,12", help="small n for the dVPDA oracle (slow to compile)")
     ap.add_argument("--sup-oracle-ns", default="8,16")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=1800.0)
@@ -173,7 +174,8 @@ def main() -> None:
 
     print()
     print(f"Nondeterministic stack (dVPDA), B={B}, |Q|=|Γ|={Q}, m={M_ND}, float32, forward+backward")
-    print(f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8} {'authors s':>10} {'authors/ours':>13}")
+    head = f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8}"
+    print(f"{head} {'authors s':>10} {'authors/ours':>13}")
     for n in sorted(set(ns) | set(oracle_ns)):
         authors = AUTHORS_SECONDS.get(n)
         ratio = f"{authors / get('nd', 'kernel', n, 'step_s'):13.0f}x" if authors else " " * 14
@@ -190,7 +192,7 @@ def main() -> None:
         )
     print()
     print(f"Superposition stack, B={B}, m={M_SUP}, float32, forward+backward")
-    print(f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8}")
+    print(head)
     for n in sorted(set(ns) | set(sup_oracle_ns)):
         print(
             f"{n:5d} {get('sup', 'kernel', n, 'step_s'):9.4f} {get('sup', 'kernel', n, 'compile_s'):10.1f}"
@@ -205,7 +207,8 @@ def main() -> None:
 
     print()
     print("Ratios and growth")
-    for kind, common, label in (("nd", max(oracle_ns), "dVPDA"), ("sup", max(sup_oracle_ns), "superposition")):
+    commons = (("nd", max(oracle_ns), "dVPDA"), ("sup", max(sup_oracle_ns), "superposition"))
+    for kind, common, label in commons:
         o, k = get(kind, "oracle", common, "step_s"), get(kind, "kernel", common, "step_s")
         oc, kc = get(kind, "oracle", common, "compile_s"), get(kind, "kernel", common, "compile_s")
         print(f"  {label}: oracle / kernel at n = {common}: step {o / k:.1f}x, compile {oc / kc:.1f}x")

@@ -307,14 +307,13 @@ def test_scoring_from_a_cache_equals_scoring_from_scratch(vocab, name):
     ids = vocab.encode(tokens)
     scratch = scorer.score([ids] * 4, [2, 5, 6, 9])
     first = scorer.score([ids[:2], ids[:5]], [2, 5])  # caches of BOS + 2 and BOS + 5 actions
-    assert [c.length for c in first.caches] == ([3, 6] if name == "txl_cc" else [3, 6])
-    resumed = scorer.score([ids] * 4, [2, 5, 6, 9], [first.caches[0], first.caches[1], first.caches[1],
-                                                      scratch.caches[2]])
+    assert [c.length for c in first.caches] == [3, 6]
+    resumed = scorer.score([ids] * 4, [2, 5, 6, 9], [None, first.caches[0], first.caches[1], scratch.caches[2]])
     for k in range(4):
         np.testing.assert_allclose(resumed.next_log_probs[k], scratch.next_log_probs[k], atol=1e-5)
         np.testing.assert_allclose(resumed.continuation_log_probs[k], scratch.continuation_log_probs[k], atol=1e-5)
         np.testing.assert_allclose(resumed.caches[k].states, scratch.caches[k].states, atol=1e-5)
-    # TG: the closing NT B) at action 5 is two layout positions (CNT1, CNT2).
-    assert scratch.caches[3].length == (1 + 9 if name == "txl_cc" else 1 + 9 + 1)
+    # TG: the closing NTs B) and A) among the first 9 actions are two layout positions each (CNT1, CNT2).
+    assert scratch.caches[3].length == (1 + 9 if name == "txl_cc" else 1 + 9 + 2)
     with pytest.raises(ValueError, match="past the query"):
-        scorer.score([ids], [1], [first.caches[1]])
+        scorer.score([ids], [5], [first.caches[1]])  # the query's own position must be computed

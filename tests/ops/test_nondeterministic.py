@@ -89,10 +89,11 @@ def test_shared_and_per_sequence_bottom():
     with jax.enable_x64(True):
         push, repl, pop, pushed, bottom = random_inputs(rng, 3, 5, 2, 2, 2)
         per_seq = np.broadcast_to(bottom, (3, 2)).copy()
-        np.testing.assert_allclose(stack(push, repl, pop, pushed, bottom), stack(push, repl, pop, pushed, per_seq))
-        weights = rng.normal(size=(3, 5, 2, 2, 2))
-        g_shared = jax.grad(loss_fn(nondeterministic_stack, weights), argnums=4)(push, repl, pop, pushed, bottom)
-        g_per_seq = jax.grad(loss_fn(nondeterministic_stack, weights), argnums=4)(push, repl, pop, pushed, per_seq)
+        shared = (push, repl, pop, pushed, bottom)
+        np.testing.assert_allclose(stack(*shared), stack(push, repl, pop, pushed, per_seq))
+        grad_bottom = jax.grad(loss_fn(nondeterministic_stack, rng.normal(size=(3, 5, 2, 2, 2))), argnums=4)
+        g_shared = grad_bottom(*shared)
+        g_per_seq = grad_bottom(push, repl, pop, pushed, per_seq)
     np.testing.assert_allclose(g_shared, np.asarray(g_per_seq).sum(0), rtol=1e-12)
 
 
@@ -180,14 +181,16 @@ def test_no_nan_or_inf_with_impossible_and_huge_weights():
         with jax.enable_x64(dtype == np.float64):
             args = _extreme_inputs(np.random.default_rng(6), dtype)
             readings = stack(*args)
-            grads = jax.jit(jax.grad(loss_fn(nondeterministic_stack, weights.astype(dtype)), argnums=ARGNUMS))(*args)
+            loss = loss_fn(nondeterministic_stack, weights.astype(dtype))
+            grads = jax.jit(jax.grad(loss, argnums=ARGNUMS))(*args)
             assert readings.dtype == dtype and all(g.dtype == dtype for g in grads)
             assert np.isfinite(readings).all()
             for g in grads:
                 assert np.isfinite(g).all()
             results[dtype] = (np.asarray(readings), [np.asarray(g) for g in grads])
     args64 = _extreme_inputs(np.random.default_rng(6), np.float64)
-    np.testing.assert_allclose(results[np.float64][0], nondeterministic_oracle(*args64, xp=np), rtol=1e-9, atol=1e-10)
+    want = nondeterministic_oracle(*args64, xp=np)
+    np.testing.assert_allclose(results[np.float64][0], want, rtol=1e-9, atol=1e-10)
     r32, g32 = results[np.float32]
     r64, g64 = results[np.float64]
     np.testing.assert_allclose(r32, r64, atol=1e-3)
@@ -217,7 +220,8 @@ def test_float32_matches_float64():
         v64, g64 = f(*args)
         r64 = stack(*args)
     args32 = tuple(x.astype(np.float32) for x in args)
-    v32, g32 = jax.jit(jax.value_and_grad(loss_fn(nondeterministic_stack, weights.astype(np.float32)), argnums=ARGNUMS))(*args32)
+    loss32 = loss_fn(nondeterministic_stack, weights.astype(np.float32))
+    v32, g32 = jax.jit(jax.value_and_grad(loss32, argnums=ARGNUMS))(*args32)
     assert stack(*args32).dtype == jnp.float32
     np.testing.assert_allclose(stack(*args32), r64, rtol=2e-5, atol=1e-5)
     np.testing.assert_allclose(v32, v64, rtol=1e-5)
@@ -286,7 +290,8 @@ def test_bottom_pops_are_dropped_and_renormalised():
     v = np.array([[2.0], [3.0]])
     log = lambda x: np.log(x).reshape(1, 2, 1, 1, 1, 1)  # noqa: E731
     with jax.enable_x64(True):
-        nd = np.asarray(stack(log(p), log(a), log(o).reshape(1, 2, 1, 1, 1), np.log(v)[None], np.full(1, -np.inf)))
+        nd = stack(log(p), log(a), log(o).reshape(1, 2, 1, 1, 1), np.log(v)[None], np.full(1, -np.inf))
+        nd = np.asarray(nd)
         sup = np.asarray(superposition_stack(np.stack([p, o, a], -1)[None], v[None]))
     # Surviving runs at t = 2: (push, push/no-op/pop), (no-op, push/no-op); the pop runs of t = 1 die.
     survivors = p[0] * (p[1] + a[1] + o[1]) + a[0] * (p[1] + a[1])
@@ -356,7 +361,8 @@ def test_bad_num_blocks():
 
 def _temp_bytes(n, num_blocks):
     B, Q, S, m = 2, 2, 2, 2
-    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(B, n, Q, S, Q, S)] * 2 + [(B, n, Q, S, Q), (B, n, m), (m,)]]
+    shapes = [(B, n, Q, S, Q, S)] * 2 + [(B, n, Q, S, Q), (B, n, m), (m,)]
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
     f = jax.grad(lambda *a: nondeterministic_stack(*a, num_blocks=num_blocks).sum(), argnums=ARGNUMS)
     return jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes
 

@@ -294,8 +294,9 @@ class PrefixScorer:
           queries: N integers q_k in [0, len(sequences[k])].
           caches: optional, per sequence, a `PrefixCache` of a prefix of it (it
             must have been computed for the same leading actions: this is not
-            checked) that covers at most BOS + actions[:q_k]; the model then runs
-            on the remaining positions only. None: from scratch.
+            checked) that stops before the query's position, e.g. the cache a
+            previous call returned for a query q' < q_k; the model then runs on
+            the remaining positions only. None: from scratch.
         Returns:
           `ScoredPrefixes`: `next_log_probs [N, C]` is the distribution after q_k
           actions; `continuation_log_probs[k]` scores actions q_k .. len - 1;
@@ -322,7 +323,7 @@ class PrefixScorer:
             start = 0 if cache is None else cache.length
             if start > pos[q]:
                 raise ValueError(f"sequence {k}: its cache covers {start} positions, past the query's "
-                                 f"({pos[q] + 1} positions: BOS + {q} actions)")
+                                 f"(position {pos[q]}: the query must be computed, so the cache must be shorter)")
             rows.append(_Row(k, a, q, pos, cache, start))
         memory_bucket = np.array([max(_next_power_of_two(r.start), self.length_bucket) for r in rows])
         for mem_len in np.unique(memory_bucket):

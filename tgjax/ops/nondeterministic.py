@@ -313,7 +313,10 @@ def _pop_operands(G, Gp, L, rows, splits):
 
 
 def _gamma_prime(g, po):
-    """Eq. (25): log gamma'[i][(u,y) -> r] [b, (u,y), r, i] from g = log gamma [b, (u,y), z, s, i], po [b, (s,z), r, i]."""
+    """Eq. (25): log gamma'[i][(u,y) -> r] as [b, (u,y), r, i].
+
+    From g = log gamma[i] [b, (u,y), z, s, i] and the pops po [b, (s,z), r, i].
+    """
     B, QS, S, Q, rows = g.shape
     po = jnp.swapaxes(po.reshape(B, Q, S, Q, rows), 1, 2)  # [b, z, s, r, i]
     return _lse(g[:, :, :, :, None] + po[:, None], (2, 3))
@@ -385,7 +388,8 @@ def _chart_bwd(num_blocks, res, g_bar):
         d_repl = add_times(d_repl, L - 1, jnp.sum(flow, axis=1).reshape(B, QS, QS, rows))
         to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)[:, :, :, None]  # onto gamma[i, L-1]
         col = (0, 0, 0, L - 1, 0, 0)
-        to_left = lax.dynamic_update_slice(to_left, lax.dynamic_slice(to_left, col, to_prev.shape) + to_prev, col)
+        to_prev = lax.dynamic_slice(to_left, col, to_prev.shape) + to_prev
+        to_left = lax.dynamic_update_slice(to_left, to_prev, col)
         mu = lax.dynamic_update_slice(mu, mu[:, :, :, :splits, :, :rows] + to_left, (0,) * 6)
         box = (0, 0, 0, T + 1 - L, 0, L - 1)
         mu_p = lax.dynamic_update_slice(mu_p, lax.dynamic_slice(mu_p, box, to_right.shape) + to_right, box)
