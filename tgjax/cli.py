@@ -1,5 +1,6 @@
 """The `tgjax` command.
 
+    tgjax demo [--workdir runs/demo]                              the main job: three tiny models, one table
     tgjax data prepare  [--corpus builtin|FILE] [--workdir DIR]   treebank -> vocabulary -> one epoch of batches
     tgjax data stats    [--corpus builtin|FILE] [--rule tg] ...   what the pipeline makes of a corpus
     tgjax data export   --split train -o FILE                     write the built-in treebank
@@ -8,6 +9,8 @@
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
     tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
+    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge ...      evaluations (each has its own --help)
+    tgjax sample --workdir DIR [--num-samples N] ...                      well-formed trees from a trained model
 """
 
 from __future__ import annotations
@@ -318,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_parser("ppl", help="word-perplexity upper bound from proposal trees: --workdir W --proposals P")
     evaluate.add_parser("rerank", help="rerank proposal trees by log p(x, y), F1 vs --gold: --workdir W --proposals P")
     evaluate.add_parser("merge", help="combine the per-shard results of an eval job")
+    evaluate.add_parser("parse", help="parse a treebank with word-synchronous beam search; F1 vs gold and "
+                                      "right-branching: --workdir W [--treebank FILE]")
+    evaluate.add_parser("sg", help="SyntaxGym suites: accuracy per suite, circuits, SG score: --workdir W")
+    evaluate.add_parser("blimp", help="BLiMP minimal pairs: accuracy per paradigm/field/overall: --workdir W")
+    commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) on the built-in "
+                                     "treebank; table of perplexity, parse F1, agreement accuracy")
+    commands.add_parser("sample", help="sample well-formed trees from a trained TG / TXL (CC): --workdir W "
+                                       "[--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt ...]")
 
     p = commands.add_parser("bench", help="run a benchmark from benchmarks/")
     p.add_argument("name", choices=("pipeline", "train_step", "stack_attention"))
@@ -335,11 +346,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_f1(argv[2:])
     # The scoring commands have their own parsers too.
-    eval_commands = {"score": "main_score", "ppl": "main_ppl", "rerank": "main_rerank", "merge": "main_merge"}
+    eval_commands = {"score": ("commands", "main_score"), "ppl": ("commands", "main_ppl"),
+                     "rerank": ("commands", "main_rerank"), "merge": ("commands", "main_merge"),
+                     "parse": ("parse", "main_parse"), "sg": ("parse", "main_sg"), "blimp": ("parse", "main_blimp")}
     if len(argv) >= 2 and argv[0] == "eval" and argv[1] in eval_commands:
-        from tgjax.eval import commands
+        import importlib
 
-        return getattr(commands, eval_commands[argv[1]])(argv[2:])
+        module, function = eval_commands[argv[1]]
+        return getattr(importlib.import_module(f"tgjax.eval.{module}"), function)(argv[2:])
+    if argv[:1] == ["demo"]:
+        from tgjax.demo import main as main_demo
+
+        return main_demo(argv[1:])
+    if argv[:1] == ["sample"]:
+        from tgjax.eval.sampling import main_sample
+
+        return main_sample(argv[1:])
     # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.
     try:
         overrides, argv = parse_override_args(argv)

@@ -104,10 +104,15 @@ def tokens_for_rule(tree: trees.Tree, rule: str) -> list[str]:
     return actions.choe_charniak(tree)
 
 
-def build_vocabulary(token_lists: Sequence[Sequence[str]], kind: str = "words", size: int = 2000) -> Vocabulary:
-    """A vocabulary over the corpus: a word dictionary, or SentencePiece with NTs kept whole."""
+def build_vocabulary(token_lists: Sequence[Sequence[str]], kind: str = "words", size: int = 2000,
+                     min_count: int = 1) -> Vocabulary:
+    """A vocabulary over the corpus: a word dictionary, or SentencePiece with NTs kept whole.
+
+    `min_count` (word dictionaries): words seen fewer times become UNK, so that
+    the UNK embedding is trained on the rare words and serves the unseen ones.
+    """
     if kind == "words":
-        return build_word_dictionary(token_lists)
+        return build_word_dictionary(token_lists, min_count=min_count)
     if kind == "sentencepiece":
         return train_sentencepiece(token_lists, size)
     raise ValueError(f"vocabulary kind: expected 'words' or 'sentencepiece', got {kind!r}")

@@ -76,6 +76,7 @@ def default_config() -> ml_collections.ConfigDict:
             num_valid_sentences=None,
             corpus_seed=0,  # which built-in treebank
             vocabulary="words",  # "words" or "sentencepiece" (trained on the training trees)
+            min_word_count=1,  # "words": rarer training words become UNK (so that UNK is trained)
             vocab_path=None,  # an existing vocabulary file instead (word-dictionary JSON or SP model)
             max_actions=None,
             on_too_long="error",  # "error" or "skip" (counted, reported)

@@ -163,7 +163,7 @@ def resolve_vocabulary(config, train_trees, workdir: Path, *, resuming: bool, sa
         rule = model_spec(config.model.name).pipeline["rule"]
         tokens = [pl.tokens_for_rule(t, rule) for t in train_trees]
         size = config.model.vocab_size or 32768
-        vocab = pl.build_vocabulary(tokens, kind=data.vocabulary, size=size)
+        vocab = pl.build_vocabulary(tokens, kind=data.vocabulary, size=size, min_count=data.min_word_count)
         source = f"the training trees ({data.train_path})"
     if resuming:
         previous = load_vocabulary(saved)

@@ -144,7 +144,7 @@ def describe(config) -> dict[str, Any]:
         pcfg = inputs.pipeline_config(config, probe, "train", config.training.batch_size)
         trees = inputs.load_trees(pcfg, "data.train_path")
         vocab = pl.build_vocabulary([pl.tokens_for_rule(t, pcfg.rule) for t in trees], kind=config.data.vocabulary,
-                                    size=config.model.vocab_size or 32768)
+                                    size=config.model.vocab_size or 32768, min_count=config.data.min_word_count)
         vocab_size, source = vocab.size, f"built from {config.data.train_path}"
     else:
         raise ConfigError("the vocabulary size is unknown: set model.vocab_size, data.vocab_path or data.train_path")

@@ -1,0 +1,209 @@
+"""The main job: what the syntactic bias does, on the built-in treebank, on a laptop.
+
+    tgjax demo --workdir runs/demo [--config.training.num_steps=300 ...]
+
+Trains three small models on the built-in synthetic treebank with the same
+settings (`configs/tiny.py`, only `model.name` changes): a Transformer
+Grammar (`tg`), Transformer-XL over Choe–Charniak actions (`txl_cc`) and
+over the words alone (`txl_terminals`). Then, for each, on held-out data:
+
+* validation word perplexity, per word, the end of the sentence included:
+  exact for TXL (terminals); for the syntactic models, from the beam's
+  log p(x) = log Σ_y p(x, y) over the trees it finds, a lower bound on
+  p(x), so their perplexity is an upper bound;
+* parse F1 (EVALB, COLLINS.prm; labelled and unlabelled) of the beam's best
+  trees for the validation sentences against their gold trees, beside a
+  right-branching baseline (TXL (terminals) cannot parse);
+* accuracy on subject–verb agreement minimal pairs generated from the
+  built-in grammar (`corpora.agreement_minimal_pairs`, with an attractor of
+  the other number in a PP or a relative clause): a pair is right when
+  log p(good) > log p(bad);
+
+and prints one table. Re-running the command resumes or reuses the
+trained runs in the workdir (each model's run is in `WORKDIR/<model>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+MODELS = ("tg", "txl_cc", "txl_terminals")
+TITLES = {"tg": "TG", "txl_cc": "TXL (CC)", "txl_terminals": "TXL (terminals)"}
+
+
+@dataclasses.dataclass
+class ModelReport:
+    """One row of the table."""
+
+    model: str
+    num_parameters: int
+    train_seconds: float
+    valid_loss: float  # nats per prediction event (the trainer's validation loss, best checkpoint)
+    word_perplexity: float  # per word, end of sentence included (an upper bound for syntactic models)
+    exact_perplexity: bool
+    labeled_f1: float | None
+    unlabeled_f1: float | None
+    agreement_accuracy: float
+    agreement_by_construction: dict[str, float]
+    eval_seconds: float
+
+
+@dataclasses.dataclass
+class DemoReport:
+    rows: list[ModelReport]
+    baseline_labeled_f1: float
+    baseline_unlabeled_f1: float
+    num_valid_sentences: int
+    num_pairs: int
+
+    def format(self) -> str:
+        lines = [
+            f"Held-out results on the built-in treebank ({self.num_valid_sentences} validation sentences; "
+            f"{self.num_pairs} agreement minimal pairs)",
+            "",
+            f"{'model':<17}{'params':>9}{'train s':>9}{'valid ppl':>11}{'F1 lab.':>9}{'F1 unlab.':>11}"
+            f"{'agreement':>11}",
+        ]
+        for r in self.rows:
+            ppl = f"{r.word_perplexity:.2f}" + ("" if r.exact_perplexity else "*")
+            f1 = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+            lines.append(f"{TITLES.get(r.model, r.model):<17}{r.num_parameters:>9,}{r.train_seconds:>9.0f}{ppl:>11}"
+                         f"{f1(r.labeled_f1):>9}{f1(r.unlabeled_f1):>11}{100 * r.agreement_accuracy:>10.1f}%")
+        lines.append(f"{'right-branching':<17}{'':>9}{'':>9}{'':>11}{self.baseline_labeled_f1:>9.2f}"
+                     f"{self.baseline_unlabeled_f1:>11.2f}")
+        lines += [
+            "",
+            "valid ppl: per-word perplexity of the validation sentences, end of sentence included; "
+            "* = upper bound",
+            "  (log p(x) summed over the trees word-synchronous beam search finds); exact for TXL (terminals).",
+            "F1: EVALB (COLLINS.prm) of the beam's best tree against the gold tree.",
+            "agreement: log p(good) > log p(bad) on minimal pairs whose subject and verb are separated by",
+            "  an attractor of the other number; by construction: "
+            + "; ".join(f"{TITLES.get(r.model, r.model)} " + ", ".join(
+                f"{c} {100 * a:.0f}%" for c, a in r.agreement_by_construction.items()) for r in self.rows),
+        ]
+        return "\n".join(lines)
+
+
+def _train_one(name: str, workdir: Path, overrides: list[str], stream: TextIO) -> tuple[int, float, float]:
+    """Trains (or resumes / reuses) `name` in `workdir`; returns (parameters, seconds, best validation loss)."""
+    from tgjax.train.config import load_config
+    from tgjax.train.loop import train
+
+    config = load_config("tiny", [f"model.name={name}", *overrides])
+    print(f"\n== training {TITLES[name]} ({name}) in {workdir}", file=stream, flush=True)
+    start = time.perf_counter()
+    result = train(config, workdir, stream=stream)
+    seconds = time.perf_counter() - start
+    best = result.best_valid_loss if result.best_valid_loss is not None else math.nan
+    return result.num_parameters, seconds, best
+
+
+def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:
+    """Accuracy of log p(good) > log p(bad), overall and per construction."""
+    sentences = [p.good_words for p in pairs] + [p.bad_words for p in pairs]
+    results = scorer.search(sentences)
+    log_probs = np.array([r.log_prob for r in results])
+    good, bad = log_probs[: len(pairs)], log_probs[len(pairs):]
+    correct = good > bad
+    by_construction = {}
+    for construction in dict.fromkeys(p.construction for p in pairs):
+        mask = np.array([p.construction == construction for p in pairs])
+        by_construction[construction] = float(correct[mask].mean())
+    return float(correct.mean()), by_construction
+
+
+def evaluate_model(workdir: Path, valid_trees, pairs, beam_config, stream: TextIO):
+    """(perplexity, exact?, labelled F1, unlabelled F1, baseline F1s, agreement, per construction, seconds)."""
+    from tgjax.eval.beam import make_word_scorer
+    from tgjax.eval.loading import load_model
+    from tgjax.eval.parse import parse_treebank
+
+    start = time.perf_counter()
+    loaded = load_model(workdir, step="best")
+    rule = loaded.pipeline_fields["rule"]
+    scorer = make_word_scorer(loaded.model, loaded.vocab, rule, beam_config)
+    print(f"== evaluating {TITLES.get(loaded.model_name, loaded.model_name)}: "
+          f"{len(valid_trees)} validation sentences, {len(pairs)} minimal pairs", file=stream, flush=True)
+    if rule == "txl_terminals":
+        results = scorer.search([t.leaves() for t in valid_trees])
+        words = sum(len(r.words) for r in results)
+        perplexity = math.exp(-sum(r.log_prob for r in results) / words)
+        f1s = (None, None, None, None)
+    else:
+        report = parse_treebank(scorer, valid_trees)
+        perplexity = report.perplexity_bound()
+        f1s = (report.labeled_f1, report.unlabeled_f1, report.baseline_labeled_f1, report.baseline_unlabeled_f1)
+    accuracy, by_construction = _agreement(scorer, pairs)
+    return perplexity, rule == "txl_terminals", f1s, accuracy, by_construction, time.perf_counter() - start
+
+
+def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), num_valid: int = 100,
+             num_pairs: int = 150, beam_config=None, stream: TextIO | None = None) -> DemoReport:
+    """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
+    from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
+    from tgjax.eval.beam import BeamConfig
+
+    stream = stream or sys.stderr
+    workdir = Path(workdir)
+    beam_config = beam_config or BeamConfig(word_beam=10, action_beam=50, fast_track=2, batch_sentences=16)
+    valid_trees = get_corpus("builtin", "valid")[:num_valid]
+    pairs = agreement_minimal_pairs(num_pairs, seed=0)
+    rows, baseline = [], (math.nan, math.nan)
+    for name in models:
+        num_parameters, train_seconds, valid_loss = _train_one(name, workdir / name, list(overrides), stream)
+        perplexity, exact, f1s, accuracy, by_construction, eval_seconds = evaluate_model(
+            workdir / name, valid_trees, pairs, beam_config, stream)
+        if f1s[2] is not None:
+            baseline = (f1s[2], f1s[3])
+        rows.append(ModelReport(name, num_parameters, train_seconds, valid_loss, perplexity, exact, f1s[0], f1s[1],
+                                accuracy, by_construction, eval_seconds))
+        print(f"   {TITLES[name]}: valid ppl {perplexity:.2f}, agreement {100 * accuracy:.1f}% "
+              f"({eval_seconds:.0f}s)", file=stream, flush=True)
+    return DemoReport(rows, baseline[0], baseline[1], len(valid_trees), len(pairs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tgjax demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="runs/demo", help="one run per model in WORKDIR/<model>")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from " + ", ".join(MODELS))
+    parser.add_argument("--valid-sentences", type=int, default=100, help="validation sentences for ppl and F1")
+    parser.add_argument("--pairs", type=int, default=150, help="agreement minimal pairs")
+    parser.add_argument("--json", default=None, help="also write the table as JSON here")
+    parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
+                     "e.g. --config.training.num_steps=300.")
+    from tgjax.train.config import ConfigError, parse_override_args
+
+    try:
+        overrides, argv = parse_override_args(list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as error:
+        parser.error(str(error))
+    args = parser.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown or not models:
+        parser.error(f"--models: unknown {unknown}; expected some of {list(MODELS)}")
+    if args.valid_sentences < 1 or args.pairs < 1:
+        parser.error("--valid-sentences and --pairs must be positive")
+    start = time.perf_counter()
+    report = run_demo(args.workdir, models=models, overrides=overrides, num_valid=args.valid_sentences,
+                      num_pairs=args.pairs)
+    print()
+    print(report.format())
+    print(f"\n(total {time.perf_counter() - start:.0f}s; runs, TensorBoard logs and metrics in {args.workdir}/)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dataclasses.asdict(report), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
