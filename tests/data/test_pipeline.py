@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tgjax.data import corpora
-from tgjax.data.pipeline import Pipeline, PipelineConfig, deal_to_rows
-from tgjax.syntax import masks, stack_tape
+from tgjax.data.pipeline import Pipeline, PipelineConfig, build_vocabulary, deal_to_rows, encode_corpus, tokens_for_rule
+from tgjax.data.vocab import EOS_ID, WordDictionary
+from tgjax.syntax import masks, stack_tape, trees
+from tgjax.syntax import token_types as tt
 
 SMALL = PipelineConfig(corpus="builtin", num_sentences=60, seq_len=16, mem_len=12, batch_size=4, seed=3)
 
@@ -116,6 +118,40 @@ def test_txl_and_pushdown_rules(small_trees):
     np.testing.assert_array_equal(batch["attach"][row, 1:n + 1], tape.attach + 1)
     np.testing.assert_array_equal(batch["stack_depths"][row, 1:n + 1, 1:n + 1], tape.depths)
     assert s >= 0
+
+
+def test_txl_terminals_sentences_end_with_eos():
+    """`<s> the dog barks </s>`: the last word predicts `</s>`, which predicts nothing (label 0, PAD)."""
+    tree = trees.parse("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))")
+    vocab = WordDictionary(["the", "dog", "barks"], ["NP", "S", "VP"])  # ids 4, 5, 6
+    (sequence,) = encode_corpus([tree], vocab, dataclasses.replace(SMALL, rule="txl_terminals")).sequences
+    inputs, inputs_ttypes, labels, labels_ttypes = sequence
+    T = tt.TERMINAL
+    assert inputs.tolist() == [vocab.bos_id, 4, 5, 6, EOS_ID] and EOS_ID == 2
+    assert inputs_ttypes.tolist() == [tt.BOS, T, T, T, T]
+    assert labels.tolist() == [4, 5, 6, EOS_ID, 0]
+    assert labels_ttypes.tolist() == [T, T, T, T, tt.PAD]
+    assert vocab.decode(inputs) == ["<s>", "the", "dog", "barks", "</s>"]
+    # The other rules have no EOS: the syntactic ones end by closing the root; pushdown's tapes cover the words.
+    for rule in ("tg", "txl_cc", "pushdown"):
+        (other,) = encode_corpus([tree], vocab, dataclasses.replace(SMALL, rule=rule)).sequences
+        assert EOS_ID not in other[0] and EOS_ID not in other[2], rule
+        assert vocab.decode(other[2][-2:-1]) == ["S)" if rule != "pushdown" else "barks"], rule
+
+
+@pytest.mark.parametrize("kind", ["words", "sentencepiece"])
+def test_txl_terminals_vocabularies_and_pipeline_end_every_sentence_with_eos(small_trees, kind):
+    """Whatever the vocabulary: `</s>` is not one of its words, and every sequence is `<s> pieces </s>`."""
+    vocab = build_vocabulary([tokens_for_rule(t, "txl_terminals") for t in small_trees], kind=kind, size=400)
+    if kind == "words":
+        assert "</s>" not in vocab.terminals
+    pipeline = Pipeline(dataclasses.replace(SMALL, rule="txl_terminals"), vocab, tree_list=small_trees)
+    for tree, (inputs, inputs_ttypes, labels, labels_ttypes) in zip(small_trees, pipeline.encoded.sequences):
+        assert vocab.decode(inputs) == ["<s>", *tree.leaves(), "</s>"]
+        assert np.count_nonzero(inputs == EOS_ID) == 1 and inputs_ttypes[-1] == tt.TERMINAL
+        np.testing.assert_array_equal(labels[:-1], inputs[1:])
+        np.testing.assert_array_equal(labels_ttypes[:-1], inputs_ttypes[1:])
+        assert (labels[-1], labels_ttypes[-1]) == (0, tt.PAD)
 
 
 def test_worker_processes_give_the_same_batches(small_trees):

@@ -218,13 +218,46 @@ def test_terminal_scorer_is_exact(vocab):
     assert isinstance(scorer, TerminalScorer)
     sentences = [["a", "b", "c"], ["c"], ["a", "zebra"]]
     results = scorer.search(sentences)
-    exact = exact_log_probs(model, name, vocab, sentences)
+    # The whole sentence, ended by </s> as in training.
+    exact = exact_log_probs(model, name, vocab, [words + ["</s>"] for words in sentences])
     np.testing.assert_allclose([r.log_prob for r in results], exact, atol=1e-5)
-    # Word by word: prefixes of each sentence.
-    for words, result in zip(sentences, results):
+    # Word by word: prefixes of each sentence; the end is p(</s> | words).
+    for words, whole, result in zip(sentences, exact, results):
         prefixes = exact_log_probs(model, name, vocab, [words[:t + 1] for t in range(len(words))])
+        np.testing.assert_allclose(result.prefix_log_probs[1:], prefixes, atol=1e-5)
         np.testing.assert_allclose(result.surprisals, -np.diff(np.concatenate([[0.0], prefixes])), atol=1e-5)
+        np.testing.assert_allclose(result.end_surprisal, prefixes[-1] - whole, atol=1e-5)
+        np.testing.assert_allclose(result.surprisals.sum() + result.end_surprisal, -result.log_prob, atol=1e-9)
+        assert result.end_surprisal > 0
     assert results[2].num_unknown == 1
+
+
+def test_terminal_scorer_log_prob_is_the_log_softmax_of_the_whole_sentence(vocab):
+    """Oracle: one plain forward pass over `<s> w1 .. wn </s>`, the log-softmax at each position read by hand."""
+    model = get_model("txl_terminals", vocab.size)
+    ids = {"a": 4, "b": 5, "c": 6, "zebra": vocab.unk_id}  # the WordDictionary's ids (reserved 0..3 first)
+    assert all(vocab.encode([w])[0] == i for w, i in ids.items())
+    eos = vocab.eos_id
+    sentences = [["a", "b", "c", "a"], ["c"], ["b", "zebra", "b"]]
+    results = TerminalScorer(model, vocab, min_batch=64, batch_size=64).search(sentences)
+    graphdef, state = nnx.split(model)
+    for words, result in zip(sentences, results):
+        word_ids = [ids[w] for w in words]
+        inputs = np.array([vocab.bos_id, *word_ids, eos])  # <s> w1 .. wn </s>
+        labels = np.array([*word_ids, eos, 0])  # each position predicts the next token; </s> nothing
+        ttypes = np.array([tt.BOS] + [tt.TERMINAL] * (len(words) + 1))
+        label_types = np.array([tt.TERMINAL] * (len(words) + 1) + [tt.PAD])
+        (segment,) = masks.TXLMasking(32, 32).compact_chunks(*(np.asarray(a, np.int32) for a in
+                                                                (inputs, ttypes, labels, label_types)))
+        batch = {k: jnp.asarray(v)[None] for k, v in segment._asdict().items()}
+        m = nnx.merge(graphdef, state)
+        logits, _ = m(batch, m.init_memory(1), deterministic=True)
+        log_softmax = np.asarray(jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1), np.float64)
+        per_position = np.array([log_softmax[i, labels[i]] for i in range(len(words) + 1)])
+        np.testing.assert_allclose(result.log_prob, per_position.sum(), atol=1e-5)
+        np.testing.assert_allclose(result.surprisals, -per_position[:-1], atol=1e-5)
+        np.testing.assert_allclose(result.end_surprisal, -per_position[-1], atol=1e-5)
+        np.testing.assert_allclose(result.surprisals.sum() + result.end_surprisal, -result.log_prob, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["tg", "tg_distinct_mha", "tg_head_hybrid", "tg_layer_hybrid",

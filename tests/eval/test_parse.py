@@ -222,3 +222,50 @@ def test_select_pairs_and_shards():
     with pytest.raises(ValueError, match="I/N"):
         parse.select_shard([1], "1")
     assert isinstance(right_branching(["a", "b"]), Tree)
+
+
+# ---------------------------------------------------------------------------
+# Ensembles of word scorers (SG, BLiMP)
+
+
+class _FixedScorer:
+    """A fake scorer: given per-word surprisals and an end surprisal for every sentence."""
+
+    def __init__(self, surprisals, end, space=None):
+        self.surprisals, self.end, self.space = np.asarray(surprisals, float), end, space
+
+    def search(self, sentences):
+        from tgjax.eval.beam import BeamResult
+
+        out = []
+        for words in sentences:
+            s = self.surprisals[: len(words)]
+            out.append(BeamResult(words=list(words), prefix_log_probs=np.concatenate([[0.0], -np.cumsum(s)]),
+                                  surprisals=s, log_prob=-(s.sum() + self.end), end_surprisal=self.end))
+        return out
+
+
+def test_word_scorer_ensemble_mixes_next_word_distributions_and_sentences():
+    from tgjax.eval.ensemble import WordScorerEnsemble
+
+    a, b = _FixedScorer([1.0, 2.0, 0.5], 0.25), _FixedScorer([3.0, 0.1, 0.5], 1.0)
+    (mixed,) = WordScorerEnsemble([a, b]).search([["x", "y", "z"]])
+    # Per word: -log((e^-1 + e^-3) / 2), ...; per sentence: -log((e^-3.75 + e^-4.6) / 2).
+    want = -np.log((np.exp(-np.array([1.0, 2.0, 0.5])) + np.exp(-np.array([3.0, 0.1, 0.5]))) / 2)
+    np.testing.assert_allclose(mixed.surprisals, want, rtol=1e-12)
+    assert mixed.surprisals[2] == pytest.approx(0.5)  # members agree: the mixture is theirs
+    assert mixed.log_prob == pytest.approx(np.log((np.exp(-3.75) + np.exp(-4.6)) / 2), rel=1e-12)
+    (single,) = WordScorerEnsemble([a]).search([["x", "y"]])
+    np.testing.assert_allclose(single.surprisals, [1.0, 2.0])
+    assert single.log_prob == pytest.approx(-3.25)
+
+
+def test_main_sg_and_blimp_take_an_ensemble(tmp_path, fake_load, capsys):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "agreement.json").write_text(json.dumps(tiny_suite("agreement")))
+    assert parse.main_sg(["--workdir", "tg", "--workdir", "txl_cc", "--suites", str(suites), *BEAM_ARGS]) == 0
+    assert "ensemble of tg (tg), txl_cc (txl_cc)" in capsys.readouterr().out
+    data = blimp_file(tmp_path / "blimp.jsonl")
+    assert parse.main_blimp(["--workdir", "tg", "--workdir", "txl_terminals", "--data", str(data), *BEAM_ARGS]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -115,6 +115,29 @@ def test_txl_terminals_bound_is_the_exact_log_p_of_the_words(tmp_path):
     exact = [s.logp for s in score_trees(scorer, [b[1] for b in blocks])]
     np.testing.assert_allclose([r.bound for r in results], exact, rtol=1e-12)
     assert all(len(r.logps) == 1 for r in results)
+    # The sentence's words then </s>: the end of the sentence is in log p(x), not in the words.
+    for r, block in zip(results, blocks):
+        (s,) = scorer.score_encoded([encode(scorer.vocab, block[1].leaves() + ["</s>"])])
+        assert r.bound == pytest.approx(s.logp, rel=1e-6) and r.num_words == len(block[1].leaves())
+
+
+def test_txl_terminals_documents_end_each_sentence_with_eos(tmp_path):
+    """A document is `<s> x_1 </s> x_2 </s>`; sentence i's term is log p(x_i </s> | x_<i), summing to the whole."""
+    scorer = fresh_scorer("txl_terminals")
+    gold = corpus()[:3]
+    path = write_proposals(tmp_path / "docs.txt", [[gold[0], flat(gold[0])], [gold[1]], [gold[2]]],
+                           documents=[0, 2])
+    results = list(score_documents(scorer, read_proposals(path, documents=True)))
+    assert [r.block.document for r in results] == [0, 0, 1]
+    tokens = gold[0].leaves() + ["</s>"] + gold[1].leaves() + ["</s>"]
+    (whole,) = scorer.score_encoded([encode(scorer.vocab, tokens)])
+    first = len(gold[0].leaves()) + 1
+    assert results[0].bound == pytest.approx(math.fsum(whole.token_logprobs[:first]), rel=1e-6)
+    assert results[1].bound == pytest.approx(math.fsum(whole.token_logprobs[first:]), rel=1e-6)
+    # The first sentence of a document is the sentence alone.
+    alone = [s.logp for s in score_trees(scorer, [gold[0], gold[2]])]
+    assert results[0].bound == pytest.approx(alone[0], rel=1e-6)
+    assert results[2].bound == pytest.approx(alone[1], rel=1e-6)
 
 
 def test_documents_use_the_greedy_prefix(tmp_path):

@@ -243,8 +243,11 @@ def test_word_surprisals_sum_to_minus_logp(name):
                                                             lp[9:12].sum()]), rtol=1e-9)
         assert w.end == pytest.approx(-lp[12])
     else:
-        np.testing.assert_allclose(w.surprisals, -lp)
-        assert w.end == 0.0
+        # The words, then </s> (a prediction event, not a word): its surprisal is the end.
+        assert score.tokens == w.words + ["</s>"]
+        assert (score.num_words, score.num_predictions) == (5, 6)
+        np.testing.assert_allclose(w.surprisals, -lp[:-1])
+        assert w.end == pytest.approx(-lp[-1]) and w.end > 0
     many = scoring.word_surprisals_many(scorer, [tree, corpus()[0]])
     np.testing.assert_allclose(many[0].surprisals, w.surprisals, rtol=1e-6)
 
@@ -357,6 +360,9 @@ def test_words_files_for_txl_terminals(tmp_path):
     for s in from_words:
         summary.add(scoring.score_record(s))
     words = sum(len(t.leaves()) for t in tree_list)
+    # Each sentence's </s> is predicted (in the log p) but not counted as a word.
+    assert summary.result()["num_predictions"] == words + len(tree_list)
+    assert summary.result()["num_words"] == words
     assert summary.result()["word_perplexity"] == pytest.approx(math.exp(-logps(from_words).sum() / words))
     with pytest.raises(ValueError, match="for TXL \\(terminals\\) models"):
         list(scoring.score_treebank(fresh_scorer("tg"), path, input_format="words"))

@@ -98,10 +98,26 @@ def load_trees(config: PipelineConfig) -> tuple[list[trees.Tree], trees.ReadRepo
 
 
 def tokens_for_rule(tree: trees.Tree, rule: str) -> list[str]:
-    """What a model of this family reads: Choe–Charniak actions, or the words alone."""
+    """What a model of this family reads: Choe–Charniak actions, or the words alone.
+
+    Never the end-of-sentence token of `ends_with_eos` rules: these tokens
+    also build the vocabulary, and `</s>` is not a word of it.
+    """
     if rule in ("txl_terminals", "pushdown"):
         return tree.leaves()
     return actions.choe_charniak(tree)
+
+
+def ends_with_eos(rule: str) -> bool:
+    """Whether the rule's sequences end with the end-of-sentence token `</s>` (`vocab.EOS_ID`), a prediction event.
+
+    TXL (terminals) reads the words alone, so nothing else ends its sentences:
+    it reads `<s> w1 ... wn </s>`, the last word predicts `</s>` and `</s>`
+    predicts nothing, so its log p(x) is that of a whole sentence rather than
+    of a prefix, comparable with the syntactic rules (whose closing of the
+    root ends the sentence). The EOS is added when encoding (`encode_corpus`).
+    """
+    return rule == "txl_terminals"
 
 
 def build_vocabulary(token_lists: Sequence[Sequence[str]], kind: str = "words", size: int = 2000,
@@ -130,14 +146,20 @@ class EncodedCorpus:
 
 
 def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: PipelineConfig) -> EncodedCorpus:
-    """Encodes every tree; sequences over `max_actions` raise or are skipped and counted."""
+    """Encodes every tree; sequences over `max_actions` raise or are skipped and counted.
+
+    A sequence is BOS then the ids of `tokens_for_rule` (then EOS for an
+    `ends_with_eos` rule) as inputs, and the same ids shifted left with a 0
+    label (nothing predicted) appended as labels. `max_actions` counts the
+    ids, the EOS included.
+    """
     sequences = []
     kept = []
     tapes = [] if config.rule == "pushdown" else None
     skipped = 0
     for index, tree in enumerate(tree_list):
         tokens = tokens_for_rule(tree, config.rule)
-        ids = vocab.encode(tokens)
+        ids = vocab.encode(tokens, add_eos=ends_with_eos(config.rule))
         if config.max_actions is not None and len(ids) > config.max_actions:
             if config.on_too_long == "error":
                 raise ValueError(

@@ -56,7 +56,7 @@ hypothesis carries the `PrefixCache` of its parent, so a step runs the model
 on the hypothesis's last action and the forced word only.
 
 For TXL (terminals), `TerminalScorer` gives exact surprisals and log p(x)
-by scoring the word sequence directly.
+by scoring the word sequence, ended by `</s>` as in training, directly.
 """
 
 from __future__ import annotations
@@ -196,10 +196,11 @@ class BeamResult:
       prefix_log_probs: `[n + 1]`: log p(x_<=t) from the word beam after word
         t (entry 0 is log p(empty prefix) = 0).
       surprisals: `[n]`: -log p(x_t | x_<t) = prefix_log_probs[t] - prefix_log_probs[t + 1].
-      log_prob: log p(x) ~= log Σ p(x, y) over the complete trees found.
+      log_prob: log p(x) ~= log Σ p(x, y) over the complete trees found
+        (TXL (terminals): exactly log p(x), `</s>` included).
       end_surprisal: -(log_prob - prefix_log_probs[n]): the cost of ending
-        the sentence (closing every open constituent); `surprisals.sum() +
-        end_surprisal == -log_prob`.
+        the sentence (closing every open constituent; TXL (terminals):
+        -log p(</s> | x)); `surprisals.sum() + end_surprisal == -log_prob`.
       best_actions: Choe–Charniak actions of the best tree (the sentence's
         own words, not UNK); None for TXL (terminals).
       best_log_prob: log p(x, y*) of that tree.
@@ -464,16 +465,21 @@ class WordSynchronousBeamSearch:
 
 
 class TerminalScorer:
-    """Exact word surprisals and log p(x) for TXL (terminals): the word sequence scored directly.
+    """Exact word surprisals and log p(x) for TXL (terminals): `<s> w1 ... wn </s>` scored directly.
 
-    A word's surprisal is the sum over its pieces. There is no end-of-sentence
-    event (the pipeline adds none), so `end_surprisal` is 0 and `log_prob` is
-    the probability of the words as a prefix.
+    The sequence is the training pipeline's (`pipeline.ends_with_eos`): the
+    words, then the end-of-sentence token `</s>` that the last word predicts.
+    A word's surprisal is the sum over its pieces; `end_surprisal` is
+    -log p(</s> | w1 ... wn); `log_prob` is log p(x) of the whole sentence,
+    the sum of the words' log-probabilities and log p(</s> | ...), so
+    `surprisals.sum() + end_surprisal == -log_prob`. (`prefix_log_probs`
+    stay those of the words as prefixes.)
     """
 
     def __init__(self, model: TransformerLM, vocab: Vocabulary, *, batch_size: int = 64, length_bucket: int = 32,
                  min_batch: int = 8):
         self.space = ActionSpace.from_vocab(vocab)
+        self.eos_id = vocab.eos_id
         self.batch_size = batch_size
         self.scorer = PrefixScorer(model, "txl_terminals", self.space.token_types, bos_id=vocab.bos_id,
                                    candidate_ids=[vocab.bos_id], length_bucket=length_bucket, max_batch=batch_size,
@@ -489,14 +495,15 @@ class TerminalScorer:
                 if not words:
                     raise ValueError(f"sentence {index}: no words")
                 encoded.append([self.space.encode_word(w) for w in words])
-            sequences = [tuple(i for ids, _ in enc for i in ids) for enc in encoded]
+            sequences = [tuple(i for ids, _ in enc for i in ids) + (self.eos_id,) for enc in encoded]
             scored = self.scorer.score(sequences, [0] * len(sequences))
             for words, enc, lp in zip(chunk, encoded, scored.continuation_log_probs):
                 lengths = np.array([len(ids) for ids, _ in enc])
-                word_lp = np.add.reduceat(lp, np.cumsum(lengths) - lengths)  # [n]: sum over each word's pieces
+                word_lp = np.add.reduceat(lp[:-1], np.cumsum(lengths) - lengths)  # [n]: sum over each word's pieces
                 prefix = np.concatenate([[0.0], np.cumsum(word_lp)])
+                end_lp = float(lp[-1])  # log p(</s> | the words)
                 results.append(BeamResult(words=words, prefix_log_probs=prefix, surprisals=-word_lp,
-                                          log_prob=float(prefix[-1]), end_surprisal=0.0,
+                                          log_prob=float(prefix[-1]) + end_lp, end_surprisal=-end_lp,
                                           num_unknown=sum(unk for _, unk in enc)))
         return results
 

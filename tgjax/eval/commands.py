@@ -179,7 +179,7 @@ def main_score(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tgjax eval score",
         description="Score every sentence of a file: log p(actions) (TG, TXL (CC): the joint log p(x, y) of the "
-                    "given tree) or log p(words) (TXL (terminals), exact). One JSON line per sentence: index, "
+                    "given tree) or log p(words </s>) (TXL (terminals), exact). One JSON line per sentence: index, "
                     "logp (natural log), num_predictions, num_words, num_unk; --per-token adds tokens and their "
                     "log probs, --surprisal per-word surprisals. Streams files of any size.")
     _add_common(parser)
@@ -190,7 +190,7 @@ def main_score(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-token", action="store_true", help="add tokens and per-token log probs")
     parser.add_argument("--surprisal", action="store_true",
                         help="add per-word surprisals (nats; each word takes the actions before it) and the "
-                             "end surprisal (closing actions after the last word)")
+                             "end surprisal (closing actions after the last word; </s> for TXL (terminals))")
     return _run("tgjax eval score", _score, argv, parser)
 
 

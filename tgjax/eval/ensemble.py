@@ -104,3 +104,50 @@ class Ensemble:
             token_mix = mix_log_probs(pieces, axis=0)
             out.append(_make_score(index, e, token_mix, logp=logp, member_logps=member_logps))
         return out
+
+
+class WordScorerEnsemble:
+    """A uniform mixture of word scorers (beam searches or `TerminalScorer`s) for SyntaxGym and BLiMP.
+
+    Each member searches every sentence on its own; the results are mixed as
+    the module docstring says: per word, the mixture of the members'
+    next-word distributions,
+
+        surprisal_ens(x_t) = −log (1/K) Σ_k p_k(x_t | x_<t),
+
+    and per sentence the sequence mixture log p_ens(x) = log (1/K) Σ_k p_k(x)
+    (end of sentence included); for K > 1 the surprisals then do not sum to
+    −log p_ens(x) (the two mixtures differ). The members' vocabularies may differ (each
+    encodes the words its own way); they must all be syntactic or all words-only.
+    """
+
+    def __init__(self, members: Sequence, names: Sequence[str] | None = None):
+        members = list(members)
+        if not members:
+            raise ValueError("an ensemble needs at least one model")
+        self.members = members
+        self.names = list(names) if names is not None else [f"member {k}" for k in range(len(members))]
+        self.space = members[0].space  # unknown words are counted with member 0's vocabulary
+
+    def search(self, sentences: Sequence[Sequence[str]]):
+        from tgjax.eval.beam import BeamResult
+
+        per_member = [m.search(sentences) for m in self.members]  # [K][N]
+        mixed = []
+        for results in zip(*per_member):
+            surprisals = -mix_log_probs(np.stack([-r.surprisals for r in results]))  # [n]
+            end = -mix_log_probs(np.array([-r.end_surprisal for r in results]))
+            log_prob = float(mix_log_probs(np.array([r.log_prob for r in results])))
+            best = max(results, key=lambda r: r.best_log_prob if r.best_actions is not None else -math.inf)
+            mixed.append(BeamResult(words=list(results[0].words),
+                                    prefix_log_probs=np.concatenate([[0.0], np.cumsum(-surprisals)]),
+                                    surprisals=surprisals, log_prob=log_prob, end_surprisal=float(end),
+                                    best_actions=best.best_actions, best_log_prob=best.best_log_prob,
+                                    num_unknown=results[0].num_unknown))
+        return mixed
+
+    def word_surprisals(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return [r.surprisals for r in self.search(sentences)]
+
+    def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        return np.array([r.log_prob for r in self.search(sentences)])

@@ -290,7 +290,8 @@ class PrefixScorer:
 
         Args:
           sequences: N action-id sequences (no BOS), each a well-formed prefix
-            (closing non-terminals close something; for txl_terminals, words only).
+            (closing non-terminals close something; for txl_terminals, words only,
+            possibly ended by the end-of-sentence id, as `TerminalScorer` scores them).
           queries: N integers q_k in [0, len(sequences[k])].
           caches: optional, per sequence, a `PrefixCache` of a prefix of it (it
             must have been computed for the same leading actions: this is not

@@ -98,6 +98,24 @@ def _scorer(loaded, config: BeamConfig):
     return make_word_scorer(loaded.model, loaded.vocab, rule, config), rule
 
 
+def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
+    """(scorer, rule, description) of one workdir, or the uniform mixture of several (`WordScorerEnsemble`)."""
+    from tgjax.eval.ensemble import WordScorerEnsemble
+
+    members, rules, names = [], set(), []
+    for workdir in workdirs:
+        loaded = _load(workdir, step)
+        scorer, rule = _scorer(loaded, config)
+        members.append(scorer)
+        rules.add("txl_terminals" if rule == "txl_terminals" else "syntactic")
+        names.append(f"{loaded.model_name} ({workdir})")
+    if len(rules) > 1:
+        raise ValueError(f"an ensemble mixes syntactic models or words-only models, not both: {', '.join(names)}")
+    if len(members) == 1:
+        return members[0], rule, names[0]
+    return WordScorerEnsemble(members, names), rule, "ensemble of " + ", ".join(names)
+
+
 @dataclasses.dataclass
 class UnknownWords:
     """Words mapped to UNK: token and type counts, and the most frequent types."""
@@ -385,7 +403,8 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
     of shards' `--output` files instead.
     """
     parser = argparse.ArgumentParser(prog="tgjax eval sg", description=main_sg.__doc__.split("\n")[0])
-    parser.add_argument("--workdir", help="a trained run (tgjax train --workdir)")
+    parser.add_argument("--workdir", action="append", default=None,
+                        help="a trained run (tgjax train --workdir); repeat it for an ensemble (uniform mixture)")
     parser.add_argument("--step", default="best")
     parser.add_argument("--shard", default=None, help="I/N: suite k (by name) iff k %% N == I")
     parser.add_argument("--suites", default=str(SHARED_DATA / "sg_test_suites"), help="directory of suite JSON files")
@@ -416,18 +435,17 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
         suites = select_shard(sorted(suites, key=lambda s: s.name), args.shard)
         if not suites:
             raise ValueError("no suites in this shard")
-        loaded = _load(args.workdir, args.step)
-        scorer, rule = _scorer(loaded, beam_config(args))
+        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args))
         run = evaluate_sg(scorer, suites, circuits, progress=lambda line: print(line, file=sys.stderr))
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval sg: error: {err}", file=sys.stderr)
         return 2
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
-            json.dump({"model": loaded.model_name, "workdir": args.workdir, "step": args.step,
+            json.dump({"model": described, "workdir": args.workdir, "step": args.step,
                        "suites": [_suite_result_to_json(r) for r in run.results],
                        "unknown_tokens": run.unknown.tokens, "tokens": run.unknown.total}, f, indent=1)
-    print(f"model {loaded.model_name} ({rule}); {len(suites)} suites"
+    print(f"model {described}; {len(suites)} suites"
           + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
     print(run.unknown.format())
     print(run.report.format())
@@ -478,7 +496,8 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     `--merge F1 F2 ...` reports shards' files together.
     """
     parser = argparse.ArgumentParser(prog="tgjax eval blimp", description=main_blimp.__doc__.split("\n")[0])
-    parser.add_argument("--workdir", help="a trained run (tgjax train --workdir)")
+    parser.add_argument("--workdir", action="append", default=None,
+                        help="a trained run (tgjax train --workdir); repeat it for an ensemble (uniform mixture)")
     parser.add_argument("--step", default="best")
     parser.add_argument("--shard", default=None, help="I/N: paradigm k (by name) iff k %% N == I")
     parser.add_argument("--data", default=str(SHARED_DATA / "blimp"), help="a BLiMP .jsonl file or a directory")
@@ -510,8 +529,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
             raise ValueError("no BLiMP pairs selected (check --paradigm / --shard)")
-        loaded = _load(args.workdir, args.step)
-        scorer, rule = _scorer(loaded, beam_config(args))
+        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args))
         run = evaluate_blimp_pairs(scorer, pairs)
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval blimp: error: {err}", file=sys.stderr)
@@ -524,7 +542,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
                                     "pair_id": pair.pair_id, "log_prob_good": float(good),
                                     "log_prob_bad": float(bad)}) + "\n")
     how = "exact log p(x)" if rule == "txl_terminals" else "beam-marginal log p(x)"
-    print(f"model {loaded.model_name} ({how}); {len(pairs)} pairs"
+    print(f"model {described} ({how}); {len(pairs)} pairs"
           + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
     print(run.unknown.format())
     print(blimp_lib.format_blimp_report(run.result))

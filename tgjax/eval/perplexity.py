@@ -8,8 +8,10 @@ a small set Y'_x of J distinct proposal trees (from a separate parser):
     PPL <= exp(−Σ_x log Σ_{y ∈ Y'_x} p(x, y) / N_w)
 
 with N_w the number of words. Use the same proposals for every model.
-For TXL (terminals) p(x) is computed exactly from the words and the
-proposals only supply the sentence.
+For TXL (terminals) p(x) is computed exactly from the words followed by the
+end-of-sentence token `</s>` (as in training), and the proposals only supply
+the sentence. Either way the end of the sentence (closing the root, or
+`</s>`) is counted in log p(x) but not in N_w, as in the TG paper.
 
 Proposal files
 --------------
@@ -42,6 +44,10 @@ prefix's probabilities do not depend on what follows and each step scores
 J sequences of the prefix plus one proposal. In document proposal files a
 line holding only `<doc>` starts a new document (before the first block it
 may be omitted).
+
+For TXL (terminals) a document is read as one sequence of its sentences,
+each ended by `</s>`: `<s> x_1 </s> x_2 </s> ... x_n </s>`, and sentence i's
+term is log p(x_i </s> | x_<i) exactly.
 """
 
 from __future__ import annotations
@@ -187,7 +193,7 @@ def check_sentence(block: ProposalBlock, words: Sequence[str], where: str) -> No
 class ProposalScores:
     """One sentence's proposals scored: the bound, the best proposal, every log p(x, y_j).
 
-    For TXL (terminals), `logps` holds the single exact log p(x) and `bound` equals it.
+    For TXL (terminals), `logps` holds the single exact log p(x) (`</s>` included) and `bound` equals it.
     """
 
     index: int
@@ -233,8 +239,8 @@ def score_proposals(scorer: SequenceScorer, blocks: Iterable[ProposalBlock], *,
         pending.clear()
 
     for block in blocks:
-        if terminals:
-            encoded = [encode(scorer.vocab, block.words)]
+        if terminals:  # exact: the words then `</s>` (every proposal of a block has the same words)
+            encoded = [encode(scorer.vocab, sequence_tokens(block.trees[0], scorer.rule))]
         else:
             encoded = []
             for tree, line in zip(block.trees, block.lines):
@@ -289,10 +295,11 @@ def _num_unk(scorer, block: ProposalBlock) -> int:
 def _score_document_batch(scorer, documents, opening, closing) -> Iterator[ProposalScores]:
     terminals = scorer.rule == "txl_terminals"
     results: dict[tuple[int, int], ProposalScores] = {}
-    if terminals:  # exact: one sequence per document, split by sentence
-        encoded = [encode(scorer.vocab, [w for b in doc for w in b.words]) for doc in documents]
-        for doc, score in zip(documents, scorer.score_encoded(encoded)):
-            bounds = np.split(score.token_logprobs, np.cumsum([len(b.words) for b in doc])[:-1])
+    if terminals:  # exact: one sequence per document, `x_1 </s> x_2 </s> ...`, split by sentence
+        sentences = [[sequence_tokens(b.trees[0], scorer.rule) for b in doc] for doc in documents]
+        encoded = [encode(scorer.vocab, [t for tokens in doc for t in tokens]) for doc in sentences]
+        for doc, tokens, score in zip(documents, sentences, scorer.score_encoded(encoded)):
+            bounds = np.split(score.token_logprobs, np.cumsum([len(t) for t in tokens])[:-1])
             for i, (block, lp) in enumerate(zip(doc, bounds)):
                 value = float(math.fsum(lp))
                 results[(block.document, i)] = ProposalScores(block.index, value, np.array([value]), 0,
@@ -374,7 +381,7 @@ class PplSummary:
         out = {"sentences": self.sentences, "num_words": self.words, "num_proposals": self.proposals,
                "num_duplicates_removed": self.duplicates, "num_unk_words": self.unk, "total_log_bound": total}
         if self.rule == "txl_terminals":
-            out["word_perplexity"] = _exp(-total / n)  # exact
+            out["word_perplexity"] = _exp(-total / n)  # exact; `</s>` in the log p, not in the words
         else:
             out["word_perplexity_upper_bound"] = _exp(-total / n)
             out["best_tree_word_perplexity"] = _exp(-self.best.value / n)  # one tree per sentence: looser

@@ -12,11 +12,11 @@ Exactly what training predicts (`tgjax.data.pipeline.encode_corpus`): the
 inputs are BOS then the sequence's ids, the labels the ids; every id is one
 prediction event (`labels_ttypes != PAD`). For TG and TXL (CC) the sequence
 is the tree's Choe–Charniak actions, so a sequence's `logp` is log p(x, y),
-the joint probability of the words x and the tree y. For TXL (terminals) it
-is the words only, and `logp` is log p(x) exactly; the training pipeline
-appends no end-of-sequence label, so neither does scoring (the paper counts
-an EOS prediction for word-level models, footnote 3: it is absent here
-because the model was never trained to predict it). All logs are natural.
+the joint probability of the words x and the tree y (closing the root ends
+the sentence). For TXL (terminals) it is the words then the end-of-sentence
+token `</s>`, as in training (`pipeline.ends_with_eos`): the last word
+predicts `</s>`, and `logp` is log p(x) of the whole sentence exactly,
+`</s>` included (not the probability of x as a prefix). All logs are natural.
 
 How it is run
 -------------
@@ -36,7 +36,8 @@ Per token, per word
 everything before it: for TG and TXL (CC) the k-th action (so per original
 action: the TG input's CNT1 copies of closing non-terminals predict nothing
 and are mapped away; the CNT2 copy carries the prediction of the next
-action), for TXL (terminals) the k-th word. With a SentencePiece
+action), for TXL (terminals) the k-th word, and then `</s>` (`tokens` ends
+with it; it is no word). With a SentencePiece
 vocabulary a word is several ids; its entry is the sum over its pieces
 (`piece_logprobs` keeps the per-id values).
 
@@ -50,7 +51,13 @@ that is, the opening non-terminals (and closing ones) leading to w_t are
 charged to w_t. This is each word's share of −log p(x, y) for the tree y; the
 closing actions after the last word form `end` (the analogue of a word
 model's end-of-sentence surprisal), so Σ_t s_t + end = −log p(x, y). For
-TXL (terminals) s_t = −log p(w_t | w_<t) and end = 0.
+TXL (terminals) s_t = −log p(w_t | w_<t) and end = −log p(</s> | x), so
+Σ_t s_t + end = −log p(x).
+
+Word perplexity (`ScoreSummary`) is exp(−Σ logp / N_w) over the sentences,
+with N_w the number of words: the end of each sentence (closing the root, or
+`</s>`) is counted in the log-probability but not as a word, as in the TG
+paper.
 
 Unknown words are mapped as training maps them (a word dictionary: the UNK
 id; SentencePiece: pieces, or UNK without byte fallback); `num_unk` counts
@@ -78,7 +85,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from tgjax.data import pipeline as pl
-from tgjax.data.vocab import UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
+from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
 from tgjax.eval.loading import LoadedModel
 from tgjax.syntax import masks, trees
 from tgjax.syntax import token_types as tt
@@ -116,17 +123,22 @@ class Encoded:
 
 
 def sequence_tokens(tree: trees.Tree, rule: str) -> list[str]:
-    """What a model of this rule reads of a tree: its actions (TG, TXL (CC)) or its words."""
-    return pl.tokens_for_rule(tree, rule)
+    """What a model of this rule reads of a tree: its actions (TG, TXL (CC)), or its words then `</s>`."""
+    tokens = pl.tokens_for_rule(tree, rule)
+    return tokens + [EOS_TOKEN] if pl.ends_with_eos(rule) else tokens
 
 
 def is_word_token(tokens: Sequence[str]) -> np.ndarray:
-    """`[n]` bool: which tokens are words (not opening or closing non-terminals)."""
-    return np.array([not (is_opening_nt(t) or is_closing_nt(t)) for t in tokens], bool)
+    """`[n]` bool: which tokens are words (not opening or closing non-terminals, not `</s>`)."""
+    return np.array([not (is_opening_nt(t) or is_closing_nt(t) or t == EOS_TOKEN) for t in tokens], bool)
 
 
 def encode(vocab: Vocabulary, tokens: Sequence[str]) -> Encoded:
-    """The model inputs of one token sequence (see `Encoded`); raises ValueError for an unknown non-terminal."""
+    """The model inputs of one token sequence (see `Encoded`); raises ValueError for an unknown non-terminal.
+
+    A `</s>` token (`sequence_tokens` ends TXL (terminals) sentences with it)
+    is the EOS id, a prediction event that is not a word.
+    """
     if not tokens:
         raise ValueError("empty sequence: nothing to score")
     ids, source = vocab.encode_with_alignment(list(tokens))
@@ -415,8 +427,8 @@ class WordSurprisals:
 
     words: list[str]
     surprisals: np.ndarray  # [num_words]
-    end: float  # −log p of the actions after the last word (closing non-terminals)
-    logp: float  # log p(x, y) (log p(x) for TXL (terminals)); ensembles: Σ of the per-token mixture
+    end: float  # −log p of what follows the last word: closing non-terminals, or `</s>` for TXL (terminals)
+    logp: float  # log p(x, y) (log p(x), `</s>` included, for TXL (terminals)); ensembles: Σ of the per-token mixture
     num_unk: int
 
 
@@ -504,7 +516,11 @@ class ExactSum:
 
 
 class ScoreSummary:
-    """Corpus totals of `score` records, exact whatever the order (`ExactSum`)."""
+    """Corpus totals of `score` records, exact whatever the order (`ExactSum`).
+
+    Word perplexities divide −Σ logp, the end of each sentence included, by
+    the number of words only (see the module docstring).
+    """
 
     def __init__(self, rule: str):
         self.rule = rule
@@ -525,7 +541,7 @@ class ScoreSummary:
                "nll_per_prediction": -total / max(self.predictions, 1),
                "perplexity_per_prediction": _exp(-total / max(self.predictions, 1))}
         if self.rule == "txl_terminals":
-            out["word_perplexity"] = _exp(-total / max(self.words, 1))  # exact: p(x) itself
+            out["word_perplexity"] = _exp(-total / max(self.words, 1))  # exact: p(x) itself, `</s>` included
         else:
             # With one given tree per sentence: exp(−Σ log p(x, y) / N_w) >= the true word perplexity.
             out["joint_word_perplexity"] = _exp(-total / max(self.words, 1))
