@@ -51,3 +51,14 @@ def test_check_names_the_file_that_changed(tmp_path):
     metadata.write_text(metadata.read_text() + " ")
     assert store.check(1) == f"file {metadata} has {metadata.stat().st_size} bytes, expected {metadata.stat().st_size - 1}"
     store.close()
+
+
+def test_a_relative_workdir_is_taken_from_the_current_directory(tmp_path, monkeypatch):
+    """orbax refuses relative paths; `tgjax train --workdir runs/x` must still save and restore."""
+    monkeypatch.chdir(tmp_path)
+    store = CheckpointStore("runs/rel", async_save=False)
+    store.save(3, fake_state(3), {"epoch": 0, "step": 3}, {})
+    restored, problems = store.restore_latest(abstract(fake_state(0)))
+    store.close()
+    assert problems == [] and restored.step == 3
+    assert (tmp_path / "runs" / "rel" / "checkpoints" / "3").is_dir()

@@ -99,7 +99,8 @@ class CheckpointStore:
 
     def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, keep_best: int = 1,
                  async_save: bool = True, checksums: bool = True, save_memory: bool = True):
-        self.workdir = Path(workdir)
+        # orbax wants absolute paths: a relative --workdir is taken from the current directory.
+        self.workdir = Path(workdir) if "://" in str(workdir) else Path(workdir).absolute()
         self.directory = self.workdir / "checkpoints"
         self.manifest_dir = self.workdir / "checkpoint_manifests"
         self.corrupt_dir = self.workdir / "checkpoints_corrupt"
