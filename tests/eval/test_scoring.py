@@ -315,9 +315,11 @@ def test_ensemble_refuses_mixing_p_x_with_p_x_y():
 # Loading.
 
 
-def test_load_model_steps_and_errors(tmp_path):
+def test_load_model_steps_and_errors(tmp_path, monkeypatch):
     workdir, _ = trained_workdir()
     best = load_model(workdir)  # the lower of the validation losses at steps 2 and 4
+    monkeypatch.chdir(workdir.parent)
+    assert load_model(workdir.name).step == best.step  # a relative workdir (orbax wants absolute paths)
     assert best.step == loading.read_meta(workdir, 4)["best_step"]
     assert load_model(workdir, step=2).step == 2
     assert load_model(workdir, step="4").step == 4

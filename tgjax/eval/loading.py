@@ -211,7 +211,7 @@ def _restore_params(workdir: Path, step: int, abstract: dict, sharding) -> dict:
     """The `params` subtree of the `state` item, restored alone (partial restore)."""
     import orbax.checkpoint as ocp
 
-    path = workdir / "checkpoints" / str(step) / "state"
+    path = Path(workdir).absolute() / "checkpoints" / str(step) / "state"  # orbax wants absolute paths
     target = {"params": abstract}
     restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
     try:
