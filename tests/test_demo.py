@@ -38,13 +38,13 @@ def test_demo_trains_and_tabulates_three_models(tmp_path, capsys):
                  "logging.interval_steps=6", "model.d_model=32", "model.ffw_hidden_size=64",
                  "model.sequence_length=32", "model.memory_length=32", "data.num_train_sentences=200",
                  "data.num_valid_sentences=20"]
-    report = demo.run_demo(tmp_path, overrides=overrides, num_valid=4, num_pairs=3,
+    report = demo.run_demo(tmp_path, overrides=overrides, num_valid=4, num_simple_pairs=2, num_pairs=3,
                            beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))
     assert [r.model for r in report.rows] == list(demo.MODELS)
     for row in report.rows:
         assert row.num_parameters > 0 and math.isfinite(row.valid_loss)
         assert 1.0 < row.word_perplexity < math.inf
-        assert 0.0 <= row.agreement_accuracy <= 1.0
+        assert 0.0 <= row.agreement_accuracy <= 1.0 and row.simple_accuracy in (0.0, 0.5, 1.0)
         assert set(row.agreement_by_construction) == {"pp", "subject_relative", "object_relative"}
         assert (tmp_path / row.model / "vocab.json").exists()
     tg, cc, terminals = report.rows

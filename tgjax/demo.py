@@ -3,7 +3,7 @@
     tgjax demo --workdir runs/demo [--config.training.num_steps=300 ...]
 
 Trains three small models on the built-in synthetic treebank with the same
-settings (`configs/tiny.py`, only `model.name` changes): a Transformer
+settings (`configs/tiny.py` with `DEMO_SETTINGS`; only `model.name` changes): a Transformer
 Grammar (`tg`), Transformer-XL over Choe–Charniak actions (`txl_cc`) and
 over the words alone (`txl_terminals`). Then, for each, on held-out data:
 
@@ -15,9 +15,13 @@ over the words alone (`txl_terminals`). Then, for each, on held-out data:
   trees for the validation sentences against their gold trees, beside a
   right-branching baseline (TXL (terminals) cannot parse);
 * accuracy on subject–verb agreement minimal pairs generated from the
-  built-in grammar (`corpora.agreement_minimal_pairs`, with an attractor of
-  the other number in a PP or a relative clause): a pair is right when
-  log p(good) > log p(bad);
+  built-in grammar (`corpora.agreement_minimal_pairs`): a pair is right when
+  log p(good) > log p(bad); "simple" pairs have a bare subject ("the dogs
+  bark"), "attractor" pairs a noun of the other number between the subject's
+  head and the verb, in a PP or a relative clause ("the dogs near the cat
+  bark"). A TG reaches the head noun only through composed constituents, one
+  level of nesting per layer, so it needs three layers to see through
+  [NP [NP the dogs] [PP near the cat]]: the models here have three.
 
 and prints one table. Re-running the command resumes or reuses the
 trained runs in the workdir (each model's run is in `WORKDIR/<model>`).
@@ -37,6 +41,10 @@ from typing import TextIO
 import numpy as np
 
 MODELS = ("tg", "txl_cc", "txl_terminals")
+# configs/tiny.py with three layers (see the module docstring) and 1,500 steps: a few minutes a model.
+DEMO_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
+                 "training.lr_schedule.kwargs.cosine_cycle_length=1400", "evaluation.interval_steps=500",
+                 "checkpointing.interval_steps=500")
 TITLES = {"tg": "TG", "txl_cc": "TXL (CC)", "txl_terminals": "TXL (terminals)"}
 
 
@@ -52,7 +60,8 @@ class ModelReport:
     exact_perplexity: bool
     labeled_f1: float | None
     unlabeled_f1: float | None
-    agreement_accuracy: float
+    simple_accuracy: float  # agreement, bare subjects
+    agreement_accuracy: float  # agreement across an attractor
     agreement_by_construction: dict[str, float]
     eval_seconds: float
 
@@ -63,31 +72,34 @@ class DemoReport:
     baseline_labeled_f1: float
     baseline_unlabeled_f1: float
     num_valid_sentences: int
+    num_simple_pairs: int
     num_pairs: int
 
     def format(self) -> str:
         lines = [
             f"Held-out results on the built-in treebank ({self.num_valid_sentences} validation sentences; "
-            f"{self.num_pairs} agreement minimal pairs)",
+            f"agreement minimal pairs: {self.num_simple_pairs} simple, {self.num_pairs} with an attractor)",
             "",
-            f"{'model':<17}{'params':>9}{'train s':>9}{'valid ppl':>11}{'F1 lab.':>9}{'F1 unlab.':>11}"
-            f"{'agreement':>11}",
+            f"{'':<17}{'':>9}{'':>9}{'':>11}{'parse F1':>20}{'agreement':>20}",
+            f"{'model':<17}{'params':>9}{'train s':>9}{'valid ppl':>11}{'labelled':>10}{'unlab.':>10}"
+            f"{'simple':>10}{'attractor':>10}",
         ]
         for r in self.rows:
             ppl = f"{r.word_perplexity:.2f}" + ("" if r.exact_perplexity else "*")
             f1 = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
             lines.append(f"{TITLES.get(r.model, r.model):<17}{r.num_parameters:>9,}{r.train_seconds:>9.0f}{ppl:>11}"
-                         f"{f1(r.labeled_f1):>9}{f1(r.unlabeled_f1):>11}{100 * r.agreement_accuracy:>10.1f}%")
-        lines.append(f"{'right-branching':<17}{'':>9}{'':>9}{'':>11}{self.baseline_labeled_f1:>9.2f}"
-                     f"{self.baseline_unlabeled_f1:>11.2f}")
+                         f"{f1(r.labeled_f1):>10}{f1(r.unlabeled_f1):>10}{100 * r.simple_accuracy:>9.1f}%"
+                         f"{100 * r.agreement_accuracy:>9.1f}%")
+        lines.append(f"{'right-branching':<17}{'':>9}{'':>9}{'':>11}{self.baseline_labeled_f1:>10.2f}"
+                     f"{self.baseline_unlabeled_f1:>10.2f}")
         lines += [
             "",
             "valid ppl: per-word perplexity of the validation sentences, end of sentence included; "
             "* = upper bound",
             "  (log p(x) summed over the trees word-synchronous beam search finds); exact for TXL (terminals).",
             "F1: EVALB (COLLINS.prm) of the beam's best tree against the gold tree.",
-            "agreement: log p(good) > log p(bad) on minimal pairs whose subject and verb are separated by",
-            "  an attractor of the other number; by construction: "
+            "agreement: log p(good) > log p(bad) on minimal pairs; simple: a bare subject; attractor: a noun of",
+            "  the other number between the subject's head and the verb; by construction: "
             + "; ".join(f"{TITLES.get(r.model, r.model)} " + ", ".join(
                 f"{c} {100 * a:.0f}%" for c, a in r.agreement_by_construction.items()) for r in self.rows),
         ]
@@ -99,7 +111,7 @@ def _train_one(name: str, workdir: Path, overrides: list[str], stream: TextIO) -
     from tgjax.train.config import load_config
     from tgjax.train.loop import train
 
-    config = load_config("tiny", [f"model.name={name}", *overrides])
+    config = load_config("tiny", [f"model.name={name}", *DEMO_SETTINGS, *overrides])
     print(f"\n== training {TITLES[name]} ({name}) in {workdir}", file=stream, flush=True)
     start = time.perf_counter()
     result = train(config, workdir, stream=stream)
@@ -122,8 +134,9 @@ def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:
     return float(correct.mean()), by_construction
 
 
-def evaluate_model(workdir: Path, valid_trees, pairs, beam_config, stream: TextIO):
-    """(perplexity, exact?, labelled F1, unlabelled F1, baseline F1s, agreement, per construction, seconds)."""
+def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, beam_config, stream: TextIO):
+    """(perplexity, exact?, F1s (labelled, unlabelled, baseline's), simple accuracy, attractor accuracy,
+    attractor accuracy per construction, seconds)."""
     from tgjax.eval.beam import make_word_scorer
     from tgjax.eval.loading import load_model
     from tgjax.eval.parse import parse_treebank
@@ -133,7 +146,8 @@ def evaluate_model(workdir: Path, valid_trees, pairs, beam_config, stream: TextI
     rule = loaded.pipeline_fields["rule"]
     scorer = make_word_scorer(loaded.model, loaded.vocab, rule, beam_config)
     print(f"== evaluating {TITLES.get(loaded.model_name, loaded.model_name)}: "
-          f"{len(valid_trees)} validation sentences, {len(pairs)} minimal pairs", file=stream, flush=True)
+          f"{len(valid_trees)} validation sentences, {len(simple_pairs) + len(pairs)} minimal pairs",
+          file=stream, flush=True)
     if rule == "txl_terminals":
         results = scorer.search([t.leaves() for t in valid_trees])
         words = sum(len(r.words) for r in results)
@@ -143,33 +157,38 @@ def evaluate_model(workdir: Path, valid_trees, pairs, beam_config, stream: TextI
         report = parse_treebank(scorer, valid_trees)
         perplexity = report.perplexity_bound()
         f1s = (report.labeled_f1, report.unlabeled_f1, report.baseline_labeled_f1, report.baseline_unlabeled_f1)
+    simple_accuracy, _ = _agreement(scorer, simple_pairs)
     accuracy, by_construction = _agreement(scorer, pairs)
-    return perplexity, rule == "txl_terminals", f1s, accuracy, by_construction, time.perf_counter() - start
+    return (perplexity, rule == "txl_terminals", f1s, simple_accuracy, accuracy, by_construction,
+            time.perf_counter() - start)
 
 
 def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), num_valid: int = 100,
-             num_pairs: int = 150, beam_config=None, stream: TextIO | None = None) -> DemoReport:
+             num_simple_pairs: int = 60, num_pairs: int = 120, beam_config=None,
+             stream: TextIO | None = None) -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
     from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
     from tgjax.eval.beam import BeamConfig
 
     stream = stream or sys.stderr
     workdir = Path(workdir)
-    beam_config = beam_config or BeamConfig(word_beam=10, action_beam=50, fast_track=2, batch_sentences=16)
+    # The built-in grammar is nearly unambiguous given the words: a small beam finds its trees.
+    beam_config = beam_config or BeamConfig(word_beam=5, action_beam=25, fast_track=1, batch_sentences=16)
     valid_trees = get_corpus("builtin", "valid")[:num_valid]
+    simple_pairs = agreement_minimal_pairs(num_simple_pairs, seed=1, constructions=("simple",))
     pairs = agreement_minimal_pairs(num_pairs, seed=0)
     rows, baseline = [], (math.nan, math.nan)
     for name in models:
         num_parameters, train_seconds, valid_loss = _train_one(name, workdir / name, list(overrides), stream)
-        perplexity, exact, f1s, accuracy, by_construction, eval_seconds = evaluate_model(
-            workdir / name, valid_trees, pairs, beam_config, stream)
+        perplexity, exact, f1s, simple_accuracy, accuracy, by_construction, eval_seconds = evaluate_model(
+            workdir / name, valid_trees, simple_pairs, pairs, beam_config, stream)
         if f1s[2] is not None:
             baseline = (f1s[2], f1s[3])
         rows.append(ModelReport(name, num_parameters, train_seconds, valid_loss, perplexity, exact, f1s[0], f1s[1],
-                                accuracy, by_construction, eval_seconds))
-        print(f"   {TITLES[name]}: valid ppl {perplexity:.2f}, agreement {100 * accuracy:.1f}% "
-              f"({eval_seconds:.0f}s)", file=stream, flush=True)
-    return DemoReport(rows, baseline[0], baseline[1], len(valid_trees), len(pairs))
+                                simple_accuracy, accuracy, by_construction, eval_seconds))
+        print(f"   {TITLES[name]}: valid ppl {perplexity:.2f}, agreement {100 * simple_accuracy:.1f}% simple, "
+              f"{100 * accuracy:.1f}% with an attractor ({eval_seconds:.0f}s)", file=stream, flush=True)
+    return DemoReport(rows, baseline[0], baseline[1], len(valid_trees), len(simple_pairs), len(pairs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="runs/demo", help="one run per model in WORKDIR/<model>")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from " + ", ".join(MODELS))
     parser.add_argument("--valid-sentences", type=int, default=100, help="validation sentences for ppl and F1")
-    parser.add_argument("--pairs", type=int, default=150, help="agreement minimal pairs")
+    parser.add_argument("--simple-pairs", type=int, default=60, help="agreement minimal pairs, bare subjects")
+    parser.add_argument("--pairs", type=int, default=120, help="agreement minimal pairs with an attractor")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
@@ -192,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(models) - set(MODELS))
     if unknown or not models:
         parser.error(f"--models: unknown {unknown}; expected some of {list(MODELS)}")
-    if args.valid_sentences < 1 or args.pairs < 1:
-        parser.error("--valid-sentences and --pairs must be positive")
+    if min(args.valid_sentences, args.simple_pairs, args.pairs) < 1:
+        parser.error("--valid-sentences, --simple-pairs and --pairs must be positive")
     start = time.perf_counter()
     report = run_demo(args.workdir, models=models, overrides=overrides, num_valid=args.valid_sentences,
-                      num_pairs=args.pairs)
+                      num_simple_pairs=args.simple_pairs, num_pairs=args.pairs)
     print()
     print(report.format())
     print(f"\n(total {time.perf_counter() - start:.0f}s; runs, TensorBoard logs and metrics in {args.workdir}/)")

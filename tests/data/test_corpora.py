@@ -164,3 +164,18 @@ def test_registry_and_writer(tmp_path):
     path = tmp_path / "valid.txt"
     assert corpora.write_treebank(path, trees) == 5
     assert path.read_text(encoding="utf-8").splitlines() == [t.to_string() for t in trees]
+
+
+def test_simple_minimal_pairs_have_no_attractor():
+    g = corpora.builtin_grammar()
+    pairs = corpora.agreement_minimal_pairs(20, seed=5, constructions=("simple",))
+    for pair in pairs:
+        assert np.isfinite(g.log_prob(pair.good_words)) and g.log_prob(pair.bad_words) == -np.inf
+        check_agreement(pair.good)
+        subject = pair.good.children[0]
+        assert all(c.is_preterminal() for c in subject.children)  # [DT (JJ) NN] and nothing else
+        assert head_number(subject) == pair.subject_number
+        nouns = [NUMBER_OF_TAG[c.label] for c in _preterminals(subject) if c.label in ("NN", "NNS")]
+        assert nouns == [pair.subject_number]
+    with pytest.raises(ValueError, match="unknown construction"):
+        corpora.agreement_minimal_pairs(1, constructions=("cleft",))

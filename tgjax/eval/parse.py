@@ -256,9 +256,15 @@ def parse_treebank(search, gold_trees: Sequence[Tree], *, params: str = "collins
     seconds = time.perf_counter() - start
     predicted = [with_preterminals(r.best_tree, t) for r, t in zip(results, tags)]
     baseline = [right_branching(w, tags=t) for w, t in zip(words, tags)]
-    f1 = lambda pred, unlabeled: evalb(gold_trees, pred, params, unlabeled=unlabeled).all.bracketing_fmeasure
+    f1 = lambda pred, unlabeled: corpus_f1(gold_trees, pred, params, unlabeled)  # noqa: E731
     return ParseReport(gold_trees, predicted, baseline, results, f1(predicted, False), f1(predicted, True),
                        f1(baseline, False), f1(baseline, True), seconds, unknown)
+
+
+def corpus_f1(gold, predicted, params: str, unlabeled: bool) -> float:
+    """EVALB's corpus F1 (%), 0 where nothing matches (evalb.c prints nan when P = R = 0)."""
+    f1 = evalb(gold, predicted, params, unlabeled=unlabeled).all.bracketing_fmeasure
+    return 0.0 if math.isnan(f1) else f1
 
 
 def _read_gold(treebank: str, split: str, limit: int | None) -> tuple[list[Tree], str]:
@@ -349,7 +355,7 @@ def _merge_parses(args, gold: list[Tree], where: str) -> int:
     for tree in gold:
         pairs = trees_lib.tagged_words(tree)
         baseline.append(right_branching([w for w, _ in pairs], tags=[t for _, t in pairs]))
-    f1 = lambda pred, unlabeled: evalb(gold, pred, args.params, unlabeled=unlabeled).all.bracketing_fmeasure
+    f1 = lambda pred, unlabeled: corpus_f1(gold, pred, args.params, unlabeled)  # noqa: E731
     print(f"merged {count} shards: {len(gold)} sentences of {where}")
     print(f"{'':<20}{'labelled F1':>12}{'unlabelled F1':>15}")
     print(f"{'beam search':<20}{f1(predicted, False):12.2f}{f1(predicted, True):15.2f}")
