@@ -122,8 +122,10 @@ def _train_one(name: str, workdir: Path, overrides: list[str], stream: TextIO) -
 
 def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:
     """Accuracy of log p(good) > log p(bad), overall and per construction."""
+    from tgjax.eval.parse import search_with_progress
+
     sentences = [p.good_words for p in pairs] + [p.bad_words for p in pairs]
-    results = scorer.search(sentences)
+    results = search_with_progress(scorer, sentences)
     log_probs = np.array([r.log_prob for r in results])
     good, bad = log_probs[: len(pairs)], log_probs[len(pairs):]
     correct = good > bad
@@ -149,7 +151,7 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, beam_config,
           f"{len(valid_trees)} validation sentences, {len(simple_pairs) + len(pairs)} minimal pairs",
           file=stream, flush=True)
     if rule == "txl_terminals":
-        results = scorer.search([t.leaves() for t in valid_trees])
+        results = scorer.search([t.leaves() for t in valid_trees])  # exact and fast: no progress needed
         words = sum(len(r.words) for r in results)
         perplexity = math.exp(-sum(r.log_prob for r in results) / words)
         f1s = (None, None, None, None)

@@ -116,6 +116,25 @@ def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
     return WordScorerEnsemble(members, names), rule, "ensemble of " + ", ".join(names)
 
 
+def search_with_progress(scorer, sentences: Sequence[Sequence[str]], *, chunk: int = 32,
+                         stream=None) -> list[BeamResult]:
+    """`scorer.search(sentences)` a chunk at a time, with a progress line (sentences/s, words/s, ETA) on stderr."""
+    stream = stream or sys.stderr
+    results: list[BeamResult] = []
+    start, words = time.perf_counter(), 0
+    for first in range(0, len(sentences), chunk):
+        results.extend(scorer.search(sentences[first:first + chunk]))
+        words += sum(len(s) for s in sentences[first:first + chunk])
+        elapsed = time.perf_counter() - start
+        rate = len(results) / elapsed
+        eta = (len(sentences) - len(results)) / rate if rate > 0 else math.inf
+        print(f"\rsearched {len(results)}/{len(sentences)} sentences  {rate:6.2f} sentences/s  "
+              f"{words / elapsed:7.1f} words/s  ETA {eta:6.0f}s", end="", file=stream, flush=True)
+    if len(sentences) > chunk:
+        print(file=stream)
+    return results
+
+
 @dataclasses.dataclass
 class UnknownWords:
     """Words mapped to UNK: token and type counts, and the most frequent types."""
@@ -151,7 +170,7 @@ class CachedScorer:
         todo = list(dict.fromkeys(tuple(s) for s in sentences if tuple(s) not in self.cache))
         if todo:
             start = time.perf_counter()
-            for words, result in zip(todo, self.scorer.search([list(s) for s in todo])):
+            for words, result in zip(todo, search_with_progress(self.scorer, [list(s) for s in todo])):
                 self.cache[words] = result
                 if self.unknown is not None:
                     self.unknown.add(self.scorer.space, words)
@@ -252,7 +271,7 @@ def parse_treebank(search, gold_trees: Sequence[Tree], *, params: str = "collins
     for sentence in words:
         unknown.add(search.space, sentence)
     start = time.perf_counter()
-    results = search.search(words)
+    results = search_with_progress(search, words)
     seconds = time.perf_counter() - start
     predicted = [with_preterminals(r.best_tree, t) for r, t in zip(results, tags)]
     baseline = [right_branching(w, tags=t) for w, t in zip(words, tags)]
