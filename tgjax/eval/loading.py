@@ -115,30 +115,6 @@ def checkpoint_steps(workdir: Path) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
 
 
-def _check_manifest(workdir: Path, step: int) -> str | None:
-    """Why `step`'s files cannot be trusted, or None (the same test as `CheckpointStore.check`)."""
-    from tgjax.train.checkpoint import ITEMS, directory_manifest
-
-    step_dir = workdir / "checkpoints" / str(step)
-    missing = [item for item in ITEMS if not (step_dir / item).is_dir()]
-    if missing:
-        return f"item(s) {missing} missing from {step_dir}"
-    manifest_path = workdir / "checkpoint_manifests" / f"{step}.json"
-    if not manifest_path.exists():
-        return None
-    try:
-        expected = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        return f"manifest {manifest_path} unreadable: {e}"
-    actual = directory_manifest(step_dir)
-    for name, (size, digest) in sorted(expected.items()):
-        if name not in actual:
-            return f"file {step_dir / name} is missing"
-        if actual[name][0] != size or actual[name][1] != digest:
-            return f"file {step_dir / name} does not match its sha256 in {manifest_path}"
-    return None
-
-
 @contextlib.contextmanager
 def _quiet_absl():
     """orbax logs a harmless warning per restore of a single item directory; keep it off stderr."""
@@ -255,7 +231,9 @@ def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length
 
     workdir = Path(workdir)
     step_number, meta = resolve_step(workdir, step)
-    problem = _check_manifest(workdir, step_number)
+    from tgjax.train.checkpoint import check_step
+
+    problem = check_step(workdir, step_number)
     if problem:
         raise CheckpointError(f"checkpoint step {step_number} in {workdir} is corrupt or incomplete: {problem}")
     where = f"checkpoint step {step_number} in {workdir}"

@@ -98,6 +98,13 @@ def _scorer(loaded, config: BeamConfig):
     return make_word_scorer(loaded.model, loaded.vocab, rule, config), rule
 
 
+def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
+    """`--workdir` (repeatable: an ensemble) and `--step`, for `_ensemble_scorer`."""
+    parser.add_argument("--workdir", action="append", default=None,
+                        help="a trained run (tgjax train --workdir); repeat it for an ensemble (uniform mixture)")
+    parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
+
+
 def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
     """(scorer, rule, description) of one workdir, or the uniform mixture of several (`WordScorerEnsemble`)."""
     from tgjax.eval.ensemble import WordScorerEnsemble
@@ -428,9 +435,7 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
     of shards' `--output` files instead.
     """
     parser = argparse.ArgumentParser(prog="tgjax eval sg", description=main_sg.__doc__.split("\n")[0])
-    parser.add_argument("--workdir", action="append", default=None,
-                        help="a trained run (tgjax train --workdir); repeat it for an ensemble (uniform mixture)")
-    parser.add_argument("--step", default="best")
+    add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: suite k (by name) iff k %% N == I")
     parser.add_argument("--suites", default=str(SHARED_DATA / "sg_test_suites"), help="directory of suite JSON files")
     parser.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
@@ -521,9 +526,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     `--merge F1 F2 ...` reports shards' files together.
     """
     parser = argparse.ArgumentParser(prog="tgjax eval blimp", description=main_blimp.__doc__.split("\n")[0])
-    parser.add_argument("--workdir", action="append", default=None,
-                        help="a trained run (tgjax train --workdir); repeat it for an ensemble (uniform mixture)")
-    parser.add_argument("--step", default="best")
+    add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: paradigm k (by name) iff k %% N == I")
     parser.add_argument("--data", default=str(SHARED_DATA / "blimp"), help="a BLiMP .jsonl file or a directory")
     parser.add_argument("--limit", type=int, default=None, help="first N pairs of each paradigm")

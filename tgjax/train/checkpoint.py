@@ -94,6 +94,38 @@ def directory_manifest(directory: Path) -> dict[str, list]:
     return manifest
 
 
+def check_step(workdir: Path, step: int, *, checksums: bool = True) -> str | None:
+    """Why checkpoint step `step` of `workdir` cannot be trusted, or None.
+
+    Items missing from `checkpoints/<step>`, or (with `checksums`) files that
+    do not match the step's manifest in `checkpoint_manifests/`. A step
+    without a manifest (its run stopped before writing it) passes: orbax's
+    restore is then the check.
+    """
+    step_dir = Path(workdir) / "checkpoints" / str(step)
+    missing = [item for item in ITEMS if not (step_dir / item).is_dir()]
+    if missing:
+        return f"item(s) {missing} missing from {step_dir}"
+    if not checksums:
+        return None
+    manifest_path = Path(workdir) / "checkpoint_manifests" / f"{step}.json"
+    if not manifest_path.exists():
+        return None
+    try:
+        expected = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as e:
+        return f"manifest {manifest_path} unreadable: {e}"
+    actual = directory_manifest(step_dir)
+    for name, (size, digest) in sorted(expected.items()):
+        if name not in actual:
+            return f"file {step_dir / name} is missing"
+        if actual[name][0] != size:
+            return f"file {step_dir / name} has {actual[name][0]} bytes, expected {size}"
+        if actual[name][1] != digest:
+            return f"file {step_dir / name} does not match its sha256 in {manifest_path}"
+    return None
+
+
 class CheckpointStore:
     """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
 
@@ -183,29 +215,8 @@ class CheckpointStore:
     # -- checking and restoring ----------------------------------------------------------------
 
     def check(self, step: int) -> str | None:
-        """Why step `step` cannot be trusted, or None: items missing, or files not matching the manifest."""
-        step_dir = self._step_dir(step)
-        missing = [item for item in ITEMS if not (step_dir / item).is_dir()]
-        if missing:
-            return f"item(s) {missing} missing from {step_dir}"
-        if not self.checksums:
-            return None
-        manifest_path = self.manifest_dir / f"{step}.json"
-        if not manifest_path.exists():
-            return None  # saved by a run that stopped before writing it; orbax's restore is the check
-        try:
-            expected = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as e:
-            return f"manifest {manifest_path} unreadable: {e}"
-        actual = directory_manifest(step_dir)
-        for name, (size, digest) in sorted(expected.items()):
-            if name not in actual:
-                return f"file {step_dir / name} is missing"
-            if actual[name][0] != size:
-                return f"file {step_dir / name} has {actual[name][0]} bytes, expected {size}"
-            if actual[name][1] != digest:
-                return f"file {step_dir / name} does not match its sha256 in {manifest_path}"
-        return None
+        """Why step `step` cannot be trusted, or None (`check_step`)."""
+        return check_step(self.workdir, step, checksums=self.checksums)
 
     def read_meta(self, step: int) -> dict[str, Any]:
         """The `meta` item of a step (small JSON), read without the state."""
