@@ -1,7 +1,8 @@
-"""Logical axes -> mesh axes, and the same losses on 1 device and on a 4 x 2 data x model mesh."""
+"""Logical axes -> mesh axes; the same losses on 1 device, on a 4 x 2 data x model mesh, and over two processes."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,42 @@ def test_4x2_mesh_gives_the_losses_of_one_device(tmp_path, compilation_cache):
     assert sharded["specs"]["w_in"] == "P(None, 'model')"
     assert sharded["specs"]["query"] == "P(None, 'model', None)"
     assert sharded["specs"]["memory"] == "P(None, 'data')"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_path, compilation_cache):
+    """Multi-host on one machine: two processes, `jax.distributed.initialize` over localhost, 2 CPU devices each.
+
+    Each process reads only its half of every batch (the pipeline's host
+    sharding), `global_batch` assembles global arrays, and the 2 x 2 mesh spans
+    both processes; the losses must be those of one device reading whole batches.
+    """
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    single = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path / "one"), "1x1"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    one = json.loads(single.stdout.strip().splitlines()[-1])["1x1"]["losses"]
+
+    port = str(_free_port())
+    host_env = {**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    hosts = [subprocess.Popen([sys.executable, "-m", "tests.train.multihost_run", str(tmp_path / "two"), port, str(i)],
+                              cwd=REPO, env=host_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    try:
+        outputs = [host.communicate(timeout=300) for host in hosts]
+    finally:
+        for host in hosts:
+            host.kill()
+    for host, (_, err) in zip(hosts, outputs):
+        assert host.returncode == 0, err[-3000:]
+    run = json.loads(outputs[0][0].strip().splitlines()[-1])
+    assert run["processes"] == 2 and run["devices"] == 4
+    assert len(run["losses"]) == len(one) == 5
+    np.testing.assert_allclose(run["losses"], one, rtol=1e-4)
+    # Both hosts wrote into one checkpoint of the final step.
+    assert (tmp_path / "two" / "checkpoints" / "5").is_dir()
