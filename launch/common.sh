@@ -100,3 +100,36 @@ require_real() {
     fi
   done
 }
+
+# --- buckets on the hosts -------------------------------------------------------
+# tgjax writes a workdir with local file operations (metrics.jsonl line by line, TensorBoard events,
+# the vocabulary, checkpoint manifests) and refuses a gs:// path. On the hosts a gs:// WORKDIR is
+# used through a gcsfuse mount of its bucket at $GCS_MOUNT/BUCKET (default ~/gcs on the host), shared
+# by every host of a slice.
+
+# local_path URI: gs://BUCKET/PATH -> GCS_MOUNT/BUCKET/PATH; anything else unchanged.
+local_path() {
+  if [[ "$1" == gs://* ]]; then
+    echo "${GCS_MOUNT:-$HOME/gcs}/${1#gs://}"
+  else
+    echo "$1"
+  fi
+}
+
+# mount_bucket_of URI: for gs://BUCKET/..., mounts BUCKET at GCS_MOUNT/BUCKET with gcsfuse unless it is.
+_MOUNTED=" "
+mount_bucket_of() {
+  [[ "$1" == gs://* ]] || return 0
+  local bucket="${1#gs://}"; bucket="${bucket%%/*}"
+  local dir="${GCS_MOUNT:-$HOME/gcs}/$bucket"
+  if [[ "$_MOUNTED" == *" $bucket "* ]] || { [[ "$DRY_RUN" != 1 ]] && mountpoint -q "$dir" 2>/dev/null; }; then
+    return 0
+  fi
+  _MOUNTED+="$bucket "
+  if [[ "$DRY_RUN" != 1 ]] && ! command -v gcsfuse >/dev/null; then
+    echo "error: WORKDIR $1 needs gcsfuse on this host (GCSFUSE=1 launch/host_install.sh installs it)" >&2
+    exit 2
+  fi
+  run mkdir -p "$dir"
+  run gcsfuse --implicit-dirs "$bucket" "$dir"
+}

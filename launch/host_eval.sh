@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
 # Runs ON a host, from the repository root: this host's shard of a sharded evaluation,
-# `tgjax eval ... --shard I/N`. launch/tpu_eval.sh runs it on every host at once.
+# `tgjax eval COMMAND --workdir WORKDIR --shard I/N --output OUTPUT_DIR/COMMAND.EXT [arguments]`.
+# launch/tpu_eval.sh runs it on every host at once.
 #
-#   CONFIG=tg_bllip WORKDIR=gs://bucket/tgjax/tg_bllip launch/host_eval.sh [eval arguments ...]
+#   WORKDIR=gs://bucket/tgjax/tg_bllip launch/host_eval.sh sg [--suites DIR] [beam options]
+#   WORKDIR=... launch/host_eval.sh blimp | parse --treebank F | score --input F | ppl --proposals P | ...
 #
 # I/N: SHARD_INDEX/SHARD_COUNT when set; else, on a Cloud TPU VM, this worker's number and the
-# number of workers from the VM metadata; else SLURM_PROCID/SLURM_NTASKS; else 0/1.
-# INDEPENDENT_HOSTS=1 (TPU slices) makes each host's JAX use only its own chips, so the hosts
-# need not start together (the libtpu TPU_* bounds variables; CHIPS_PER_HOST_BOUNDS, default
-# 2,2,1 = 4 chips, as v4/v5p/v5e/v6e multi-host slices have).
-# Output goes where the eval command says (the eval command arrives in a later issue; until
-# then this prints what it would run if `tgjax eval` does not exist).
+# number of workers from the VM metadata; else SLURM_PROCID/SLURM_NTASKS; else 0/1. Each command
+# puts the shard into its output's name (sg.shard-00001-of-00004.json); OUTPUT_DIR defaults to
+# WORKDIR/eval, so on a slice with a gs:// WORKDIR (gcsfuse-mounted, as for training) the shards
+# land side by side; then `tgjax eval COMMAND --merge ...` (sg, blimp, parse) or `tgjax eval merge`.
+# INDEPENDENT_HOSTS=1 (the default) makes each host's JAX use only its own chips, so the shards are
+# independent jobs (the libtpu TPU_* bounds variables; CHIPS_PER_HOST_BOUNDS, default 2,2,1 = 4
+# chips, as v4/v5p/v5e/v6e multi-host slices have); 0 leaves the runtime's defaults.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 parse_common_args "$@"
 cd "$HERE/.."
 
 : "${VENV:=.venv}"
-: "${INDEPENDENT_HOSTS:=0}"
+: "${INDEPENDENT_HOSTS:=1}"
 : "${CHIPS_PER_HOST_BOUNDS:=2,2,1}"
+require_real WORKDIR
+set -- "${REST_ARGS[@]}"
+COMMAND="${1:-}"
+case "$COMMAND" in
+  score|ppl|rerank|blimp) EXT=jsonl ;;
+  sg) EXT=json ;;
+  parse) EXT=txt ;;
+  *) echo "host_eval.sh: expected an eval command (score, ppl, rerank, parse, sg, blimp), got '$COMMAND'" >&2
+     exit 2 ;;
+esac
+shift
+
 METADATA=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 metadata() { curl -sf -m 2 -H "Metadata-Flavor: Google" "$METADATA/$1" 2>/dev/null; }
 
@@ -45,11 +60,13 @@ if [[ "$INDEPENDENT_HOSTS" == 1 ]]; then
   [[ "$DRY_RUN" == 1 ]] && echo "export TPU_PROCESS_BOUNDS=1,1,1 TPU_HOST_BOUNDS=1,1,1 TPU_CHIPS_PER_PROCESS_BOUNDS=$CHIPS_PER_HOST_BOUNDS TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=localhost"
 fi
 
-cmd=("$VENV/bin/tgjax" eval --config "$(config_path "$CONFIG")" --workdir "$WORKDIR" \
-     --shard "$SHARD_INDEX/$SHARD_COUNT" "${REST_ARGS[@]}")
+mount_bucket_of "$WORKDIR"
+workdir="$(local_path "$WORKDIR")"
+: "${OUTPUT_DIR:=$WORKDIR/eval}"
+output_dir="$(local_path "$OUTPUT_DIR")"
+mount_bucket_of "$OUTPUT_DIR"
+run mkdir -p "$output_dir"
+cmd=("$VENV/bin/tgjax" eval "$COMMAND" --workdir "$workdir" --shard "$SHARD_INDEX/$SHARD_COUNT"
+     --output "$output_dir/$COMMAND.$EXT" "$@")
 echo "$(hostname): shard $SHARD_INDEX/$SHARD_COUNT" >&2
-if [[ "$DRY_RUN" != 1 ]] && ! "$VENV/bin/tgjax" eval --help >/dev/null 2>&1; then
-  echo "tgjax eval is not available in this checkout yet; would run: $(quote "${cmd[@]}")" >&2
-  exit 3
-fi
 run "${cmd[@]}"

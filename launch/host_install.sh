@@ -5,13 +5,14 @@
 #   ACCEL=tpu    launch/host_install.sh    # Cloud TPU VM:  pip install -e . "jax[tpu]"
 #   ACCEL=cuda12 launch/host_install.sh    # NVIDIA GPU:    pip install -e . "jax[cuda12]"  (or cuda13)
 #   ACCEL=cpu    launch/host_install.sh    # plain jax
-#   EXTRA_PIP="gcsfs" launch/host_install.sh   # more packages in the same install
+#   EXTRA_PIP="..." launch/host_install.sh      # more packages in the same install
+#   GCSFUSE=1 launch/host_install.sh            # also gcsfuse (apt), for gs:// WORKDIRs; default 1 with ACCEL=tpu
 #
 # The TPU runtime images (tpu-ubuntu2204-base, v2-alpha-*) ship Python 3.10; when no python3.11+ is
 # on PATH, this installs uv (pip --user) and lets it fetch a Python 3.11 for the venv.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 parse_common_args "$@"
@@ -20,6 +21,7 @@ parse_common_args "$@"
 : "${VENV:=.venv}"
 : "${EXTRA_PIP:=}"
 : "${PYTHON_VERSION:=3.11}"
+if [[ "$ACCEL" == tpu ]]; then : "${GCSFUSE:=1}"; else : "${GCSFUSE:=0}"; fi
 cd "$HERE/.."
 
 case "$ACCEL" in
@@ -52,6 +54,14 @@ else
   [[ -x "$VENV/bin/python" ]] || run uv venv --python "$PYTHON_VERSION" "$VENV"
   # shellcheck disable=SC2086
   run uv pip install -q --python "$VENV/bin/python" -U -e . "$jax_req" $EXTRA_PIP
+fi
+# gcsfuse from Google's apt repository (its install guide): a gs:// WORKDIR is mounted, not streamed.
+if [[ "$GCSFUSE" == 1 ]] && { [[ "$DRY_RUN" == 1 ]] || ! command -v gcsfuse >/dev/null; }; then
+  codename=$(lsb_release -cs 2>/dev/null || echo jammy)
+  run sudo sh -c 'curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg > /usr/share/keyrings/cloud.google.asc'
+  run sudo sh -c "echo 'deb [signed-by=/usr/share/keyrings/cloud.google.asc] https://packages.cloud.google.com/apt gcsfuse-$codename main' > /etc/apt/sources.list.d/gcsfuse.list"
+  run sudo apt-get update -q
+  run sudo apt-get install -y -q gcsfuse
 fi
 # Versions only: touching the TPU here would start its runtime on one host of a slice alone
 # (launch/tpu_setup.sh checks the devices afterwards on every host at once).

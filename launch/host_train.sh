@@ -7,14 +7,16 @@
 #     launch/host_train.sh [--config.x.y=v ...]
 #
 # Settings: CONFIG, WORKDIR; DATA_URI (gs://... is copied to DATA_DIR on this host; a local directory is
-# used in place); TRAIN_FILE / VALID_FILE / TEST_FILE (names inside it, passed as
-# --config.data.{train,valid,test}_path=...); DETACH=1 (default) runs in the background under nohup with
+# used in place); TRAIN_FILE / VALID_FILE (names inside it, passed as
+# --config.data.{train,valid}_path=...); DETACH=1 (default) runs in the background under nohup with
 # a log and a pid file in LOG_DIR, so the ssh session may end; DETACH=0 runs in the foreground.
 # A run already going on this host is left alone (RESTART=1 stops it first). Re-running resumes:
-# the trainer restores the latest checkpoint in WORKDIR.
+# the trainer restores the latest checkpoint in WORKDIR. A gs:// WORKDIR is mounted with gcsfuse at
+# GCS_MOUNT/BUCKET (default ~/gcs) and the trainer gets that path. DISTRIBUTED=1 (set by
+# launch/tpu_train.sh) adds --config.distributed.initialize=true: every host joins one JAX program.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 parse_common_args "$@"
@@ -23,10 +25,11 @@ cd "$HERE/.."
 : "${VENV:=.venv}"
 : "${DATA_URI:=}"
 : "${DATA_DIR:=$HOME/tgjax_data}"
-: "${TRAIN_FILE:=}" "${VALID_FILE:=}" "${TEST_FILE:=}"
+: "${TRAIN_FILE:=}" "${VALID_FILE:=}"
 : "${DETACH:=1}"
 : "${RESTART:=0}"
 : "${LOG_DIR:=$HOME/tgjax_logs}"
+: "${DISTRIBUTED:=0}"
 RUN_NAME="train-${CONFIG##*/}"; RUN_NAME="${RUN_NAME%.py}"
 LOG="$LOG_DIR/$RUN_NAME.log"
 PIDFILE="$LOG_DIR/$RUN_NAME.pid"
@@ -42,9 +45,12 @@ fi
 overrides=()
 [[ -n "$TRAIN_FILE" ]] && overrides+=("--config.data.train_path=$DATA_DIR/$TRAIN_FILE")
 [[ -n "$VALID_FILE" ]] && overrides+=("--config.data.valid_path=$DATA_DIR/$VALID_FILE")
-[[ -n "$TEST_FILE" ]] && overrides+=("--config.data.test_path=$DATA_DIR/$TEST_FILE")
 
-cmd=("$VENV/bin/tgjax" train --config "$(config_path "$CONFIG")" --workdir "$WORKDIR" "${overrides[@]}" "${REST_ARGS[@]}")
+[[ "$DISTRIBUTED" == 1 ]] && overrides+=("--config.distributed.initialize=true")
+mount_bucket_of "$WORKDIR"
+
+cmd=("$VENV/bin/tgjax" train --config "$(config_path "$CONFIG")" --workdir "$(local_path "$WORKDIR")"
+     "${overrides[@]}" "${REST_ARGS[@]}")
 
 if [[ "$DETACH" != 1 ]]; then
   run "${cmd[@]}"

@@ -5,12 +5,12 @@
 #
 #   CONFIG=tg_bllip WORKDIR=gs://my-bucket/tgjax/tg_bllip \
 #   DATA_URI=gs://my-bucket/data/bllip_lg TRAIN_FILE=train.txt VALID_FILE=valid.txt \
-#     launch/tpu_train.sh [-- --config.train.num_steps=100000 ...]
+#     launch/tpu_train.sh [-- --config.training.num_steps=100000 ...]
 #   DETACH=0 launch/tpu_train.sh        # stay attached, output of every host here
 #   RESTART=1 launch/tpu_train.sh       # stop a run that is going, then start (it resumes)
 #   launch/tpu_train.sh --dry-run
-# Passed to the hosts when set: CONFIG WORKDIR DATA_URI DATA_DIR TRAIN_FILE VALID_FILE TEST_FILE DETACH
-# RESTART LOG_DIR, and anything named in PASS_ENV (e.g. PASS_ENV="JAX_COMPILATION_CACHE_DIR XLA_FLAGS").
+# Passed to the hosts when set: CONFIG WORKDIR DATA_URI DATA_DIR TRAIN_FILE VALID_FILE DETACH
+# RESTART LOG_DIR GCS_MOUNT, and anything named in PASS_ENV (e.g. PASS_ENV="JAX_COMPILATION_CACHE_DIR XLA_FLAGS").
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -19,6 +19,9 @@ source "$HERE/common.sh"
 parse_common_args "$@"
 require_real WORKDIR
 : "${PASS_ENV:=}"
+# DISTRIBUTED=1: the trainer calls jax.distributed.initialize(), which finds the slice's hosts itself.
+export DISTRIBUTED=1
 # shellcheck disable=SC2086
-exports=$(env_exports CONFIG WORKDIR DATA_URI DATA_DIR TRAIN_FILE VALID_FILE TEST_FILE DETACH RESTART LOG_DIR $PASS_ENV)
+exports=$(env_exports CONFIG WORKDIR DATA_URI DATA_DIR TRAIN_FILE VALID_FILE DETACH RESTART LOG_DIR \
+  GCS_MOUNT DISTRIBUTED $PASS_ENV)
 on_all_workers "set -euo pipefail; cd $(quote "$REMOTE_DIR") && ${exports}bash launch/host_train.sh${REST_ARGS[*]:+ $(quote "${REST_ARGS[@]}")}"

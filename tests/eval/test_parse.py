@@ -157,10 +157,11 @@ def test_main_sg_with_shards_and_merge(tmp_path, fake_load, capsys):
     assert "SG score" in out and "Agreement" in out and "unknown words (UNK): 1 of" in out
     for i in range(2):
         assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), "--shard", f"{i}/2", *BEAM_ARGS,
-                              "-o", str(tmp_path / f"s{i}.json")]) == 0
+                              "-o", str(tmp_path / "s.json")]) == 0
     capsys.readouterr()
-    assert parse.main_sg(["--suites", str(suites), "--merge", str(tmp_path / "s0.json"),
-                          str(tmp_path / "s1.json")]) == 0
+    # Each shard's output is named after it, as in every eval command.
+    assert parse.main_sg(["--suites", str(suites), "--merge", str(tmp_path / "s.shard-00000-of-00002.json"),
+                          str(tmp_path / "s.shard-00001-of-00002.json")]) == 0
     merged = capsys.readouterr().out
     assert parse.main_sg(["--suites", str(suites), "--merge", str(tmp_path / "all.json")]) == 0
     assert capsys.readouterr().out == merged
@@ -203,9 +204,10 @@ def test_main_blimp_limit_shards_and_merge(tmp_path, fake_load, capsys):
     assert "3 pairs" in out and "beam-marginal" in out and "BLiMP: 2 paradigms" in out
     for i in range(2):
         assert parse.main_blimp(["--workdir", "tg", "--data", str(data), "--limit", "2", "--shard", f"{i}/2",
-                                 *BEAM_ARGS, "-o", str(tmp_path / f"b{i}.jsonl")]) == 0
+                                 *BEAM_ARGS, "-o", str(tmp_path / "b.jsonl")]) == 0
     capsys.readouterr()
-    assert parse.main_blimp(["--merge", str(tmp_path / "b0.jsonl"), str(tmp_path / "b1.jsonl")]) == 0
+    assert parse.main_blimp(["--merge", str(tmp_path / "b.shard-00000-of-00002.jsonl"),
+                             str(tmp_path / "b.shard-00001-of-00002.jsonl")]) == 0
     merged = capsys.readouterr().out
     assert parse.main_blimp(["--merge", str(tmp_path / "all.jsonl")]) == 0
     assert capsys.readouterr().out == merged
@@ -219,9 +221,9 @@ def test_select_pairs_and_shards():
     pairs = [BlimpPair("a", "b", uid, "f", "t", str(k)) for uid in ("x", "y") for k in range(3)]
     assert [p.pair_id for p in parse.select_pairs(pairs, limit=2)] == ["0", "1", "0", "1"]
     assert {p.uid for p in parse.select_pairs(pairs, paradigms=["y"])} == {"y"}
-    assert parse.select_shard(list(range(7)), "1/3") == [1, 4]
+    assert parse.select_shard(list(range(7)), parse.job_shard("1/3")) == [1, 4]
     with pytest.raises(ValueError, match="I/N"):
-        parse.select_shard([1], "1")
+        parse.job_shard("1")
     assert isinstance(right_branching(["a", "b"]), Tree)
 
 

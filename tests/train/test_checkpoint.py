@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tgjax.train.checkpoint import CheckpointStore
 from tgjax.train.state import TrainState
@@ -62,3 +63,17 @@ def test_a_relative_workdir_is_taken_from_the_current_directory(tmp_path, monkey
     store.close()
     assert problems == [] and restored.step == 3
     assert (tmp_path / "runs" / "rel" / "checkpoints" / "3").is_dir()
+
+
+def test_a_url_workdir_is_refused_not_turned_into_a_local_directory(tmp_path, monkeypatch):
+    """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: refuse it and say what to do."""
+    from tgjax.eval.loading import resolve_step
+    from tgjax.train.checkpoint import local_workdir
+
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: local_workdir("gs://bucket/run"), lambda: CheckpointStore("gs://bucket/run"),
+                 lambda: resolve_step("gs://bucket/run")):
+        with pytest.raises(ValueError, match=r"'gs://bucket/run' is a URL.*gcsfuse"):
+            call()
+    assert not (tmp_path / "gs:").exists()
+    assert local_workdir("runs/x") == tmp_path / "runs" / "x"

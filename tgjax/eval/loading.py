@@ -151,7 +151,9 @@ def resolve_step(workdir: str | Path, step: str | int = "best") -> tuple[int, di
     Raises `FileNotFoundError` (no workdir) or `CheckpointError` (no
     checkpoints, the step missing, a best step that retention deleted).
     """
-    workdir = Path(workdir)
+    from tgjax.train.checkpoint import local_workdir
+
+    workdir = local_workdir(workdir)
     if not workdir.is_dir():
         raise FileNotFoundError(f"workdir {str(workdir)!r} does not exist (train one with "
                                 f"`tgjax train --workdir {workdir}`)")

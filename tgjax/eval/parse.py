@@ -56,12 +56,13 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 # Shared helpers.
 
 
-def select_shard(items: Sequence, text: str | None) -> list:
-    """This job's items: item k iff k % N == I for `--shard I/N` (round robin, as every eval command).
+def job_shard(text: str | None) -> shards.Shard:
+    """`--shard I/N`; without it, a multi-host run takes its host's shard (`shards.default_shard`)."""
+    return shards.parse_shard(text) if text else shards.default_shard()
 
-    Without `--shard`, a multi-host run takes its host's shard (`shards.default_shard`).
-    """
-    shard = shards.parse_shard(text) if text else shards.default_shard()
+
+def select_shard(items: Sequence, shard: shards.Shard) -> list:
+    """This job's items: item k iff k % N == I (round robin, as every eval command)."""
     return [item for _, item in shards.take(items, shard)]
 
 
@@ -337,8 +338,8 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
             return _merge_parses(args, gold, where)
         if not args.workdir:
             parser.error("--workdir is required (or --merge)")
-        shard = shards.parse_shard(args.shard) if args.shard else shards.default_shard()
-        gold = [tree for _, tree in shards.take(gold, shard)]
+        shard = job_shard(args.shard)
+        gold = select_shard(gold, shard)
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
         config = beam_config(args)
@@ -462,7 +463,8 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
             if missing:
                 raise ValueError(f"no suite(s) {missing} in {args.suites}")
             suites = [s for s in suites if s.name in args.suite]
-        suites = select_shard(sorted(suites, key=lambda s: s.name), args.shard)
+        shard = job_shard(args.shard)
+        suites = select_shard(sorted(suites, key=lambda s: s.name), shard)
         if not suites:
             raise ValueError("no suites in this shard")
         scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args))
@@ -471,7 +473,7 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
         print(f"tgjax eval sg: error: {err}", file=sys.stderr)
         return 2
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+        with open(shards.shard_path(args.output, shard), "w", encoding="utf-8") as f:
             json.dump({"model": described, "workdir": args.workdir, "step": args.step,
                        "suites": [_suite_result_to_json(r) for r in run.results],
                        "unknown_tokens": run.unknown.tokens, "tokens": run.unknown.total}, f, indent=1)
@@ -553,7 +555,8 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be positive, got {args.limit}")
         pairs = select_pairs(blimp_lib.load_blimp(args.data), limit=args.limit, paradigms=args.paradigm)
-        uids = select_shard(sorted({p.uid for p in pairs}), args.shard)
+        shard = job_shard(args.shard)
+        uids = select_shard(sorted({p.uid for p in pairs}), shard)
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
             raise ValueError("no BLiMP pairs selected (check --paradigm / --shard)")
@@ -563,7 +566,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         print(f"tgjax eval blimp: error: {err}", file=sys.stderr)
         return 2
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+        with open(shards.shard_path(args.output, shard), "w", encoding="utf-8") as f:
             for pair, good, bad in zip(run.result.pairs, run.result.log_prob_good, run.result.log_prob_bad):
                 f.write(json.dumps({"sentence_good": pair.sentence_good, "sentence_bad": pair.sentence_bad,
                                     "uid": pair.uid, "field": pair.field, "linguistics_term": pair.linguistics_term,
@@ -579,4 +582,4 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
 
 __all__ = ["BlimpRun", "CachedScorer", "ParseReport", "SGRun", "UnknownWords", "add_beam_args", "beam_config",
            "evaluate_blimp_pairs", "evaluate_sg", "main_blimp", "main_parse", "main_sg", "parse_treebank",
-           "select_pairs", "select_shard", "with_preterminals"]
+           "job_shard", "select_pairs", "select_shard", "with_preterminals"]

@@ -126,19 +126,35 @@ def check_step(workdir: Path, step: int, *, checksums: bool = True) -> str | Non
     return None
 
 
+def local_workdir(workdir: str | os.PathLike) -> Path:
+    """A workdir as an absolute local path (orbax wants absolute paths); a URL is refused.
+
+    Everything in a workdir besides orbax's arrays (metrics.jsonl appended line
+    by line, TensorBoard events, the vocabulary, checkpoint manifests and
+    checksums) is written with local file operations, and `pathlib` would
+    quietly turn `gs://bucket/run` into a relative directory `gs:/bucket/run`.
+    A bucket is used through a mount (gcsfuse), as `launch/` does.
+    """
+    text = os.fspath(workdir)
+    if "://" in text:
+        raise ValueError(
+            f"workdir {text!r} is a URL, but a workdir is written with local file operations: mount the bucket "
+            f"(e.g. `gcsfuse --implicit-dirs BUCKET ~/gcs/BUCKET`, as launch/host_train.sh does for gs:// "
+            f"WORKDIRs) and give the mounted path")
+    return Path(text).absolute()
+
+
 class CheckpointStore:
     """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
 
     def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, keep_best: int = 1,
                  async_save: bool = True, checksums: bool = True, save_memory: bool = True):
-        # orbax wants absolute paths: a relative --workdir is taken from the current directory.
-        self.workdir = Path(workdir) if "://" in str(workdir) else Path(workdir).absolute()
+        self.workdir = local_workdir(workdir)  # a relative --workdir is taken from the current directory
         self.directory = self.workdir / "checkpoints"
         self.manifest_dir = self.workdir / "checkpoint_manifests"
         self.corrupt_dir = self.workdir / "checkpoints_corrupt"
         self.save_memory = save_memory
-        # Checksums need a local file system (os.walk); remote paths rely on orbax's commit protocol.
-        self.checksums = checksums and "://" not in str(workdir)
+        self.checksums = checksums
         self._options = dict(max_to_keep=max_to_keep, keep_best=keep_best, async_save=async_save)
         self._pending_manifests: list[int] = []
         self.manager = self._open()

@@ -38,7 +38,7 @@ from tgjax.syntax import masks
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
-from tgjax.train.checkpoint import CheckpointStore, Problem
+from tgjax.train.checkpoint import CheckpointStore, Problem, local_workdir
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
 from tgjax.train.metrics import MetricsWriter, Progress, format_duration
 from tgjax.train.optimizer import make_optimizer
@@ -225,7 +225,7 @@ class Trainer:
         validate_config(config)
         setup_distributed(config)
         self.config = config
-        self.workdir = Path(workdir)
+        self.workdir = local_workdir(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.is_main = jax.process_index() == 0
         self.stream = stream or sys.stderr

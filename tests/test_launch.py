@@ -1,0 +1,100 @@
+"""The launch scripts under --dry-run: the commands they would run on the hosts are ones tgjax accepts.
+
+Nothing here touches a cloud: `--dry-run` prints each command, shell-quoted,
+one per line. The `tgjax ...` lines are then handed to tgjax's own parsers
+(`tgjax info` resolves a train command's config and overrides; an eval command
+must get past argument parsing and fail only on the missing workdir), so a
+renamed config key or eval flag breaks this test, not a TPU job.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tgjax import cli
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH = REPO / "launch"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="the launch scripts need bash")
+
+
+def dry_run(script: str, *args: str, **env: str) -> list[str]:
+    """The lines a launch script prints under --dry-run (it must exit 0)."""
+    done = subprocess.run(["bash", str(LAUNCH / script), "--dry-run", *args], cwd=REPO,
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/home/user", **env},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def tgjax_line(lines: list[str], subcommand: str) -> list[str]:
+    """The arguments after `.venv/bin/tgjax` of the one printed `tgjax SUBCOMMAND` command."""
+    found = [shlex.split(line) for line in lines if line.startswith(".venv/bin/tgjax " + subcommand)]
+    assert len(found) == 1, lines
+    return found[0][1:]
+
+
+def test_tpu_train_runs_host_train_on_every_worker():
+    (line,) = dry_run("tpu_train.sh", "--", "--config.training.num_steps=7", WORKDIR="gs://bucket/run")
+    argv = shlex.split(line)
+    assert argv[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and "--worker=all" in argv
+    remote = next(a for a in argv if a.startswith("--command=")).removeprefix("--command=")
+    assert "export DISTRIBUTED=1;" in remote and "export WORKDIR=gs://bucket/run;" in remote
+    assert remote.endswith("bash launch/host_train.sh --config.training.num_steps=7")
+
+
+def test_host_train_command_is_one_tgjax_accepts(capsys):
+    lines = dry_run("host_train.sh", "--", "--config.training.num_steps=7", CONFIG="tg_bllip",
+                    WORKDIR="gs://bucket/tgjax/tg_bllip", DATA_URI="/data/bllip", TRAIN_FILE="train.txt",
+                    VALID_FILE="valid.txt", DISTRIBUTED="1", DETACH="0")
+    # The bucket is mounted and the trainer gets the mounted path (it refuses gs:// itself).
+    assert "gcsfuse --implicit-dirs bucket /home/user/gcs/bucket" in lines
+    argv = tgjax_line(lines, "train")
+    workdir = argv[argv.index("--workdir") + 1]
+    assert workdir == "/home/user/gcs/bucket/tgjax/tg_bllip"
+    assert "--config.distributed.initialize=true" in argv
+    assert "--config.data.train_path=/data/bllip/train.txt" in argv
+    # `tgjax info` resolves the same config and overrides: an unknown key would exit 2 here.
+    info = [a for a in argv[1:] if a != "--workdir" and a != workdir]
+    assert cli.main(["info", *info]) == 0
+    out = capsys.readouterr().out
+    assert "251,887,616" in out
+
+
+@pytest.mark.parametrize("command, args, ext", [
+    ("sg", ["--word-beam", "5"], "json"),
+    ("blimp", ["--limit", "2"], "jsonl"),
+    ("parse", ["--treebank", "builtin"], "txt"),
+    ("score", ["--input", "x.txt"], "jsonl"),
+    ("ppl", ["--proposals", "p.txt"], "jsonl"),
+])
+def test_host_eval_commands_parse_and_name_their_shard(command, args, ext, tmp_path, capsys):
+    lines = dry_run("host_eval.sh", command, *args, WORKDIR=str(tmp_path / "run"),
+                    SHARD_INDEX="1", SHARD_COUNT="4")
+    argv = tgjax_line(lines, "eval")
+    assert argv[:2] == ["eval", command]
+    assert argv[argv.index("--shard") + 1] == "1/4"
+    assert argv[argv.index("--output") + 1] == str(tmp_path / "run" / "eval" / f"{command}.{ext}")
+    # Past argument parsing, the command fails on the workdir that does not exist (exit 2, named).
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "usage:" not in err, err
+    assert f"workdir {str(tmp_path / 'run')!r} does not exist" in err
+
+
+def test_host_eval_refuses_an_unknown_command():
+    done = subprocess.run(["bash", str(LAUNCH / "host_eval.sh"), "--dry-run", "train"], cwd=REPO,
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/home/user", "WORKDIR": "/tmp/x"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "expected an eval command" in done.stderr
+
+
+def test_every_script_has_a_dry_run():
+    for script in ("tpu_create.sh", "tpu_setup.sh", "tpu_logs.sh", "tpu_stop.sh", "tpu_delete.sh", "gpu_train.sh"):
+        assert dry_run(script, WORKDIR="gs://bucket/run", PROJECT="p"), script
