@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 STEP_HELP = "checkpoint: best (lowest validation loss, default), latest, or a step; comma-separated for one per workdir"
 
@@ -141,36 +142,53 @@ def _run(prog: str, body, argv, parser) -> int:
         return 2
 
 
+def _write_records(args, command: str, shard, settings: dict, records, summary, members, *, verb: str = "scored",
+                   complete=None) -> tuple[dict, Path | None]:
+    """Streams a command's records into its shard's results file (stdout without --output), with progress.
+
+    Each record goes to the writer and the summary; `complete(result)` may add
+    to the summary's result before the meta file is written. Returns the result
+    (with its wall time) and the results file.
+    """
+    from tgjax.eval.shards import ResultWriter, shard_path
+
+    progress = _Progress(verb, args.quiet)
+    output = shard_path(args.output, shard) if args.output else None
+    with ResultWriter(output, command, settings, shard) as writer:
+        for record in records:
+            writer.write(record)
+            summary.add(record)
+            progress.add()
+        result = summary.result()
+        if complete is not None:
+            complete(result)
+        writer.finish(result)
+    result["seconds"] = progress.close()
+    _warn_dropped(members, args.quiet)
+    return result, output
+
+
+def _report_shard(command: str, source: str, shard, output, result: dict, quiet: bool) -> None:
+    _report(f"tgjax eval {command}: {source} (shard {shard}){' -> ' + str(output) if output else ''}", result, quiet)
+
+
 # -----------------------------------------------------------------------------
 # score
 
 
 def _score(args) -> int:
     from tgjax.eval.scoring import ScoreSummary, score_record, score_treebank, surprisals_from_score
-    from tgjax.eval.shards import ResultWriter, shard_path
 
     shard = _shard(args)
     scorer, members, settings = build_scorer(args)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
                     per_token=args.per_token, surprisal=args.surprisal)
-    summary = ScoreSummary(scorer.rule)
-    progress = _Progress("scored", args.quiet)
-    output = shard_path(args.output, shard) if args.output else None
-    with ResultWriter(output, "score", settings, shard) as writer:
-        for s in score_treebank(scorer, args.input, input_format=args.input_format, shard=shard,
-                                chunk_size=args.chunk_size):
-            record = score_record(s, per_token=args.per_token,
-                                  surprisal=surprisals_from_score(s) if args.surprisal else None)
-            writer.write(record)
-            summary.add(record)
-            progress.add()
-        result = summary.result()
-        writer.finish(result)
-    result["seconds"] = progress.close()
-    _warn_dropped(members, args.quiet)
+    records = (score_record(s, per_token=args.per_token, surprisal=surprisals_from_score(s) if args.surprisal else None)
+               for s in score_treebank(scorer, args.input, input_format=args.input_format, shard=shard,
+                                       chunk_size=args.chunk_size))
+    result, output = _write_records(args, "score", shard, settings, records, ScoreSummary(scorer.rule), members)
     result["sentences_per_second"] = result["sentences"] / max(result["seconds"], 1e-9)
-    _report(f"tgjax eval score: {args.input} (shard {shard}){' -> ' + str(output) if output else ''}", result,
-            args.quiet)
+    _report_shard("score", args.input, shard, output, result, args.quiet)
     return 0
 
 
@@ -200,7 +218,6 @@ def main_score(argv: Sequence[str] | None = None) -> int:
 
 def _ppl(args) -> int:
     from tgjax.eval.perplexity import PplSummary, ppl_record, read_proposals, score_documents, score_proposals
-    from tgjax.eval.shards import ResultWriter, shard_path
 
     shard = _shard(args)
     scorer, members, settings = build_scorer(args)
@@ -212,21 +229,9 @@ def _ppl(args) -> int:
         results = score_documents(scorer, blocks, label=args.doc_label)
     else:
         results = score_proposals(scorer, blocks, chunk_size=args.chunk_size)
-    summary = PplSummary(scorer.rule)
-    progress = _Progress("scored", args.quiet)
-    output = shard_path(args.output, shard) if args.output else None
-    with ResultWriter(output, "ppl", settings, shard) as writer:
-        for r in results:
-            record = ppl_record(r, all_logps=args.all_logps, documents=args.documents)
-            writer.write(record)
-            summary.add(record)
-            progress.add()
-        result = summary.result()
-        writer.finish(result)
-    result["seconds"] = progress.close()
-    _warn_dropped(members, args.quiet)
-    _report(f"tgjax eval ppl: {args.proposals} (shard {shard}){' -> ' + str(output) if output else ''}", result,
-            args.quiet)
+    records = (ppl_record(r, all_logps=args.all_logps, documents=args.documents) for r in results)
+    result, output = _write_records(args, "ppl", shard, settings, records, PplSummary(scorer.rule), members)
+    _report_shard("ppl", args.proposals, shard, output, result, args.quiet)
     return 0
 
 
@@ -269,7 +274,7 @@ def _f1(best: Sequence[str], gold_path: str, params: str) -> dict:
 def _rerank(args) -> int:
     from tgjax.eval.perplexity import check_sentence, read_proposals
     from tgjax.eval.rerank import read_gold, rerank, rerank_record
-    from tgjax.eval.shards import ResultWriter, make_summary, shard_path
+    from tgjax.eval.shards import make_summary
 
     shard = _shard(args)
     if shard.count > 1 and (args.gold or args.trees):
@@ -288,27 +293,23 @@ def _rerank(args) -> int:
             yield block
 
     blocks = checked(read_proposals(args.proposals, shard=shard))
-    summary = make_summary("rerank", settings)
     best: list[str] = []
-    progress = _Progress("reranked", args.quiet)
-    output = shard_path(args.output, shard) if args.output else None
-    with ResultWriter(output, "rerank", settings, shard) as writer:
+
+    def records():
         for r in rerank(scorer, blocks, chunk_size=args.chunk_size):
             record = rerank_record(r)
-            writer.write(record)
-            summary.add(record)
             best.append(record["best_tree"])
-            progress.add()
-        result = summary.result()
+            yield record
+
+    def add_f1(result: dict) -> None:
         if gold is not None:
             result.update(_f1(best, args.gold, args.evalb_params))
-        writer.finish(result)
+
+    result, output = _write_records(args, "rerank", shard, settings, records(), make_summary("rerank", settings),
+                                    members, verb="reranked", complete=add_f1)
     if args.trees:
         _write_trees(args.trees, best)
-    result["seconds"] = progress.close()
-    _warn_dropped(members, args.quiet)
-    _report(f"tgjax eval rerank: {args.proposals} (shard {shard}){' -> ' + str(output) if output else ''}", result,
-            args.quiet)
+    _report_shard("rerank", args.proposals, shard, output, result, args.quiet)
     return 0
 
 
