@@ -9,6 +9,7 @@ renamed config key or eval flag breaks this test, not a TPU job.
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -67,21 +68,31 @@ def test_host_train_command_is_one_tgjax_accepts(capsys):
     assert "251,887,616" in out
 
 
-@pytest.mark.parametrize("command, args, ext", [
-    ("sg", ["--word-beam", "5"], "json"),
-    ("blimp", ["--limit", "2"], "jsonl"),
-    ("parse", ["--treebank", "builtin"], "txt"),
-    ("score", ["--input", "x.txt"], "jsonl"),
-    ("ppl", ["--proposals", "p.txt"], "jsonl"),
-])
-def test_host_eval_commands_parse_and_name_their_shard(command, args, ext, tmp_path, capsys):
-    lines = dry_run("host_eval.sh", command, *args, WORKDIR=str(tmp_path / "run"),
-                    SHARD_INDEX="1", SHARD_COUNT="4")
+def _eval_args(command: str, tmp_path: Path) -> list[str]:
+    """Arguments that get `tgjax eval COMMAND` past its own inputs (without ../shared), up to the workdir."""
+    from tests.eval.test_parse import blimp_file, tiny_suite
+
+    if command == "sg":
+        suites = tmp_path / "suites"
+        suites.mkdir()
+        (suites / "agreement.json").write_text(json.dumps(tiny_suite()))
+        return ["--suites", str(suites), "--word-beam", "5"]
+    if command == "blimp":
+        return ["--data", str(blimp_file(tmp_path / "blimp.jsonl")), "--limit", "2"]
+    return {"parse": ["--treebank", "builtin"], "score": ["--input", "x.txt"],
+            "ppl": ["--proposals", "p.txt"], "rerank": ["--proposals", "p.txt"]}[command]
+
+
+@pytest.mark.parametrize("command, ext", [("sg", "json"), ("blimp", "jsonl"), ("parse", "txt"), ("score", "jsonl"),
+                                          ("ppl", "jsonl"), ("rerank", "jsonl")])
+def test_host_eval_commands_parse_and_name_their_shard(command, ext, tmp_path, capsys):
+    lines = dry_run("host_eval.sh", command, *_eval_args(command, tmp_path), WORKDIR=str(tmp_path / "run"),
+                    SHARD_INDEX="0", SHARD_COUNT="4")
     argv = tgjax_line(lines, "eval")
     assert argv[:2] == ["eval", command]
-    assert argv[argv.index("--shard") + 1] == "1/4"
+    assert argv[argv.index("--shard") + 1] == "0/4"
     assert argv[argv.index("--output") + 1] == str(tmp_path / "run" / "eval" / f"{command}.{ext}")
-    # Past argument parsing, the command fails on the workdir that does not exist (exit 2, named).
+    # Past argument parsing and its own inputs, the command fails on the missing workdir (exit 2, named).
     code = cli.main(argv)
     err = capsys.readouterr().err
     assert code == 2 and "usage:" not in err, err
