@@ -68,3 +68,18 @@ def test_eval_f1_hand_counted(tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.search(r"Bracketing FMeasure\s+=\s+33\.33", out)
     assert re.search(r"Average crossing\s+=\s+1\.00", out)
+
+
+def test_readme_python_example_runs_and_says_what_it_shows():
+    """The README's Python block, run as written; its comments' claims checked."""
+    readme = (REPO / "README.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["tokens"] == ["(S", "(NP", "the", "blue", "bird", "NP)", "(VP", "sings", "VP)", "S)"]
+    (chunk,) = namespace["chunks"]
+    assert chunk.attn_mask.shape == (256, 256) and chunk.attn_relpos.shape == (256, 512)
+    assert int(chunk.attn_mask.sum()) == 54  # Figure 2's mask, padded to T = 256
+    for got, want in zip(namespace["dense_again"], chunk):
+        np.testing.assert_array_equal(got, want)
+    assert namespace["batch"].inputs.shape == (3, 256) and namespace["seq_index"].tolist() == [0, 1, 2]
