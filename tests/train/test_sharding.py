@@ -70,22 +70,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_path, compilation_cache):
-    """Multi-host on one machine: two processes, `jax.distributed.initialize` over localhost, 2 CPU devices each.
-
-    Each process reads only its half of every batch (the pipeline's host
-    sharding), `global_batch` assembles global arrays, and the 2 x 2 mesh spans
-    both processes; the losses must be those of one device reading whole batches.
-    """
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
-    single = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path / "one"), "1x1"],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
-    one = json.loads(single.stdout.strip().splitlines()[-1])["1x1"]["losses"]
-
+def _run_two_hosts(workdir: Path, env: dict, *extra: str) -> dict:
+    """Both processes of a two-host run (tests/train/multihost_run.py); process 0's JSON line."""
     port = str(_free_port())
     host_env = {**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    hosts = [subprocess.Popen([sys.executable, "-m", "tests.train.multihost_run", str(tmp_path / "two"), port, str(i)],
+    hosts = [subprocess.Popen([sys.executable, "-m", "tests.train.multihost_run", str(workdir), port, str(i), *extra],
                               cwd=REPO, env=host_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     try:
@@ -97,7 +86,34 @@ def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_pa
         assert host.returncode == 0, err[-3000:]
     run = json.loads(outputs[0][0].strip().splitlines()[-1])
     assert run["processes"] == 2 and run["devices"] == 4
-    assert len(run["losses"]) == len(one) == 5
-    np.testing.assert_allclose(run["losses"], one, rtol=1e-4)
-    # Both hosts wrote into one checkpoint of the final step.
-    assert (tmp_path / "two" / "checkpoints" / "5").is_dir()
+    run["losses"] = {int(step): loss for step, loss in run["losses"].items()}
+    return run
+
+
+def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_path, compilation_cache):
+    """Multi-host on one machine: two processes, `jax.distributed.initialize` over localhost, 2 CPU devices each.
+
+    Each process reads only its half of every batch (the pipeline's host
+    sharding), `global_batch` assembles global arrays, and the 2 x 2 mesh spans
+    both processes; the losses must be those of one device reading whole
+    batches. Then a two-host run stopped after step 3 and resumed: both hosts
+    restore their shards of the checkpoint and their data position, and steps
+    4-5 give the same losses again.
+    """
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    single = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path / "one"), "1x1"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    one = dict(enumerate(json.loads(single.stdout.strip().splitlines()[-1])["1x1"]["losses"], start=1))
+
+    run = _run_two_hosts(tmp_path / "two", env)
+    assert sorted(run["losses"]) == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose([run["losses"][s] for s in range(1, 6)], [one[s] for s in range(1, 6)], rtol=1e-4)
+    assert (tmp_path / "two" / "checkpoints" / "5").is_dir()  # both hosts wrote one checkpoint
+
+    first = _run_two_hosts(tmp_path / "resumed", env, "3")
+    second = _run_two_hosts(tmp_path / "resumed", env)
+    assert sorted(first["losses"]) == [1, 2, 3]
+    assert second["start_step"] == 3 and sorted(second["losses"]) == [4, 5]
+    for step in (4, 5):
+        assert second["losses"][step] == run["losses"][step], step  # the same two-host program: bit-identical
