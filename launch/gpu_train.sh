@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Single-host GPU recipe: install (once) and train in the foreground on this machine's GPUs.
-# Run from anywhere inside a checkout; WORKDIR may be a local directory or gs://.
+# Run from anywhere inside a checkout; WORKDIR may be a local directory or gs:// (mounted with gcsfuse;
+# GCSFUSE=1 installs it).
 #
 #   CONFIG=tg_ptb WORKDIR=runs/tg_ptb DATA_URI=$HOME/data/ptb TRAIN_FILE=train.txt VALID_FILE=valid.txt \
 #     launch/gpu_train.sh [-- --config.x.y=v ...]
@@ -12,7 +13,7 @@
 # with a log in ~/tgjax_logs, as on TPU hosts.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 _config="${CONFIG:-tg_bllip}"; _config="${_config##*/}"
 : "${WORKDIR:=runs/${_config%.py}}"   # a local directory by default here
 # shellcheck source=common.sh
