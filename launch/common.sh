@@ -23,6 +23,11 @@ TPU_FLAGS=(--zone="$ZONE")
 
 # --- helpers ------------------------------------------------------------------
 
+# usage: the running script's help, its leading comment block (below the #! line).
+usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[-1]}"
+}
+
 # parse_common_args "$@": consumes --dry-run and -h/--help; leaves the rest in REST_ARGS.
 parse_common_args() {
   REST_ARGS=()

@@ -13,7 +13,6 @@
 # with a log in ~/tgjax_logs, as on TPU hosts.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 _config="${CONFIG:-tg_bllip}"; _config="${_config##*/}"
 : "${WORKDIR:=runs/${_config%.py}}"   # a local directory by default here
 # shellcheck source=common.sh

@@ -9,7 +9,6 @@
 # Shards are written to OUTPUT_DIR (default WORKDIR/eval) as COMMAND.shard-I-of-N.EXT.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 parse_common_args "$@"

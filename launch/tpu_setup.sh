@@ -8,7 +8,6 @@
 #   launch/tpu_setup.sh --dry-run
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 parse_common_args "$@"

@@ -13,7 +13,6 @@
 # RESTART LOG_DIR GCS_MOUNT, and anything named in PASS_ENV (e.g. PASS_ENV="JAX_COMPILATION_CACHE_DIR XLA_FLAGS").
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 parse_common_args "$@"

@@ -109,3 +109,18 @@ def test_host_eval_refuses_an_unknown_command():
 def test_every_script_has_a_dry_run():
     for script in ("tpu_create.sh", "tpu_setup.sh", "tpu_logs.sh", "tpu_stop.sh", "tpu_delete.sh", "gpu_train.sh"):
         assert dry_run(script, WORKDIR="gs://bucket/run", PROJECT="p"), script
+
+
+def test_help_is_each_scripts_leading_comment_block():
+    for script in sorted(LAUNCH.glob("*.sh")):
+        if script.name == "common.sh":
+            continue
+        done = subprocess.run(["bash", str(script), "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "HOME": "/home/user"})
+        assert done.returncode == 0, (script.name, done.stderr)
+        block = []
+        for line in script.read_text().splitlines()[1:]:
+            if not line.startswith("#"):
+                break
+            block.append(line[2:] if line.startswith("# ") else line[1:])
+        assert done.stdout.splitlines() == block, script.name
