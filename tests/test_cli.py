@@ -83,3 +83,35 @@ def test_readme_python_example_runs_and_says_what_it_shows():
     for got, want in zip(namespace["dense_again"], chunk):
         np.testing.assert_array_equal(got, want)
     assert namespace["batch"].inputs.shape == (3, 256) and namespace["seq_index"].tolist() == [0, 1, 2]
+
+
+def test_viz_curves_reads_metrics_and_counts_unreadable_lines(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps({"split": "train", "step": s, "loss": 5.0 / s}) for s in (1, 2, 3)]
+    lines.insert(2, json.dumps({"split": "valid", "step": 2, "loss": 2.25, "unigram_loss": 4.5}))
+    lines.append('{"split": "train", "step": 4, "lo')  # cut short by a crash
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    curves = viz.loss_curves(run)
+    assert curves["train"][0].tolist() == [1, 2, 3]
+    np.testing.assert_allclose(curves["train"][1], [5.0, 2.5, 5.0 / 3])
+    assert curves["valid"][0].tolist() == [2] and curves["valid"][1].tolist() == [2.25]
+    assert curves["unigram"] == 4.5 and curves["unreadable"] == [5]
+    out = tmp_path / "curves.png"
+    assert cli.main(["viz", "curves", "--workdir", str(run), "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    printed = capsys.readouterr().out
+    assert "3 training records (steps 1..3); last validation 2.2500 at step 2" in printed
+    assert "1 unreadable line(s) skipped: [5]" in printed
+    assert cli.main(["viz", "curves", "--workdir", str(tmp_path / "none")]) == 2
+    assert str(tmp_path / "none" / "metrics.jsonl") in capsys.readouterr().err
+
+
+def test_resuming_drops_a_cut_line_of_metrics_and_says_so(tmp_path, capsys):
+    from tgjax.train.metrics import MetricsWriter
+
+    (tmp_path / "metrics.jsonl").write_text('{"split": "train", "step": 1, "loss": 2.0}\n{"split": "tr\n'
+                                            '{"split": "train", "step": 3, "loss": 1.0}\n')
+    MetricsWriter(tmp_path, start_step=2, tensorboard=False).close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"split": "train", "step": 1, "loss": 2.0}\n'
+    assert "dropped 1 line(s) that are not JSON" in capsys.readouterr().err

@@ -6,6 +6,7 @@
     tgjax data export   --split train -o FILE                     write the built-in treebank
     tgjax data show     "<tree>"                                  the paper's Figure 2 table for a tree
     tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
+    tgjax viz curves    --workdir DIR [--workdir DIR2] -o curves.png   training curves of runs
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
     tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
@@ -191,6 +192,22 @@ def cmd_viz_mask(args) -> int:
     return 0
 
 
+def cmd_viz_curves(args) -> int:
+    from tgjax.viz import draw_curves
+
+    curves = draw_curves(args.workdir, args.output, labels=args.label)
+    for workdir, c in zip(args.workdir, curves):
+        steps, losses = c["train"]
+        valid_steps, valid_losses = c["valid"]
+        last = f"; last validation {valid_losses[-1]:.4f} at step {valid_steps[-1]}" if len(valid_steps) else ""
+        print(f"{workdir}: {len(steps)} training records (steps {steps[0] if len(steps) else '-'}.."
+              f"{steps[-1] if len(steps) else '-'}){last}"
+              + (f"; {len(c['unreadable'])} unreadable line(s) skipped: {c['unreadable'][:10]}"
+                 if c["unreadable"] else ""))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     scripts = {"pipeline": "pipeline_throughput.py", "train_step": "train_step.py",
                "stack_attention": "stack_attention.py"}
@@ -299,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tree")
     p.add_argument("-o", "--output", default="mask.png")
     p.set_defaults(func=cmd_viz_mask)
+    p = viz.add_parser("curves", help="training and validation loss against step of one or more runs")
+    p.add_argument("--workdir", action="append", required=True, help="a run (repeat to compare runs)")
+    p.add_argument("--label", action="append", default=None, help="a name per --workdir for the legend")
+    p.add_argument("-o", "--output", default="curves.png")
+    p.set_defaults(func=cmd_viz_curves)
 
     config_help = ("config file (configs/NAME.py, a path, or FILE.py:ARG); override any key with "
                    "--config.SECTION.KEY=VALUE, e.g. --config.training.num_steps=100")

@@ -1,4 +1,5 @@
-"""Pictures: the STACK/COMPOSE attention mask of a tree, like Figure 2b of Sartran et al. (2022)."""
+"""Pictures: the STACK/COMPOSE attention mask of a tree, like Figure 2b of Sartran et al. (2022), and
+training curves of runs (their metrics.jsonl)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,48 @@ def draw_mask(tree: trees.Tree, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
+
+
+def loss_curves(workdir) -> dict:
+    """A run's losses from its `metrics.jsonl`: {"train": (steps, losses), "valid": (steps, losses),
+    "unigram": the unigram baseline (or None), "unreadable": line numbers that are not JSON}."""
+    from tgjax.train.metrics import read_metrics
+
+    records, unreadable = read_metrics(workdir)
+
+    def series(split):
+        rows = sorted((r["step"], r["loss"]) for r in records if r.get("split") == split and "loss" in r)
+        return np.array([s for s, _ in rows], np.int64), np.array([v for _, v in rows], np.float64)
+
+    unigram = next((r["unigram_loss"] for r in records if r.get("unigram_loss") is not None), None)
+    return {"train": series("train"), "valid": series("valid"), "unigram": unigram, "unreadable": unreadable}
+
+
+def draw_curves(workdirs, path: str, labels=None) -> list[dict]:
+    """Writes training (thin) and validation (dots) loss against step for one or more runs as a PNG,
+    with each run's unigram baseline dashed; returns the curves drawn (`loss_curves` of each run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(labels) if labels else [str(w) for w in workdirs]
+    curves = [loss_curves(w) for w in workdirs]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for k, (label, c) in enumerate(zip(labels, curves)):
+        colour = f"C{k}"
+        ax.plot(*c["train"], color=colour, linewidth=0.8, alpha=0.7, label=f"{label} train")
+        if len(c["valid"][0]):
+            ax.plot(*c["valid"], "o-", color=colour, markersize=3.5, label=f"{label} validation")
+        if c["unigram"] is not None:
+            ax.axhline(c["unigram"], color=colour, linestyle="--", linewidth=0.8, alpha=0.6,
+                       label=f"{label} unigram baseline")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per prediction event)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("training curves")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return curves

@@ -42,14 +42,11 @@ class MetricsWriter:
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():
             return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash
-            if record.get("step", 0) <= step:
-                kept.append(line)
+        records, unreadable = read_metrics(self.path)
+        if unreadable:
+            print(f"warning: {self.path}: dropped {len(unreadable)} line(s) that are not JSON (cut short by a "
+                  f"crash?): line(s) {', '.join(map(str, unreadable[:10]))}", file=sys.stderr)
+        kept = [json.dumps(r, allow_nan=True) for r in records if r.get("step", 0) <= step]
         self.path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
@@ -71,6 +68,27 @@ class MetricsWriter:
         self._file.close()
         if self._writer is not None:
             self._writer.close()
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The records of a `metrics.jsonl` (a file, or a workdir holding one), and the 1-based numbers of the
+    lines that are not JSON objects (a line cut short by a crash). FileNotFoundError names the file."""
+    path = Path(path)
+    if path.is_dir() or path.suffix != ".jsonl":
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (a run's metrics.jsonl, written by tgjax train)")
+    records, unreadable = [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        elif line.strip():
+            unreadable.append(number)
+    return records, unreadable
 
 
 def format_duration(seconds: float) -> str:
