@@ -19,6 +19,7 @@ of the on-device mask rebuild (`attention_inputs`) alone.
 
     python benchmarks/train_step.py                     # 4 layers, d=256, 4 heads, FFN 1024, T=M=128, batch 8
     python benchmarks/train_step.py --size paper-ptb    # d=192, 16 layers (heads 8, FFN 768, T=M=256)
+    python benchmarks/train_step.py --size paper-ptb --rounds 4 --steps 3 --warmup 1   # the same in ~3 min on 2 CPU cores
     python benchmarks/train_step.py --profile           # + cost analysis, rebuild timing
     python benchmarks/train_step.py --trace /tmp/trace  # + a jax.profiler trace of a few steps (TensorBoard)
     python benchmarks/train_step.py --models tg_txl_memory_linear_pos txl_cc   # any other pair (no bar)
