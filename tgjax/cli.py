@@ -6,6 +6,7 @@
     tgjax data export   --split train -o FILE                     write the built-in treebank
     tgjax data show     "<tree>"                                  the paper's Figure 2 table for a tree
     tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
+    tgjax viz tree      "<tree>" -o tree.png                      a tree as a picture
     tgjax viz curves    --workdir DIR [--workdir DIR2] -o curves.png   training curves of runs
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
@@ -192,6 +193,15 @@ def cmd_viz_mask(args) -> int:
     return 0
 
 
+def cmd_viz_tree(args) -> int:
+    from tgjax.syntax import trees
+    from tgjax.viz import draw_tree
+
+    draw_tree(trees.parse(args.tree), args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_viz_curves(args) -> int:
     from tgjax.viz import draw_curves
 
@@ -316,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tree")
     p.add_argument("-o", "--output", default="mask.png")
     p.set_defaults(func=cmd_viz_mask)
+    p = viz.add_parser("tree", help="draw a tree (e.g. a parse from tgjax eval parse or tgjax sample)")
+    p.add_argument("tree")
+    p.add_argument("-o", "--output", default="tree.png")
+    p.set_defaults(func=cmd_viz_tree)
     p = viz.add_parser("curves", help="training and validation loss against step of one or more runs")
     p.add_argument("--workdir", action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--label", action="append", default=None, help="a name per --workdir for the legend")

@@ -1,5 +1,5 @@
-"""Pictures: the STACK/COMPOSE attention mask of a tree, like Figure 2b of Sartran et al. (2022), and
-training curves of runs (their metrics.jsonl)."""
+"""Pictures: the STACK/COMPOSE attention mask of a tree, like Figure 2b of Sartran et al. (2022), a
+tree, and training curves of runs (their metrics.jsonl)."""
 
 from __future__ import annotations
 
@@ -98,3 +98,69 @@ def draw_curves(workdirs, path: str, labels=None) -> list[dict]:
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return curves
+
+
+def tree_layout(tree: trees.Tree) -> tuple[list[tuple[str, float, int, bool]], list[tuple[int, int]]]:
+    """Where to draw each node: `(label, x, depth, is_word)` in pre-order, and `(parent, child)` edges.
+
+    Words sit at x = 0, 1, 2, ... left to right, all on the bottom row (depth
+    = the tree's height); a constituent sits midway between its first and
+    last child, at its own depth (root 0). Iterative: deep trees are fine.
+    """
+    nodes: list[tuple[str, float, int, bool]] = []
+    edges: list[tuple[int, int]] = []
+    height = 0
+    stack: list[tuple[trees.Child, int, int]] = [(tree, 0, -1)]  # (node, depth, parent index)
+    order: list[tuple[int, trees.Tree]] = []
+    while stack:
+        node, depth, parent = stack.pop()
+        index = len(nodes)
+        if parent >= 0:
+            edges.append((parent, index))
+        if isinstance(node, str):
+            nodes.append((node, 0.0, depth, True))
+        else:
+            nodes.append((node.label, 0.0, depth, False))
+            order.append((index, node))
+            stack.extend((child, depth + 1, index) for child in reversed(node.children))
+        height = max(height, depth)
+    children: dict[int, list[int]] = {}
+    for parent, child in edges:
+        children.setdefault(parent, []).append(child)
+    x = 0
+    for i, (label, _, depth, is_word) in enumerate(nodes):  # pre-order visits words left to right
+        if is_word:
+            nodes[i] = (label, float(x), height, True)
+            x += 1
+    for index, _ in reversed(order):  # children before parents
+        kids = children.get(index, [])
+        label, _, depth, _ = nodes[index]
+        middle = (nodes[kids[0]][1] + nodes[kids[-1]][1]) / 2 if kids else float(x)
+        nodes[index] = (label, middle, depth, False)
+    return nodes, edges
+
+
+def draw_tree(tree: trees.Tree, path: str) -> None:
+    """Writes a picture of the tree as a PNG: constituents above, words in a row at the bottom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nodes, edges = tree_layout(tree)
+    width = max(x for _, x, _, _ in nodes) + 1
+    height = max(d for _, _, d, _ in nodes) + 1
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.9 * width + 1), max(2.0, 0.7 * height + 0.5)))
+    for parent, child in edges:
+        ax.plot([nodes[parent][1], nodes[child][1]], [-nodes[parent][2], -nodes[child][2]], color="0.6",
+                linewidth=0.8, zorder=1)
+    for label, x, depth, is_word in nodes:
+        ax.text(x, -depth, label, ha="center", va="center", fontsize=9, zorder=2,
+                style="italic" if is_word else "normal", fontweight="normal" if is_word else "bold",
+                bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none"))
+    ax.set_xlim(-0.7, width - 0.3)
+    ax.set_ylim(-height + 0.4, 0.6)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
