@@ -183,7 +183,8 @@ def _score(args) -> int:
     scorer, members, settings = build_scorer(args)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
                     per_token=args.per_token, surprisal=args.surprisal)
-    records = (score_record(s, per_token=args.per_token, surprisal=surprisals_from_score(s) if args.surprisal else None)
+    records = (score_record(s, per_token=args.per_token,
+                            surprisal=surprisals_from_score(s) if args.surprisal else None)
                for s in score_treebank(scorer, args.input, input_format=args.input_format, shard=shard,
                                        chunk_size=args.chunk_size))
     result, output = _write_records(args, "score", shard, settings, records, ScoreSummary(scorer.rule), members)
