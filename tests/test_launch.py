@@ -124,3 +124,13 @@ def test_help_is_each_scripts_leading_comment_block():
                 break
             block.append(line[2:] if line.startswith("# ") else line[1:])
         assert done.stdout.splitlines() == block, script.name
+
+
+def test_host_install_adds_gcsfuse_on_tpu_hosts_only():
+    tpu = dry_run("host_install.sh", ACCEL="tpu")
+    assert any("'jax[tpu]'" in line for line in tpu)
+    assert "sudo apt-get install -y -q gcsfuse" in tpu
+    cuda = dry_run("host_install.sh", ACCEL="cuda12")
+    assert any("'jax[cuda12]'" in line for line in cuda)
+    assert not any("gcsfuse" in line for line in cuda)
+    assert "sudo apt-get install -y -q gcsfuse" in dry_run("host_install.sh", ACCEL="cuda12", GCSFUSE="1")
