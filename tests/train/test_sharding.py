@@ -70,6 +70,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_PROBE = """
+import sys
+import jax
+jax.distributed.initialize(coordinator_address="localhost:" + sys.argv[1], num_processes=2,
+                           process_id=int(sys.argv[2]), initialization_timeout=60)
+assert jax.device_count() == 2 * jax.local_device_count()
+"""
+
+
+def _two_processes_can_join(env: dict) -> str | None:
+    """None if two JAX processes can join over localhost here; else why not (the sandbox, not tgjax)."""
+    port = str(_free_port())
+    probes = [subprocess.Popen([sys.executable, "-c", _PROBE, port, str(i)], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120) for p in probes]
+    except subprocess.TimeoutExpired:
+        return "two processes did not join within 120 s"
+    finally:
+        for p in probes:
+            p.kill()
+    failed = [err for p, (_, err) in zip(probes, outputs) if p.returncode != 0]
+    return failed[0].strip().splitlines()[-1] if failed else None
+
+
 def _run_two_hosts(workdir: Path, env: dict, *extra: str) -> dict:
     """Both processes of a two-host run (tests/train/multihost_run.py); process 0's JSON line."""
     port = str(_free_port())
@@ -101,6 +126,9 @@ def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_pa
     4-5 give the same losses again.
     """
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    why_not = _two_processes_can_join({**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    if why_not:
+        pytest.skip(f"JAX cannot run two processes over localhost on this machine: {why_not}")
     single = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path / "one"), "1x1"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
