@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tgjax.eval import parse
+from tgjax.eval import parse, shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
 from tgjax.eval.blimp import BlimpPair, words_of
@@ -221,9 +221,9 @@ def test_select_pairs_and_shards():
     pairs = [BlimpPair("a", "b", uid, "f", "t", str(k)) for uid in ("x", "y") for k in range(3)]
     assert [p.pair_id for p in parse.select_pairs(pairs, limit=2)] == ["0", "1", "0", "1"]
     assert {p.uid for p in parse.select_pairs(pairs, paradigms=["y"])} == {"y"}
-    assert parse.select_shard(list(range(7)), parse.job_shard("1/3")) == [1, 4]
+    assert parse.select_shard(list(range(7)), shards.job_shard("1/3")) == [1, 4]
     with pytest.raises(ValueError, match="I/N"):
-        parse.job_shard("1")
+        shards.job_shard("1")
     assert isinstance(right_branching(["a", "b"]), Tree)
 
 

@@ -44,14 +44,14 @@ def _add_common(p: argparse.ArgumentParser, *, output_help: str = "results, one 
 
 
 def _shard(args):
-    from tgjax.eval.shards import default_shard, parse_shard
+    from tgjax.eval.shards import job_shard
 
     if args.distributed:
         import jax
 
         if not jax.distributed.is_initialized():
             jax.distributed.initialize()
-    shard = parse_shard(args.shard) if args.shard else default_shard()
+    shard = job_shard(args.shard)
     if shard.count > 1 and args.output is None:
         raise ValueError(f"--shard {shard}: give --output (each shard writes its own results file)")
     return shard

@@ -56,11 +56,6 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 # Shared helpers.
 
 
-def job_shard(text: str | None) -> shards.Shard:
-    """`--shard I/N`; without it, a multi-host run takes its host's shard (`shards.default_shard`)."""
-    return shards.parse_shard(text) if text else shards.default_shard()
-
-
 def select_shard(items: Sequence, shard: shards.Shard) -> list:
     """This job's items: item k iff k % N == I (round robin, as every eval command)."""
     return [item for _, item in shards.take(items, shard)]
@@ -338,7 +333,7 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
             return _merge_parses(args, gold, where)
         if not args.workdir:
             parser.error("--workdir is required (or --merge)")
-        shard = job_shard(args.shard)
+        shard = shards.job_shard(args.shard)
         gold = select_shard(gold, shard)
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
@@ -463,7 +458,7 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
             if missing:
                 raise ValueError(f"no suite(s) {missing} in {args.suites}")
             suites = [s for s in suites if s.name in args.suite]
-        shard = job_shard(args.shard)
+        shard = shards.job_shard(args.shard)
         suites = select_shard(sorted(suites, key=lambda s: s.name), shard)
         if not suites:
             raise ValueError("no suites in this shard")
@@ -555,7 +550,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be positive, got {args.limit}")
         pairs = select_pairs(blimp_lib.load_blimp(args.data), limit=args.limit, paradigms=args.paradigm)
-        shard = job_shard(args.shard)
+        shard = shards.job_shard(args.shard)
         uids = select_shard(sorted({p.uid for p in pairs}), shard)
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
@@ -582,4 +577,4 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
 
 __all__ = ["BlimpRun", "CachedScorer", "ParseReport", "SGRun", "UnknownWords", "add_beam_args", "beam_config",
            "evaluate_blimp_pairs", "evaluate_sg", "main_blimp", "main_parse", "main_sg", "parse_treebank",
-           "job_shard", "select_pairs", "select_shard", "with_preterminals"]
+           "select_pairs", "select_shard", "with_preterminals"]

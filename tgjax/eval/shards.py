@@ -71,6 +71,11 @@ def default_shard() -> Shard:
     return Shard(jax.process_index(), count) if count > 1 else Shard(0, 1)
 
 
+def job_shard(text: str | None) -> Shard:
+    """The shard of a job: `--shard I/N` when given (`parse_shard`), else this host's (`default_shard`)."""
+    return parse_shard(text) if text else default_shard()
+
+
 def take(items: Iterable, shard: Shard) -> Iterator[tuple[int, Any]]:
     """`(global index, item)` for this shard's items."""
     for k, item in enumerate(items):
