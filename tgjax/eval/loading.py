@@ -189,7 +189,7 @@ def _restore_params(workdir: Path, step: int, abstract: dict, sharding) -> dict:
     """The `params` subtree of the `state` item, restored alone (partial restore)."""
     import orbax.checkpoint as ocp
 
-    path = Path(workdir).absolute() / "checkpoints" / str(step) / "state"  # orbax wants absolute paths
+    path = workdir / "checkpoints" / str(step) / "state"  # absolute (`local_workdir`), as orbax wants
     target = {"params": abstract}
     restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
     try:
@@ -228,13 +228,12 @@ def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length
       CheckpointError: no checkpoints, the step missing or corrupt.
       VocabularyMismatch: the vocabulary file is not the one the checkpoint was trained with.
     """
+    from tgjax.train.checkpoint import check_step, local_workdir
     from tgjax.train.inputs import VocabularyMismatch, saved_vocabulary_path, vocabulary_fingerprint
     from tgjax.train.state import model_parts
 
-    workdir = Path(workdir)
+    workdir = local_workdir(workdir)
     step_number, meta = resolve_step(workdir, step)
-    from tgjax.train.checkpoint import check_step
-
     problem = check_step(workdir, step_number)
     if problem:
         raise CheckpointError(f"checkpoint step {step_number} in {workdir} is corrupt or incomplete: {problem}")
