@@ -1,7 +1,7 @@
 """One host of a two-process run on CPU: `jax.distributed.initialize` over localhost, two local devices each.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=2 \
-        python -m tests.train.multihost_run WORKDIR PORT PROCESS_ID [STOP_AFTER_STEP]
+        python -m tests.train.multihost_run WORKDIR [STOP_AFTER_STEP] PORT PROCESS_ID
 
 Trains (or resumes training) the test-sized model up to step 5 on a data 2 x
 model 2 mesh spread over both processes, stopping after STOP_AFTER_STEP when
@@ -21,7 +21,7 @@ from tests.train.helpers import small_config
 from tgjax.train.loop import train
 
 
-def main(workdir: str, port: str, process_id: str, stop_after_step: str | None = None) -> None:
+def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) -> None:
     config = small_config(
         "training.num_steps=5", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0", "data.valid_path=",
         "checkpointing.interval_steps=5",
@@ -36,4 +36,5 @@ def main(workdir: str, port: str, process_id: str, stop_after_step: str | None =
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    workdir, *stop_after, port, process_id = sys.argv[1:]
+    main(workdir, stop_after[0] if stop_after else None, port, process_id)

@@ -73,43 +73,47 @@ def _free_port() -> int:
 _PROBE = """
 import sys
 import jax
-jax.distributed.initialize(coordinator_address="localhost:" + sys.argv[1], num_processes=2,
-                           process_id=int(sys.argv[2]), initialization_timeout=60)
+jax.distributed.initialize(coordinator_address="localhost:" + sys.argv[-2], num_processes=2,
+                           process_id=int(sys.argv[-1]), initialization_timeout=60)
 assert jax.device_count() == 2 * jax.local_device_count()
 """
 
 
+_TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def _run_pair(args: list[str], env: dict, timeout: float) -> list[tuple[int, str, str]]:
+    """`python ARGS PORT I` for I = 0, 1 at once (a fresh localhost port): (returncode, stdout, stderr) each.
+
+    Raises `subprocess.TimeoutExpired` when they do not finish in `timeout` seconds.
+    """
+    port = str(_free_port())
+    processes = [subprocess.Popen([sys.executable, *args, port, str(i)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+    return [(p.returncode, out, err) for p, (out, err) in zip(processes, outputs)]
+
+
 def _two_processes_can_join(env: dict) -> str | None:
     """None if two JAX processes can join over localhost here; else why not (the sandbox, not tgjax)."""
-    port = str(_free_port())
-    probes = [subprocess.Popen([sys.executable, "-c", _PROBE, port, str(i)], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for i in range(2)]
     try:
-        outputs = [p.communicate(timeout=120) for p in probes]
+        done = _run_pair(["-c", _PROBE], {**env, **_TWO_DEVICES}, timeout=120)
     except subprocess.TimeoutExpired:
         return "two processes did not join within 120 s"
-    finally:
-        for p in probes:
-            p.kill()
-    failed = [err for p, (_, err) in zip(probes, outputs) if p.returncode != 0]
+    failed = [err for code, _, err in done if code != 0]
     return failed[0].strip().splitlines()[-1] if failed else None
 
 
 def _run_two_hosts(workdir: Path, env: dict, *extra: str) -> dict:
     """Both processes of a two-host run (tests/train/multihost_run.py); process 0's JSON line."""
-    port = str(_free_port())
-    host_env = {**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    hosts = [subprocess.Popen([sys.executable, "-m", "tests.train.multihost_run", str(workdir), port, str(i), *extra],
-                              cwd=REPO, env=host_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    try:
-        outputs = [host.communicate(timeout=300) for host in hosts]
-    finally:
-        for host in hosts:
-            host.kill()
-    for host, (_, err) in zip(hosts, outputs):
-        assert host.returncode == 0, err[-3000:]
-    run = json.loads(outputs[0][0].strip().splitlines()[-1])
+    done = _run_pair(["-m", "tests.train.multihost_run", str(workdir), *extra], {**env, **_TWO_DEVICES}, timeout=300)
+    for code, _, err in done:
+        assert code == 0, err[-3000:]
+    run = json.loads(done[0][1].strip().splitlines()[-1])
     assert run["processes"] == 2 and run["devices"] == 4
     run["losses"] = {int(step): loss for step, loss in run["losses"].items()}
     return run
@@ -126,7 +130,7 @@ def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_pa
     4-5 give the same losses again.
     """
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
-    why_not = _two_processes_can_join({**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    why_not = _two_processes_can_join(env)
     if why_not:
         pytest.skip(f"JAX cannot run two processes over localhost on this machine: {why_not}")
     single = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path / "one"), "1x1"],
