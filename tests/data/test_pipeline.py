@@ -113,11 +113,17 @@ def test_txl_and_pushdown_rules(small_trees):
     batch = pipeline.epoch_source(0)[0]
     row = int(np.flatnonzero(batch["seq_index"] >= 0)[0])
     s = list(pipeline.encoded.source_index).index(batch["seq_index"][row])
-    tape = stack_tape.stack_tape(pipeline.trees[batch["seq_index"][row]], nary="right")
+    tree = pipeline.trees[batch["seq_index"][row]]
+    tape = stack_tape.stack_tape(tree, nary="right")
     n = len(tape.attach)
     np.testing.assert_array_equal(batch["attach"][row, 1:n + 1], tape.attach + 1)
     np.testing.assert_array_equal(batch["stack_depths"][row, 1:n + 1, 1:n + 1], tape.depths)
-    assert s >= 0
+    # The row holds that tree's words (the sequence `seq_index` names), whole, from its first segment.
+    inputs = pipeline.encoded.sequences[s][0]
+    assert batch["segment_index"][row] == 0 and len(inputs) == 1 + len(tree.leaves()) == 1 + n
+    np.testing.assert_array_equal(batch["inputs"][row, :len(inputs)], inputs)
+    np.testing.assert_array_equal(batch["inputs"][row, len(inputs):], 0)
+    assert pipeline.vocab.decode(inputs[1:]) == tree.leaves()
 
 
 def test_txl_terminals_sentences_end_with_eos():
