@@ -140,7 +140,7 @@ def test_sg_region_surprisals_come_from_the_scorer(vocab, name):
     for sentence in suite.sentences():
         (r,) = scorer.search([sentence.words])
         expected[(sentence.item, sentence.condition)] = sentence.region_surprisals(r.surprisals)
-    assert np.array_equal(result.outcomes, sg.evaluate_suite(suite, expected).outcomes)
+    assert np.array_equal(result.outcomes, sg.evaluate_suite(suite, expected, unit="nats").outcomes)
     assert run.report.sg_score == result.accuracy
     assert run.unknown.tokens == 1  # "zebra" is not in the vocabulary (counted once: distinct sentences)
 

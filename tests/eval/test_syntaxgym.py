@@ -58,7 +58,7 @@ def test_tiny_suite_hand_worked():
     assert sentences[5].words == ["The", "cats", "purrs", "very", "loudly", "."]
     assert sentences[5].region_surprisals([3, 4, 5, 4, 6, 1]) == {1: 7.0, 2: 5.0, 3: 11.0}
 
-    result = SG.score_suite(suite, char_surprisals)
+    result = SG.score_suite(suite, char_surprisals, unit="bits")
     assert result.outcomes.tolist() == [[False, False], [True, False], [True, True]]
     assert result.prediction_accuracies.tolist() == pytest.approx([2 / 3, 1 / 3])
     assert result.accuracy == pytest.approx(0.5)
@@ -69,9 +69,9 @@ def test_tiny_suite_hand_worked():
                  {(1, "match"): 5, (1, "mismatch"): 4, (2, "match"): 4, (2, "mismatch"): 5,
                   (3, "match"): 4}.items()}
     by_number[3, "mismatch"] = [7.0, 5.0, 11.0]
-    assert SG.evaluate_suite(suite, by_number).outcomes.tolist() == result.outcomes.tolist()
+    assert SG.evaluate_suite(suite, by_number, unit="bits").outcomes.tolist() == result.outcomes.tolist()
     # Batching does not change anything.
-    assert SG.score_suite(suite, char_surprisals, batch_size=4).outcomes.tolist() == result.outcomes.tolist()
+    assert SG.score_suite(suite, char_surprisals, unit="bits", batch_size=4).outcomes.tolist() == result.outcomes.tolist()
 
 
 def test_mean_metric_and_empty_regions():
@@ -80,7 +80,7 @@ def test_mean_metric_and_empty_regions():
     suite = SG.suite_from_dict(data)
     sentence = next(suite.sentences())
     assert sentence.region_surprisals([3, 3, 5, 6, 1], suite.metric) == {1: 3.0, 2: 5.0, 3: 3.5}
-    assert SG.score_suite(suite, char_surprisals).outcomes.tolist() == [[False, False], [True, False], [True, True]]
+    assert SG.score_suite(suite, char_surprisals, unit="bits").outcomes.tolist() == [[False, False], [True, False], [True, True]]
     empty = SG.SuiteSentence(1, "c", ("a", ""), (1, 2))
     assert empty.region_surprisals([2.0]) == {1: 2.0, 2: 0.0}
     assert math.isnan(empty.region_surprisals([2.0], "max")[2])
@@ -91,10 +91,34 @@ def test_mean_metric_and_empty_regions():
 def test_evaluate_suite_errors():
     suite = SG.suite_from_dict(TINY)
     with pytest.raises(ValueError, match="suite tiny: no region surprisals for item 1, condition 'match'"):
-        SG.evaluate_suite(suite, {})
+        SG.evaluate_suite(suite, {}, unit="nats")
     partial = {(n, c): [1.0, 2.0] for n in (1, 2, 3) for c in ("match", "mismatch")}
     with pytest.raises(ValueError, match="2 region surprisals for 3 regions"):
-        SG.evaluate_suite(suite, partial)
+        SG.evaluate_suite(suite, partial, unit="nats")
+
+
+def test_equality_tolerance_is_in_bits():
+    # SyntaxGym's `=` holds when |x - y| <= 1e-3 + 1e-5·|y| in bits. Surprisals 10 and 10.0009 nats differ by
+    # 0.0009 nats, inside that tolerance read as nats (0.0009 <= 0.0011), but 0.0009 / ln 2 = 0.0012984 bits,
+    # outside it in bits (1e-3 + 1e-5 · 14.43 = 0.0011443): in nats the pair is not equal.
+    data = {"meta": {"name": "eq", "metric": "sum"},
+            "predictions": [{"type": "formula", "formula": "(1;%a%) = (1;%b%)"}],
+            "items": [{"item_number": 1, "conditions": [
+                {"condition_name": c, "regions": [{"region_number": 1, "content": "w"}]} for c in "ab"]}]}
+    suite = SG.suite_from_dict(data)
+    close = {(1, "a"): [10.0], (1, "b"): [10.0009]}
+    assert SG.evaluate_suite(suite, close, unit="nats").outcomes.tolist() == [[False]]
+    assert SG.evaluate_suite(suite, close, unit="bits").outcomes.tolist() == [[True]]
+    # 0.0007 nats = 0.00101 bits, inside 1e-3 + 1e-5 · 14.43 bits: equal either way.
+    closer = {(1, "a"): [10.0], (1, "b"): [10.0007]}
+    assert SG.evaluate_suite(suite, closer, unit="nats").outcomes.tolist() == [[True]]
+    # score_suite converts the same way.
+    surprisals = {"a": 10.0, "b": 10.0009}
+    conditions = iter("ab")
+    assert SG.score_suite(suite, lambda batch: [[surprisals[next(conditions)]] for _ in batch],
+                          unit="nats").outcomes.tolist() == [[False]]
+    with pytest.raises(ValueError, match="surprisal unit: expected one of bits, nats, got 'log10'"):
+        SG.evaluate_suite(suite, close, unit="log10")
 
 
 VALUES = {"a": {1: 10.0, 2: 3.0}, "b": {1: 12.0, 2: 1.0}}
@@ -242,7 +266,7 @@ def test_shared_suites_against_python_oracle(sg_dir):
             scored.extend(out)
             return out
 
-        result = SG.score_suite(suite, scorer)
+        result = SG.score_suite(suite, scorer, unit="bits")
         results.append(result)
         # Recompute region sums from the words and evaluate each formula independently.
         sentences = iter(zip(suite.sentences(), scored))

@@ -406,7 +406,7 @@ def evaluate_sg(scorer, suites: Sequence[sg.Suite], circuits: sg.Circuits | None
     cached = CachedScorer(scorer, unknown)
     results = []
     for suite in suites:
-        results.append(sg.score_suite(suite, cached.word_surprisals))
+        results.append(sg.score_suite(suite, cached.word_surprisals, unit="nats"))  # the models give nats
         if progress:
             progress(f"{suite.name}: {100 * results[-1].accuracy:.2f} ({cached.seconds:.0f}s so far)")
     return SGRun(results, sg.sg_report(results, circuits), unknown, cached.seconds)

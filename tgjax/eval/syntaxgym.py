@@ -12,7 +12,7 @@ with the right syntactic generalisation should satisfy, e.g.
     suite = load_suite("../shared/data/sg_test_suites/number_orc.json")
     for sentence in suite.sentences():       # (item, condition, region texts)
         ...                                  # sentence.words: what the scorer scores
-    result = score_suite(suite, word_surprisal_fn)   # or evaluate_suite(suite, region_surprisals)
+    result = score_suite(suite, word_surprisal_fn, unit="nats")   # or evaluate_suite(suite, region_surprisals, unit=...)
     report = sg_report(results, load_circuits(".../circuits.json"))
 
 Regions and words
@@ -21,8 +21,10 @@ Region contents are stripped of surrounding blanks and tokenised with
 `tgjax.eval.blimp.words_of` (PTB-style); a sentence's words are its
 regions' words in order (empty regions have none), and its text is the
 non-empty region contents joined by single spaces. A scorer returns one
-surprisal per word (−log₂ or −ln p: formulas only compare, except for the
-tolerance of `=`, which SyntaxGym applies to bits); a region's surprisal is
+surprisal per word, in the unit the caller names (`unit="nats"` for −ln p,
+as the models give, or `"bits"` for −log₂ p); they are converted to bits
+before any formula is evaluated, because SyntaxGym's surprisals are in bits
+and the tolerance of `=` is an absolute one in bits. A region's surprisal is
 the suite's `metric` (`meta.metric`: sum, as in all the shared suites, or
 mean, median, range, max, min) over its words' surprisals. An empty region
 has surprisal 0 under `sum`, NaN otherwise.
@@ -37,8 +39,9 @@ and unary minus; `[ ]` and `( )` both group):
 * `+ -` (left-associative), tighter than comparisons `< > =`, tighter than
   `& |`, which share one level and associate to the left (`a & b | c` is
   `(a & b) | c`); `* /` bind tighter than `+ -`;
-* `x = y` holds when `|x − y| <= 1e-3 + 1e-5·|y|` (numpy.isclose with
-  SyntaxGym's EQUALITY_ATOL = 1e-3 and EQUALITY_RTOL = 1e-5); `<` and `>`
+* `x = y` holds when `|x − y| <= 1e-3 + 1e-5·|y|`, x and y in bits
+  (numpy.isclose with SyntaxGym's EQUALITY_ATOL = 1e-3 and EQUALITY_RTOL =
+  1e-5); `<` and `>`
   are strict;
 * a comparison cannot be chained (`a < b < c` is an error), `&`/`|` need
   comparisons on both sides, and a whole formula must be a comparison or a
@@ -99,7 +102,10 @@ __all__ = [
 ]
 
 EQUALITY_RTOL = 1e-5
-EQUALITY_ATOL = 1e-3
+EQUALITY_ATOL = 1e-3  # bits, as SyntaxGym's surprisals
+
+# Surprisal unit -> the factor that converts it to bits (the unit the formulas are evaluated in).
+BITS_PER_UNIT = {"bits": 1.0, "nats": 1.0 / math.log(2.0)}
 
 METRICS: dict[str, Callable[[np.ndarray], float]] = {
     "sum": lambda x: float(np.sum(x)),
@@ -665,7 +671,13 @@ class SuiteResult:
 RegionSurprisals = Mapping[tuple[int, str], Union[Mapping[int, float], Sequence[float]]]
 
 
-def evaluate_suite(suite: Suite, region_surprisals: RegionSurprisals) -> SuiteResult:
+def _bits_per_unit(unit: str) -> float:
+    if unit not in BITS_PER_UNIT:
+        raise ValueError(f"surprisal unit: expected one of {', '.join(BITS_PER_UNIT)}, got {unit!r}")
+    return BITS_PER_UNIT[unit]
+
+
+def evaluate_suite(suite: Suite, region_surprisals: RegionSurprisals, *, unit: str) -> SuiteResult:
     """Evaluates every prediction on every item.
 
     Args:
@@ -673,10 +685,13 @@ def evaluate_suite(suite: Suite, region_surprisals: RegionSurprisals) -> SuiteRe
       region_surprisals: (item number, condition name) -> the surprisal of
         each region, as region number -> value or as a sequence in the
         condition's region order (e.g. from `SuiteSentence.region_surprisals`).
+      unit: "nats" or "bits", the unit of `region_surprisals`; the values are
+        converted to bits first (the formulas' `=` tolerance is in bits).
     Raises:
       ValueError naming the suite, item and condition when one is missing or
       has the wrong number of regions.
     """
+    to_bits = _bits_per_unit(unit)
     outcomes = np.zeros((len(suite.items), len(suite.predictions)), dtype=bool)
     for row, item in enumerate(suite.items):
         values: dict[str, dict[int, float]] = {}
@@ -691,13 +706,13 @@ def evaluate_suite(suite: Suite, region_surprisals: RegionSurprisals) -> SuiteRe
                 if missing:
                     raise ValueError(f"suite {suite.name}: item {item.number}, condition {condition.name!r}: "
                                      f"no surprisal for regions {missing}")
-                values[condition.name] = {n: float(given[n]) for n in condition.region_numbers}
+                values[condition.name] = {n: float(given[n]) * to_bits for n in condition.region_numbers}
             else:
                 given = list(given)
                 if len(given) != len(condition.region_numbers):
                     raise ValueError(f"suite {suite.name}: item {item.number}, condition {condition.name!r}: "
                                      f"{len(given)} region surprisals for {len(condition.region_numbers)} regions")
-                values[condition.name] = {n: float(v) for n, v in zip(condition.region_numbers, given)}
+                values[condition.name] = {n: float(v) * to_bits for n, v in zip(condition.region_numbers, given)}
         for col, prediction in enumerate(suite.predictions):
             outcomes[row, col] = prediction.formula.evaluate(values)
     return SuiteResult(suite.name, tuple(p.text for p in suite.predictions),
@@ -708,14 +723,17 @@ def score_suite(
     suite: Suite,
     surprisal_fn: Callable[[list[list[str]]], Sequence[Sequence[float]]],
     *,
+    unit: str,
     batch_size: int | None = None,
 ) -> SuiteResult:
     """Scores a suite with a word-level scorer.
 
     `surprisal_fn(list of word lists)` returns, for each sentence, one
-    surprisal per word (`SuiteSentence.words`); regions aggregate them with
-    the suite's metric, then `evaluate_suite` runs.
+    surprisal per word (`SuiteSentence.words`) in `unit` ("nats" or "bits");
+    regions aggregate them with the suite's metric, then `evaluate_suite`
+    runs (in bits).
     """
+    _bits_per_unit(unit)  # a bad unit fails before any scoring
     sentences = list(suite.sentences())
     step = batch_size or len(sentences)
     region_surprisals: dict[tuple[int, str], dict[int, float]] = {}
@@ -728,7 +746,7 @@ def score_suite(
         for sentence, word_surprisals in zip(chunk, scores):
             key = (sentence.item, sentence.condition)
             region_surprisals[key] = sentence.region_surprisals(word_surprisals, suite.metric)
-    return evaluate_suite(suite, region_surprisals)
+    return evaluate_suite(suite, region_surprisals, unit=unit)
 
 
 # ---------------------------------------------------------------------------
