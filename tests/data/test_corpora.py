@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from tgjax.data import corpora
+from tgjax.syntax.grammar import WeightedCFG
 from tgjax.syntax.trees import Tree
+from tgjax.syntax.trees import parse as parse_tree
 
 NUMBER_OF_TAG = {"NN": "sg", "NNS": "pl", "VBZ": "sg", "VBP": "pl"}
 
@@ -118,6 +120,87 @@ def test_vocabulary_size():
     assert 300 <= len(vocab) <= len(corpora.builtin_grammar().terminals)
 
 
+def embedding_depth(node: Tree) -> int:
+    """The most PPs and SBARs nested on one path from `node` down to a word."""
+    below = max((embedding_depth(c) for c in node.children if isinstance(c, Tree)), default=0)
+    return below + (node.label in ("PP", "SBAR"))
+
+
+def subjects_and_objects(tree: Tree) -> tuple[list[Tree], list[Tree]]:
+    """Every clause's subject NP (a clause's first child, when an NP) and every other NP not inside one."""
+    subjects, others = [], []
+
+    def visit(node: Tree) -> None:
+        kids = [c for c in node.children if isinstance(c, Tree)]
+        for i, child in enumerate(kids):
+            if node.label == "S" and i == 0 and child.label == "NP":
+                subjects.append(child)
+            elif child.label == "NP":
+                others.append(child)
+            visit(child)
+
+    visit(tree)
+    return subjects, others
+
+
+def uncapped_grammar():
+    """The built-in grammar with free nesting in subjects too (NP_x_subj -> NP_x)."""
+    text = corpora.BUILTIN_GRAMMAR_TEXT
+    capped = ["S -> NP_sg_subj VP_sg PUNCT 1 | NP_pl_subj VP_pl PUNCT 1",
+              "S_objrel -> NP_sg_subj VP_sg_gap 1 | NP_pl_subj VP_pl_gap 1"]
+    for rule in capped:
+        assert rule in text
+        text = text.replace(rule, rule.replace("_subj", ""))
+    return WeightedCFG.from_string(text)
+
+
+def test_training_subjects_have_at_most_one_embedding():
+    """No training sentence has a clause whose subject nests two PPs / relative clauses; objects may."""
+    subject_depths, object_depths = [], []
+    for tree in corpora.builtin_treebank("train"):
+        subjects, others = subjects_and_objects(tree)
+        subject_depths += [embedding_depth(s) for s in subjects]
+        object_depths += [embedding_depth(o) for o in others]
+    counts = np.bincount(subject_depths)
+    assert len(counts) == 2 and counts[1] > 0.2 * counts.sum()  # depth 0 and 1 only, 1 common
+    assert len(subject_depths) > 5000 * 1.1  # object relatives' subjects are counted too
+    assert max(object_depths) >= 3 and sum(d >= 2 for d in object_depths) > 100
+
+
+def test_hand_measured_embedding_depths():
+    pp2 = parse_tree("(NP (NP (DT the) (NNS dogs)) (PP (IN near) (NP (NP (DT the) (NN cat)) "
+                           "(PP (IN near) (NP (DT the) (NNS houses))))))")
+    relative = parse_tree("(NP (NP (DT the) (NN dog)) (SBAR (WHNP (WDT that)) (S (NP (DT the) (NNS cats)) "
+                                "(VP (VBP chase)))))")
+    assert [embedding_depth(t) for t in (pp2, relative, pp2.children[0])] == [2, 1, 0]
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_deep_minimal_pairs(depth):
+    """Depth d: d nested embeddings, d attractors all of the other number, only the verb differs."""
+    training, uncapped = corpora.builtin_grammar(), uncapped_grammar()
+    pairs = corpora.agreement_minimal_pairs(30, seed=4, depth=depth)
+    assert [p.construction for p in pairs[:3]] == list(corpora.CONSTRUCTIONS)
+    assert {p.subject_number for p in pairs} == {"sg", "pl"}
+    for pair in pairs:
+        good, bad = pair.good_words, pair.bad_words
+        assert [i for i, (x, y) in enumerate(zip(good, bad)) if x != y] == [pair.verb_index]
+        assert len(good) == len(bad)
+        check_agreement(pair.good)
+        subject = pair.good.children[0]
+        assert pair.depth == depth and embedding_depth(subject) == depth
+        assert head_number(subject) == pair.subject_number
+        other = "pl" if pair.subject_number == "sg" else "sg"
+        nouns = [NUMBER_OF_TAG[c.label] for c in _preterminals(subject) if c.label in ("NN", "NNS")]
+        assert nouns == [pair.subject_number] + [other] * depth
+        assert NUMBER_OF_TAG[_preterminals(pair.bad)[pair.verb_index].label] == other
+        # In the language with free nesting, out of the training grammar's.
+        assert np.isfinite(uncapped.log_prob(good)) and uncapped.log_prob(bad) == -np.inf
+        assert training.log_prob(good) == -np.inf
+    with pytest.raises(ValueError, match="depth"):
+        corpora.agreement_minimal_pairs(1, depth=0)
+
+
 def test_minimal_pairs():
     g = corpora.builtin_grammar()
     pairs = corpora.agreement_minimal_pairs(60, seed=3)
@@ -135,6 +218,7 @@ def test_minimal_pairs():
         check_agreement(pair.good)
         subject = pair.good.children[0]
         assert head_number(subject) == pair.subject_number
+        assert pair.depth == 1 and embedding_depth(subject) == 1
         other = "pl" if pair.subject_number == "sg" else "sg"
         tags = [c.label for c in _preterminals(subject)]
         assert [NUMBER_OF_TAG.get(t) for t in tags if t in ("NN", "NNS")][1:].count(other) >= 1

@@ -6,7 +6,11 @@ non-terminals carry the grammatical number in their names (`NP_sg`, `VP_pl`,
 `NN_sg`, `VBP_tr`, ...), so subject–verb agreement is exact: a singular
 subject noun phrase always has a singular verb, across prepositional phrases
 and relative clauses (subject and object relatives, which nest into centre
-embeddings). Trees are returned with Penn-Treebank labels: the part of a name
+embeddings). Nesting is free in objects, but a subject (of a main clause or
+of an object relative) has at most one embedding, a PP or a relative clause
+with no further PP or relative clause inside, between its head noun and its
+verb; `agreement_minimal_pairs(depth=2 or 3)` tests agreement across deeper
+nesting than any training sentence has. Trees are returned with Penn-Treebank labels: the part of a name
 from the first `_` on is dropped (`NP_sg_base` -> `NP`, `VBZ_tr` -> `VBZ`),
 and `PUNCT` becomes `.`, so a PTB tree is its grammar tree relabelled, node
 for node.
@@ -122,8 +126,9 @@ WH_PRONOUNS = ("who",)
 # and relative clauses (including centre-embedded object relatives) stays
 # frequent enough to matter; sentences are capped at MAX_SENTENCE_LENGTH.
 _STRUCTURE = """\
-# Sentences: subject and verb phrase agree in number.
-S -> NP_sg VP_sg PUNCT 1 | NP_pl VP_pl PUNCT 1
+# Sentences: subject and verb phrase agree in number. Subjects are NP_x_subj
+# (below): at most one embedding between the subject's head and its verb.
+S -> NP_sg_subj VP_sg PUNCT 1 | NP_pl_subj VP_pl PUNCT 1
 PUNCT -> '.'
 
 # Noun phrases: a base NP (determiner, up to two adjectives, noun), or a base
@@ -147,7 +152,7 @@ SBAR_sg -> WHNP S_sg_subjrel 1 | WHNP S_objrel 1
 SBAR_pl -> WHNP S_pl_subjrel 1 | WHNP S_objrel 1
 S_sg_subjrel -> VP_sg
 S_pl_subjrel -> VP_pl
-S_objrel -> NP_sg VP_sg_gap 1 | NP_pl VP_pl_gap 1
+S_objrel -> NP_sg_subj VP_sg_gap 1 | NP_pl_subj VP_pl_gap 1
 VP_sg_gap -> VBZ_tr
 VP_pl_gap -> VBP_tr
 WHNP -> WDT 0.7 | WP 0.3
@@ -160,6 +165,25 @@ VP_pl -> VBP_intr 0.22 | VBP_intr ADVP 0.08 | VBP_intr PP 0.1
       | VBP_tr NP_sg 0.2 | VBP_tr NP_pl 0.2 | VBP_cop ADJP 0.15 | VBP_cop PP 0.05
 ADJP -> JJ 0.8 | RB_degree JJ 0.2
 ADVP -> RB_manner
+
+# Subjects (of main clauses and of object relatives): the noun phrases above,
+# with at most one embedding (a PP or a relative clause) between the head noun
+# and the verb: a modifier's own phrases are base NPs and verb phrases without
+# a PP (VP_x_bare). Objects nest freely, so training sees deep nesting, but
+# never a subject–verb dependency across more than one embedding; the
+# `agreement_minimal_pairs(depth=2 or 3)` pairs test that generalisation.
+NP_sg_subj -> DT_sg NN_sg 0.42 | DT_sg JJ NN_sg 0.15 | DT_sg JJ JJ NN_sg 0.03
+      | NP_sg_base PP_bare 0.2 | NP_sg_base SBAR_sg_bare 0.2
+NP_pl_subj -> DT_pl NNS_pl 0.32 | DT_pl JJ NNS_pl 0.12 | DT_pl JJ JJ NNS_pl 0.03 | NNS_pl 0.08 | JJ NNS_pl 0.03
+      | NP_pl_base PP_bare 0.2 | NP_pl_base SBAR_pl_bare 0.2
+PP_bare -> IN NP_sg_base 1 | IN NP_pl_base 1
+SBAR_sg_bare -> WHNP S_sg_subjrel_bare 1 | WHNP S_objrel_bare 1
+SBAR_pl_bare -> WHNP S_pl_subjrel_bare 1 | WHNP S_objrel_bare 1
+S_sg_subjrel_bare -> VP_sg_bare
+S_pl_subjrel_bare -> VP_pl_bare
+S_objrel_bare -> NP_sg_base VP_sg_gap 1 | NP_pl_base VP_pl_gap 1
+VP_sg_bare -> VBZ_intr 0.22 | VBZ_intr ADVP 0.08 | VBZ_tr NP_sg_base 0.2 | VBZ_tr NP_pl_base 0.2 | VBZ_cop ADJP 0.15
+VP_pl_bare -> VBP_intr 0.22 | VBP_intr ADVP 0.08 | VBP_tr NP_sg_base 0.2 | VBP_tr NP_pl_base 0.2 | VBP_cop ADJP 0.15
 """
 
 
@@ -269,8 +293,9 @@ class MinimalPair:
     """A grammatical sentence and its ungrammatical twin.
 
     The two differ in exactly one word, the main verb (at `verb_index`), whose
-    number is flipped; between the subject's head noun and that verb sits an
-    attractor noun of the opposite number, in a PP or a relative clause.
+    number is flipped; between the subject's head noun and that verb sit
+    `depth` attractor nouns of the opposite number, in nested PPs or relative
+    clauses (none for "simple").
 
     Attributes:
       good, bad: PTB-labelled trees (the bad tree is the good one with the
@@ -278,6 +303,9 @@ class MinimalPair:
       construction: "pp", "subject_relative" or "object_relative".
       subject_number: "sg" or "pl" (the head noun's, and the good verb's).
       verb_index: position of the verb in the word sequence.
+      depth: embeddings (PPs or relative clauses, nested) between the
+        subject's head and the verb: 0 for "simple", else each one holds an
+        attractor.
     """
 
     good: Tree
@@ -285,6 +313,7 @@ class MinimalPair:
     construction: str
     subject_number: str
     verb_index: int
+    depth: int = 1
 
     @property
     def good_words(self) -> list[str]:
@@ -296,9 +325,9 @@ class MinimalPair:
 
 
 def agreement_minimal_pairs(
-    num: int, seed: int = 0, constructions: tuple[str, ...] = CONSTRUCTIONS
+    num: int, seed: int = 0, constructions: tuple[str, ...] = CONSTRUCTIONS, depth: int = 1
 ) -> list[MinimalPair]:
-    """Subject–verb agreement minimal pairs with an attractor of the opposite number.
+    """Subject–verb agreement minimal pairs with attractors of the opposite number.
 
     Pair i uses `constructions[i % len(constructions)]`; the subject's number
     is drawn at random. The subject is built from grammar samples:
@@ -308,48 +337,43 @@ def agreement_minimal_pairs(
     * object_relative:  [the dog]_sg [that [the cats]_pl chase]  VERB ...
     * simple (a control, not in the default): [the dog]_sg VERB ...
 
-    and the verb phrase is a sample of the subject's number. Every good
-    sentence is generated by the built-in grammar; the bad one is not (its
-    only candidate subject has the other number).
+    and the verb phrase is a sample of the subject's number. With `depth`
+    d > 1 the attractor is modified again the same way, d embeddings in all,
+    each with one more attractor; every attractor has the number opposite to
+    the head's (a verb inside a relative clause agrees with its own subject):
+
+    * pp, depth 2:               the dog near the cats near the houses VERB ...
+    * subject_relative, depth 2: the dog that chases the cats that see the mice VERB ...
+    * object_relative, depth 2:  the dog that the cats that the mice chase see VERB ...
+
+    Depth 1 pairs are generated by the built-in grammar (every good sentence;
+    the bad one is not: its only candidate subject has the other number).
+    Deeper ones are not, by design: its subjects have at most one embedding.
     """
     for c in constructions:
         if c not in ALL_CONSTRUCTIONS:
             raise ValueError(f"unknown construction {c!r}; expected some of {ALL_CONSTRUCTIONS}")
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 (the number of embeddings between head and verb), got {depth}")
+    if depth > 1 and "simple" in constructions:
+        raise ValueError("the 'simple' construction has no embedding: it takes no depth > 1")
     grammar = builtin_grammar()
-    rng = np.random.default_rng(np.random.SeedSequence([_PAIRS_STREAM, seed]))
+    rng = np.random.default_rng(np.random.SeedSequence([_PAIRS_STREAM, seed] + ([depth] if depth > 1 else [])))
     pairs = []
     for i in range(num):
         construction = constructions[i % len(constructions)]
         number = ("sg", "pl")[int(rng.integers(2))]
-        other = "pl" if number == "sg" else "sg"
-        verb_tag = {"sg": "VBZ", "pl": "VBP"}
+        other = _OTHER_NUMBER[number]
 
         head = grammar.sample(rng, f"NP_{number}_base")
-        attractor = grammar.sample(rng, f"NP_{other}_base")
-        attractor = Tree(f"NP_{other}", attractor.children)  # NP_x has the same base rules
         if construction == "simple":
-            modifier = None
-        elif construction == "pp":
-            modifier = Tree("PP", [grammar.sample(rng, "IN"), attractor])
-        elif construction == "subject_relative":
-            verb = grammar.sample(rng, f"{verb_tag[number]}_tr")
-            clause = Tree(f"S_{number}_subjrel", [Tree(f"VP_{number}", [verb, attractor])])
-            modifier = Tree(f"SBAR_{number}", [grammar.sample(rng, "WHNP"), clause])
+            subject = Tree(f"NP_{number}", head.children)
         else:
-            verb = grammar.sample(rng, f"{verb_tag[other]}_tr")
-            clause = Tree("S_objrel", [attractor, Tree(f"VP_{other}_gap", [verb])])
-            modifier = Tree(f"SBAR_{number}", [grammar.sample(rng, "WHNP"), clause])
-        subject = Tree(f"NP_{number}", head.children) if modifier is None else Tree(f"NP_{number}", [head, modifier])
+            modifier = _nested_modifier(grammar, rng, construction, number, other, depth)
+            subject = Tree(f"NP_{number}", [head, modifier])
         verb_phrase = grammar.sample(rng, f"VP_{number}")
         good = Tree("S", [subject, verb_phrase, Tree("PUNCT", ["."])])
-
-        # The main verb is the verb phrase's first child, a pre-terminal.
-        verb_node = verb_phrase.children[0]
-        word = verb_node.children[0]
-        swapped_word = _PLURAL_OF[word] if number == "sg" else _SINGULAR_OF[word]
-        swapped_label = verb_tag[other] + verb_node.label[3:]  # VBZ_tr <-> VBP_tr, ...
-        bad_vp = Tree(verb_phrase.label, [Tree(swapped_label, [swapped_word]), *verb_phrase.children[1:]])
-        bad = Tree("S", [subject, bad_vp, good.children[2]])
+        bad = Tree("S", [subject, _verb_number_swapped(verb_phrase, number), good.children[2]])
         pairs.append(
             MinimalPair(
                 good=to_ptb_tree(good),
@@ -357,9 +381,47 @@ def agreement_minimal_pairs(
                 construction=construction,
                 subject_number=number,
                 verb_index=len(subject.leaves()),
+                depth=0 if construction == "simple" else depth,
             )
         )
     return pairs
+
+
+_OTHER_NUMBER = {"sg": "pl", "pl": "sg"}
+_VERB_TAG = {"sg": "VBZ", "pl": "VBP"}
+
+
+def _nested_modifier(grammar: WeightedCFG, rng, construction: str, number: str, other: str, depth: int) -> Tree:
+    """A PP or relative clause (grammar labels) modifying an NP of `number`.
+
+    Its noun phrase, the attractor (of number `other`), is itself modified
+    the same way `depth - 1` more times, each time by a phrase whose
+    attractor has the number `other` too.
+    """
+    attractor = grammar.sample(rng, f"NP_{other}_base")
+    if depth > 1:
+        inner = _nested_modifier(grammar, rng, construction, other, other, depth - 1)
+        attractor = Tree(f"NP_{other}", [attractor, inner])
+    else:
+        attractor = Tree(f"NP_{other}", attractor.children)  # NP_x has the same base rules
+    if construction == "pp":
+        return Tree("PP", [grammar.sample(rng, "IN"), attractor])
+    if construction == "subject_relative":
+        verb = grammar.sample(rng, f"{_VERB_TAG[number]}_tr")
+        clause = Tree(f"S_{number}_subjrel", [Tree(f"VP_{number}", [verb, attractor])])
+    else:  # object_relative: the attractor is the clause's subject, its verb agrees with it
+        verb = grammar.sample(rng, f"{_VERB_TAG[other]}_tr")
+        clause = Tree("S_objrel", [attractor, Tree(f"VP_{other}_gap", [verb])])
+    return Tree(f"SBAR_{number}", [grammar.sample(rng, "WHNP"), clause])
+
+
+def _verb_number_swapped(verb_phrase: Tree, number: str) -> Tree:
+    """`verb_phrase` (of `number`) with its verb, the first child, in the other number (word and tag)."""
+    verb_node = verb_phrase.children[0]
+    word = verb_node.children[0]
+    swapped_word = _PLURAL_OF[word] if number == "sg" else _SINGULAR_OF[word]
+    swapped_label = _VERB_TAG[_OTHER_NUMBER[number]] + verb_node.label[3:]  # VBZ_tr <-> VBP_tr, ...
+    return Tree(verb_phrase.label, [Tree(swapped_label, [swapped_word]), *verb_phrase.children[1:]])
 
 
 # ---------------------------------------------------------------------------
