@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -28,20 +29,60 @@ def test_rerank_picks_the_argmax(tmp_path):
 
 
 def test_ties_go_to_the_first_proposal(tmp_path):
+    # A tree and its retagged copy are one tree to the model (tags are dropped): an exact tie, whichever is first.
     gold = corpus()[2]
-    path = write_proposals(tmp_path / "p.txt", [[flat(gold), retagged(gold), gold]])
-    (r,) = rerank(fresh_scorer("tg"), read_proposals(path, dedup=False))
-    assert r.logps[1] == r.logps[2]  # the same tree to the model
-    if r.best in (1, 2):
-        assert r.best == 1
+    blocks = [[gold, retagged(gold)], [retagged(gold), gold]]
+    results = list(rerank(fresh_scorer("tg"), read_proposals(write_proposals(tmp_path / "p.txt", blocks), dedup=False)))
+    for r, block in zip(results, blocks):
+        assert r.logps[0] == r.logps[1]
+        assert r.best == 0 and r.best_tree == block[0]
 
 
-def test_f1_is_evalb_of_the_chosen_trees(tmp_path):
-    blocks = standard_blocks(8)
+PUNCTUATION_TAGS = {",", ":", "``", "''", "."}  # COLLINS.prm's deleted pre-terminals
+
+
+def labelled_brackets(tree: trees.Tree) -> Counter:
+    """The oracle's constituents: (label, start, end) over the words left after deleting punctuation, with counts."""
+    found = Counter()
+
+    def walk(node: trees.Tree, start: int) -> int:
+        if node.is_preterminal():
+            return start + (node.label not in PUNCTUATION_TAGS)
+        end = start
+        for child in node.children:
+            end = walk(child, end)
+        if end > start:
+            found[(node.label, start, end)] += 1
+        return end
+
+    walk(tree, 0)
+    return found
+
+
+def test_f1_counts_the_chosen_trees_brackets(tmp_path):
+    # By hand: gold (S (NP (NP this woman) (PP by (NP the clerk))) (VP pushes (NP this goat)) .) has 7 brackets;
+    # the flat proposal has one, S over the 8 words, which matches: recall 1/7, precision 1/1.
+    sentence = trees.parse("(S (NP (NP (DT this) (NN woman)) (PP (IN by) (NP (DT the) (NN clerk)))) "
+                           "(VP (VBZ pushes) (NP (DT this) (NN goat))) (. .))")
+    hand = rerank_f1([flat(sentence)], [sentence]).all
+    assert (hand.bracketing_recall, hand.bracketing_precision) == (pytest.approx(100 / 7, abs=0.01), 100.0)
+    assert hand.bracketing_fmeasure == pytest.approx(100 * 2 / 8, abs=0.01)
+
+    # The model's choices, against bracket counts made here (corpus-level recall and precision). A fresh model
+    # prefers the flat tree (the fewest actions), so every other sentence is offered none: the chosen trees mix
+    # flat and deeper ones.
+    blocks = [block if i % 2 == 0 else block[:2] for i, block in enumerate(standard_blocks(8))]
     results = list(rerank(fresh_scorer("txl_cc"), read_proposals(write_proposals(tmp_path / "p.txt", blocks))))
     gold = [b[1] for b in blocks]
     chosen = [r.best_tree for r in results]
-    assert rerank_f1(chosen, gold).f1 == evalb(gold, chosen).f1
+    assert 0 < sum(c == flat(g) for c, g in zip(chosen, gold)) < len(gold)
+    matched = sum(sum((labelled_brackets(c) & labelled_brackets(g)).values()) for c, g in zip(chosen, gold))
+    num_gold = sum(sum(labelled_brackets(g).values()) for g in gold)
+    num_chosen = sum(sum(labelled_brackets(c).values()) for c in chosen)
+    summary = rerank_f1(chosen, gold).all
+    assert summary.bracketing_recall == pytest.approx(100 * matched / num_gold, abs=0.01)
+    assert summary.bracketing_precision == pytest.approx(100 * matched / num_chosen, abs=0.01)
+    assert summary.bracketing_fmeasure == pytest.approx(200 * matched / (num_gold + num_chosen), abs=0.01)
     assert rerank_f1(gold, gold).f1 == 100.0
     with pytest.raises(ProposalError, match="gold trees but"):
         rerank_f1(chosen[:-1], gold)
