@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tgjax.data.vocab import build_word_dictionary
-from tgjax.eval.perplexity import (ProposalError, logsumexp, read_proposals, score_documents,
+from tgjax.eval.perplexity import (PplSummary, ProposalError, logsumexp, read_proposals, score_documents,
                                    score_proposals)
 from tgjax.eval.scoring import Scorer, encode, score_trees
 from tgjax.syntax import actions
@@ -190,6 +190,28 @@ def test_bad_proposal_files_are_named(tmp_path):
         list(score_proposals(scorer, read_proposals(tmp_path / "label.txt")))
 
 
+@pytest.mark.parametrize("rule, documents, dedup, key", [
+    ("tg", False, True, "word_perplexity_upper_bound"),
+    ("tg", False, False, "word_perplexity_with_duplicates"),
+    ("txl_cc", True, True, "word_perplexity_greedy_documents"),
+    ("tg", True, False, "word_perplexity_greedy_documents_with_duplicates"),
+    ("txl_terminals", True, False, "word_perplexity"),
+])
+def test_summary_names_the_perplexity_for_what_it_is(rule, documents, dedup, key):
+    """Only distinct proposals at sentence level give the paper's upper bound; the rest are named otherwise."""
+    summary = PplSummary(rule, documents=documents, dedup=dedup)
+    for bound, words in [(-2.0, 1), (-4.0, 2)]:  # Σ log = -6 over 3 words: perplexity e^2
+        summary.add({"bound": bound, "best_logp": bound - 1, "num_words": words, "num_proposals": 2,
+                     "num_duplicates": 0, "num_unk": 0})
+    result = summary.result()
+    perplexities = {k for k in result if k.startswith("word_perplexity")}
+    assert perplexities == {key}
+    assert result[key] == pytest.approx(math.exp(2.0))
+    assert ("total_log_bound" in result) == (key == "word_perplexity_upper_bound")
+    if rule != "txl_terminals":
+        assert result["best_tree_word_perplexity"] == pytest.approx(math.exp(8.0 / 3))
+
+
 def test_ppl_command(tmp_path, capsys):
     from tgjax.eval.commands import main_ppl
 
@@ -208,5 +230,12 @@ def test_ppl_command(tmp_path, capsys):
     assert summary["word_perplexity_upper_bound"] == pytest.approx(math.exp(-math.fsum(r["bound"] for r in records)
                                                                             / words))
     assert "word_perplexity_upper_bound" in capsys.readouterr().err
+    # Counting duplicates is no bound: named for what it is (the file repeats each block's second proposal).
+    assert main_ppl(["--workdir", str(workdir), "--proposals", str(path), "-o", str(tmp_path / "dup.jsonl"),
+                     "--keep-duplicates", "--batch-size", str(B)]) == 0
+    summary = json.loads((tmp_path / "dup.jsonl.meta.json").read_text())["summary"]
+    assert summary["word_perplexity_with_duplicates"] < math.exp(-math.fsum(r["bound"] for r in records) / words)
+    assert "word_perplexity_upper_bound" not in summary and "total_log_bound" not in summary
+    assert "word_perplexity_upper_bound" not in capsys.readouterr().err
     assert main_ppl(["--workdir", str(workdir), "--proposals", str(tmp_path / "nope.txt")]) == 2
     assert "no such proposal file" in capsys.readouterr().err

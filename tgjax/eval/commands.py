@@ -218,7 +218,8 @@ def main_score(argv: Sequence[str] | None = None) -> int:
 
 
 def _ppl(args) -> int:
-    from tgjax.eval.perplexity import PplSummary, ppl_record, read_proposals, score_documents, score_proposals
+    from tgjax.eval.perplexity import ppl_record, read_proposals, score_documents, score_proposals
+    from tgjax.eval.shards import make_summary
 
     shard = _shard(args)
     scorer, members, settings = build_scorer(args)
@@ -231,7 +232,7 @@ def _ppl(args) -> int:
     else:
         results = score_proposals(scorer, blocks, chunk_size=args.chunk_size)
     records = (ppl_record(r, all_logps=args.all_logps, documents=args.documents) for r in results)
-    result, output = _write_records(args, "ppl", shard, settings, records, PplSummary(scorer.rule), members)
+    result, output = _write_records(args, "ppl", shard, settings, records, make_summary("ppl", settings), members)
     _report_shard("ppl", args.proposals, shard, output, result, args.quiet)
     return 0
 
@@ -247,10 +248,11 @@ def main_ppl(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--proposals", required=True, help="the proposal trees (the same file for every model)")
     parser.add_argument("--keep-duplicates", action="store_true",
                         help="count repeated proposals every time (default: each distinct tree once, as the bound "
-                             "requires)")
+                             "requires); the perplexity is then no bound: word_perplexity_with_duplicates")
     parser.add_argument("--documents", action="store_true",
                         help="document-level models: a line '<doc>' starts a document; each sentence is scored "
-                             "after the greedy best trees of the sentences before it (the paper's approximation)")
+                             "after the greedy best trees of the sentences before it (the paper's approximation, "
+                             "reported as word_perplexity_greedy_documents, not as a bound)")
     parser.add_argument("--doc-label", default="DOC", help="label of the document node (default DOC)")
     parser.add_argument("--all-logps", action="store_true", help="add every proposal's log p to the records")
     return _run("tgjax eval ppl", _ppl, argv, parser)

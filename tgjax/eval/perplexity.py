@@ -27,7 +27,8 @@ proposals that are the same tree for the model (the same Choe–Charniak
 actions; trees that differ only in POS tags are the same tree to a model
 that does not read tags) are kept once, by default, and the number removed is
 reported (`num_duplicates`). `dedup=False` counts every line (a tree given
-twice then adds log 2 to its own term).
+twice then adds log 2 to its own term), so its perplexity is no bound and is
+reported as `word_perplexity_with_duplicates`.
 
 Document level (the paper's approximation). For a document of sentences
 s_1..s_n, each with its proposals, sentence i is scored given a single-path
@@ -41,7 +42,9 @@ where the probability of a sentence's proposal is that of its own actions
 (the first sentence's also count `(DOC`, the last's the closing `DOC)`), so
 the document's bound is Σ_i of these. Models are left to right, so the
 prefix's probabilities do not depend on what follows and each step scores
-J sequences of the prefix plus one proposal. In document proposal files a
+J sequences of the prefix plus one proposal. The greedy prefix makes this
+an approximation, not a bound, so its perplexity is reported as
+`word_perplexity_greedy_documents`. In document proposal files a
 line holding only `<doc>` starts a new document (before the first block it
 may be omitted).
 
@@ -357,11 +360,33 @@ def ppl_record(result: ProposalScores, *, all_logps: bool = False, documents: bo
     return record
 
 
-class PplSummary:
-    """Corpus totals of `ppl` records (exact sums, order-independent)."""
+def perplexity_name(rule: str, *, documents: bool, dedup: bool) -> str:
+    """What the summary's perplexity is, as its key: only distinct proposals at sentence level bound it.
 
-    def __init__(self, rule: str):
+    - `word_perplexity`: TXL (terminals), exact (sentences or documents);
+    - `word_perplexity_upper_bound`: the paper's bound (§3.1), distinct proposals, sentence level;
+    - `word_perplexity_greedy_documents`: `--documents`, each sentence after the greedy best trees of
+      the ones before it, which the paper calls an approximation (no bound either way);
+    - `..._with_duplicates`: repeated proposals counted every time, which can push it below p(x)'s.
+    """
+    if rule == "txl_terminals":
+        return "word_perplexity"
+    name = "word_perplexity_greedy_documents" if documents else "word_perplexity"
+    if not dedup:
+        return name + "_with_duplicates"
+    return name if documents else "word_perplexity_upper_bound"
+
+
+class PplSummary:
+    """Corpus totals of `ppl` records (exact sums, order-independent).
+
+    `documents` and `dedup` are the settings the records were made with: they
+    decide what the perplexity is, and so its name (`perplexity_name`).
+    """
+
+    def __init__(self, rule: str, *, documents: bool = False, dedup: bool = True):
         self.rule = rule
+        self.perplexity_key = perplexity_name(rule, documents=documents, dedup=dedup)
         self.bound = ExactSum()
         self.best = ExactSum()
         self.sentences = self.words = self.proposals = self.duplicates = self.unk = 0
@@ -378,11 +403,13 @@ class PplSummary:
     def result(self) -> dict:
         total = self.bound.value
         n = max(self.words, 1)
+        bound = self.perplexity_key == "word_perplexity_upper_bound"
         out = {"sentences": self.sentences, "num_words": self.words, "num_proposals": self.proposals,
-               "num_duplicates_removed": self.duplicates, "num_unk_words": self.unk, "total_log_bound": total}
-        if self.rule == "txl_terminals":
-            out["word_perplexity"] = _exp(-total / n)  # exact; `</s>` in the log p, not in the words
-        else:
-            out["word_perplexity_upper_bound"] = _exp(-total / n)
+               "num_duplicates_removed": self.duplicates, "num_unk_words": self.unk,
+               # Σ_x log Σ_j p(x, y_j): a lower bound on log p(corpus) only where the perplexity is the bound.
+               "total_log_bound" if bound else "total_log_sum_over_proposals": total}
+        # Exact for TXL (terminals) (`</s>` in the log p, not in the words); else see `perplexity_name`.
+        out[self.perplexity_key] = _exp(-total / n)
+        if self.rule != "txl_terminals":
             out["best_tree_word_perplexity"] = _exp(-self.best.value / n)  # one tree per sentence: looser
         return out

@@ -190,7 +190,9 @@ def make_summary(command: str, settings: dict):
     if command == "ppl":
         from tgjax.eval.perplexity import PplSummary
 
-        return PplSummary(settings["rule"])
+        # The settings decide what the perplexity is (a bound, or not) and so its name.
+        return PplSummary(settings["rule"], documents=settings.get("documents", False),
+                          dedup=settings.get("dedup", True))
     if command == "rerank":
         return _RerankSummary()
     raise ShardError(f"unknown command {command!r}")
