@@ -33,19 +33,39 @@ def test_agreement_accuracy_counts_pairs_by_construction():
     assert [p.construction for p in pairs] == ["pp", "subject_relative", "object_relative"] * 2
     assert by_construction == pytest.approx({"pp": 1.0, "subject_relative": 0.5, "object_relative": 0.5})
 
-def test_demo_trains_and_tabulates_three_models(tmp_path, capsys):
+def test_demo_trains_and_tabulates_three_models(tmp_path, capsys, monkeypatch):
+    scored = []  # (depths of the pairs, how many, the accuracy) of each _agreement call
+
+    def recording_agreement(scorer, pairs):
+        accuracy, by_construction = real_agreement(scorer, pairs)
+        scored.append((sorted({p.depth for p in pairs}), len(pairs), accuracy))
+        return accuracy, by_construction
+
+    real_agreement = demo._agreement
+    monkeypatch.setattr(demo, "_agreement", recording_agreement)
     overrides = ["training.num_steps=12", "evaluation.interval_steps=12", "checkpointing.interval_steps=12",
                  "logging.interval_steps=6", "model.d_model=32", "model.ffw_hidden_size=64",
                  "model.sequence_length=32", "model.memory_length=32", "data.num_train_sentences=200",
                  "data.num_valid_sentences=20"]
     report = demo.run_demo(tmp_path, overrides=overrides, num_valid=4, num_simple_pairs=2, num_pairs=3,
-                           beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))
+                           num_deep_pairs=3, beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))
     assert [r.model for r in report.rows] == list(demo.MODELS)
+    # Per model: simple, attractor, then the depth-2 and depth-3 pairs, each row holding its own results.
+    assert [(depths, n) for depths, n, _ in scored] == [([0], 2), ([1], 3), ([2], 3), ([3], 3)] * 3
+    for row, calls in zip(report.rows, [scored[i:i + 4] for i in (0, 4, 8)]):
+        assert [row.simple_accuracy, row.agreement_accuracy, row.deep_accuracy[2], row.deep_accuracy[3]] == [
+            accuracy for _, _, accuracy in calls]
     for row in report.rows:
         assert row.num_parameters > 0 and math.isfinite(row.valid_loss)
         assert 1.0 < row.word_perplexity < math.inf
         assert 0.0 <= row.agreement_accuracy <= 1.0 and row.simple_accuracy in (0.0, 0.5, 1.0)
         assert set(row.agreement_by_construction) == {"pp", "subject_relative", "object_relative"}
+        assert set(row.deep_accuracy) == set(row.deep_by_construction) == {2, 3}
+        for depth in (2, 3):  # three pairs, one per construction
+            by_construction = row.deep_by_construction[depth]
+            assert set(by_construction) == {"pp", "subject_relative", "object_relative"}
+            assert set(by_construction.values()) <= {0.0, 1.0}
+            assert row.deep_accuracy[depth] == pytest.approx(sum(by_construction.values()) / 3)
         assert (tmp_path / row.model / "vocab.json").exists()
     tg, cc, terminals = report.rows
     assert terminals.exact_perplexity and not tg.exact_perplexity
@@ -53,3 +73,16 @@ def test_demo_trains_and_tabulates_three_models(tmp_path, capsys):
     assert 0.0 <= report.baseline_unlabeled_f1 <= 100.0
     table = report.format()
     assert "right-branching" in table and "TXL (terminals)" in table and "—" in table
+    assert "depth 2" in table and "depth 3" in table and "3 at each depth" in table
+
+
+def test_table_puts_each_depth_in_its_column():
+    row = demo.ModelReport("tg", 1000, 10.0, 2.0, 30.0, False, 90.0, 95.0, 1.0, 0.875,
+                           {"pp": 0.875}, {2: 0.75, 3: 0.25}, {2: {"pp": 0.75}, 3: {"pp": 0.25}}, 5.0)
+    table = demo.DemoReport([row], 0.0, 40.0, 10, 4, 8, 4, (2, 3)).format().splitlines()
+    header = next(line for line in table if line.startswith("model"))
+    tg = next(line for line in table if line.startswith("TG"))
+    assert header.split()[-6:] == ["simple", "attractor", "depth", "2", "depth", "3"]
+    assert tg.split()[-4:] == ["100.0%", "87.5%", "75.0%", "25.0%"]
+    assert len(tg) == len(header)  # the columns line up
+    assert "  depth 2: TG pp 75%" in table and "  depth 3: TG pp 25%" in table

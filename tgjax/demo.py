@@ -21,7 +21,14 @@ over the words alone (`txl_terminals`). Then, for each, on held-out data:
   head and the verb, in a PP or a relative clause ("the dogs near the cat
   bark"). A TG reaches the head noun only through composed constituents, one
   level of nesting per layer, so it needs three layers to see through
-  [NP [NP the dogs] [PP near the cat]]: the models here have three.
+  [NP [NP the dogs] [PP near the cat]]: the models here have three;
+* generalisation: the same accuracy on pairs whose subject nests 2 or 3
+  embeddings between its head and the verb ("the dogs near the cat near the
+  houses bark", nested relative clauses), every noun in between of the other
+  number (`agreement_minimal_pairs(depth=...)`). No training sentence has
+  more than one embedding there (the built-in grammar caps its subjects), so
+  these pairs ask for agreement across deeper nesting than was ever seen
+  between a subject and its verb, the same for every model;
 
 and prints one table. Re-running the command resumes or reuses the
 trained runs in the workdir (each model's run is in `WORKDIR/<model>`).
@@ -45,6 +52,7 @@ MODELS = ("tg", "txl_cc", "txl_terminals")
 DEMO_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
                  "training.lr_schedule.kwargs.cosine_cycle_length=1400", "evaluation.interval_steps=500",
                  "checkpointing.interval_steps=500")
+DEPTHS = (2, 3)  # the generalisation columns: embeddings between subject and verb (training has <= 1)
 TITLES = {"tg": "TG", "txl_cc": "TXL (CC)", "txl_terminals": "TXL (terminals)"}
 
 
@@ -63,6 +71,8 @@ class ModelReport:
     simple_accuracy: float  # agreement, bare subjects
     agreement_accuracy: float  # agreement across an attractor
     agreement_by_construction: dict[str, float]
+    deep_accuracy: dict[int, float]  # depth (2, 3) -> agreement across that many nested embeddings
+    deep_by_construction: dict[int, dict[str, float]]
     eval_seconds: float
 
 
@@ -74,22 +84,27 @@ class DemoReport:
     num_valid_sentences: int
     num_simple_pairs: int
     num_pairs: int
+    num_deep_pairs: int  # per depth
+    depths: tuple[int, ...]
 
     def format(self) -> str:
+        depth_titles = "".join(f"{f'depth {d}':>10}" for d in self.depths)
         lines = [
             f"Held-out results on the built-in treebank ({self.num_valid_sentences} validation sentences; "
-            f"agreement minimal pairs: {self.num_simple_pairs} simple, {self.num_pairs} with an attractor)",
+            f"agreement minimal pairs: {self.num_simple_pairs} simple, {self.num_pairs} with an attractor, "
+            f"{self.num_deep_pairs} at each depth)",
             "",
-            f"{'':<17}{'':>9}{'':>9}{'':>11}{'parse F1':>20}{'agreement':>20}",
+            f"{'':<17}{'':>9}{'':>9}{'':>11}{'parse F1':>20}{'agreement':>{20 + 10 * len(self.depths)}}",
             f"{'model':<17}{'params':>9}{'train s':>9}{'valid ppl':>11}{'labelled':>10}{'unlab.':>10}"
-            f"{'simple':>10}{'attractor':>10}",
+            f"{'simple':>10}{'attractor':>10}{depth_titles}",
         ]
         for r in self.rows:
             ppl = f"{r.word_perplexity:.2f}" + ("" if r.exact_perplexity else "*")
             f1 = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+            deep = "".join(f"{100 * r.deep_accuracy[d]:>9.1f}%" for d in self.depths)
             lines.append(f"{TITLES.get(r.model, r.model):<17}{r.num_parameters:>9,}{r.train_seconds:>9.0f}{ppl:>11}"
                          f"{f1(r.labeled_f1):>10}{f1(r.unlabeled_f1):>10}{100 * r.simple_accuracy:>9.1f}%"
-                         f"{100 * r.agreement_accuracy:>9.1f}%")
+                         f"{100 * r.agreement_accuracy:>9.1f}%{deep}")
         lines.append(f"{'right-branching':<17}{'':>9}{'':>9}{'':>11}{self.baseline_labeled_f1:>10.2f}"
                      f"{self.baseline_unlabeled_f1:>10.2f}")
         lines += [
@@ -100,10 +115,19 @@ class DemoReport:
             "F1: EVALB (COLLINS.prm) of the beam's best tree against the gold tree.",
             "agreement: log p(good) > log p(bad) on minimal pairs; simple: a bare subject; attractor: a noun of",
             "  the other number between the subject's head and the verb; by construction: "
-            + "; ".join(f"{TITLES.get(r.model, r.model)} " + ", ".join(
-                f"{c} {100 * a:.0f}%" for c, a in r.agreement_by_construction.items()) for r in self.rows),
+            + _by_construction(self.rows, lambda r: r.agreement_by_construction),
+            "depth d: d nested PPs or relative clauses between the subject's head and the verb, every noun in",
+            "  between of the other number; no training subject has more than 1. By construction:",
         ]
+        lines += [f"  depth {d}: " + _by_construction(self.rows, lambda r, d=d: r.deep_by_construction[d])
+                  for d in self.depths]
         return "\n".join(lines)
+
+
+def _by_construction(rows: list[ModelReport], accuracies) -> str:
+    """'TG pp 100%, ...; TXL (CC) ...' from `accuracies(row)`: construction -> accuracy."""
+    return "; ".join(f"{TITLES.get(r.model, r.model)} " + ", ".join(
+        f"{c} {100 * a:.0f}%" for c, a in accuracies(r).items()) for r in rows)
 
 
 def _train_one(name: str, workdir: Path, overrides: list[str], stream: TextIO) -> tuple[int, float, float]:
@@ -136,9 +160,24 @@ def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:
     return float(correct.mean()), by_construction
 
 
-def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, beam_config, stream: TextIO):
-    """(perplexity, exact?, F1s (labelled, unlabelled, baseline's), simple accuracy, attractor accuracy,
-    attractor accuracy per construction, seconds)."""
+@dataclasses.dataclass
+class Evaluation:
+    """What `evaluate_model` measures for one trained model (see `ModelReport` for the fields)."""
+
+    word_perplexity: float
+    exact_perplexity: bool
+    f1s: tuple  # (labelled, unlabelled, right-branching labelled, unlabelled); Nones for TXL (terminals)
+    simple_accuracy: float
+    agreement_accuracy: float
+    agreement_by_construction: dict[str, float]
+    deep_accuracy: dict[int, float]
+    deep_by_construction: dict[int, dict[str, float]]
+    seconds: float
+
+
+def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: dict[int, list], beam_config,
+                   stream: TextIO) -> Evaluation:
+    """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs."""
     from tgjax.eval.beam import make_word_scorer
     from tgjax.eval.loading import load_model
     from tgjax.eval.parse import parse_treebank
@@ -147,9 +186,9 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, beam_config,
     loaded = load_model(workdir, step="best")
     rule = loaded.pipeline_fields["rule"]
     scorer = make_word_scorer(loaded.model, loaded.vocab, rule, beam_config)
+    num_pairs = len(simple_pairs) + len(pairs) + sum(map(len, deep_pairs.values()))
     print(f"== evaluating {TITLES.get(loaded.model_name, loaded.model_name)}: "
-          f"{len(valid_trees)} validation sentences, {len(simple_pairs) + len(pairs)} minimal pairs",
-          file=stream, flush=True)
+          f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)
     if rule == "txl_terminals":
         results = scorer.search([t.leaves() for t in valid_trees])  # exact and fast: no progress needed
         words = sum(len(r.words) for r in results)
@@ -161,13 +200,15 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, beam_config,
         f1s = (report.labeled_f1, report.unlabeled_f1, report.baseline_labeled_f1, report.baseline_unlabeled_f1)
     simple_accuracy, _ = _agreement(scorer, simple_pairs)
     accuracy, by_construction = _agreement(scorer, pairs)
-    return (perplexity, rule == "txl_terminals", f1s, simple_accuracy, accuracy, by_construction,
-            time.perf_counter() - start)
+    deep = {depth: _agreement(scorer, depth_pairs) for depth, depth_pairs in deep_pairs.items()}
+    return Evaluation(perplexity, rule == "txl_terminals", f1s, simple_accuracy, accuracy, by_construction,
+                      {d: a for d, (a, _) in deep.items()}, {d: by for d, (_, by) in deep.items()},
+                      time.perf_counter() - start)
 
 
 def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), num_valid: int = 100,
-             num_simple_pairs: int = 60, num_pairs: int = 120, beam_config=None,
-             stream: TextIO | None = None) -> DemoReport:
+             num_simple_pairs: int = 60, num_pairs: int = 120, num_deep_pairs: int = 60, depths=DEPTHS,
+             beam_config=None, stream: TextIO | None = None) -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
     from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
     from tgjax.eval.beam import BeamConfig
@@ -179,18 +220,22 @@ def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), n
     valid_trees = get_corpus("builtin", "valid")[:num_valid]
     simple_pairs = agreement_minimal_pairs(num_simple_pairs, seed=1, constructions=("simple",))
     pairs = agreement_minimal_pairs(num_pairs, seed=0)
+    deep_pairs = {depth: agreement_minimal_pairs(num_deep_pairs, seed=0, depth=depth) for depth in depths}
     rows, baseline = [], (math.nan, math.nan)
     for name in models:
         num_parameters, train_seconds, valid_loss = _train_one(name, workdir / name, list(overrides), stream)
-        perplexity, exact, f1s, simple_accuracy, accuracy, by_construction, eval_seconds = evaluate_model(
-            workdir / name, valid_trees, simple_pairs, pairs, beam_config, stream)
-        if f1s[2] is not None:
-            baseline = (f1s[2], f1s[3])
-        rows.append(ModelReport(name, num_parameters, train_seconds, valid_loss, perplexity, exact, f1s[0], f1s[1],
-                                simple_accuracy, accuracy, by_construction, eval_seconds))
-        print(f"   {TITLES[name]}: valid ppl {perplexity:.2f}, agreement {100 * simple_accuracy:.1f}% simple, "
-              f"{100 * accuracy:.1f}% with an attractor ({eval_seconds:.0f}s)", file=stream, flush=True)
-    return DemoReport(rows, baseline[0], baseline[1], len(valid_trees), len(simple_pairs), len(pairs))
+        e = evaluate_model(workdir / name, valid_trees, simple_pairs, pairs, deep_pairs, beam_config, stream)
+        if e.f1s[2] is not None:
+            baseline = (e.f1s[2], e.f1s[3])
+        rows.append(ModelReport(name, num_parameters, train_seconds, valid_loss, e.word_perplexity,
+                                e.exact_perplexity, e.f1s[0], e.f1s[1], e.simple_accuracy, e.agreement_accuracy,
+                                e.agreement_by_construction, e.deep_accuracy, e.deep_by_construction, e.seconds))
+        deep = ", ".join(f"{100 * a:.1f}% at depth {d}" for d, a in e.deep_accuracy.items())
+        print(f"   {TITLES[name]}: valid ppl {e.word_perplexity:.2f}, agreement {100 * e.simple_accuracy:.1f}% "
+              f"simple, {100 * e.agreement_accuracy:.1f}% with an attractor, {deep} ({e.seconds:.0f}s)",
+              file=stream, flush=True)
+    return DemoReport(rows, baseline[0], baseline[1], len(valid_trees), len(simple_pairs), len(pairs),
+                      num_deep_pairs, tuple(depths))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--valid-sentences", type=int, default=100, help="validation sentences for ppl and F1")
     parser.add_argument("--simple-pairs", type=int, default=60, help="agreement minimal pairs, bare subjects")
     parser.add_argument("--pairs", type=int, default=120, help="agreement minimal pairs with an attractor")
+    parser.add_argument("--deep-pairs", type=int, default=60,
+                        help="agreement minimal pairs at each depth (2 and 3 nested embeddings)")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
@@ -214,11 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(models) - set(MODELS))
     if unknown or not models:
         parser.error(f"--models: unknown {unknown}; expected some of {list(MODELS)}")
-    if min(args.valid_sentences, args.simple_pairs, args.pairs) < 1:
-        parser.error("--valid-sentences, --simple-pairs and --pairs must be positive")
+    if min(args.valid_sentences, args.simple_pairs, args.pairs, args.deep_pairs) < 1:
+        parser.error("--valid-sentences, --simple-pairs, --pairs and --deep-pairs must be positive")
     start = time.perf_counter()
     report = run_demo(args.workdir, models=models, overrides=overrides, num_valid=args.valid_sentences,
-                      num_simple_pairs=args.simple_pairs, num_pairs=args.pairs)
+                      num_simple_pairs=args.simple_pairs, num_pairs=args.pairs, num_deep_pairs=args.deep_pairs)
     print()
     print(report.format())
     print(f"\n(total {time.perf_counter() - start:.0f}s; runs, TensorBoard logs and metrics in {args.workdir}/)")
