@@ -76,6 +76,10 @@ class PipelineConfig:
         for name in ("seq_len", "mem_len", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.transparency_depth >= 0 and self.compact:
+            # The device rebuild (and so training and scoring) has no transparent constituents.
+            raise ValueError(f"transparency_depth={self.transparency_depth}: transparent constituents exist in the "
+                             f"dense form only (compact=False); the compact form the models read has none")
 
 
 def load_trees(config: PipelineConfig) -> tuple[list[trees.Tree], trees.ReadReport | None]:
@@ -195,12 +199,13 @@ def make_rule(config: PipelineConfig):
 
 
 def segments_per_sequence(sequences, rule) -> np.ndarray:
-    """How many segments each sequence takes (closing NTs count twice under TG)."""
-    T = rule.seq_len
-    lengths = np.array([len(s[0]) for s in sequences])
-    if isinstance(rule, masks.TGMasking):
-        lengths += np.array([int(np.count_nonzero(s[1] == tt.CLOSING_NT)) for s in sequences])
-    return -(-lengths // T)
+    """`[S]` how many segments each sequence takes: `rule.num_segments`, the count the rule's chunks have.
+
+    (Counting here from the full length would give a sequence with trailing
+    padding more segments than the rule makes, and the batch would read the
+    next sequence's.)
+    """
+    return rule.num_segments(sequences)
 
 
 def deal_to_rows(num_segments: np.ndarray, num_rows: int, rng: np.random.Generator) -> list[list[tuple[int, int]]]:

@@ -200,7 +200,6 @@ def with_preterminals(tree: Tree, tags: Sequence[str]) -> Tree:
         nonlocal position
         children = []
         for child in node.children:
-            if not isinstance(child, str) and len(child.children) == 1 and isinstance(child.children[0], str): child = child.children[0]  # MUTANT
             if isinstance(child, str):
                 if position >= len(tags):
                     raise ValueError(f"{len(tags)} tags for a tree with more words: {tree.to_string()}")

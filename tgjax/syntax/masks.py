@@ -331,12 +331,26 @@ class _Layout(NamedTuple):
     last_real: np.ndarray  # [S] last position (within the sequence) with a non-zero id
 
 
-def _segment_layout(fields, lengths, starts, seq_of, local, seq_len) -> _Layout:
-    """Pads every sequence to whole segments; segments stop at the last non-zero id."""
-    last_real = np.maximum.reduceat(np.where(fields[0] != 0, local, -1), starts)
+def _segment_counts(inputs: np.ndarray, starts: np.ndarray, local: np.ndarray, seq_len: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The one definition of a sequence's segments: they stop at its last non-zero input id.
+
+    Args:
+      inputs: `[N]` ids of sequences laid end to end (after any duplication).
+      starts: `[S]` first position of each sequence; local: `[N]` position within it.
+    Returns:
+      `last_real [S]` (last position with a non-zero id) and `num_segments [S]`
+      (trailing padding takes no segment of its own).
+    """
+    last_real = np.maximum.reduceat(np.where(inputs != 0, local, -1), starts)
     if (last_real < 0).any():
         raise ValueError(f"sequence {int(np.argmax(last_real < 0))}: every input token id is 0 (padding)")
-    num_chunks = last_real // seq_len + 1
+    return last_real, last_real // seq_len + 1
+
+
+def _segment_layout(fields, lengths, starts, seq_of, local, seq_len) -> _Layout:
+    """Pads every sequence to whole segments; segments stop at the last non-zero id."""
+    last_real, num_chunks = _segment_counts(fields[0], starts, local, seq_len)
     padded = num_chunks * seq_len
     p_start, p_seq_of, p_local = _locate(padded)
     keep = local < padded[seq_of]
@@ -384,6 +398,19 @@ class _Rule:
 
     def _segments(self, sequences) -> _Segments:
         raise NotImplementedError
+
+    def _positions(self, sequences) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The sequences as the rule lays them out: (fields `4 x [N]`, lengths, starts `[S]`, seq_of, local `[N]`)."""
+        raise NotImplementedError
+
+    def num_segments(self, sequences) -> np.ndarray:
+        """`[S]` how many segments each sequence takes: the count `chunks_many` makes, for batchers.
+
+        Segments stop at a sequence's last non-zero input id, so trailing
+        padding takes none (closing NTs count twice under TG).
+        """
+        fields, _, starts, _, local = self._positions(sequences)
+        return _segment_counts(fields[0], starts, local, self.seq_len)[1]
 
     def compact_chunks_many(self, sequences) -> tuple[CompactChunk, np.ndarray]:
         """All segments of many sequences: a `CompactChunk` with a leading axis G, and `seq_index [G]`."""
@@ -548,8 +575,8 @@ class TGMasking(_Rule):
             f"linear_relpos={self.linear_relpos})"
         )
 
-    def _segments(self, sequences) -> _Segments:
-        T, M = self.seq_len, self.mem_len
+    def _positions(self, sequences):
+        """After duplicating closing NTs (CNT1, CNT2), validated as TG action sequences."""
         flat = _flatten(sequences)
         _check_types(flat, allow_cnt2=False)
         fields = tt.duplicate_closing_nts(*flat.fields)
@@ -557,6 +584,11 @@ class TGMasking(_Rule):
         lengths = flat.lengths + num_closing
         starts, seq_of, local = _locate(lengths)
         _validate_tg(fields[1], starts, seq_of, local)
+        return fields, lengths, starts, seq_of, local
+
+    def _segments(self, sequences) -> _Segments:
+        T, M = self.seq_len, self.mem_len
+        fields, lengths, starts, seq_of, local = self._positions(sequences)
         layout = _segment_layout(fields, lengths, starts, seq_of, local, T)
         life = _lifetimes(layout, self.transparency_depth)
         if self.smart_memory:
@@ -581,9 +613,10 @@ class TGMasking(_Rule):
             beginning_of_seq=first, end_of_seq=last,
             **_flags(G, False, self.linear_relpos, self.distinct_compose),
         )
-        self.stats.sequences += len(flat.lengths)
+        self.stats.sequences += len(lengths)
         self.stats.chunks += G
-        self.stats.input_tokens += int(np.count_nonzero(flat.fields[1]))
+        # Input tokens before duplication: a CNT2 is the second copy of a closing NT.
+        self.stats.input_tokens += int(np.count_nonzero(fields[1]) - np.count_nonzero(fields[1] == tt.CNT2))
         if life.transparent is None:
             return _Segments(compact, layout.chunk_seq, None, None, None)
         return _Segments(compact, layout.chunk_seq, seg(life.open_pos), seg(life.transparent),
@@ -789,11 +822,16 @@ class TXLMasking(_Rule):
     def __repr__(self) -> str:
         return f"TXLMasking(seq_len={self.seq_len}, mem_len={self.mem_len})"
 
-    def _segments(self, sequences) -> _Segments:
-        T, M = self.seq_len, self.mem_len
+    def _positions(self, sequences):
+        """As given (a TXL rule reads CNT2 tokens like any other)."""
         flat = _flatten(sequences)
         _check_types(flat, allow_cnt2=True)
-        layout = _segment_layout(flat.fields, flat.lengths, flat.starts, flat.seq_of, flat.local, T)
+        return flat.fields, flat.lengths, flat.starts, flat.seq_of, flat.local
+
+    def _segments(self, sequences) -> _Segments:
+        T, M = self.seq_len, self.mem_len
+        fields, lengths, starts, seq_of, local = self._positions(sequences)
+        layout = _segment_layout(fields, lengths, starts, seq_of, local, T)
         G = len(layout.chunk_seq)
         slots = np.arange(M)
         start = (layout.chunk_local * T)[:, None]
@@ -820,9 +858,9 @@ class TXLMasking(_Rule):
             beginning_of_seq=first, end_of_seq=last,
             **_flags(G, True, True, False),
         )
-        self.stats.sequences += len(flat.lengths)
+        self.stats.sequences += len(lengths)
         self.stats.chunks += G
-        self.stats.input_tokens += int(np.count_nonzero(flat.fields[1]))
+        self.stats.input_tokens += int(np.count_nonzero(fields[1]))
         return _Segments(compact, layout.chunk_seq, None, None, None)
 
 
