@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tgjax.data.pipeline import Pipeline, PipelineConfig
 from tgjax.train.config import (ConfigError, apply_overrides, default_config, load_config, parse_override_args,
                                 UNSET_PATH)
 from tgjax.train.loop import resolve_model_config, validate_config
@@ -113,8 +114,9 @@ def test_value_errors_are_config_errors():
     config.model.name = "tgx"
     with pytest.raises(ConfigError, match=r"model.name: unknown 'tgx'"):
         validate_config(config)
-    with pytest.raises(ConfigError, match="num_unrestricted_layers=9"):
-        resolve_model_config(apply_overrides(default_config(), ["model.num_unrestricted_layers=9"]), 50)
+    with pytest.raises(ConfigError, match=r"num_unrestricted_layers=9 is not in \[0, num_layers=2\]"):
+        resolve_model_config(apply_overrides(default_config(), ["model.name=tg_layer_hybrid",
+                                                                "model.num_unrestricted_layers=9"]), 50)
 
 
 def test_optimizer_and_schedule_kwargs_are_free_form():
@@ -127,3 +129,14 @@ def test_optimizer_and_schedule_kwargs_are_free_form():
     assert config.training.optimizer.kwargs.weight_decay == 0.1
     with pytest.raises(ConfigError, match="expected a dict literal"):
         apply_overrides(default_config(), ["training.lr_schedule.kwargs=3"])
+
+
+def test_transparency_is_not_a_training_key():
+    """Transparent constituents exist in the dense host form only; no model reads them, so no config offers them."""
+    with pytest.raises(ConfigError, match=r"config key 'data.transparency_depth' does not exist"):
+        apply_overrides(default_config(), ["data.transparency_depth=1"])
+    with pytest.raises(ValueError, match=r"transparency_depth=1: transparent constituents exist in the dense form only"):
+        PipelineConfig(transparency_depth=1)
+    dense = Pipeline(PipelineConfig(num_sentences=4, seq_len=16, mem_len=16, batch_size=2, transparency_depth=1,
+                                    compact=False))
+    assert "attn_mask" in dense.epoch_source(0)[0]

@@ -3,6 +3,12 @@
 Each entry says how the model is built (`ModelConfig` switches) and how its
 data are made (`PipelineConfig` fields: which masking rule, which memory), so
 the two sides always agree.
+
+A switch means one model: the switches an entry fixes are its own, and the
+ones it `admits` may be set by the user (how many unrestricted layers a
+layer-hybrid has). Any other switch set away from its default is refused with
+the name of the registered model that has it, so that `tg` with unrestricted
+layers cannot silently become a hybrid that is not `tg_layer_hybrid`.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from tgjax.models.transformer_lm import ModelConfig, TransformerLM
 class ModelSpec:
     name: str
     description: str
-    model: dict[str, Any]  # ModelConfig switches
+    model: dict[str, Any]  # ModelConfig switches, fixed
     pipeline: dict[str, Any]  # PipelineConfig fields
+    admits: tuple[str, ...] = ()  # ModelConfig switches the user may set (sizes are always free)
 
     def pipeline_fields(self, model_config: ModelConfig) -> dict[str, Any]:
         """Pipeline settings that match a model config (rule, segment and memory lengths, memory kind)."""
@@ -42,14 +49,40 @@ SPECS = {
         ModelSpec("tg_txl_memory_linear_pos", "TG with TXL memory and linear relative positions",
                   {"smart_memory": False, "linear_relpos": True}, _TG),
         ModelSpec("tg_layer_hybrid", "TG whose top model.num_unrestricted_layers layers are unrestricted (TXL)",
-                  {"smart_memory": False}, _TG),
+                  {"smart_memory": False}, _TG, admits=("num_unrestricted_layers",)),
         ModelSpec("tg_head_hybrid", "TG whose last model.num_unrestricted_heads heads are unrestricted (TXL)",
-                  {"smart_memory": False}, _TG),
+                  {"smart_memory": False}, _TG, admits=("num_unrestricted_heads",)),
         ModelSpec("txl_cc", "Transformer-XL on Choe-Charniak actions", {"tg": False}, {"rule": "txl_cc"}),
         ModelSpec("txl_terminals", "Transformer-XL on words only", {"tg": False}, {"rule": "txl_terminals"}),
     ]
 }
 MODEL_NAMES = tuple(SPECS)
+
+# The `ModelConfig` fields that choose a variant (the rest are sizes and dropout rates).
+SWITCHES = ("tg", "smart_memory", "distinct_compose", "linear_relpos", "num_unrestricted_layers",
+            "num_unrestricted_heads")
+_SWITCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in SWITCHES}
+
+
+def _models_with_switch(switch: str, value: Any) -> list[ModelSpec]:
+    """Registered models that fix `switch` to `value`, or let the user set it."""
+    return [spec for spec in SPECS.values()
+            if spec.model.get(switch, _SWITCH_DEFAULTS[switch]) == value or switch in spec.admits]
+
+
+def check_switches(spec: ModelSpec, switches: dict[str, Any]) -> None:
+    """Refuses a switch that `spec` neither admits nor fixes to that value, naming the models that have it.
+
+    A switch the entry leaves alone may only be at its `ModelConfig` default.
+    """
+    for switch, value in switches.items():
+        if switch in spec.admits or value == spec.model.get(switch, _SWITCH_DEFAULTS[switch]):
+            continue
+        owners = [other for other in _models_with_switch(switch, value) if other.name != spec.name]
+        described = ", ".join(f"{other.name!r} ({other.description})" for other in owners)
+        named = {0: "no registered model has it", 1: f"the registered model with it is {described}"}.get(
+            len(owners), f"the registered models with it are {described}")
+        raise ValueError(f"model.{switch}={value!r} is not a switch of model {spec.name!r}; {named}")
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -65,6 +98,7 @@ def model_config(name: str, vocab_size: int, **sizes) -> ModelConfig:
     unknown = sorted(set(sizes) - fields)
     if unknown:
         raise ValueError(f"unknown model config key(s) {unknown}; expected some of {sorted(fields)}")
+    check_switches(spec, {k: v for k, v in sizes.items() if k in SWITCHES})
     if spec.name == "tg_layer_hybrid" and not sizes.get("num_unrestricted_layers"):
         sizes["num_unrestricted_layers"] = 1
     if spec.name == "tg_head_hybrid" and not sizes.get("num_unrestricted_heads"):

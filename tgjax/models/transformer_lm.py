@@ -55,6 +55,15 @@ class ModelConfig:
                      "sequence_length", "memory_length"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"model.d_model={self.d_model} is not divisible by model.num_heads={self.num_heads}")
+        if self.min_relative_position > self.max_relative_position:
+            raise ValueError(f"model.min_relative_position={self.min_relative_position} is above "
+                             f"model.max_relative_position={self.max_relative_position}: expected min <= max")
+        max_position = int(jnp.iinfo(masks.RELPOS_DTYPE).max)  # the pipeline's relative positions are int16
+        if self.sequence_length + self.memory_length > max_position:
+            raise ValueError(f"model.sequence_length + model.memory_length = "
+                             f"{self.sequence_length + self.memory_length}: expected at most {max_position}")
         if not 0 <= self.num_unrestricted_layers <= self.num_layers:
             raise ValueError(f"model.num_unrestricted_layers={self.num_unrestricted_layers} "
                              f"is not in [0, num_layers={self.num_layers}]")

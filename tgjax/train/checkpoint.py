@@ -205,6 +205,11 @@ class CheckpointStore:
 
     def close(self) -> None:
         self._finish_manifests()
+        # orbax's close() does not wait for the clean-up of temporary directories that opening the manager
+        # started; a process exiting right after (a data error) would print that thread's traceback.
+        cleanup = getattr(self.manager, "_cleanup_tmp_directory_future", None)
+        if cleanup is not None:
+            cleanup.result()
         self.manager.close()
 
     def _finish_manifests(self) -> None:

@@ -61,6 +61,8 @@ def default_config() -> ml_collections.ConfigDict:
             memory_length=64,
             min_relative_position=-1,
             max_relative_position=62,
+            # Only the hybrids take these (tg_layer_hybrid, tg_head_hybrid; 0 or None there means 1): a
+            # switch of another model is refused, naming the registered model that has it.
             num_unrestricted_layers=0,
             num_unrestricted_heads=None,  # the authors' default; None means 0
             embedding_dropout=0.1,
@@ -81,7 +83,6 @@ def default_config() -> ml_collections.ConfigDict:
             max_actions=None,
             on_too_long="error",  # "error" or "skip" (counted, reported)
             on_bad_tree="error",  # "error" or "skip" (counted, reported)
-            transparency_depth=-1,
             # Stack entries that do not fit in model.memory_length: "warn" (count, report) or "error".
             on_dropped_stack_entries="warn",
             num_workers=0,  # grain worker processes for the training batches

@@ -72,7 +72,6 @@ def pipeline_config(config, model_config: ModelConfig, split: str, batch_size: i
         split=split,
         num_sentences=(data.num_train_sentences if split == "train" else data.num_valid_sentences) if builtin else None,
         batch_size=batch_size,
-        transparency_depth=data.transparency_depth,
         max_actions=data.max_actions,
         on_too_long=data.on_too_long,
         on_bad_tree=data.on_bad_tree,
@@ -161,9 +160,7 @@ def resolve_vocabulary(config, train_trees, workdir: Path, *, resuming: bool, sa
         return load_vocabulary(saved), saved
     else:
         rule = model_spec(config.model.name).pipeline["rule"]
-        # POS tags or not: decided over the whole training file, as the pipeline decides (`pl.corpus_pos_tags`).
-        tagged = pl.corpus_pos_tags(train_trees, "auto", data.train_path)
-        tokens = [pl.tokens_for_rule(t, rule, pos_tags=tagged) for t in train_trees]
+        tokens = [pl.tokens_for_rule(t, rule) for t in train_trees]
         size = config.model.vocab_size or 32768
         vocab = pl.build_vocabulary(tokens, kind=data.vocabulary, size=size, min_count=data.min_word_count)
         source = f"the training trees ({data.train_path})"

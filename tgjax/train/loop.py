@@ -42,6 +42,7 @@ from tgjax.train.checkpoint import CheckpointStore, Problem, local_workdir
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
 from tgjax.train.metrics import MetricsWriter, Progress, format_duration
 from tgjax.train.optimizer import make_optimizer
+from tgjax.train.validation import check_values
 
 log = logging.getLogger(__name__)
 
@@ -78,27 +79,26 @@ class TrainResult:
 
 
 def validate_config(config) -> None:
-    """Values the trainer cannot use, reported by key before anything runs."""
-    def positive(key: str, value, allow_zero: bool = False):
-        if not isinstance(value, int) or value < (0 if allow_zero else 1):
-            raise ConfigError(f"{key} must be an integer {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    """The whole config, checked before anything runs (no file read, no device, no checkpoint manager).
 
-    positive("training.num_steps", config.training.num_steps)
-    positive("training.batch_size", config.training.batch_size)
-    positive("evaluation.batch_size", config.evaluation.batch_size)
-    positive("evaluation.interval_steps", config.evaluation.interval_steps, allow_zero=True)
-    positive("checkpointing.interval_steps", config.checkpointing.interval_steps)
-    positive("logging.interval_steps", config.logging.interval_steps)
+    Each key's own value (`validation.check_values`), then what takes several
+    keys: the model (sizes, heads dividing d_model, position range, the
+    switches its registered name admits), each split's pipeline settings, and
+    the optimiser and schedule. Raises `ConfigError` naming the key.
+    """
+    check_values(config)
     if config.model.name not in MODEL_NAMES:
         raise ConfigError(f"model.name: unknown {config.model.name!r}; expected one of {MODEL_NAMES}")
-    if config.data.vocabulary not in ("words", "sentencepiece"):
-        raise ConfigError(f"data.vocabulary: expected 'words' or 'sentencepiece', got {config.data.vocabulary!r}")
-    if config.data.on_dropped_stack_entries not in ("warn", "error"):
-        raise ConfigError(f"data.on_dropped_stack_entries: expected 'warn' or 'error', "
-                          f"got {config.data.on_dropped_stack_entries!r}")
-    for key in ("train_path", "valid_path"):
-        if config.data[key] == UNSET_PATH:
-            raise ConfigError(f"data.{key} is not set: give the treebank file with --config.data.{key}=PATH")
+    model_cfg = resolve_model_config(config, config.model.vocab_size or 1)
+    try:
+        inputs.pipeline_config(config, model_cfg, "train", config.training.batch_size)
+        inputs.pipeline_config(config, model_cfg, "valid", config.evaluation.batch_size)
+    except ValueError as e:
+        raise ConfigError(f"data settings: {e}") from e
+    try:
+        make_optimizer(config.training)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from e
 
 
 def resolve_model_config(config, vocab_size: int) -> ModelConfig:
@@ -143,9 +143,7 @@ def describe(config) -> dict[str, Any]:
         probe = resolve_model_config(config, 1)
         pcfg = inputs.pipeline_config(config, probe, "train", config.training.batch_size)
         trees = inputs.load_trees(pcfg, "data.train_path")
-        tagged = pl.corpus_pos_tags(trees, pcfg.pos_tags, pcfg.corpus)
-        vocab = pl.build_vocabulary([pl.tokens_for_rule(t, pcfg.rule, pos_tags=tagged) for t in trees],
-                                    kind=config.data.vocabulary,
+        vocab = pl.build_vocabulary([pl.tokens_for_rule(t, pcfg.rule) for t in trees], kind=config.data.vocabulary,
                                     size=config.model.vocab_size or 32768, min_count=config.data.min_word_count)
         vocab_size, source = vocab.size, f"built from {config.data.train_path}"
     else:
@@ -234,22 +232,23 @@ class Trainer:
         self.quiet = quiet
         self.progress: Progress | None = None
         self.writer: MetricsWriter | None = None
-        ck = config.checkpointing
-        self.store = CheckpointStore(self.workdir, max_to_keep=ck.max_to_keep, keep_best=ck.keep_best,
-                                     async_save=ck.async_save, checksums=ck.checksums, save_memory=ck.save_memory)
-        try:
-            self._setup(devices)
-        except BaseException:
-            self.store.close()
-            raise
-
-    def _setup(self, devices) -> None:
-        config = self.config
-        self.resuming = self.store.latest_step() is not None
+        # The mesh's checks need the devices but no checkpoint manager (whose threads start on opening).
         self.mesh = shd.make_mesh(config.mesh.data, config.mesh.model, devices)
         self.batch_size = config.training.batch_size
         shd.check_batch_divides(self.batch_size, self.mesh, "training.batch_size")
         shd.check_batch_divides(config.evaluation.batch_size, self.mesh, "evaluation.batch_size")
+        ck = config.checkpointing
+        self.store = CheckpointStore(self.workdir, max_to_keep=ck.max_to_keep, keep_best=ck.keep_best,
+                                     async_save=ck.async_save, checksums=ck.checksums, save_memory=ck.save_memory)
+        try:
+            self._setup()
+        except BaseException:
+            self.store.close()
+            raise
+
+    def _setup(self) -> None:
+        config = self.config
+        self.resuming = self.store.latest_step() is not None
 
         # Data and vocabulary (checked against the workdir's on resume).
         self.data = inputs.make_training_data(config, lambda v: resolve_model_config(config, v), self.workdir,
