@@ -47,6 +47,7 @@ def fake_load(monkeypatch, vocab):
             self.vocab = vocab
             self.model_name = name
             self.pipeline_fields = {"rule": "tg" if name.startswith("tg") else name}
+            self.vocab_fingerprint = "the tiny vocabulary"
 
     monkeypatch.setattr(parse, "_load", lambda workdir, step: Loaded(workdir))
 
@@ -228,39 +229,7 @@ def test_select_pairs_and_shards():
 
 
 # ---------------------------------------------------------------------------
-# Ensembles of word scorers (SG, BLiMP)
-
-
-class _FixedScorer:
-    """A fake scorer: given per-word surprisals and an end surprisal for every sentence."""
-
-    def __init__(self, surprisals, end, space=None):
-        self.surprisals, self.end, self.space = np.asarray(surprisals, float), end, space
-
-    def search(self, sentences):
-        from tgjax.eval.beam import BeamResult
-
-        out = []
-        for words in sentences:
-            s = self.surprisals[: len(words)]
-            out.append(BeamResult(words=list(words), prefix_log_probs=np.concatenate([[0.0], -np.cumsum(s)]),
-                                  surprisals=s, log_prob=-(s.sum() + self.end), end_surprisal=self.end))
-        return out
-
-
-def test_word_scorer_ensemble_mixes_next_word_distributions_and_sentences():
-    from tgjax.eval.ensemble import WordScorerEnsemble
-
-    a, b = _FixedScorer([1.0, 2.0, 0.5], 0.25), _FixedScorer([3.0, 0.1, 0.5], 1.0)
-    (mixed,) = WordScorerEnsemble([a, b]).search([["x", "y", "z"]])
-    # Per word: -log((e^-1 + e^-3) / 2), ...; per sentence: -log((e^-3.75 + e^-4.6) / 2).
-    want = -np.log((np.exp(-np.array([1.0, 2.0, 0.5])) + np.exp(-np.array([3.0, 0.1, 0.5]))) / 2)
-    np.testing.assert_allclose(mixed.surprisals, want, rtol=1e-12)
-    assert mixed.surprisals[2] == pytest.approx(0.5)  # members agree: the mixture is theirs
-    assert mixed.log_prob == pytest.approx(np.log((np.exp(-3.75) + np.exp(-4.6)) / 2), rel=1e-12)
-    (single,) = WordScorerEnsemble([a]).search([["x", "y"]])
-    np.testing.assert_allclose(single.surprisals, [1.0, 2.0])
-    assert single.log_prob == pytest.approx(-3.25)
+# Ensembles (one beam over the per-action mixture: tests/eval/test_ensemble.py checks the numbers)
 
 
 def test_main_sg_and_blimp_take_an_ensemble(tmp_path, fake_load, capsys):
@@ -268,7 +237,34 @@ def test_main_sg_and_blimp_take_an_ensemble(tmp_path, fake_load, capsys):
     suites.mkdir()
     (suites / "agreement.json").write_text(json.dumps(tiny_suite("agreement")))
     assert parse.main_sg(["--workdir", "tg", "--workdir", "txl_cc", "--suites", str(suites), *BEAM_ARGS]) == 0
-    assert "ensemble of tg (tg), txl_cc (txl_cc)" in capsys.readouterr().out
+    assert "ensemble (per-action mixture) of tg (tg), txl_cc (txl_cc)" in capsys.readouterr().out
     data = blimp_file(tmp_path / "blimp.jsonl")
     assert parse.main_blimp(["--workdir", "tg", "--workdir", "txl_terminals", "--data", str(data), *BEAM_ARGS]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_main_parse_takes_an_ensemble(tmp_path, fake_load, capsys):
+    treebank = tmp_path / "gold.txt"
+    treebank.write_text("\n".join(GOLD) + "\n")
+    predicted = tmp_path / "pred.txt"
+    assert parse.main_parse(["--workdir", "tg", "--workdir", "txl_cc", "--treebank", str(treebank),
+                             "-o", str(predicted), *BEAM_ARGS]) == 0
+    assert "ensemble (per-action mixture) of tg (tg), txl_cc (txl_cc)" in capsys.readouterr().out
+    trees = [trees_lib.parse(line) for line in predicted.read_text().splitlines()]
+    assert [t.leaves() for t in trees] == [trees_lib.parse(g).leaves() for g in GOLD]
+
+
+def test_ensembles_refuse_members_with_another_vocabulary(tmp_path, fake_load, monkeypatch, capsys):
+    load = parse._load
+
+    def load_other(workdir, step):
+        loaded = load(workdir, step)
+        if workdir == "txl_cc":
+            loaded.vocab_fingerprint = "another vocabulary"
+        return loaded
+
+    monkeypatch.setattr(parse, "_load", load_other)
+    treebank = tmp_path / "gold.txt"
+    treebank.write_text(GOLD[0] + "\n")
+    assert parse.main_parse(["--workdir", "tg", "--workdir", "txl_cc", "--treebank", str(treebank), *BEAM_ARGS]) == 2
+    assert "share one vocabulary: txl_cc (txl_cc) has another than tg (tg)" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Scoring: equal to the training loss, rows independent, segments invisible, per-token and per-word maps, ensembles.
+"""Scoring: equal to the training loss, rows independent, segments invisible, per-token and per-word maps.
 
 Models are tiny: freshly initialised where training does not matter, and one
 TG trained for 10 steps (shared by the eval test modules through
@@ -25,7 +25,6 @@ from tgjax.data import corpora
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import build_word_dictionary, train_sentencepiece
 from tgjax.eval import loading, scoring
-from tgjax.eval.ensemble import Ensemble
 from tgjax.eval.loading import CheckpointError, from_model, load_model
 from tgjax.eval.scoring import Scorer, encode, encode_tree, score_trees, word_surprisals
 from tgjax.models import build_model, model_spec, sequence_loss
@@ -277,38 +276,7 @@ def test_sentencepiece_pieces_sum_to_their_action():
 
 
 # -----------------------------------------------------------------------------
-# Ensembles.
-
-
-def test_ensembles_of_one_and_of_identical_models_are_the_model():
-    scorer = fresh_scorer("tg")
-    tree_list = list(corpus()[:6])
-    single = score_trees(scorer, tree_list)
-    for ensemble in (Ensemble([scorer]), Ensemble([scorer, Scorer(fresh("tg", seed=0), batch_size=B)])):
-        mixed = score_trees(ensemble, tree_list)
-        np.testing.assert_allclose(logps(mixed), logps(single), rtol=1e-12)
-        for a, b in zip(mixed, single):
-            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, rtol=1e-12)
-        w_ens, w_one = word_surprisals(ensemble, tree_list[0]), word_surprisals(scorer, tree_list[0])
-        np.testing.assert_allclose(w_ens.surprisals, w_one.surprisals, rtol=1e-12)
-
-
-def test_ensemble_is_the_uniform_mixture():
-    members = [fresh_scorer("tg"), fresh_scorer("txl_cc", seed=5)]
-    tree_list = list(corpus()[:5])
-    each = [score_trees(m, tree_list) for m in members]
-    mixed = score_trees(Ensemble(members), tree_list)
-    for s, (a, b) in zip(mixed, zip(*each)):
-        assert s.logp == pytest.approx(np.logaddexp(a.logp, b.logp) - math.log(2), rel=1e-12)
-        np.testing.assert_allclose(s.member_logps, [a.logp, b.logp])
-        np.testing.assert_allclose(s.token_logprobs, np.logaddexp(a.token_logprobs, b.token_logprobs) - math.log(2),
-                                   rtol=1e-12)
-        assert min(a.logp, b.logp) <= s.logp <= max(a.logp, b.logp)
-
-
-def test_ensemble_refuses_mixing_p_x_with_p_x_y():
-    with pytest.raises(ValueError, match="cannot be mixed|another vocabulary"):
-        Ensemble([fresh_scorer("tg"), fresh_scorer("txl_terminals")])
+# Ensembles: tests/eval/test_ensemble.py.
 
 
 # -----------------------------------------------------------------------------

@@ -57,6 +57,16 @@ on the hypothesis's last action and the forced word only.
 
 For TXL (terminals), `TerminalScorer` gives exact surprisals and log p(x)
 by scoring the word sequence, ended by `</s>` as in training, directly.
+
+Ensembles (several models, one vocabulary): the uniform mixture per action
+of Sartran et al. (2022, §3.7), p_ens(a | prefix) = (1/K) Σ_k p_k(a | prefix).
+The search is the same, over **one** beam: every member has its own
+`PrefixScorer` (its own masking rule, so TG and TXL (CC) members mix), all
+members score the same requests, and the next-action and continuation
+log-probabilities are mixed per action (`tgjax.eval.ensemble.mix_log_probs`)
+before the beam sees them; a hypothesis carries one `PrefixCache` per
+member, each following the shared hypotheses. `TerminalScorer` mixes the
+members' next-token distributions per token in the same way (`</s>` included).
 """
 
 from __future__ import annotations
@@ -68,7 +78,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tgjax.data.vocab import Vocabulary
-from tgjax.eval.incremental import PrefixScorer
+from tgjax.eval.ensemble import mix_log_probs
+from tgjax.eval.incremental import PrefixScorer, ScoredPrefixes
 from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
@@ -234,9 +245,10 @@ class _Item:
     `ids`: model ids (no BOS); `actions`: codes (l < L open label l, L + l
     close label l, 2L a word); `stack`: open constituents, innermost last, as
     `2 * label + non_empty`; `opens`: opening NTs in a row at the end;
-    `score`: log p(prefix); `cache`: the `PrefixCache` of the parent's prefix
-    (BOS + all actions but the last; None for the root), so that scoring an
-    item runs the model on its last action and the continuation only.
+    `score`: log p(prefix); `cache`: per ensemble member (one for a single
+    model), the `PrefixCache` of the parent's prefix (BOS + all actions but
+    the last; None for the root), so that scoring an item runs each model on
+    its last action and the continuation only.
     """
 
     __slots__ = ("ids", "actions", "stack", "opens", "score", "cache")
@@ -274,7 +286,7 @@ class _SentenceSearch:
         self.result: BeamResult | None = None
         self.steps = 0
 
-    # Requests: (action ids, query, cache) per frontier item.
+    # Requests: (action ids, query, the members' caches) per frontier item.
     def requests(self) -> list[tuple[tuple[int, ...], int, object]]:
         if self.phase == _WORD:
             tail = self.pieces[self.t]
@@ -387,16 +399,57 @@ class _SentenceSearch:
 
 
 # -----------------------------------------------------------------------------
+# Ensemble members.
+
+
+def member_list(model: TransformerLM | Sequence[TransformerLM],
+                rule: str | Sequence[str]) -> list[tuple[TransformerLM, str]]:
+    """(model, rule) per ensemble member: one model, or K models with one rule each (or one rule for all)."""
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    rules = [rule] * len(models) if isinstance(rule, str) else list(rule)
+    if not models or len(rules) != len(models):
+        raise ValueError(f"{len(models)} models and {len(rules)} rules: give one rule per model")
+    return list(zip(models, rules))
+
+
+def score_mixed(scorers: Sequence[PrefixScorer], sequences: Sequence[Sequence[int]], queries: Sequence[int],
+                caches: Sequence[tuple | None] | None = None) -> ScoredPrefixes:
+    """`PrefixScorer.score` of K members on the same sequences, mixed per action (the mean of the probabilities).
+
+    Args:
+      scorers: the K members' scorers (one vocabulary).
+      sequences, queries: as `PrefixScorer.score`.
+      caches: None, or per sequence None or a K-tuple of caches (member k's
+        cache of that sequence's prefix).
+    Returns:
+      `ScoredPrefixes` with `next_log_probs [N, C]` the mixed next-action
+      distributions, `continuation_log_probs[i]` the mixed per-action log
+      probs, and `caches[i]` the K-tuple of the members' caches. For K = 1,
+      the member's own values.
+    """
+    scored = []
+    for k, scorer in enumerate(scorers):
+        own = None if caches is None else [None if c is None else c[k] for c in caches]
+        scored.append(scorer.score(sequences, queries, own))
+    next_log_probs = mix_log_probs(np.stack([s.next_log_probs for s in scored]), axis=0)  # [N, C]
+    continuations = [mix_log_probs(np.stack([s.continuation_log_probs[i] for s in scored]), axis=0)
+                     for i in range(len(sequences))]
+    return ScoredPrefixes(next_log_probs, continuations, list(zip(*(s.caches for s in scored))))
+
+
+# -----------------------------------------------------------------------------
 # The searches.
 
 
 class WordSynchronousBeamSearch:
-    """Word-synchronous beam search with a TG or TXL (CC) model (see the module docstring).
+    """Word-synchronous beam search with a TG or TXL (CC) model, or an ensemble of them (see the module docstring).
 
     Args:
-      model: the model (`TransformerLM`, eval mode is used: no dropout).
-      vocab: its vocabulary.
-      rule: "tg" or "txl_cc" (`tgjax.eval.incremental.rule_of(model_name)`).
+      model: the model (`TransformerLM`, eval mode is used: no dropout), or
+        a sequence of K models for their per-action uniform mixture (one beam).
+      vocab: their vocabulary (ensemble members must share it).
+      rule: "tg" or "txl_cc" (`tgjax.eval.incremental.rule_of(model_name)`);
+        for an ensemble, one per model (TG and TXL (CC) members may mix).
       config: beam sizes and caps.
 
     `search(sentences)` takes word lists and returns one `BeamResult` each,
@@ -405,19 +458,28 @@ class WordSynchronousBeamSearch:
     at once).
     """
 
-    def __init__(self, model: TransformerLM, vocab: Vocabulary, rule: str, config: BeamConfig = BeamConfig()):
-        if rule not in ("tg", "txl_cc"):
-            raise ValueError(f"beam search needs a syntactic model (rule 'tg' or 'txl_cc'), got rule {rule!r}; "
-                             f"use TerminalScorer for txl_terminals")
+    def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary,
+                 rule: str | Sequence[str], config: BeamConfig = BeamConfig()):
+        members = member_list(model, rule)
+        for _, member_rule in members:
+            if member_rule not in ("tg", "txl_cc"):
+                raise ValueError(f"beam search needs syntactic models (rule 'tg' or 'txl_cc'), got rule "
+                                 f"{member_rule!r}; use TerminalScorer for txl_terminals")
         self.space = ActionSpace.from_vocab(vocab)
         if not self.space.num_labels:
             raise ValueError("the vocabulary has no non-terminals: cannot build trees")
         self.config = config
         candidates = np.concatenate([self.space.open_ids, self.space.close_ids])
-        self.scorer = PrefixScorer(model, rule, self.space.token_types, bos_id=vocab.bos_id,
-                                   candidate_ids=candidates, length_bucket=config.length_bucket,
-                                   max_batch=config.max_batch, min_batch=config.min_batch)
+        self.scorers = [PrefixScorer(m, member_rule, self.space.token_types, bos_id=vocab.bos_id,
+                                     candidate_ids=candidates, length_bucket=config.length_bucket,
+                                     max_batch=config.max_batch, min_batch=config.min_batch)
+                        for m, member_rule in members]
         self.steps = 0  # action steps summed over sentences (for benchmarks)
+
+    @property
+    def scorer(self) -> PrefixScorer:
+        """The first member's `PrefixScorer` (the only one for a single model; its counters, for benchmarks)."""
+        return self.scorers[0]
 
     def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
         sentences = [list(s) for s in sentences]
@@ -440,8 +502,8 @@ class WordSynchronousBeamSearch:
                 r = search.requests()
                 requests.extend(r)
                 counts.append(len(r))
-            scored = self.scorer.score([r[0] for r in requests], [r[1] for r in requests],
-                                       [r[2] for r in requests] if self.config.use_cache else None)
+            scored = score_mixed(self.scorers, [r[0] for r in requests], [r[1] for r in requests],
+                                 [r[2] for r in requests] if self.config.use_cache else None)
             offset = 0
             for search, n in zip(active, counts):
                 search.update(scored.next_log_probs[offset:offset + n],
@@ -474,16 +536,21 @@ class TerminalScorer:
     the sum of the words' log-probabilities and log p(</s> | ...), so
     `surprisals.sum() + end_surprisal == -log_prob`. (`prefix_log_probs`
     stay those of the words as prefixes.)
+
+    `model` may be a sequence of K models (one vocabulary): their per-token
+    uniform mixture, log p_ens(w_i | w_<i) = log (1/K) Σ_k p_k(w_i | w_<i)
+    for every piece and `</s>`, and log p(x) the sum of those.
     """
 
-    def __init__(self, model: TransformerLM, vocab: Vocabulary, *, batch_size: int = 64, length_bucket: int = 32,
-                 min_batch: int = 8):
+    def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary, *, batch_size: int = 64,
+                 length_bucket: int = 32, min_batch: int = 8):
         self.space = ActionSpace.from_vocab(vocab)
         self.eos_id = vocab.eos_id
         self.batch_size = batch_size
-        self.scorer = PrefixScorer(model, "txl_terminals", self.space.token_types, bos_id=vocab.bos_id,
-                                   candidate_ids=[vocab.bos_id], length_bucket=length_bucket, max_batch=batch_size,
-                                   min_batch=min_batch)
+        self.scorers = [PrefixScorer(m, "txl_terminals", self.space.token_types, bos_id=vocab.bos_id,
+                                     candidate_ids=[vocab.bos_id], length_bucket=length_bucket,
+                                     max_batch=batch_size, min_batch=min_batch)
+                        for m, _ in member_list(model, "txl_terminals")]
 
     def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
         sentences = [list(s) for s in sentences]
@@ -496,7 +563,7 @@ class TerminalScorer:
                     raise ValueError(f"sentence {index}: no words")
                 encoded.append([self.space.encode_word(w) for w in words])
             sequences = [tuple(i for ids, _ in enc for i in ids) + (self.eos_id,) for enc in encoded]
-            scored = self.scorer.score(sequences, [0] * len(sequences))
+            scored = score_mixed(self.scorers, sequences, [0] * len(sequences))
             for words, enc, lp in zip(chunk, encoded, scored.continuation_log_probs):
                 lengths = np.array([len(ids) for ids, _ in enc])
                 word_lp = np.add.reduceat(lp[:-1], np.cumsum(lengths) - lengths)  # [n]: sum over each word's pieces
@@ -514,13 +581,23 @@ class TerminalScorer:
         return np.array([r.log_prob for r in self.search(sentences)])
 
 
-def make_word_scorer(model: TransformerLM, vocab: Vocabulary, rule: str, config: BeamConfig = BeamConfig()):
-    """The scorer of a model: beam search for "tg"/"txl_cc", direct scoring for "txl_terminals"."""
-    if rule == "txl_terminals":
-        return TerminalScorer(model, vocab, batch_size=config.max_batch, length_bucket=config.length_bucket,
+def make_word_scorer(model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary, rule: str | Sequence[str],
+                     config: BeamConfig = BeamConfig()):
+    """The scorer of a model or ensemble: beam search for "tg"/"txl_cc", direct scoring for "txl_terminals".
+
+    An ensemble (sequences of models and rules) is all syntactic or all
+    "txl_terminals"; a mix is refused.
+    """
+    members = member_list(model, rule)
+    rules = [member_rule for _, member_rule in members]
+    if "txl_terminals" in rules and set(rules) != {"txl_terminals"}:
+        raise ValueError(f"an ensemble mixes syntactic models or words-only models, not both (rules {rules})")
+    models = [m for m, _ in members]
+    if rules[0] == "txl_terminals":
+        return TerminalScorer(models, vocab, batch_size=config.max_batch, length_bucket=config.length_bucket,
                               min_batch=config.min_batch)
-    return WordSynchronousBeamSearch(model, vocab, rule, config)
+    return WordSynchronousBeamSearch(models, vocab, rules, config)
 
 
 __all__ = ["ActionSpace", "BeamConfig", "BeamResult", "STOP_RULES", "TerminalScorer", "WordSynchronousBeamSearch",
-           "make_word_scorer"]
+           "make_word_scorer", "member_list", "score_mixed"]

@@ -8,7 +8,9 @@
 Every command takes `--shard I/N` (default: this host's shard in a multi-host
 run, else 0/1; see `tgjax.eval.shards`), writes one JSON line per sentence
 (stdout when there is no `--output` and one shard) and prints a summary to
-stderr. Several `--workdir`s make a uniform ensemble (`tgjax.eval.ensemble`).
+stderr. Several `--workdir`s make a uniform ensemble (`tgjax.eval.ensemble`),
+mixed per action as in the TG paper unless `--ensemble-mixture sequence`; the
+settings and the summary name the mixture.
 Each handler returns the exit status: 0, or 2 with a one-line error for bad
 input (missing files, malformed trees, mismatched proposals or shards).
 """
@@ -30,6 +32,10 @@ def _add_common(p: argparse.ArgumentParser, *, output_help: str = "results, one 
     p.add_argument("--workdir", action="append", required=True,
                    help="a training workdir; give several for a uniform ensemble of their models")
     p.add_argument("--step", default="best", help=STEP_HELP)
+    p.add_argument("--ensemble-mixture", choices=("per-action", "sequence"), default="per-action",
+                   help="with several --workdir: what logp is, the mean of the members' next-action "
+                        "probabilities (per-action, the TG paper's ensemble, default) or of their whole-sequence "
+                        "probabilities (sequence)")
     p.add_argument("--batch-size", type=int, default=32, help="rows per step (default 32)")
     p.add_argument("--chunk-size", type=int, default=1024,
                    help="sequences encoded and batched together while streaming (default 1024)")
@@ -76,7 +82,7 @@ def build_scorer(args):
     for workdir, step in zip(args.workdir, _steps(args)):
         loaded = load_model(workdir, step=step, sequence_length=args.seq_len, memory_length=args.mem_len)
         members.append(Scorer(loaded, batch_size=args.batch_size))
-    scorer = members[0] if len(members) == 1 else Ensemble(members)
+    scorer = members[0] if len(members) == 1 else Ensemble(members, mixture=args.ensemble_mixture)
     settings = {
         "models": [{"workdir": os.path.abspath(m.loaded.workdir), "step": m.loaded.step, "model": m.loaded.model_name}
                    for m in members],
@@ -84,6 +90,8 @@ def build_scorer(args):
         "seq_len": members[0].loaded.model_config.sequence_length,
         "mem_len": members[0].loaded.model_config.memory_length,
     }
+    if len(members) > 1:
+        settings["ensemble_mixture"] = args.ensemble_mixture
     return scorer, members, settings
 
 
@@ -160,6 +168,8 @@ def _write_records(args, command: str, shard, settings: dict, records, summary, 
             summary.add(record)
             progress.add()
         result = summary.result()
+        if "ensemble_mixture" in settings:
+            result["ensemble_mixture"] = settings["ensemble_mixture"]
         if complete is not None:
             complete(result)
         writer.finish(result)

@@ -8,7 +8,9 @@ Each takes `--workdir` (a trained run, read with `tgjax.eval.loading.load_model`
 `--step` (best by default), the beam settings (`--word-beam`, `--action-beam`,
 `--fast-track`, caps) and `--shard I/N` (round robin over sentences, suites
 or paradigms, as `tgjax.eval.shards`; `--merge` joins the shards' outputs
-and reports them together).
+and reports them together). `--workdir` repeated makes an ensemble: one beam
+over the members' next-action distributions mixed per action (TG paper,
+§3.7; `tgjax.eval.beam`), members sharing one vocabulary.
 
 Words are tokenised as in training: treebank leaves as they are; SyntaxGym
 regions and BLiMP sentences with `tgjax.eval.blimp.words_of` (PTB-style),
@@ -89,11 +91,6 @@ def _load(workdir: str, step: str):
     return load_model(workdir, step=step)
 
 
-def _scorer(loaded, config: BeamConfig):
-    rule = loaded.pipeline_fields["rule"]
-    return make_word_scorer(loaded.model, loaded.vocab, rule, config), rule
-
-
 def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
     """`--workdir` (repeatable: an ensemble) and `--step`, for `_ensemble_scorer`."""
     parser.add_argument("--workdir", action="append", default=None,
@@ -102,21 +99,24 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
-    """(scorer, rule, description) of one workdir, or the uniform mixture of several (`WordScorerEnsemble`)."""
-    from tgjax.eval.ensemble import WordScorerEnsemble
+    """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several.
 
-    members, rules, names = [], set(), []
-    for workdir in workdirs:
-        loaded = _load(workdir, step)
-        scorer, rule = _scorer(loaded, config)
-        members.append(scorer)
-        rules.add("txl_terminals" if rule == "txl_terminals" else "syntactic")
-        names.append(f"{loaded.model_name} ({workdir})")
-    if len(rules) > 1:
+    An ensemble searches one beam with the mixed next-action distribution
+    (`tgjax.eval.beam`); its members must share one vocabulary and be all
+    syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
+    """
+    loaded = [_load(workdir, step) for workdir in workdirs]
+    names = [f"{m.model_name} ({workdir})" for m, workdir in zip(loaded, workdirs)]
+    for m, name in zip(loaded[1:], names[1:]):
+        if m.vocab_fingerprint != loaded[0].vocab_fingerprint:
+            raise ValueError(f"an ensemble's members must share one vocabulary: {name} has another than "
+                             f"{names[0]}")
+    rules = [m.pipeline_fields["rule"] for m in loaded]
+    if len({rule == "txl_terminals" for rule in rules}) > 1:
         raise ValueError(f"an ensemble mixes syntactic models or words-only models, not both: {', '.join(names)}")
-    if len(members) == 1:
-        return members[0], rule, names[0]
-    return WordScorerEnsemble(members, names), rule, "ensemble of " + ", ".join(names)
+    scorer = make_word_scorer([m.model for m in loaded], loaded[0].vocab, rules, config)
+    described = names[0] if len(loaded) == 1 else "ensemble (per-action mixture) of " + ", ".join(names)
+    return scorer, rules[0], described
 
 
 def search_with_progress(scorer, sentences: Sequence[Sequence[str]], *, chunk: int = 32,
@@ -314,8 +314,7 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     scores the whole treebank.
     """
     parser = argparse.ArgumentParser(prog="tgjax eval parse", description=main_parse.__doc__.split("\n")[0])
-    parser.add_argument("--workdir", help="a trained run (tgjax train --workdir)")
-    parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
+    add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: sentence k iff k %% N == I (default: this host's share)")
     parser.add_argument("--treebank", default="builtin", help="gold trees (one per line) or 'builtin'")
     parser.add_argument("--split", default="test", help="split of the built-in treebank")
@@ -338,10 +337,9 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
         config = beam_config(args)
-        loaded = _load(args.workdir, args.step)
-        search, rule = _scorer(loaded, config)
+        search, rule, described = _ensemble_scorer(args.workdir, args.step, config)
         if rule == "txl_terminals":
-            raise ValueError(f"{loaded.model_name} models words only: it cannot parse")
+            raise ValueError(f"{described} models words only: it cannot parse")
         report = parse_treebank(search, gold, params=args.params)
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval parse: error: {err}", file=sys.stderr)
@@ -350,7 +348,7 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
         if path:
             with open(shards.shard_path(path, shard), "w", encoding="utf-8") as f:
                 f.writelines(t.to_string() + "\n" for t in trees)
-    print(f"model {loaded.model_name} ({args.workdir}, step {args.step}); treebank {where}"
+    print(f"model {described}, step {args.step}; treebank {where}"
           + (f", shard {shard}" if shard.count > 1 else ""))
     print(f"beam: word {config.word_beam}, action {config.action_beam}, fast-track {config.fast_track}, "
           f"stop {config.stop}, caps {config.max_open_nts} open / {config.max_consecutive_opens} in a row")

@@ -171,9 +171,10 @@ class SequenceScore:
 
     index: its position in the input (global, across shards).
     logp: Σ log p over its prediction events (natural log). For an ensemble,
-      the sequence-level mixture log mean_k p_k (see `tgjax.eval.ensemble`).
+      its `mixture`: per action by default (Σ of the mixed per-action log p),
+      or of whole sequences, log mean_k p_k (see `tgjax.eval.ensemble`).
     token_logprobs: `[n_tokens]` log p of each token (action or word) given
-      its prefix; a word's pieces summed. For an ensemble, the per-token mixture.
+      its prefix; a word's pieces summed. For an ensemble, the per-action mixture.
     piece_logprobs: `[n_ids]` the same per vocabulary id.
     num_words, num_unk: words in the sequence, and how many became UNK.
     member_logps: ensembles only, `[K]` each member's log p.
@@ -428,7 +429,7 @@ class WordSurprisals:
     words: list[str]
     surprisals: np.ndarray  # [num_words]
     end: float  # −log p of what follows the last word: closing non-terminals, or `</s>` for TXL (terminals)
-    logp: float  # log p(x, y) (log p(x), `</s>` included, for TXL (terminals)); ensembles: Σ of the per-token mixture
+    logp: float  # log p(x, y) (log p(x), `</s>` included, for TXL (terminals)); ensembles: Σ of the per-action mixture
     num_unk: int
 
 
