@@ -48,7 +48,7 @@ def model_and_vocab(args):
             raise SystemExit(f"{loaded.model_name}: beam search needs a syntactic model")
         return loaded.model, loaded.vocab, loaded.rule, f"{loaded.model_name} from {args.workdir}"
     train = get_corpus("builtin", "train")
-    vocab = build_word_dictionary([actions.choe_charniak(t) for t in train])
+    vocab = build_word_dictionary([actions.choe_charniak(t, pos_tags=True) for t in train])
     model = build_model("tg", vocab.size, rngs=nnx.Rngs(0), **SMALL)
     return model, vocab, "tg", "tg, random init (d=64, 2 layers, 4 heads, FFN 256)"
 

@@ -46,7 +46,7 @@ def load_sequences(limit: int | None):
     vocab: dict[str, int] = {}
     sequences = []
     for tree in tree_list:
-        tokens = actions.choe_charniak(tree)
+        tokens = actions.choe_charniak(tree, pos_tags=True)  # PTB-style tagged trees
         ids = [vocab.setdefault(tok, len(vocab) + 4) for tok in tokens]
         types = [actions.token_type(tok) for tok in tokens]
         inputs = np.array([1] + ids, np.int32)

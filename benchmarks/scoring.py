@@ -54,7 +54,7 @@ def run(name: str, vocab, tree_list, args) -> dict:
     model = build_model(name, vocab.size, rngs=nnx.Rngs(params=0, dropout=0), sequence_length=args.seq_len,
                         memory_length=args.mem_len, **SIZES[args.size])
     scorer = Scorer(from_model(model, vocab, name), batch_size=args.batch_size)
-    encoded = [encode_tree(vocab, t, scorer.rule) for t in tree_list]
+    encoded = [encode_tree(vocab, t, scorer.rule, pos_tags=True) for t in tree_list]
     predictions = sum(e.num_ids for e in encoded)
 
     def one_pass() -> float:
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
 
     tree_list = corpora.get_corpus("builtin", "valid", num_sentences=args.num_sentences, seed=0)
     train_trees = corpora.get_corpus("builtin", "train", seed=0)
-    vocab = pl.build_vocabulary([pl.tokens_for_rule(t, "tg") for t in train_trees])
+    vocab = pl.build_vocabulary([pl.tokens_for_rule(t, "tg", pos_tags=True) for t in train_trees])
     device = jax.devices()[0]
     print(f"device: {device.platform} ({device.device_kind}) x {jax.local_device_count()}; size {args.size} "
           f"{SIZES[args.size]}, T={args.seq_len} M={args.mem_len} B={args.batch_size}; built-in valid split, "

@@ -24,7 +24,7 @@ def test_data_show_prints_figure2(capsys):
 
 
 def test_viz_mask_colours_stack_and_compose(tmp_path):
-    tokens, types, mask = viz.tg_mask(trees.parse(FIG2))
+    tokens, types, mask = viz.tg_mask(trees.parse(FIG2), pos_tags=True)
     assert len(tokens) == 14 and mask.sum() == 54
     out = tmp_path / "mask.png"
     assert cli.main(["viz", "mask", FIG2, "-o", str(out)]) == 0

@@ -148,7 +148,7 @@ def cmd_data_prepare(args) -> int:
     counts = _run_epoch(pipeline)
     _print_summary(pipeline, counts)
     picture = workdir / "mask.png"
-    draw_mask(pipeline.trees[0], str(picture))
+    draw_mask(pipeline.trees[0], str(picture), pos_tags=pipeline.pos_tags)
     print(f"drew the STACK/COMPOSE mask of the first tree to {picture}")
     (workdir / "summary.json").write_text(json.dumps(counts, indent=2))
     return 0
@@ -164,10 +164,12 @@ def cmd_data_export(args) -> int:
 
 
 def cmd_data_show(args) -> int:
-    from tgjax.syntax import actions, masks, trees
+    from tgjax.syntax import actions, masks, pos_tags, trees
     from tgjax.syntax import token_types as tt
 
-    tokens = ["<s>"] + actions.choe_charniak(trees.parse(args.tree))
+    tree = trees.parse(args.tree)
+    # One tree: tagged iff every word is alone under a node of its own (`tgjax.syntax.pos_tags`).
+    tokens = ["<s>"] + actions.choe_charniak(tree, pos_tags=pos_tags.is_tagged(tree))
     types = np.array([tt.BOS] + [actions.token_type(t) for t in tokens[1:]], np.int32)
     # Token k has id k + 1 and label id k + 2 (the next token; 0 after the last).
     ids = np.arange(1, len(tokens) + 1, dtype=np.int32)
@@ -185,10 +187,11 @@ def cmd_data_show(args) -> int:
 
 
 def cmd_viz_mask(args) -> int:
-    from tgjax.syntax import trees
+    from tgjax.syntax import pos_tags, trees
     from tgjax.viz import draw_mask
 
-    draw_mask(trees.parse(args.tree), args.output)
+    tree = trees.parse(args.tree)
+    draw_mask(tree, args.output, pos_tags=pos_tags.is_tagged(tree))  # one tree: tagged iff every word is alone
     print(f"wrote {args.output}")
     return 0
 

@@ -12,9 +12,12 @@ STACK_COLOUR = (0.30, 0.45, 0.69)  # blue, as the paper's STACK
 COMPOSE_COLOUR = (0.87, 0.52, 0.32)  # orange, as the paper's COMPOSE
 
 
-def tg_mask(tree: trees.Tree) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The duplicated tokens `[n]`, their types `[n]` and the attention mask `[n, n]` of one tree."""
-    tokens = ["<s>"] + actions.choe_charniak(tree)
+def tg_mask(tree: trees.Tree, *, pos_tags: bool) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The duplicated tokens `[n]`, their types `[n]` and the attention mask `[n, n]` of one tree.
+
+    `pos_tags`: whether the tree's nodes over a single word are POS tags (dropped), as `actions.choe_charniak`.
+    """
+    tokens = ["<s>"] + actions.choe_charniak(tree, pos_tags=pos_tags)
     types = np.array([tt.BOS] + [actions.token_type(t) for t in tokens[1:]], np.int32)
     ids = np.arange(1, len(tokens) + 1, dtype=np.int32)
     dup_tokens = [t for t, ty in zip(tokens, types) for _ in range(2 if ty == tt.CLOSING_NT else 1)]
@@ -23,7 +26,7 @@ def tg_mask(tree: trees.Tree) -> tuple[list[str], np.ndarray, np.ndarray]:
     return dup_tokens, chunk.inputs_ttypes, chunk.attn_mask
 
 
-def draw_mask(tree: trees.Tree, path: str) -> None:
+def draw_mask(tree: trees.Tree, path: str, *, pos_tags: bool) -> None:
     """Writes the mask as a PNG: rows attend to columns, STACK rows blue, COMPOSE rows orange."""
     import matplotlib
 
@@ -31,7 +34,7 @@ def draw_mask(tree: trees.Tree, path: str) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    tokens, types, mask = tg_mask(tree)
+    tokens, types, mask = tg_mask(tree, pos_tags=pos_tags)
     n = len(tokens)
     image = np.ones((n, n, 3))
     compose_rows = types == tt.CNT1

@@ -143,8 +143,8 @@ def test_txl_terminals_documents_end_each_sentence_with_eos(tmp_path):
 def test_documents_use_the_greedy_prefix(tmp_path):
     """Each sentence given the best trees of the sentences before it; J = 1 sums to log p(document)."""
     documents = [list(corpus("train", 40)[k:k + 2]) for k in range(0, 40, 2)]
-    vocab = build_word_dictionary([actions.document_actions(d) for d in documents] + [actions.choe_charniak(t)
-                                                                                        for t in corpus()])
+    vocab = build_word_dictionary([actions.document_actions(d, pos_tags=True) for d in documents]
+                                  + [actions.choe_charniak(t, pos_tags=True) for t in corpus()])
     scorer = Scorer(fresh("tg", LONG, vocab=vocab), batch_size=B)
     gold = corpus()[:3]
     # Document 0: sentences 0 and 1 (two proposals each); document 1: sentence 2.
@@ -157,12 +157,12 @@ def test_documents_use_the_greedy_prefix(tmp_path):
         (s,) = scorer.score_encoded([encode(vocab, tokens)])
         return math.fsum(s.token_logprobs[start:])
 
-    first = [tail_logp(["(DOC"] + actions.choe_charniak(p), 0) for p in blocks[0]]
+    first = [tail_logp(["(DOC"] + actions.choe_charniak(p, pos_tags=True), 0) for p in blocks[0]]
     assert results[0].bound == pytest.approx(logsumexp(first), rel=1e-9)
-    prefix = ["(DOC"] + actions.choe_charniak(blocks[0][int(np.argmax(first))])
-    second = [tail_logp(prefix + actions.choe_charniak(p) + ["DOC)"], len(prefix)) for p in blocks[1]]
+    prefix = ["(DOC"] + actions.choe_charniak(blocks[0][int(np.argmax(first))], pos_tags=True)
+    second = [tail_logp(prefix + actions.choe_charniak(p, pos_tags=True) + ["DOC)"], len(prefix)) for p in blocks[1]]
     assert results[1].bound == pytest.approx(logsumexp(second), rel=1e-9)
-    alone = [tail_logp(["(DOC"] + actions.choe_charniak(p) + ["DOC)"], 0) for p in blocks[2]]
+    alone = [tail_logp(["(DOC"] + actions.choe_charniak(p, pos_tags=True) + ["DOC)"], 0) for p in blocks[2]]
     assert results[2].bound == pytest.approx(logsumexp(alone), rel=1e-9)
 
     single = write_proposals(tmp_path / "single.txt", [[gold[0]], [gold[1]]])
@@ -185,7 +185,7 @@ def test_bad_proposal_files_are_named(tmp_path):
         list(read_proposals(tmp_path / "empty.txt"))
     with pytest.raises(FileNotFoundError):
         list(read_proposals(tmp_path / "nowhere.txt"))
-    (tmp_path / "label.txt").write_text(f"{gold[0].to_string()}\n(ZZZ {' '.join(gold[0].leaves())})\n")
+    (tmp_path / "label.txt").write_text(f"{gold[0].to_string()}\n{Tree('ZZZ', preterminals(gold[0])).to_string()}\n")
     with pytest.raises(ProposalError, match=r"label.txt:2: block 0: .*unknown non-terminal"):
         list(score_proposals(scorer, read_proposals(tmp_path / "label.txt")))
 

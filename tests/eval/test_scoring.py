@@ -66,7 +66,7 @@ def corpus(split: str = "valid", n: int = 24) -> tuple[trees.Tree, ...]:
 @functools.lru_cache(maxsize=None)
 def vocabulary(rule: str):
     """A word dictionary of the built-in training split (actions, or words for TXL (terminals))."""
-    return build_word_dictionary([pl.tokens_for_rule(t, rule) for t in corpus("train", 200)])
+    return build_word_dictionary([pl.tokens_for_rule(t, rule, pos_tags=True) for t in corpus("train", 200)])
 
 
 # Segment and memory lengths of the fresh models: one segment of 16 with a memory of 16 (the default), many
@@ -120,7 +120,7 @@ def test_encoding_is_the_training_pipelines():
         config = pl.PipelineConfig(rule=rule)
         expected = pl.encode_corpus(list(corpus()), vocabulary(rule), config).sequences
         for tree, arrays in zip(corpus(), expected):
-            got = encode_tree(vocabulary(rule), tree, rule).arrays
+            got = encode_tree(vocabulary(rule), tree, rule, pos_tags=True).arrays
             for a, b in zip(got, arrays):
                 np.testing.assert_array_equal(a, b)
 
@@ -175,7 +175,7 @@ def test_rows_are_independent_and_memory_resets():
         np.testing.assert_allclose(single.logp, score.logp, rtol=1e-6)
         np.testing.assert_allclose(single.token_logprobs, score.token_logprobs, rtol=1e-6, atol=1e-6)
     # Streaming in chunks of 5 sequences (rows carry memory across chunks) changes nothing.
-    items = ((i, encode_tree(scorer.vocab, t, "tg")) for i, t in enumerate(tree_list))
+    items = ((i, encode_tree(scorer.vocab, t, "tg", pos_tags=True)) for i, t in enumerate(tree_list))
     chunked = list(scoring.score_sequences(scorer, items, chunk_size=5))
     assert [s.index for s in chunked] == list(range(len(tree_list)))
     np.testing.assert_allclose(logps(chunked), logps(batched), rtol=1e-6)
@@ -188,7 +188,7 @@ def test_many_segments_equal_one(name):
     for a, b in zip(jax.tree.leaves(short.loaded.params), jax.tree.leaves(long.loaded.params)):
         np.testing.assert_array_equal(a, b)
     tree_list = list(corpus())
-    assert max(len(actions.choe_charniak(t)) for t in tree_list) > 3 * 8  # several segments
+    assert max(len(actions.choe_charniak(t, pos_tags=True)) for t in tree_list) > 3 * 8  # several segments
     s_short, s_long = score_trees(short, tree_list), score_trees(long, tree_list)
     np.testing.assert_allclose(logps(s_short), logps(s_long), rtol=1e-5)
     for a, b in zip(s_short, s_long):
@@ -204,7 +204,7 @@ def test_token_logprobs_are_per_original_action():
     """Oracle: one whole-sequence segment through the model; CNT1 positions dropped, CNT2 carries the next action."""
     scorer = fresh_scorer("tg", LONG)
     tree = corpus()[1]
-    encoded = encode_tree(scorer.vocab, tree, "tg")
+    encoded = encode_tree(scorer.vocab, tree, "tg", pos_tags=True)
     (chunk,) = masks.TGMasking(*LONG).compact_chunks(*encoded.arrays)
     # The jitted step (log p of each position's label) on B copies of the segment, through the scorer's own
     # compilation; the mapping back to actions is what is checked.
@@ -221,7 +221,7 @@ def test_token_logprobs_are_per_original_action():
         elif chunk.labels_ttypes[i] != tt.PAD:  # everything else but the last position predicts the next action
             expected.append(label_log_probs[i])
     (score,) = score_trees(scorer, [tree])
-    assert score.tokens == actions.choe_charniak(tree)
+    assert score.tokens == actions.choe_charniak(tree, pos_tags=True)
     assert len(expected) == len(score.tokens) == score.num_predictions
     np.testing.assert_allclose(score.token_logprobs, expected, rtol=1e-5)
     assert score.logp == pytest.approx(float(np.sum(expected)), rel=1e-6)
@@ -254,19 +254,19 @@ def test_word_surprisals_sum_to_minus_logp(name):
 def test_unknown_words_are_unk_and_counted():
     scorer = fresh_scorer("tg")
     tree = trees.parse("(S (NP (DT the) (NN zyzzyva)) (VP (VBZ is) (ADJP (JJ quux))) (. .))")
-    encoded = encode_tree(scorer.vocab, tree, "tg")
+    encoded = encode_tree(scorer.vocab, tree, "tg", pos_tags=True)
     assert encoded.num_unk == 2 and encoded.num_words == 5
     (score,) = score_trees(scorer, [tree])
     assert score.num_unk == 2 and math.isfinite(score.logp)
     with pytest.raises(ValueError, match="unknown non-terminal '\\(ZZ'"):
-        encode_tree(scorer.vocab, trees.parse("(ZZ (DT the))"), "tg", where="f.txt: sentence 3")
+        encode_tree(scorer.vocab, trees.parse("(ZZ (DT the))"), "tg", pos_tags=True, where="f.txt: sentence 3")
 
 
 def test_sentencepiece_pieces_sum_to_their_action():
-    vocab = train_sentencepiece([pl.tokens_for_rule(t, "tg") for t in corpus("train", 200)], 400)
+    vocab = train_sentencepiece([pl.tokens_for_rule(t, "tg", pos_tags=True) for t in corpus("train", 200)], 400)
     loaded = fresh("tg", vocab=vocab)
     tree = corpus()[0]
-    encoded = encode_tree(vocab, tree, "tg")
+    encoded = encode_tree(vocab, tree, "tg", pos_tags=True)
     assert encoded.num_ids > len(encoded.tokens)  # some words are several pieces
     (score,) = score_trees(Scorer(loaded, batch_size=B), [tree])
     assert score.num_predictions == encoded.num_ids

@@ -42,21 +42,21 @@ VOCAB = {"<pad>": 0, "<s>": 1, "(S": 2, "(NP": 3, "the": 4, "blue": 5, "bird": 6
 
 
 def test_choe_charniak_figure_2():
-    assert A.choe_charniak(parse(FIG2_TREE)) == FIG2_ACTIONS
+    assert A.choe_charniak(parse(FIG2_TREE), pos_tags=True) == FIG2_ACTIONS
     assert A.tree_from_choe_charniak(FIG2_ACTIONS).to_string() == "(S (NP the blue bird) (VP sings))"
 
 
 def test_choe_charniak_of_trees_without_preterminals():
     bare = parse("(S (NP John) (VP (V sings) (ADVP loudly)))", normalise=False)
     # As a POS-tagged tree, (NP John) and (V sings) are pre-terminals and vanish ...
-    assert A.choe_charniak(bare) == ["(S", "John", "(VP", "sings", "loudly", "VP)", "S)"]
+    assert A.choe_charniak(bare, pos_tags=True) == ["(S", "John", "(VP", "sings", "loudly", "VP)", "S)"]
     # ... as a tree without POS tags, every node is a constituent.
-    assert A.choe_charniak(bare, drop_preterminals=False) == [
+    assert A.choe_charniak(bare, pos_tags=False) == [
         "(S", "(NP", "John", "NP)", "(VP", "(V", "sings", "V)", "(ADVP", "loudly", "ADVP)", "VP)", "S)"
     ]
     # The root is never dropped, and mixed children are terminals in place.
-    assert A.choe_charniak(parse("(UH hello)")) == ["(UH", "hello", "UH)"]
-    assert A.choe_charniak(Tree("S", ["a", Tree("NP", [Tree("DT", ["b"]), "c"])])) == [
+    assert A.choe_charniak(parse("(UH hello)"), pos_tags=True) == ["(UH", "hello", "UH)"]
+    assert A.choe_charniak(Tree("S", ["a", Tree("NP", [Tree("DT", ["b"]), "c"])]), pos_tags=True) == [
         "(S", "a", "(NP", "b", "c", "NP)", "S)"
     ]
 
@@ -65,7 +65,7 @@ def test_choe_charniak_rejects_tokens_that_would_not_read_back():
     for bad in (Tree("S", [Tree("NN", ["<s>"])]), Tree("S", ["(x"]), Tree("S", ["x)"]), Tree("S", ["a b"]),
                 Tree("N P", ["a"]), Tree("", ["a"])):
         with pytest.raises(ValueError):
-            A.choe_charniak(bad)
+            A.choe_charniak(bad, pos_tags=True)
 
 
 @pytest.mark.parametrize(
@@ -197,15 +197,15 @@ def test_tree_from_tg_figure_2_and_errors():
 
 def test_document_mode_by_hand():
     first, second = parse("(S (NP (PRP It)) (VP (VBD rained)))"), parse("(FRAG (INTJ (UH Oh)))")
-    actions = A.document_actions([first, second])
+    actions = A.document_actions([first, second], pos_tags=True)
     assert actions == ["(DOC", "(S", "(NP", "It", "NP)", "(VP", "rained", "VP)", "S)",
                        "(FRAG", "(INTJ", "Oh", "INTJ)", "FRAG)", "DOC)"]
     assert A.split_document_actions(actions) == [actions[1:9], actions[9:14]]
     sentences = A.split_document(A.tree_from_choe_charniak(actions))
     assert sentences == [strip_preterminals(first), strip_preterminals(second)]
-    assert A.document_actions([first], label="TEXT")[0] == "(TEXT"
+    assert A.document_actions([first], pos_tags=True, label="TEXT")[0] == "(TEXT"
     with pytest.raises(ValueError, match="expected a document labelled 'DOC', found 'S'"):
-        A.split_document_actions(A.choe_charniak(first))
+        A.split_document_actions(A.choe_charniak(first, pos_tags=True))
     with pytest.raises(ValueError, match="found the word 'stray'"):
         A.split_document(Tree("DOC", [first, "stray"]))
     with pytest.raises(ValueError, match="at least one sentence"):
@@ -220,7 +220,7 @@ def test_document_mode_by_hand():
 @settings(deadline=None)
 @given(random_trees(max_depth=5, max_children=4))
 def test_choe_charniak_inverse_is_the_tree_without_preterminals(tree):
-    actions = A.choe_charniak(tree)
+    actions = A.choe_charniak(tree, pos_tags=True)
     assert A.tree_from_choe_charniak(actions) == strip_preterminals(tree)
     assert [a for a in actions if A.token_type(a) in (tt.TERMINAL, tt.PLACEHOLDER)] == tree.leaves()
 
@@ -228,7 +228,7 @@ def test_choe_charniak_inverse_is_the_tree_without_preterminals(tree):
 @settings(deadline=None)
 @given(random_bare_trees(max_depth=5, max_children=4))
 def test_choe_charniak_round_trip_without_preterminals(tree):
-    actions = A.choe_charniak(tree, drop_preterminals=False)
+    actions = A.choe_charniak(tree, pos_tags=False)
     assert A.tree_from_choe_charniak(actions) == tree
     types = A.token_types(actions)
     assert (types == tt.OPENING_NT).sum() == (types == tt.CLOSING_NT).sum()
@@ -237,8 +237,8 @@ def test_choe_charniak_round_trip_without_preterminals(tree):
 @settings(deadline=None)
 @given(st.lists(random_trees(max_depth=4, max_children=3), min_size=1, max_size=4))
 def test_document_split_join_round_trip(sentences):
-    actions = A.document_actions(sentences)
-    assert A.split_document_actions(actions) == [A.choe_charniak(s) for s in sentences]
+    actions = A.document_actions(sentences, pos_tags=True)
+    assert A.split_document_actions(actions) == [A.choe_charniak(s, pos_tags=True) for s in sentences]
     document = A.tree_from_choe_charniak(actions)
     assert A.split_document(document) == [strip_preterminals(s) for s in sentences]
 
@@ -246,7 +246,7 @@ def test_document_split_join_round_trip(sentences):
 @settings(deadline=None)
 @given(random_trees(max_depth=5, max_children=4))
 def test_tg_transform_round_trip(tree):
-    actions = A.choe_charniak(tree)
+    actions = A.choe_charniak(tree, pos_tags=True)
     rows = A.tg_transform(actions)
     num_closing = sum(A.token_type(a) == tt.CLOSING_NT for a in actions)
     assert len(rows) == 1 + len(actions) + num_closing

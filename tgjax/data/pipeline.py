@@ -29,6 +29,7 @@ import numpy as np
 from tgjax.data import corpora
 from tgjax.data.vocab import Vocabulary, build_word_dictionary, load_vocabulary, train_sentencepiece
 from tgjax.syntax import actions, masks, stack_tape, trees
+from tgjax.syntax import pos_tags as tagging  # (`pos_tags` names the decision, a bool, below)
 from tgjax.syntax import token_types as tt
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class PipelineConfig:
     on_bad_tree: str = "error"  # treebank files: "error" or "skip" (counted and reported)
     seed: int = 0
     num_workers: int = 0  # grain worker processes (0: in this process)
+    pos_tags: str = "auto"  # "yes", "no" or "auto": whether the corpus's trees carry POS tags (`corpus_pos_tags`)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "PipelineConfig":
@@ -76,6 +78,7 @@ class PipelineConfig:
         for name in ("seq_len", "mem_len", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        tagging.check_setting(self.pos_tags)
         if self.transparency_depth >= 0 and self.compact:
             # The device rebuild (and so training and scoring) has no transparent constituents.
             raise ValueError(f"transparency_depth={self.transparency_depth}: transparent constituents exist in the "
@@ -101,15 +104,25 @@ def load_trees(config: PipelineConfig) -> tuple[list[trees.Tree], trees.ReadRepo
     return trees.read_treebank(config.corpus), None
 
 
-def tokens_for_rule(tree: trees.Tree, rule: str) -> list[str]:
+def corpus_pos_tags(tree_list: Sequence[trees.Tree], setting: str | bool, source: str) -> bool:
+    """Whether the corpus's trees are read as tagged: `pos_tags.resolve` over all of them (one decision per corpus).
+
+    `source` names the corpus in errors (a file whose trees mix both is refused, naming the tree).
+    """
+    return tagging.resolve(setting, tagging.located_trees(tree_list, source))
+
+
+def tokens_for_rule(tree: trees.Tree, rule: str, *, pos_tags: bool) -> list[str]:
     """What a model of this family reads: Choe–Charniak actions, or the words alone.
 
-    Never the end-of-sentence token of `ends_with_eos` rules: these tokens
-    also build the vocabulary, and `</s>` is not a word of it.
+    `pos_tags`: whether the tree's nodes over a single word are POS tags, to
+    be dropped (decided for the whole corpus: `corpus_pos_tags`); else they
+    are constituents. Never the end-of-sentence token of `ends_with_eos`
+    rules: these tokens also build the vocabulary, and `</s>` is not a word of it.
     """
     if rule in ("txl_terminals", "pushdown"):
         return tree.leaves()
-    return actions.choe_charniak(tree)
+    return actions.choe_charniak(tree, pos_tags=pos_tags)
 
 
 def ends_with_eos(rule: str) -> bool:
@@ -149,20 +162,24 @@ class EncodedCorpus:
     tapes: list[stack_tape.StackTape] | None = None
 
 
-def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: PipelineConfig) -> EncodedCorpus:
+def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: PipelineConfig, *,
+                  pos_tags: bool | None = None) -> EncodedCorpus:
     """Encodes every tree; sequences over `max_actions` raise or are skipped and counted.
 
     A sequence is BOS then the ids of `tokens_for_rule` (then EOS for an
     `ends_with_eos` rule) as inputs, and the same ids shifted left with a 0
     label (nothing predicted) appended as labels. `max_actions` counts the
-    ids, the EOS included.
+    ids, the EOS included. `pos_tags`: the corpus's decision, when already
+    made; None decides it here from `config.pos_tags` (`corpus_pos_tags`).
     """
+    if pos_tags is None:
+        pos_tags = corpus_pos_tags(tree_list, config.pos_tags, config.corpus)
     sequences = []
     kept = []
     tapes = [] if config.rule == "pushdown" else None
     skipped = 0
     for index, tree in enumerate(tree_list):
-        tokens = tokens_for_rule(tree, config.rule)
+        tokens = tokens_for_rule(tree, config.rule, pos_tags=pos_tags)
         ids = vocab.encode(tokens, add_eos=ends_with_eos(config.rule))
         if config.max_actions is not None and len(ids) > config.max_actions:
             if config.on_too_long == "error":
@@ -318,8 +335,11 @@ class Pipeline:
         self.trees = list(tree_list)
         if not self.trees:
             raise ValueError(f"corpus {config.corpus!r}: no trees")
-        self.vocab = vocab or build_vocabulary([tokens_for_rule(t, config.rule) for t in self.trees])
-        self.encoded = encode_corpus(self.trees, self.vocab, config)
+        # Tagged or not: one decision for the whole corpus (a file that mixes both is refused).
+        self.pos_tags = corpus_pos_tags(self.trees, config.pos_tags, config.corpus)
+        self.vocab = vocab or build_vocabulary([tokens_for_rule(t, config.rule, pos_tags=self.pos_tags)
+                                                for t in self.trees])
+        self.encoded = encode_corpus(self.trees, self.vocab, config, pos_tags=self.pos_tags)
         self.process_index = process_index
         self.process_count = process_count
 

@@ -47,6 +47,10 @@ def _add_common(p: argparse.ArgumentParser, *, output_help: str = "results, one 
                    help="call jax.distributed.initialize() first (multi-host; each host then takes its shard)")
     p.add_argument("-o", "--output", default=None, help=output_help + " (default: stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    p.add_argument("--pos-tags", choices=("yes", "no", "auto"), default="auto",
+                   help="whether the file's trees carry POS tags, which the models drop: yes, no (every node is a "
+                        "constituent, e.g. tgjax sample's trees), or auto (default): tagged iff every word is alone "
+                        "under a node of its own; a file that mixes both is refused. The summary says which")
 
 
 def _shard(args):
@@ -139,6 +143,13 @@ def _warn_dropped(members, quiet: bool) -> None:
                   f"(M={m.loaded.model_config.memory_length}; raise it with --mem-len)", file=sys.stderr)
 
 
+def _pos_tags_setting(settings: dict, tagged: bool, setting: str) -> None:
+    """Records the POS-tag decision in the settings (and so the summary): `yes`/`no`, and `(auto)` if detected."""
+    from tgjax.syntax.pos_tags import setting_name
+
+    settings["pos_tags"] = setting_name(tagged) + (" (auto)" if setting == "auto" else "")
+
+
 def _run(prog: str, body, argv, parser) -> int:
     from tgjax.eval.loading import CheckpointError
 
@@ -168,6 +179,8 @@ def _write_records(args, command: str, shard, settings: dict, records, summary, 
             summary.add(record)
             progress.add()
         result = summary.result()
+        if "pos_tags" in settings:
+            result["pos_tags"] = settings["pos_tags"]
         if "ensemble_mixture" in settings:
             result["ensemble_mixture"] = settings["ensemble_mixture"]
         if complete is not None:
@@ -187,15 +200,19 @@ def _report_shard(command: str, source: str, shard, output, result: dict, quiet:
 
 
 def _score(args) -> int:
-    from tgjax.eval.scoring import ScoreSummary, score_record, score_treebank, surprisals_from_score
+    from tgjax.eval.scoring import (ScoreSummary, resolve_input_pos_tags, score_record, score_treebank,
+                                    surprisals_from_score)
 
     shard = _shard(args)
+    tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format)  # before loading any model
     scorer, members, settings = build_scorer(args)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
                     per_token=args.per_token, surprisal=args.surprisal)
+    if args.input_format == "trees":
+        _pos_tags_setting(settings, tagged, args.pos_tags)
     records = (score_record(s, per_token=args.per_token,
                             surprisal=surprisals_from_score(s) if args.surprisal else None)
-               for s in score_treebank(scorer, args.input, input_format=args.input_format, shard=shard,
+               for s in score_treebank(scorer, args.input, pos_tags=tagged, input_format=args.input_format, shard=shard,
                                        chunk_size=args.chunk_size))
     result, output = _write_records(args, "score", shard, settings, records, ScoreSummary(scorer.rule), members)
     result["sentences_per_second"] = result["sentences"] / max(result["seconds"], 1e-9)
@@ -228,15 +245,18 @@ def main_score(argv: Sequence[str] | None = None) -> int:
 
 
 def _ppl(args) -> int:
-    from tgjax.eval.perplexity import ppl_record, read_proposals, score_documents, score_proposals
+    from tgjax.eval.perplexity import ppl_record, proposals_pos_tags, read_proposals, score_documents, score_proposals
     from tgjax.eval.shards import make_summary
 
     shard = _shard(args)
+    tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents)  # before loading any model
     scorer, members, settings = build_scorer(args)
+    _pos_tags_setting(settings, tagged, args.pos_tags)
     settings.update(command="ppl", proposals=os.path.abspath(args.proposals), dedup=not args.keep_duplicates,
                     documents=args.documents, doc_label=args.doc_label if args.documents else None,
                     all_logps=args.all_logps)
-    blocks = read_proposals(args.proposals, dedup=not args.keep_duplicates, documents=args.documents, shard=shard)
+    blocks = read_proposals(args.proposals, dedup=not args.keep_duplicates, documents=args.documents, shard=shard,
+                            pos_tags=tagged)
     if args.documents:
         results = score_documents(scorer, blocks, label=args.doc_label)
     else:
@@ -285,16 +305,18 @@ def _f1(best: Sequence[str], gold_path: str, params: str) -> dict:
 
 
 def _rerank(args) -> int:
-    from tgjax.eval.perplexity import check_sentence, read_proposals
+    from tgjax.eval.perplexity import check_sentence, proposals_pos_tags, read_proposals
     from tgjax.eval.rerank import read_gold, rerank, rerank_record
     from tgjax.eval.shards import make_summary
 
     shard = _shard(args)
+    tagged = proposals_pos_tags(args.proposals, args.pos_tags)  # before loading any model
     if shard.count > 1 and (args.gold or args.trees):
         raise ValueError("--gold and --trees need every sentence: with --shard, give them to `tgjax eval merge`")
     gold = read_gold(args.gold) if args.gold else None
     scorer, members, settings = build_scorer(args)
     settings.update(command="rerank", proposals=os.path.abspath(args.proposals))
+    _pos_tags_setting(settings, tagged, args.pos_tags)
 
     def checked(blocks):
         for block in blocks:
@@ -305,7 +327,7 @@ def _rerank(args) -> int:
                                                                  f"{block.index}")
             yield block
 
-    blocks = checked(read_proposals(args.proposals, shard=shard))
+    blocks = checked(read_proposals(args.proposals, shard=shard, pos_tags=tagged))
     best: list[str] = []
 
     def records():

@@ -16,16 +16,21 @@ the sentence. Either way the end of the sentence (closing the root, or
 Proposal files
 --------------
 One block per sentence, in corpus order; a block is J >= 1 lines, one
-bracketed tree per line (POS tags optional: the models drop them); blocks are
-separated by one or more blank lines. Every proposal of a block must have the
+bracketed tree per line; blocks are separated by one or more blank lines.
+POS tags are optional but decided for the whole file (`pos_tags`: "yes",
+"no", or "auto": tagged iff every word of every proposal is alone under a
+node of its own; a file that mixes both is refused, naming the line): the
+models drop tags, and in a file without them a node over a single word is a
+constituent (`tgjax.syntax.pos_tags`). Every proposal of a block must have the
 same words as the block's first (else an error names the file, block and
 line); the words are the sentence. An empty file is an error.
 
 Duplicates. The bound holds for a set of *distinct* trees: a tree counted
 twice adds its probability twice and can push the "bound" above p(x). So
 proposals that are the same tree for the model (the same Choe–Charniak
-actions; trees that differ only in POS tags are the same tree to a model
-that does not read tags) are kept once, by default, and the number removed is
+actions; in a tagged file, trees that differ only in POS tags are the same
+tree to a model that does not read tags; without tags, `(S (NP a) b)` and
+`(S a b)` differ) are kept once, by default, and the number removed is
 reported (`num_duplicates`). `dedup=False` counts every line (a tree given
 twice then adds log 2 to its own term), so its perplexity is no bound and is
 reported as `word_perplexity_with_duplicates`.
@@ -66,6 +71,7 @@ import numpy as np
 from tgjax.eval.scoring import (DEFAULT_CHUNK_SIZE, Encoded, ExactSum, SequenceScorer, _exp, encode,
                                 sequence_tokens)
 from tgjax.syntax import actions, trees
+from tgjax.syntax import pos_tags as tagging
 
 DOCUMENT_MARKER = "<doc>"
 
@@ -85,6 +91,7 @@ class ProposalBlock:
     num_duplicates: proposals dropped as repeats of an earlier one.
     document: the document it belongs to (document files; else the block index).
     source: the file it was read from.
+    pos_tags: whether the file's trees are read as tagged (decided for the whole file).
     """
 
     index: int
@@ -94,6 +101,7 @@ class ProposalBlock:
     num_duplicates: int = 0
     document: int = 0
     source: str = "proposals"  # the file it was read from, for messages
+    pos_tags: bool = True
 
     @property
     def num_proposals(self) -> int:
@@ -108,16 +116,43 @@ def _parse_line(path: str, line_no: int, block: int, text: str) -> trees.Tree:
                             f"(proposal files hold one tree per line)") from None
 
 
-def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bool = False,
-                   shard: tuple[int, int] = (0, 1)) -> Iterator[ProposalBlock]:
-    """Streams the blocks of a proposal file (see the module docstring); errors name file, block and line.
+def _proposal_lines(path: str, documents: bool) -> Iterator[tuple[int, int, str]]:
+    """(block index, line number, text) of every proposal line, as `read_proposals` numbers the blocks."""
+    block, in_block = 0, False
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            text = line.strip()
+            if not text or (documents and text == DOCUMENT_MARKER):
+                block, in_block = block + in_block, False
+                continue
+            in_block = True
+            yield block, line_no, text
 
-    With `shard=(I, N)` only the blocks of sentences (documents, in document
-    files) whose index % N == I are parsed and yielded; indices stay global.
+
+def proposals_pos_tags(path: str | os.PathLike, setting: str | bool, *, documents: bool = False) -> bool:
+    """Whether a proposal file's trees are tagged (`tgjax.syntax.pos_tags.resolve` over every line of it).
+
+    "yes" and "auto" parse the whole file once, so every shard decides the same way.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such proposal file {path!r}")
+    located = ((_parse_line(path, line_no, block, text), f"{path}:{line_no}")
+               for block, line_no, text in _proposal_lines(path, documents))
+    return tagging.resolve(setting, located)
+
+
+def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bool = False,
+                   shard: tuple[int, int] = (0, 1), pos_tags: str | bool = "auto") -> Iterator[ProposalBlock]:
+    """Streams the blocks of a proposal file (see the module docstring); errors name file, block and line.
+
+    With `shard=(I, N)` only the blocks of sentences (documents, in document
+    files) whose index % N == I are parsed and yielded; indices stay global.
+    `pos_tags`: "yes", "no", "auto" (decided over the whole file first,
+    `proposals_pos_tags`), or a bool already decided.
+    """
+    path = os.fspath(path)
+    tagged = proposals_pos_tags(path, pos_tags, documents=documents)
     document = 0
     seen_block_in_document = False
     block_index = 0
@@ -146,14 +181,15 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
                     f"{' '.join(leaves[max(where - 2, 0):where + 3])!r}... vs {len(words)} words "
                     f"{' '.join(words[max(where - 2, 0):where + 3])!r}...")
             if dedup:
-                key = tuple(actions.choe_charniak(tree))
+                key = tuple(actions.choe_charniak(tree, pos_tags=tagged))
                 if key in keys:
                     duplicates += 1
                     continue
                 keys.add(key)
             kept.append(tree)
             lines.append(line_no)
-        block = ProposalBlock(block_index, kept, lines, words, duplicates, document if documents else block_index, path)
+        block = ProposalBlock(block_index, kept, lines, words, duplicates, document if documents else block_index, path,
+                              tagged)
         block_index += 1
         current.clear()
         return block
@@ -243,12 +279,12 @@ def score_proposals(scorer: SequenceScorer, blocks: Iterable[ProposalBlock], *,
 
     for block in blocks:
         if terminals:  # exact: the words then `</s>` (every proposal of a block has the same words)
-            encoded = [encode(scorer.vocab, sequence_tokens(block.trees[0], scorer.rule))]
+            encoded = [encode(scorer.vocab, sequence_tokens(block.trees[0], scorer.rule, pos_tags=block.pos_tags))]
         else:
             encoded = []
             for tree, line in zip(block.trees, block.lines):
                 try:
-                    encoded.append(encode(scorer.vocab, sequence_tokens(tree, scorer.rule)))
+                    encoded.append(encode(scorer.vocab, sequence_tokens(tree, scorer.rule, pos_tags=block.pos_tags)))
                 except ValueError as e:
                     raise ProposalError(f"{block.source}:{line}: block {block.index}: {e}") from e
         pending.append((block, encoded))
@@ -299,7 +335,7 @@ def _score_document_batch(scorer, documents, opening, closing) -> Iterator[Propo
     terminals = scorer.rule == "txl_terminals"
     results: dict[tuple[int, int], ProposalScores] = {}
     if terminals:  # exact: one sequence per document, `x_1 </s> x_2 </s> ...`, split by sentence
-        sentences = [[sequence_tokens(b.trees[0], scorer.rule) for b in doc] for doc in documents]
+        sentences = [[sequence_tokens(b.trees[0], scorer.rule, pos_tags=b.pos_tags) for b in doc] for doc in documents]
         encoded = [encode(scorer.vocab, [t for tokens in doc for t in tokens]) for doc in sentences]
         for doc, tokens, score in zip(documents, sentences, scorer.score_encoded(encoded)):
             bounds = np.split(score.token_logprobs, np.cumsum([len(t) for t in tokens])[:-1])
@@ -318,7 +354,7 @@ def _score_document_batch(scorer, documents, opening, closing) -> Iterator[Propo
                 block = doc[i]
                 last = i == len(doc) - 1
                 for tree, line in zip(block.trees, block.lines):
-                    tokens = prefixes[d] + actions.choe_charniak(tree) + ([closing] if last else [])
+                    tokens = prefixes[d] + actions.choe_charniak(tree, pos_tags=block.pos_tags) + ([closing] if last else [])
                     try:
                         encoded.append(encode(scorer.vocab, tokens))
                     except ValueError as e:
@@ -337,7 +373,7 @@ def _score_document_batch(scorer, documents, opening, closing) -> Iterator[Propo
                 results[(block.document, i)] = ProposalScores(block.index, logsumexp(logps), logps, best,
                                                               len(block.words), _num_unk(scorer, block),
                                                               block.num_duplicates, block)
-                prefixes[d] = prefixes[d] + actions.choe_charniak(block.trees[best])
+                prefixes[d] = prefixes[d] + actions.choe_charniak(block.trees[best], pos_tags=block.pos_tags)
                 position += n
     for doc in documents:
         for i in range(len(doc)):

@@ -18,6 +18,13 @@ token `</s>`, as in training (`pipeline.ends_with_eos`): the last word
 predicts `</s>`, and `logp` is log p(x) of the whole sentence exactly,
 `</s>` included (not the probability of x as a prefix). All logs are natural.
 
+POS tags: the models do not read them, so the nodes of a tagged tree whose
+only child is a word are dropped from its actions; in a tree without tags
+(`tgjax sample` writes them) such a node is a constituent and is kept. Which
+is decided once per file or list (`pos_tags`: "yes", "no", or "auto":
+tagged iff every word is alone under a node; a file that mixes both is
+refused), never per node (`tgjax.syntax.pos_tags`).
+
 How it is run
 -------------
 Like training: a batch has B rows and each row reads its sequences one after
@@ -88,6 +95,7 @@ from tgjax.data import pipeline as pl
 from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
 from tgjax.eval.loading import LoadedModel
 from tgjax.syntax import masks, trees
+from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import token_types as tt
 
 SUPPORTED_RULES = ("tg", "txl_cc", "txl_terminals")
@@ -122,9 +130,13 @@ class Encoded:
         return int(self.is_word.sum())
 
 
-def sequence_tokens(tree: trees.Tree, rule: str) -> list[str]:
-    """What a model of this rule reads of a tree: its actions (TG, TXL (CC)), or its words then `</s>`."""
-    tokens = pl.tokens_for_rule(tree, rule)
+def sequence_tokens(tree: trees.Tree, rule: str, *, pos_tags: bool) -> list[str]:
+    """What a model of this rule reads of a tree: its actions (TG, TXL (CC)), or its words then `</s>`.
+
+    `pos_tags`: whether the tree's nodes over a single word are POS tags (dropped) or constituents (kept),
+    decided for the whole file (`tgjax.syntax.pos_tags`).
+    """
+    tokens = pl.tokens_for_rule(tree, rule, pos_tags=pos_tags)
     return tokens + [EOS_TOKEN] if pl.ends_with_eos(rule) else tokens
 
 
@@ -153,10 +165,10 @@ def encode(vocab: Vocabulary, tokens: Sequence[str]) -> Encoded:
     return Encoded(list(tokens), (inputs, inputs_ttypes, labels, labels_ttypes), source, is_word, num_unk)
 
 
-def encode_tree(vocab: Vocabulary, tree: trees.Tree, rule: str, *, where: str = "") -> Encoded:
-    """`encode` of a tree's tokens; errors name `where` (file and sentence)."""
+def encode_tree(vocab: Vocabulary, tree: trees.Tree, rule: str, *, pos_tags: bool, where: str = "") -> Encoded:
+    """`encode` of a tree's tokens (`sequence_tokens`); errors name `where` (file and sentence)."""
     try:
-        return encode(vocab, sequence_tokens(tree, rule))
+        return encode(vocab, sequence_tokens(tree, rule, pos_tags=pos_tags))
     except ValueError as e:
         raise ValueError(f"{where}: {e}" if where else str(e)) from e
 
@@ -363,11 +375,26 @@ def score_sequences(scorer: SequenceScorer, items: Iterable[tuple[int, Encoded]]
         yield from scorer.score_encoded([e for _, e in chunk], [i for i, _ in chunk])
 
 
-def score_trees(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *,
+def score_trees(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *, pos_tags: str | bool = "auto",
                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[SequenceScore]:
-    """Scores trees in memory (their actions, or their words for TXL (terminals))."""
-    items = ((i, encode_tree(scorer.vocab, t, scorer.rule, where=f"tree {i}")) for i, t in enumerate(tree_list))
+    """Scores trees in memory (their actions, or their words for TXL (terminals)).
+
+    `pos_tags`: "yes", "no" or "auto" for the list as a whole (`tgjax.syntax.pos_tags.resolve`), or a bool.
+    """
+    tagged = pl.corpus_pos_tags(tree_list, pos_tags, "trees")
+    items = ((i, encode_tree(scorer.vocab, t, scorer.rule, pos_tags=tagged, where=f"tree {i}"))
+             for i, t in enumerate(tree_list))
     return list(score_sequences(scorer, items, chunk_size=chunk_size))
+
+
+def resolve_input_pos_tags(path: str | os.PathLike, pos_tags: str | bool, input_format: str = "trees") -> bool:
+    """Whether an input file's trees are read as tagged (`tgjax.syntax.pos_tags.resolve_file`); words: False."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such input file {os.fspath(path)!r}")
+    if input_format == "words":  # flat `(X w1 ... wn)`: no tags, and only TXL (terminals) reads them
+        tagging.check_setting(pos_tags)
+        return False
+    return tagging.resolve_file(pos_tags, path)
 
 
 def read_sentences(path: str | os.PathLike, input_format: str = "trees") -> Iterator[trees.Tree]:
@@ -392,18 +419,22 @@ def read_sentences(path: str | os.PathLike, input_format: str = "trees") -> Iter
                 yield trees.Tree("X", words)
 
 
-def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, input_format: str = "trees",
-                   shard: tuple[int, int] = (0, 1), chunk_size: int = DEFAULT_CHUNK_SIZE
-                   ) -> Iterator[SequenceScore]:
+def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, pos_tags: str | bool = "auto",
+                   input_format: str = "trees", shard: tuple[int, int] = (0, 1),
+                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[SequenceScore]:
     """Streams a file's sentences (this shard's: index % N == I) through the scorer; constant memory.
 
-    Raises ValueError for an empty file, and naming the file and sentence for
-    sentences the vocabulary cannot encode (a non-terminal it does not have).
+    `pos_tags`: "yes", "no" or "auto", decided over the whole file first
+    (`tgjax.syntax.pos_tags.resolve_file`: "auto" and "yes" read it once
+    more), or a bool already decided. Raises ValueError for an empty file,
+    for a file whose trees do not fit `pos_tags`, and naming the file and
+    sentence for sentences the vocabulary cannot encode (a non-terminal it does not have).
     """
     if input_format == "words" and scorer.rule != "txl_terminals":
         raise ValueError(f"--input-format words is for TXL (terminals) models; a {scorer.rule} model scores trees")
     index, count = shard
     path = os.fspath(path)
+    tagged = resolve_input_pos_tags(path, pos_tags, input_format)
     seen = 0
 
     def items():
@@ -411,7 +442,7 @@ def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, input_for
         for i, tree in enumerate(read_sentences(path, input_format)):
             seen += 1
             if i % count == index:
-                yield i, encode_tree(scorer.vocab, tree, scorer.rule, where=f"{path}: sentence {i}")
+                yield i, encode_tree(scorer.vocab, tree, scorer.rule, pos_tags=tagged, where=f"{path}: sentence {i}")
 
     yield from score_sequences(scorer, items(), chunk_size=chunk_size)
     if seen == 0:
@@ -448,17 +479,23 @@ def surprisals_from_score(score: SequenceScore) -> WordSurprisals:
                           float(per_word[len(word_at)]), total, score.num_unk)
 
 
-def word_surprisals(scorer: SequenceScorer, tree: trees.Tree) -> WordSurprisals:
-    """Per-word surprisals of a given tree (or of a sentence's words for TXL (terminals))."""
-    encoded = encode_tree(scorer.vocab, tree, scorer.rule)
+def word_surprisals(scorer: SequenceScorer, tree: trees.Tree, *, pos_tags: str | bool = "auto") -> WordSurprisals:
+    """Per-word surprisals of a given tree (or of a sentence's words for TXL (terminals)).
+
+    `pos_tags` as `score_trees`; "auto" on one tree reads it as tagged iff every word is alone under a node.
+    """
+    tagged = pl.corpus_pos_tags([tree], pos_tags, "tree")
+    encoded = encode_tree(scorer.vocab, tree, scorer.rule, pos_tags=tagged)
     (score,) = scorer.score_encoded([encoded])
     return surprisals_from_score(score)
 
 
-def word_surprisals_many(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *,
+def word_surprisals_many(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *, pos_tags: str | bool = "auto",
                          chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[WordSurprisals]:
-    """`word_surprisals` of many trees, batched."""
-    encoded = [encode_tree(scorer.vocab, t, scorer.rule, where=f"tree {i}") for i, t in enumerate(tree_list)]
+    """`word_surprisals` of many trees, batched; `pos_tags` decided for the list as a whole, as `score_trees`."""
+    tagged = pl.corpus_pos_tags(tree_list, pos_tags, "trees")
+    encoded = [encode_tree(scorer.vocab, t, scorer.rule, pos_tags=tagged, where=f"tree {i}")
+               for i, t in enumerate(tree_list)]
     out = []
     for start in range(0, len(encoded), chunk_size):
         part = encoded[start:start + chunk_size]

@@ -277,6 +277,8 @@ def merge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike | None,
             if on_record is not None:
                 on_record(record)
         result = summary.result()
+        if "pos_tags" in first["settings"]:
+            result["pos_tags"] = first["settings"]["pos_tags"]
         if "ensemble_mixture" in first["settings"]:
             result["ensemble_mixture"] = first["settings"]["ensemble_mixture"]
         if finalize is not None:

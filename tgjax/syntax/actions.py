@@ -3,8 +3,12 @@
 A tree is linearised depth-first into actions (Choe & Charniak 2016), POS
 tags dropped as in the Transformer Grammars paper (Sartran et al. 2022):
 
-    (S (NP (DT the) (JJ blue) (NN bird)) (VP (VBZ sings)))
+    (S (NP (DT the) (JJ blue) (NN bird)) (VP (VBZ sings)))      pos_tags=True
     -> ["(S", "(NP", "the", "blue", "bird", "NP)", "(VP", "sings", "VP)", "S)"]
+
+Whether a tree has POS tags cannot be told from one node (`(VP barks)` is a
+constituent in a tree without tags), so the caller says (`pos_tags`), having
+decided for the whole file with `tgjax.syntax.pos_tags`.
 
 An opening non-terminal is `"(" + label`, a closing one `label + ")"`, and
 anything else is a terminal; `token_type` gives the integer token types of
@@ -120,16 +124,18 @@ def _check_word(word: str) -> None:
         )
 
 
-def choe_charniak(tree: Tree, *, drop_preterminals: bool = True) -> list[str]:
+def choe_charniak(tree: Tree, *, pos_tags: bool) -> list[str]:
     """Linearises a tree depth-first: `["(S", "(NP", "the", ..., "NP)", ..., "S)"]`.
 
     Args:
       tree: a tree; not modified.
-      drop_preterminals: POS pre-terminals (nodes whose only child is a word)
-        contribute just their word, as in the TG paper. Pass False for trees
-        that have no POS tags (e.g. from `tree_from_choe_charniak` or
-        `strip_preterminals`), whose unary constituents over a single word
-        (`(NP John)`) must be kept. The root is never dropped.
+      pos_tags: whether the tree's nodes whose only child is a word are POS
+        tags. True: they contribute just their word, as in the TG paper.
+        False, for trees without POS tags (`tgjax sample`'s, or from
+        `tree_from_choe_charniak` or `strip_preterminals`): every node is a
+        constituent, a unary one over a single word (`(VP barks)`) included.
+        The root is never dropped. Decide it per file with
+        `tgjax.syntax.pos_tags.resolve`, not per tree.
     Returns:
       The actions, one string each. Raises ValueError for a label or word
       that would not read back as its kind of token.
@@ -143,7 +149,7 @@ def choe_charniak(tree: Tree, *, drop_preterminals: bool = True) -> list[str]:
         if isinstance(item, str):
             actions.append(item)
             continue
-        if drop_preterminals and item is not tree and item.is_preterminal():
+        if pos_tags and item is not tree and item.is_preterminal():
             word = item.children[0]
             _check_word(word)
             actions.append(word)
@@ -230,17 +236,15 @@ def split_document(document: Tree, label: str = DOCUMENT_LABEL) -> list[Tree]:
     return list(document.children)
 
 
-def document_actions(
-    sentences: Sequence[Tree], *, label: str = DOCUMENT_LABEL, drop_preterminals: bool = True
-) -> list[str]:
+def document_actions(sentences: Sequence[Tree], *, pos_tags: bool, label: str = DOCUMENT_LABEL) -> list[str]:
     """Choe–Charniak actions of a document: `["(DOC", <sentence 1>..., <sentence 2>..., "DOC)"]`."""
-    return choe_charniak(make_document(sentences, label), drop_preterminals=drop_preterminals)
+    return choe_charniak(make_document(sentences, label), pos_tags=pos_tags)
 
 
 def split_document_actions(actions: Sequence[str], *, label: str = DOCUMENT_LABEL) -> list[list[str]]:
     """Inverse of `document_actions`: the action sequence of each sentence (validated)."""
     document = tree_from_choe_charniak(actions)
-    return [choe_charniak(s, drop_preterminals=False) for s in split_document(document, label)]
+    return [choe_charniak(s, pos_tags=False) for s in split_document(document, label)]
 
 
 # ---------------------------------------------------------------------------

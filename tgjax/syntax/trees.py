@@ -626,6 +626,15 @@ def iter_treebank(
         )
 
 
+def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", **options) -> Iterator[tuple[Tree, int]]:
+    """`iter_treebank`, each tree with the 1-based line it starts on (errors raise, as `iter_treebank`)."""
+    source = os.fspath(path)
+    read_options = _ReadOptions(**options)  # normalise, strip_function_tags, ...: as `iter_treebank`
+    with _open_text(source, "rt", encoding) as f:
+        for tree, (line_index, _, _) in _read(_strip_bom(f), source, "raise", None, read_options):
+            yield tree, line_index + 1
+
+
 @overload
 def read_treebank(path: str | os.PathLike, *, on_error: Literal["raise"] = ..., **options) -> list[Tree]: ...
 @overload
@@ -947,6 +956,7 @@ __all__ = [
     "expand_unary",
     "is_intermediate",
     "iter_treebank",
+    "iter_treebank_lines",
     "iter_trees",
     "normalise",
     "parse",

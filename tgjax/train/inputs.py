@@ -160,7 +160,9 @@ def resolve_vocabulary(config, train_trees, workdir: Path, *, resuming: bool, sa
         return load_vocabulary(saved), saved
     else:
         rule = model_spec(config.model.name).pipeline["rule"]
-        tokens = [pl.tokens_for_rule(t, rule) for t in train_trees]
+        # POS tags or not: decided over the whole training file, as the pipeline decides (`pl.corpus_pos_tags`).
+        tagged = pl.corpus_pos_tags(train_trees, "auto", data.train_path)
+        tokens = [pl.tokens_for_rule(t, rule, pos_tags=tagged) for t in train_trees]
         size = config.model.vocab_size or 32768
         vocab = pl.build_vocabulary(tokens, kind=data.vocabulary, size=size, min_count=data.min_word_count)
         source = f"the training trees ({data.train_path})"

@@ -143,7 +143,9 @@ def describe(config) -> dict[str, Any]:
         probe = resolve_model_config(config, 1)
         pcfg = inputs.pipeline_config(config, probe, "train", config.training.batch_size)
         trees = inputs.load_trees(pcfg, "data.train_path")
-        vocab = pl.build_vocabulary([pl.tokens_for_rule(t, pcfg.rule) for t in trees], kind=config.data.vocabulary,
+        tagged = pl.corpus_pos_tags(trees, pcfg.pos_tags, pcfg.corpus)
+        vocab = pl.build_vocabulary([pl.tokens_for_rule(t, pcfg.rule, pos_tags=tagged) for t in trees],
+                                    kind=config.data.vocabulary,
                                     size=config.model.vocab_size or 32768, min_count=config.data.min_word_count)
         vocab_size, source = vocab.size, f"built from {config.data.train_path}"
     else:
