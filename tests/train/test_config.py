@@ -26,6 +26,8 @@ def test_every_config_loads_and_resolves(name):
     kwargs = config.training.lr_schedule.kwargs
     # Every config's cosine ends exactly at its last step.
     assert kwargs.warmup_steps + kwargs.cosine_cycle_length == config.training.num_steps
+    # And it passes the trainer's checks once its treebanks are given.
+    validate_config(apply_overrides(config, ["data.train_path=builtin", "data.valid_path=builtin"]))
 
 
 def test_paper_sizes():
