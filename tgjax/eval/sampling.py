@@ -392,7 +392,8 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     else:
         sys.stdout.write(text)
     print(f"{len(samples)} samples from {loaded.model_name} in {seconds:.1f}s "
-          f"(mean {np.mean([len(s.actions) for s in samples]) if samples else 0:.1f} actions)", file=sys.stderr)
+          f"(mean {np.mean([len(s.actions) for s in samples]) if samples else 0:.1f} actions); trees without POS "
+          f"tags: score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
     return 0
 
 
