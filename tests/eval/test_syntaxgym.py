@@ -71,7 +71,8 @@ def test_tiny_suite_hand_worked():
     by_number[3, "mismatch"] = [7.0, 5.0, 11.0]
     assert SG.evaluate_suite(suite, by_number, unit="bits").outcomes.tolist() == result.outcomes.tolist()
     # Batching does not change anything.
-    assert SG.score_suite(suite, char_surprisals, unit="bits", batch_size=4).outcomes.tolist() == result.outcomes.tolist()
+    batched = SG.score_suite(suite, char_surprisals, unit="bits", batch_size=4)
+    assert batched.outcomes.tolist() == result.outcomes.tolist()
 
 
 def test_mean_metric_and_empty_regions():
@@ -80,7 +81,8 @@ def test_mean_metric_and_empty_regions():
     suite = SG.suite_from_dict(data)
     sentence = next(suite.sentences())
     assert sentence.region_surprisals([3, 3, 5, 6, 1], suite.metric) == {1: 3.0, 2: 5.0, 3: 3.5}
-    assert SG.score_suite(suite, char_surprisals, unit="bits").outcomes.tolist() == [[False, False], [True, False], [True, True]]
+    outcomes = SG.score_suite(suite, char_surprisals, unit="bits").outcomes.tolist()
+    assert outcomes == [[False, False], [True, False], [True, True]]
     empty = SG.SuiteSentence(1, "c", ("a", ""), (1, 2))
     assert empty.region_surprisals([2.0]) == {1: 2.0, 2: 0.0}
     assert math.isnan(empty.region_surprisals([2.0], "max")[2])

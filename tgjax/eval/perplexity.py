@@ -354,7 +354,8 @@ def _score_document_batch(scorer, documents, opening, closing) -> Iterator[Propo
                 block = doc[i]
                 last = i == len(doc) - 1
                 for tree, line in zip(block.trees, block.lines):
-                    tokens = prefixes[d] + actions.choe_charniak(tree, pos_tags=block.pos_tags) + ([closing] if last else [])
+                    sentence = actions.choe_charniak(tree, pos_tags=block.pos_tags)
+                    tokens = prefixes[d] + sentence + ([closing] if last else [])
                     try:
                         encoded.append(encode(scorer.vocab, tokens))
                     except ValueError as e:

@@ -12,7 +12,7 @@ with the right syntactic generalisation should satisfy, e.g.
     suite = load_suite("../shared/data/sg_test_suites/number_orc.json")
     for sentence in suite.sentences():       # (item, condition, region texts)
         ...                                  # sentence.words: what the scorer scores
-    result = score_suite(suite, word_surprisal_fn, unit="nats")   # or evaluate_suite(suite, region_surprisals, unit=...)
+    result = score_suite(suite, word_surprisal_fn, unit="nats")   # or evaluate_suite(suite, ..., unit="nats")
     report = sg_report(results, load_circuits(".../circuits.json"))
 
 Regions and words
