@@ -48,6 +48,7 @@ from tgjax.eval import shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.beam import ActionSpace, BeamConfig, BeamResult, make_word_scorer
 from tgjax.eval.evalb import evalb, right_branching
+from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
 
@@ -299,7 +300,21 @@ def _read_gold(treebank: str, split: str, limit: int | None) -> tuple[list[Tree]
         where = treebank
         if report.num_skipped:
             print(f"{treebank}: {report.summary()}", file=sys.stderr)
-    return (gold[:limit] if limit is not None else gold), where
+    gold = gold[:limit] if limit is not None else gold
+    check_gold_tagged(gold, where)
+    return gold, where
+
+
+def check_gold_tagged(gold: Sequence[Tree], where: str) -> None:
+    """Refuses gold trees without POS tags: the parses are scored (EVALB) with the gold tags put on them.
+
+    (Without tags a unary node over a word, `(VP barks)`, would be taken for a tag and its bracket lost.)
+    """
+    for tree, location in tagging.located_trees(gold, where):
+        word = tagging.untagged_word(tree)
+        if word is not None:
+            raise ValueError(f"{location}: the word {word!r} is not alone under a POS tag; eval parse needs gold "
+                             f"trees with every word under a POS tag (EVALB scores the parses with the gold tags)")
 
 
 def main_parse(argv: Sequence[str] | None = None) -> int:
