@@ -61,6 +61,18 @@ def test_sampled_trees_score_as_sampled(tmp_path, capsys):
     assert "pos_tags" in capsys.readouterr().err
 
 
+def test_parse_needs_gold_trees_with_tags(tmp_path):
+    """EVALB puts the gold tags on the parses: a gold tree without them is refused, naming tree and word."""
+    from tgjax.eval.parse import _read_gold
+
+    path = tmp_path / "gold.txt"
+    path.write_text(f"{TAGGED}\n{BARE}\n")
+    with pytest.raises(ValueError, match=rf"^{path}: tree 2: the word 'the' is not alone under a POS tag"):
+        _read_gold(str(path), "test", None)
+    gold, where = _read_gold(str(path), "test", 1)  # the first tree alone is tagged
+    assert len(gold) == 1 and where == str(path)
+
+
 def test_score_says_what_it_decided_and_refuses_a_mixed_file(tmp_path, capsys):
     from tgjax.eval.commands import main_score
 
