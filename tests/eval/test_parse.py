@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from tgjax.eval.evalb import evalb, right_branching
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
 
-from .test_beam import get_model, tiny_vocab
+from .test_beam import LABELS, get_model, tiny_vocab
 
 CONFIG = BeamConfig(word_beam=3, action_beam=6, fast_track=1, max_open_nts=4, max_consecutive_opens=2,
                     min_batch=64, max_batch=64)
@@ -78,13 +80,99 @@ def test_parse_treebank_scores_parses_and_the_baseline(vocab):
     assert "right-branching" in text and "sentences/s" in text
 
 
-def test_parsing_the_gold_trees_own_model_choice_scores_100(vocab):
-    """EVALB of the beam's own best trees against themselves (as gold) is 100: the plumbing keeps spans intact."""
-    search = WordSynchronousBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIG)
+def unlabelled_spans(tree: Tree) -> Counter:
+    """The oracle's gold constituents: (start, end) over the words left after deleting `.`, with counts."""
+    found = Counter()
+
+    def walk(node: Tree, start: int) -> int:
+        if node.is_preterminal():
+            return start + (node.label != ".")
+        end = start
+        for child in node.children:
+            end = walk(child, end)
+        if end > start:
+            found[(start, end)] += 1
+        return end
+
+    walk(tree, 0)
+    return found
+
+
+def spans_of_actions(actions: list[str], kept: list[bool]) -> Counter:
+    """The oracle's predicted constituents, read off the Choe–Charniak actions; `kept[i]`: word i is not `.`."""
+    openings, closings = {f"({label}" for label in LABELS}, {f"{label})" for label in LABELS}
+    found, starts, words, position = Counter(), [], 0, 0
+    for action in actions:
+        if action in openings:
+            starts.append(position)
+        elif action in closings:
+            start = starts.pop()
+            if position > start:
+                found[(start, position)] += 1
+        else:
+            position += kept[words]
+            words += 1
+    assert words == len(kept) and not starts
+    return found
+
+
+class _FixedParses:
+    """A stand-in for the beam: its best parse of sentence i is `actions[i]` (words from the sentence)."""
+
+    def __init__(self, space, actions: list[list[str]]):
+        self.space, self.actions = space, actions
+
+    def search(self, sentences):
+        from tgjax.eval.beam import BeamResult
+
+        zero = np.zeros(0)
+        return [BeamResult(words=list(words), prefix_log_probs=zero, surprisals=zero, log_prob=0.0, end_surprisal=0.0,
+                           best_actions=self.actions[GOLD_WORDS.index(list(words))]) for words in sentences]
+
+
+GOLD_WORDS = [trees_lib.parse(t).leaves() for t in GOLD]
+
+
+def relabelled_actions(tree: Tree, label: str = "A") -> list[str]:
+    """The tree's bracketing as actions, every phrase labelled `label` (pre-terminals are not phrases)."""
+    if tree.is_preterminal():
+        return list(tree.children)
+    return [f"({label}"] + [a for child in tree.children for a in relabelled_actions(child, label)] + [f"{label})"]
+
+
+def right_branching_actions(words: list[str]) -> list[str]:
+    """(A w1 (A w2 ... (A wn-1 wn))) as actions."""
+    if len(words) <= 2:
+        return ["(A", *words, "A)"]
+    return ["(A", words[0], *right_branching_actions(words[1:]), "A)"]
+
+
+def test_parse_f1_equals_brackets_counted_by_hand(vocab):
+    """Parse F1 against gold trees written independently of the parses: by hand, then by an oracle count."""
     gold = [trees_lib.parse(t) for t in GOLD]
+    search = WordSynchronousBeamSearch(get_model("tg", vocab.size), vocab, "tg", dataclasses.replace(CONFIG, max_open_nts=1))
+    # One open constituent at most: every parse is flat, (A w1 ... wn A) or (B ...), one bracket over the words
+    # (the `.` deleted). By hand, the gold trees have 3 + 4 + 2 + 1 + 4 = 14 brackets and each sentence's
+    # whole span is one of them: 5 matched of 14 gold and 5 predicted (none labelled A or B).
     report = parse.parse_treebank(search, gold)
-    again = parse.parse_treebank(search, report.predicted)
-    assert again.labeled_f1 == pytest.approx(100.0) and again.unlabeled_f1 == pytest.approx(100.0)
+    assert report.unlabeled_f1 == pytest.approx(100 * 2 * 5 / (14 + 5), abs=0.01)
+    assert report.labeled_f1 == 0.0
+    # The gold bracketing itself, relabelled: every span kept intact through the parse's tree and tags.
+    same = parse.parse_treebank(_FixedParses(search.space, [relabelled_actions(g) for g in gold]), gold)
+    assert same.unlabeled_f1 == 100.0 and same.labeled_f1 == 0.0
+    # Right-branching parses, against spans counted here from their actions. By hand (the `.` deleted), sentence
+    # by sentence: matched 2 + 3 + 1 + 1 + 3 of 3 + 4 + 2 + 1 + 4 gold, 3 + 5 + 1 + 1 + 4 predicted.
+    actions = [right_branching_actions(words) for words in GOLD_WORDS]
+    report = parse.parse_treebank(_FixedParses(search.space, actions), gold)
+    matched = num_gold = num_predicted = 0
+    for g, a in zip(gold, actions):
+        predicted = spans_of_actions(a, [tag != "." for tag in trees_lib.pos_tags(g)])
+        reference = unlabelled_spans(g)
+        matched += sum((predicted & reference).values())
+        num_gold += sum(reference.values())
+        num_predicted += sum(predicted.values())
+    assert (matched, num_gold, num_predicted) == (10, 14, 14)
+    assert report.unlabeled_f1 == pytest.approx(100 * 2 * 10 / (14 + 14), abs=0.01)
 
 
 def test_main_parse_shards_merge_to_the_whole(tmp_path, fake_load, capsys):
