@@ -164,26 +164,51 @@ def test_enumeration_counts_match_a_hand_count():
     assert enumerate_actions(["w", "v"], ["A"], 1, 1) == [["(A", "w", "v", "A)"]]
 
 
+def up_to_word(actions: list[str], t: int) -> tuple[str, ...]:
+    """The prefix of `actions` that ends with word t (0-based); words are the tokens that are not labels."""
+    brackets = {cc.opening(label) for label in LABELS} | {cc.closing(label) for label in LABELS}
+    word_at = [i for i, a in enumerate(actions) if a not in brackets]
+    return tuple(actions[:word_at[t] + 1])
+
+
 @pytest.mark.parametrize("name", ["tg", "txl_cc"])
-def test_small_beam_surprisals_sum_to_the_marginal(vocab, name):
+def test_small_beam_scores_and_prefix_marginals_against_the_standard_reading(vocab, name):
+    """A beam that prunes: what it keeps is scored right, and its prefix marginals sit between two exact sums.
+
+    Every probability below is recomputed by `exact_log_probs` (whole sequences, `model.__call__`), not by the
+    incremental scorer. The word beam after word t holds distinct prefixes ending with word t, so
+    log p_beam(x_<=t) is at most the exact sum over all of them (`enumerate_actions`), and at least the sum
+    over the prefixes of the final hypotheses (each one's ancestor was in that beam). After the last word the
+    beam is exactly those prefixes, and each closes in one way: p_beam(x) is the sum over the hypotheses.
+    """
     model = get_model(name, vocab.size)
-    config = BeamConfig(word_beam=3, action_beam=4, fast_track=1, max_open_nts=4, max_consecutive_opens=3,
-                        min_batch=64, max_batch=64, batch_sentences=2)
-    sentences = [["a", "b", "c", "a", "b"], ["c"], ["b", "b", "a"]]
+    config = BeamConfig(word_beam=3, action_beam=4, fast_track=1, max_open_nts=MAX_OPEN,
+                        max_consecutive_opens=MAX_CONSECUTIVE, min_batch=64, max_batch=64, batch_sentences=2)
+    sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"]]
     results = WordSynchronousBeamSearch(model, vocab, name, config).search(sentences)
-    exhaustive = WordSynchronousBeamSearch(model, vocab, name, dataclasses.replace(
-        EXHAUSTIVE, max_open_nts=4, max_consecutive_opens=3)).search(sentences[1:2])
+    pruned = 0
     for words, result in zip(sentences, results):
-        assert len(result.surprisals) == len(words)
-        np.testing.assert_allclose(result.surprisals.sum(), -result.prefix_log_probs[-1], atol=1e-9)
-        np.testing.assert_allclose(result.surprisals.sum() + result.end_surprisal, -result.log_prob, atol=1e-9)
-        assert 1 <= len(result.hypotheses) <= config.word_beam
-        assert all(np.diff([lp for _, lp in result.hypotheses]) <= 0)  # best first
-        for tokens, _ in result.hypotheses:
-            tree = cc.tree_from_choe_charniak(tokens)
-            assert tree.leaves() == words
-    # A lower bound on the marginal under the same caps.
-    assert results[1].log_prob <= exhaustive[0].log_prob + 1e-6
+        hypotheses = [actions for actions, _ in result.hypotheses]
+        assert 1 <= len(hypotheses) <= config.word_beam
+        assert all(cc.tree_from_choe_charniak(h).leaves() == words for h in hypotheses)
+        exact = exact_log_probs(model, name, vocab, hypotheses)
+        np.testing.assert_allclose([lp for _, lp in result.hypotheses], exact, atol=1e-5)
+        assert all(np.diff(exact) <= 1e-5)  # best first
+        assert abs(result.log_prob - logsumexp(exact)) < 1e-5
+        for t in range(len(words)):
+            kept = sorted({up_to_word(h, t) for h in hypotheses})
+            lower = logsumexp(exact_log_probs(model, name, vocab, kept))
+            everything = enumerate_actions(words, LABELS, MAX_OPEN, MAX_CONSECUTIVE, upto_word=t)
+            upper = logsumexp(exact_log_probs(model, name, vocab, everything))
+            beam = result.prefix_log_probs[t + 1]
+            assert lower - 1e-5 <= beam <= upper + 1e-5
+            if t == len(words) - 1:
+                assert abs(beam - lower) < 1e-5
+            pruned += upper - beam > 1e-3
+        # Surprisals are differences of the prefix marginals, and the end cost is what closing takes away.
+        np.testing.assert_allclose(result.surprisals, -np.diff(result.prefix_log_probs), atol=1e-12)
+        assert result.end_surprisal >= 0 and abs(result.surprisals.sum() + result.end_surprisal + result.log_prob) < 1e-9
+    assert pruned >= 3  # the beam did drop prefixes: the bounds were not met trivially
 
 
 def test_count_stop_and_batching_give_the_same_results_per_sentence(vocab):
