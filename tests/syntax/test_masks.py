@@ -192,6 +192,51 @@ def test_txl_fast_equals_oracle(seq, T, M):
     assert_chunks_equal(rule.chunks(*seq), oracle_txl_chunks(*seq, T, M))
 
 
+def distinct_ids(sequences):
+    """The sequences with their (non-padding) ids shifted by 1000 per sequence, so a mix-up shows."""
+    out = []
+    for i, (ids, types, labels, label_types) in enumerate(sequences):
+        shift = lambda a: np.where(a != 0, a + 1000 * i, 0)  # noqa: E731
+        out.append((shift(ids), types, shift(labels), label_types))
+    return out
+
+
+def assert_many_equals_each_alone(make_rule, sequences, *, compact: bool):
+    """`chunks_many` (and `compact_chunks_many`) of all sequences == each sequence's `chunks`, in order."""
+    alone_rule, many_rule = make_rule(), make_rule()
+    alone = [alone_rule.chunks(*seq) for seq in sequences]
+    dense, seq_index = many_rule.chunks_many(sequences)
+    np.testing.assert_array_equal(seq_index, np.repeat(np.arange(len(sequences)), [len(a) for a in alone]))
+    flat = [chunk for chunks in alone for chunk in chunks]
+    for name in masks.Chunk._fields:
+        np.testing.assert_array_equal(getattr(dense, name), np.stack([getattr(c, name) for c in flat]), err_msg=name)
+    assert many_rule.stats == alone_rule.stats  # dropped stack entries etc. counted per sequence, the same
+    if compact:
+        compact_alone = [c for seq in sequences for c in make_rule().compact_chunks(*seq)]
+        compact_many, compact_index = make_rule().compact_chunks_many(sequences)
+        np.testing.assert_array_equal(compact_index, seq_index)
+        for name in masks.CompactChunk._fields:
+            np.testing.assert_array_equal(getattr(compact_many, name), np.stack([getattr(c, name) for c in compact_alone]),
+                                          err_msg=name)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sequences=st.lists(tg_sequences(max_len=30), min_size=1, max_size=6), T=st.integers(1, 10),
+       M=st.integers(1, 10), smart=st.booleans(), distinct=st.booleans(), transparency=st.integers(-1, 3),
+       linear=st.booleans())
+def test_tg_many_sequences_equal_each_alone(sequences, T, M, smart, distinct, transparency, linear):
+    make = lambda: masks.TGMasking(T, M, smart_memory=smart, distinct_compose=distinct,  # noqa: E731
+                                   transparency_depth=transparency, linear_relpos=linear)
+    assert_many_equals_each_alone(make, distinct_ids(sequences), compact=transparency < 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sequences=st.lists(tg_sequences(max_len=30), min_size=1, max_size=6), T=st.integers(1, 10),
+       M=st.integers(1, 10))
+def test_txl_many_sequences_equal_each_alone(sequences, T, M):
+    assert_many_equals_each_alone(lambda: masks.TXLMasking(T, M), distinct_ids(sequences), compact=True)
+
+
 def test_txl_relpos_and_memory_by_hand():
     # 5 tokens, T = M = 2: segments [0 1] [2 3] [4 pad]; memory = previous segment.
     ids = np.array([1, 7, 8, 9, 6])
