@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from tgjax.models import MODEL_NAMES, build_model, count_parameters, model_config, model_spec, sequence_loss
+from tgjax.models import transformer_lm
 from tgjax.models.transformer_lm import attention_inputs
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt
@@ -126,6 +127,79 @@ def test_segments_with_memory_equal_one_long_segment(name):
         logits, memory = short_model(as_batch(masks.stack_batch([segment])), memory)
         pieces.append(logits[0])
     np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), atol=2e-5, rtol=2e-5)
+
+
+def one_segment_equivalent(chunks: list, T: int, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """`[L, L]` mask and relative positions over the whole sequence: what each query of each segment saw.
+
+    A query of segment k sees the keys of its own segment as `attn_mask` says, and through memory slot s
+    the sequence position `memory_pos[s]` as `memory_attn_mask[:, s]` says (dense host chunks, `[T, ...]`).
+    """
+    mask, relpos = np.zeros((L, L), bool), np.zeros((L, L), np.int32)
+    M = chunks[0].memory_pos.shape[0]
+    for k, chunk in enumerate(chunks):
+        rows = slice(k * T, (k + 1) * T)
+        mask[rows, rows] = chunk.attn_mask
+        relpos[rows, rows] = chunk.attn_relpos[:, M:]
+        for slot, position in enumerate(chunk.memory_pos):
+            if position >= 0:
+                sees = chunk.memory_attn_mask[:, slot].astype(bool)
+                mask[rows, position] |= sees
+                relpos[rows, position] = np.where(sees, chunk.attn_relpos[:, slot], relpos[rows, position])
+    return mask, relpos
+
+
+@pytest.mark.parametrize("T, M", [(8, 3), (4, 6)])
+@pytest.mark.parametrize("name", ["tg", "txl_cc", "tg_txl_memory"])
+def test_short_memory_segments_equal_one_segment_with_the_equivalent_mask(name, T, M, monkeypatch):
+    """Memory shorter than the sequence (M < T * segments): the recurrence equals one segment whose mask lets
+    each query see exactly the keys it saw through memory (same logits and loss). With M < T the memory comes
+    from the last segment only; with T < M it also keeps slots of the memory before (`mem_src_mem`)."""
+    L = 64
+    rng = np.random.default_rng(11)
+    seq = random_sequence(rng, 11, 60)
+    n = len(seq[0]) + int(np.count_nonzero(seq[1] == tt.CLOSING_NT)) * (name != "txl_cc")
+    short_model = build_model(name, 60, rngs=nnx.Rngs(3), sequence_length=T, memory_length=M, **SMALL)
+    long_model = build_model(name, 60, rngs=nnx.Rngs(3), sequence_length=L, memory_length=M, **SMALL)
+    short_rule, long_rule = rule_for(name, short_model.config), rule_for(name, long_model.config)
+    segments = short_rule.compact_chunks(*seq)
+    assert len(segments) == -(-n // T) >= 4
+
+    # The recurrence: segment after segment, memory carried.
+    memory, pieces, short_loss = short_model.init_memory(1), [], 0.0
+    for segment in segments:
+        batch = as_batch(masks.stack_batch([segment]))
+        logits, memory = short_model(batch, memory)
+        pieces.append(logits[0])
+        short_loss += float(sequence_loss(logits, batch)[0])
+
+    # The same pattern as one segment: the dense host chunks, re-expressed over sequence positions.
+    mask, relpos = one_segment_equivalent(short_rule.chunks(*seq), T, L)
+    (whole,) = long_rule.chunks(*seq)
+    i, j = np.arange(L)[:n, None], np.arange(L)[None, :n]
+    segment_start = i // T * T
+    if name == "tg":  # the stack rule, less what fell out of a full memory
+        assert short_rule.stats.dropped_stack_entries > 0
+        assert not (mask[:n, :n] & ~whole.attn_mask[:n, :n].astype(bool)).any()
+        assert (whole.attn_mask[:n, :n].astype(bool) & ~mask[:n, :n]).any()
+    else:  # the last M positions before the segment, and the rule's mask
+        window = (j >= segment_start - M) & (j <= i if name == "txl_cc" else whole.attn_mask[:n, :n].astype(bool))
+        np.testing.assert_array_equal(mask[:n, :n], window)
+    seen = mask[:n, :n]
+    np.testing.assert_array_equal(relpos[:n, :n][seen], whole.attn_relpos[:n, M:M + n][seen])
+    mask[np.arange(n, L), np.arange(n, L)] = True  # padding queries: anything, not compared
+
+    def fixed_attention(config, batch):
+        no_memory = np.zeros((L, M), np.int32)
+        return {"mask": jnp.asarray(np.concatenate([no_memory.astype(bool), mask], -1)[None]),
+                "relpos": jnp.asarray(np.concatenate([no_memory, relpos], -1)[None])}
+
+    monkeypatch.setattr(transformer_lm, "attention_inputs", fixed_attention)
+    (long_segment,) = long_rule.compact_chunks(*seq)
+    long_batch = as_batch(masks.stack_batch([long_segment]))
+    long_logits, _ = long_model(long_batch, long_model.init_memory(1))
+    np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(short_loss, float(sequence_loss(long_logits, long_batch)[0]), rtol=1e-4)
 
 
 def test_loss_counts_prediction_events_only():
