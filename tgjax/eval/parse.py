@@ -53,6 +53,9 @@ from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+# Longer gold sentences are left out (and counted): the search's time grows with the length, and a
+# 20,000-word line is more likely a broken file than a sentence (the PTB's longest has 141 words).
+MAX_WORDS = 300
 
 
 # -----------------------------------------------------------------------------
@@ -290,19 +293,49 @@ def corpus_f1(gold, predicted, params: str, unlabeled: bool) -> float:
     return 0.0 if math.isnan(f1) else f1
 
 
-def _read_gold(treebank: str, split: str, limit: int | None) -> tuple[list[Tree], str]:
+def _read_gold(treebank: str, split: str, limit: int | None, max_words: int | None = None
+               ) -> tuple[list[Tree], str]:
     if treebank == "builtin":
         from tgjax.data.corpora import get_corpus
 
         gold, where = get_corpus("builtin", split), f"built-in treebank ({split})"
     else:
-        gold, report = trees_lib.read_treebank(treebank, on_error="skip")
-        where = treebank
-        if report.num_skipped:
-            print(f"{treebank}: {report.summary()}", file=sys.stderr)
+        gold, where = _read_gold_file(treebank), treebank
     gold = gold[:limit] if limit is not None else gold
+    gold = _without_long_sentences(gold, where, max_words)
     check_gold_tagged(gold, where)
     return gold, where
+
+
+def _read_gold_file(path: str) -> list[Tree]:
+    """The well-formed trees of a gold file; malformed ones are skipped and reported on stderr.
+
+    A file with no well-formed tree is an error naming the first malformed one (file:line:col).
+    """
+    gold, report = trees_lib.read_treebank(path, on_error="skip")
+    if not gold:
+        if not report.errors:
+            raise trees_lib.TreeSyntaxError(path, 1, 1, "expected at least one tree, found an empty file")
+        raise ValueError(f"{report.errors[0]} (no well-formed tree to parse: {report.num_skipped} malformed)")
+    if report.num_skipped:
+        print(report.summary(), file=sys.stderr)
+    return gold
+
+
+def _without_long_sentences(gold: list[Tree], where: str, max_words: int | None) -> list[Tree]:
+    """Leaves out (and reports on stderr) the sentences over `max_words` words: the beam's time grows with length."""
+    if max_words is None:
+        return gold
+    lengths = [len(tree.leaves()) for tree in gold]
+    kept = [tree for tree, n in zip(gold, lengths) if n <= max_words]
+    if len(kept) == len(gold):
+        return gold
+    what = (f"{len(gold) - len(kept)} of {len(gold)} sentences are longer than --max-words {max_words} "
+            f"(the longest has {max(lengths):,} words, tree {lengths.index(max(lengths))})")
+    if not kept:
+        raise ValueError(f"{where}: {what}; nothing left to parse")
+    print(f"{where}: left out {what}; F1 is over the other {len(kept)}", file=sys.stderr)
+    return kept
 
 
 def check_gold_tagged(gold: Sequence[Tree], where: str) -> None:
@@ -334,6 +367,8 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--treebank", default="builtin", help="gold trees (one per line) or 'builtin'")
     parser.add_argument("--split", default="test", help="split of the built-in treebank")
     parser.add_argument("--limit", type=int, default=None, help="first N trees only")
+    parser.add_argument("--max-words", type=int, default=MAX_WORDS,
+                        help=f"leave out (and count) sentences longer than this (default {MAX_WORDS})")
     parser.add_argument("--output", "-o", default=None, help="write the predicted trees here")
     parser.add_argument("--baseline-output", default=None, help="write the right-branching trees here")
     parser.add_argument("--params", default="collins", help="EVALB parameters: collins, keep_punct or a .prm file")
@@ -342,7 +377,7 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     add_beam_args(parser)
     args = parser.parse_args(argv)
     try:
-        gold, where = _read_gold(args.treebank, args.split, args.limit)
+        gold, where = _read_gold(args.treebank, args.split, args.limit, args.max_words)
         if args.merge:
             return _merge_parses(args, gold, where)
         if not args.workdir:

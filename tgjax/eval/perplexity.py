@@ -60,6 +60,7 @@ term is log p(x_i </s> | x_<i) exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -119,7 +120,7 @@ def _parse_line(path: str, line_no: int, block: int, text: str) -> trees.Tree:
 def _proposal_lines(path: str, documents: bool) -> Iterator[tuple[int, int, str]]:
     """(block index, line number, text) of every proposal line, as `read_proposals` numbers the blocks."""
     block, in_block = 0, False
-    with open(path, encoding="utf-8") as f:
+    with contextlib.closing(trees.text_lines(path)) as f:  # decoding errors name file:line:col
         for line_no, line in enumerate(f, start=1):
             text = line.strip()
             if not text or (documents and text == DOCUMENT_MARKER):
@@ -194,7 +195,7 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
         current.clear()
         return block
 
-    with open(path, encoding="utf-8") as f:
+    with contextlib.closing(trees.text_lines(path)) as f:  # decoding errors name file:line:col
         for line_no, line in enumerate(f, start=1):
             text = line.strip()
             if documents and text == DOCUMENT_MARKER:

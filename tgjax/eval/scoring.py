@@ -412,11 +412,10 @@ def read_sentences(path: str | os.PathLike, input_format: str = "trees") -> Iter
         return
     if input_format != "words":
         raise ValueError(f"input format: expected 'trees' or 'words', got {input_format!r}")
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            words = line.split()
-            if words:
-                yield trees.Tree("X", words)
+    for line in trees.text_lines(path):
+        words = line.split()
+        if words:
+            yield trees.Tree("X", words)
 
 
 def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, pos_tags: str | bool = "auto",

@@ -594,6 +594,42 @@ def _strip_bom(lines: Iterable[str]) -> Iterator[str]:
         yield line[1:] if index == 0 and line.startswith("\ufeff") else line
 
 
+def text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[str]:
+    """The lines of a text file (`.gz` is decompressed; a leading byte-order mark is dropped).
+
+    Bytes that are not valid `encoding` raise `TreeSyntaxError` naming the
+    file, line and column of the first bad byte ("expected utf-8 text"), in
+    skip mode too: the encoding is the whole file's, not one tree's.
+    """
+    source = os.fspath(path)
+    try:
+        with _open_text(source, "rt", encoding) as f:
+            yield from _strip_bom(f)
+    except UnicodeDecodeError:
+        # The text layer decodes whole blocks and reports block offsets: find the line again.
+        raise _decode_error(source, encoding) from None
+
+
+def _decode_error(source: str, encoding: str) -> TreeSyntaxError:
+    """Where the first byte that is not `encoding` lies, as a TreeSyntaxError (file:line:column)."""
+    opener = gzip.open if source.endswith(".gz") else open
+    with opener(source, "rb") as f:
+        for line_index, raw in enumerate(f):
+            try:
+                raw.decode(encoding)
+            except UnicodeDecodeError as err:
+                before = raw[: err.start].decode(encoding, errors="replace")
+                if line_index == 0:
+                    before = before.removeprefix("\ufeff")
+                return TreeSyntaxError(
+                    source, line_index + 1, len(before) + 1,
+                    f"expected {encoding} text, found the byte 0x{raw[err.start]:02x} (convert the file to "
+                    f"{encoding}, e.g. with iconv -f latin1 -t {encoding})",
+                )
+    # Only a multi-byte encoding can fail across lines; the line is then unknown.
+    return TreeSyntaxError(source, 1, 1, f"expected {encoding} text, found bytes that are not")
+
+
 def iter_treebank(
     path: str | os.PathLike,
     *,
@@ -612,27 +648,25 @@ def iter_treebank(
     Errors name the file as given by `path`. Empty files yield nothing.
     """
     source = os.fspath(path)
-    with _open_text(source, "rt", encoding) as f:
-        yield from iter_trees(
-            _strip_bom(f),
-            source=source,
-            on_error=on_error,
-            report=report,
-            normalise=normalise,
-            strip_function_tags=strip_function_tags,
-            remove_empty=remove_empty,
-            unwrap_root=unwrap_root,
-            tree_starts_at_line_start=tree_starts_at_line_start,
-        )
+    yield from iter_trees(
+        text_lines(source, encoding),
+        source=source,
+        on_error=on_error,
+        report=report,
+        normalise=normalise,
+        strip_function_tags=strip_function_tags,
+        remove_empty=remove_empty,
+        unwrap_root=unwrap_root,
+        tree_starts_at_line_start=tree_starts_at_line_start,
+    )
 
 
 def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", **options) -> Iterator[tuple[Tree, int]]:
     """`iter_treebank`, each tree with the 1-based line it starts on (errors raise, as `iter_treebank`)."""
     source = os.fspath(path)
     read_options = _ReadOptions(**options)  # normalise, strip_function_tags, ...: as `iter_treebank`
-    with _open_text(source, "rt", encoding) as f:
-        for tree, (line_index, _, _) in _read(_strip_bom(f), source, "raise", None, read_options):
-            yield tree, line_index + 1
+    for tree, (line_index, _, _) in _read(text_lines(source, encoding), source, "raise", None, read_options):
+        yield tree, line_index + 1
 
 
 @overload
@@ -661,17 +695,16 @@ def read_treebank(
     (skip mode: a report with zero trees).
     """
     source = os.fspath(path)
-    with _open_text(source, "rt", encoding) as f:
-        return parse_trees(
-            _strip_bom(f),
-            source=source,
-            on_error=on_error,
-            normalise=normalise,
-            strip_function_tags=strip_function_tags,
-            remove_empty=remove_empty,
-            unwrap_root=unwrap_root,
-            tree_starts_at_line_start=tree_starts_at_line_start,
-        )
+    return parse_trees(
+        text_lines(source, encoding),
+        source=source,
+        on_error=on_error,
+        normalise=normalise,
+        strip_function_tags=strip_function_tags,
+        remove_empty=remove_empty,
+        unwrap_root=unwrap_root,
+        tree_starts_at_line_start=tree_starts_at_line_start,
+    )
 
 
 def write_treebank(

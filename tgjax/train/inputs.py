@@ -90,13 +90,23 @@ def _check_file(key: str, path: str) -> None:
         raise ValueError(f"{key}: treebank file {path!r} is empty")
 
 
+def _naming_key(key: str, error: Exception) -> Exception:
+    """`error`'s message prefixed by the config key, as a FileNotFoundError or a plain ValueError.
+
+    Not `type(error)(...)`: subclasses such as `TreeSyntaxError` take other
+    constructor arguments than one message.
+    """
+    kind = FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError
+    return kind(f"{key}: {error}")
+
+
 def load_trees(pcfg: pl.PipelineConfig, key: str):
     """The trees of one split; errors name the config key (`key`) and the file."""
     _check_file(key, pcfg.corpus)
     try:
         tree_list, report = pl.load_trees(pcfg)
     except (ValueError, FileNotFoundError) as e:
-        raise type(e)(f"{key}: {e}") from e
+        raise _naming_key(key, e) from e
     if not tree_list:
         raise ValueError(f"{key}: {pcfg.corpus!r} holds no trees")
     if report is not None and report.num_skipped:
