@@ -111,9 +111,9 @@ class ProposalBlock:
 
 def _parse_line(path: str, line_no: int, block: int, text: str) -> trees.Tree:
     try:
-        return trees.parse(text, source=path)
+        return trees.parse(text, source=path, first_line=line_no)
     except trees.TreeSyntaxError as e:
-        raise ProposalError(f"{path}:{line_no}:{e.column}: block {block}: {e.reason} "
+        raise ProposalError(f"{path}:{e.line}:{e.column}: block {block}: {e.reason} "
                             f"(proposal files hold one tree per line)") from None
 
 

@@ -272,6 +272,7 @@ class _ReadOptions:
     remove_empty: bool = True
     unwrap_root: bool = False
     tree_starts_at_line_start: bool = True
+    first_line: int = 1  # the number of the text's first line in its file, for messages
 
 
 _NOTHING_LEFT = "expected a tree with words, found none left after removing empty elements (-NONE-)"
@@ -308,7 +309,7 @@ def _read_lines(
     in_stray_text = False  # one error per run of stray tokens, not one per token
     last_line_index, last_line = -1, ""  # the last line with a token, for end-of-file errors
 
-    for line_index, line in enumerate(lines):
+    for line_index, line in enumerate(lines, start=options.first_line - 1):
         tokens = _line_tokens(line)
         if not tokens:
             continue
@@ -499,18 +500,22 @@ def parse(
     remove_empty: bool = True,
     unwrap_root: bool = False,
     tree_starts_at_line_start: bool = True,
+    first_line: int = 1,
 ) -> Tree:
     """Reads exactly one bracketed tree, e.g. `parse("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))")`.
 
-    Options as in `iter_trees`. Raises `TreeSyntaxError` for malformed input,
-    for empty input, and for more than one tree.
+    Options as in `iter_trees`; `first_line` numbers the text's lines in
+    messages (a line read from a file: its line number). Raises
+    `TreeSyntaxError` for malformed input, for empty input, and for more than
+    one tree.
     """
-    options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start)
+    options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start,
+                           first_line)
     lines = text.split("\n")
     trees = _read(lines, source, "raise", None, options)
     first = next(trees, None)
     if first is None:
-        raise TreeSyntaxError(source, 1, 1, "expected a tree, found an empty input")
+        raise TreeSyntaxError(source, first_line, 1, "expected a tree, found an empty input")
     second = next(trees, None)
     if second is not None:
         raise _error(source, *second[1], "expected exactly one tree, found a second one")

@@ -1,0 +1,301 @@
+"""Bad input, tried as a new user would: malformed treebanks through every command that reads trees.
+
+Each file of a corpus of malformed treebanks (written at test time) goes
+through `tgjax data stats`, `train`, `eval score`, `eval ppl`, `eval rerank`,
+`eval parse` and `eval f1`. Either the command works (a 5,000-deep tree and a
+20,000-word sentence must, with what was left out counted), or it exits with
+status 2 and ONE line on stderr naming file:line:column and what was
+expected; never a traceback.
+
+Importing JAX costs seconds per process, so the matrix runs in one child
+process (`DRIVER`) that calls the real entry point, `tgjax.cli.main`, once per
+case and records its exit status, stdout and stderr; a few cases also run as
+`python -m tgjax.cli` in processes of their own, as a user would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tgjax.syntax import trees
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD = "(S (NP (DT the) (NN fox)) (VP (VBZ watches)) (. .))"  # 51 characters; the built-in corpus's labels
+DEEP = 5000  # nesting depth of the deep tree (Python's recursion limit is 1,000)
+LONG = 20000  # words of the long sentence
+
+# The malformed files, and where and what the tree readers report: (line, column, message).
+# Positions are counted by hand: e.g. "(S (NP (DT the) (NN caf\xe9" is 23 characters, so the bad byte is column 24.
+MALFORMED = {
+    "unclosed": (GOOD + "\n(S (NP (DT the) (NN fox)) (VP (VBZ watches))\n",
+                 2, 45, "expected ')' to close '(S' opened at 2:1, found end of file"),
+    "extra_close": (GOOD + ")\n", 1, 52, "expected '(' to start a tree, found ')'"),
+    "empty_node": ("(S () (VP (VBZ watches)))\n", 1, 4, "found an empty tree '()'"),
+    "wrapper_two": (f"( {GOOD} {GOOD} )\n", 1, 1, "expected one tree inside the unlabelled '( ... )' wrapper, found 2"),
+    "bare_word": ("hello\n", 1, 1, "expected '(' to start a tree, found 'hello'"),
+    # Bytes 0-9 are line 1; line 2 starts at byte 11, so byte 0x80 (128) is its column 118.
+    "garbage": (bytes(range(256)) * 3, 2, 118, "expected utf-8 text, found the byte 0x80"),
+    "latin1": ("(S (NP (DT the) (NN caf\xe9)) (VP (VBZ watches)))\n".encode("latin-1"),
+               1, 24, "expected utf-8 text, found the byte 0xe9"),
+    "good_then_bad": (GOOD + "\n(S (NP (DT the) (NN fox)) ( (VBZ watches)))\n",
+                      2, 27, "expected a label after '(', found '(VBZ'"),
+}
+ENCODING = ("garbage", "latin1")  # the whole file's problem, found before any tree is read
+EMPTY = {"empty": "", "blank": "\n\n   \n\n"}
+# Files that must work: a huge tree between two ordinary ones.
+HUGE = {
+    "deep": "(S " * DEEP + "(NN fox)" + ")" * DEEP,
+    "long": "(S " + " ".join("(NN fox)" for _ in range(LONG)) + " (. .))",
+}
+# Parse-style commands skip malformed trees of a gold file when some good ones remain (and report them).
+SKIPPED_BY_PARSE = ("unclosed", "extra_close", "good_then_bad")
+
+TRAIN_SIZES = ["--config.model.d_model=16", "--config.model.num_layers=1", "--config.model.num_heads=2",
+               "--config.model.ffw_hidden_size=32", "--config.model.sequence_length=16",
+               "--config.model.memory_length=16", "--config.training.batch_size=4",
+               "--config.evaluation.batch_size=4", "--config.training.num_steps=2",
+               "--config.evaluation.interval_steps=2", "--config.checkpointing.interval_steps=2",
+               "--config.checkpointing.async_save=false", "--config.logging.tensorboard=false",
+               "--config.training.lr_schedule.kwargs.warmup_steps=1",
+               "--config.training.lr_schedule.kwargs.cosine_cycle_length=1", "--quiet"]
+# Sequences longer than this are skipped and counted where a command takes a limit (data stats, train).
+MAX_ACTIONS = 2000
+
+DRIVER = """
+import contextlib, io, json, logging, sys, traceback
+from tgjax.cli import main
+
+for name, argv in json.load(open(sys.argv[1])):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as exit:
+            status = exit.code
+        except BaseException:
+            traceback.print_exc()
+            status = "raised"
+    logging.root.handlers.clear()  # `tgjax train` binds a handler to this case's stderr
+    print(json.dumps({"name": name, "status": status, "stdout": out.getvalue(), "stderr": err.getvalue()}),
+          flush=True)
+"""
+
+
+def _env() -> dict:
+    # TF_CPP_MIN_LOG_LEVEL: the C++ runtime's start-up notes ("could not find cuda drivers") are not ours.
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
+
+
+def _write_corpus(directory: Path) -> dict[str, Path]:
+    paths = {}
+    texts = {**{name: case[0] for name, case in MALFORMED.items()}, **EMPTY,
+             **{name: f"{GOOD}\n\n{tree}\n\n{GOOD}\n" for name, tree in HUGE.items()}}  # proposals: 3 blocks
+    for name, text in texts.items():
+        path = directory / f"{name}.txt"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+        paths[name] = path
+    paths["good"] = directory / "good.txt"
+    paths["good"].write_text(GOOD + "\n")
+    return paths
+
+
+def _commands(path: Path, good: Path, workdir: Path, scratch: Path) -> dict[str, list[str]]:
+    """Every command that reads trees, reading `path` (f1: as gold and as parses)."""
+    f, w, out = str(path), str(workdir), str(scratch / f"{path.stem}.jsonl")
+    return {
+        "stats": ["data", "stats", "--corpus", f, "--max-actions", str(MAX_ACTIONS), "--on-too-long", "skip"],
+        "train": ["train", "--workdir", str(scratch / f"train-{path.stem}"), *TRAIN_SIZES,
+                  f"--config.data.train_path={f}", f"--config.data.valid_path={f}",
+                  f"--config.data.max_actions={MAX_ACTIONS}", "--config.data.on_too_long=skip"],
+        "score": ["eval", "score", "--workdir", w, "--input", f, "-o", out],
+        "ppl": ["eval", "ppl", "--workdir", w, "--proposals", f, "-o", out],
+        "rerank": ["eval", "rerank", "--workdir", w, "--proposals", f, "--gold", f, "-o", out],
+        "parse": ["eval", "parse", "--workdir", w, "--treebank", f, "--word-beam", "2", "--action-beam", "4"],
+        "f1_gold": ["eval", "f1", "--gold", f, "--pred", str(good)],
+        "f1_pred": ["eval", "f1", "--gold", str(good), "--pred", f],
+    }
+
+
+COMMANDS = ("stats", "train", "score", "ppl", "rerank", "parse", "f1_gold", "f1_pred")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    return _write_corpus(tmp_path_factory.mktemp("bad_input"))
+
+
+@pytest.fixture(scope="module")
+def runs(corpus, tmp_path_factory) -> dict[str, dict]:
+    """Runs every (file, command) case in one child process; `name -> {status, stdout, stderr}`.
+
+    The first case trains the tiny model that the eval commands load (2 steps on the built-in corpus).
+    """
+    scratch = tmp_path_factory.mktemp("bad_input_runs")
+    workdir = scratch / "model"
+    cases = [["model", ["train", "--workdir", str(workdir), *TRAIN_SIZES,
+                        "--config.data.num_train_sentences=32", "--config.data.num_valid_sentences=8"]]]
+    for name in [*MALFORMED, *EMPTY, *HUGE]:
+        for command, argv in _commands(corpus[name], corpus["good"], workdir, scratch).items():
+            cases.append([f"{name}/{command}", argv])
+    (scratch / "cases.json").write_text(json.dumps(cases))
+    (scratch / "driver.py").write_text(DRIVER)
+    done = subprocess.run([sys.executable, str(scratch / "driver.py"), str(scratch / "cases.json")],
+                          capture_output=True, text=True, cwd=REPO, env=_env(), timeout=600)
+    results = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert len(results) == len(cases), f"the driver stopped after {len(results)} cases:\n{done.stderr[-3000:]}"
+    assert results["model"]["status"] == 0, results["model"]["stderr"]
+    return results
+
+
+def _error_line(run: dict) -> str:
+    """The one line a refused command prints (exit status 2, nothing else on stderr)."""
+    assert "Traceback" not in run["stderr"], run["stderr"]
+    assert run["status"] == 2, f"exit status {run['status']}:\n{run['stderr']}"
+    lines = run["stderr"].splitlines()
+    assert len(lines) == 1, f"{len(lines)} lines on stderr:\n{run['stderr']}"
+    assert re.match(r"tgjax( eval \w+)?: error: ", lines[0]), lines[0]
+    return lines[0]
+
+
+def _worked(run: dict) -> str:
+    assert "Traceback" not in run["stderr"], run["stderr"]
+    assert run["status"] == 0, f"exit status {run['status']}:\n{run['stderr']}"
+    return run["stderr"]
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+@pytest.mark.parametrize("command", ("stats", "train", "score", "ppl", "rerank", "parse"))
+def test_a_malformed_file_is_one_line_naming_file_line_column(runs, corpus, name, command):
+    _, line, column, message = MALFORMED[name]
+    # Proposal files (ppl, rerank) are read one tree per line in blocks: these all are in block 0.
+    block = "block 0: " if command in ("ppl", "rerank") and name not in ENCODING else ""
+    where = f"{corpus[name]}:{line}:{column}: {block}{message}"
+    run = runs[f"{name}/{command}"]
+    if command == "parse" and name in SKIPPED_BY_PARSE:
+        # A gold file with good trees left: the bad one is skipped, counted and located; the good one parsed.
+        stderr = _worked(run)
+        assert f"{corpus[name]}: read 1 trees, skipped 1\n  {where}" in stderr
+        assert "labelled F1" in run["stdout"]
+        return
+    assert where in _error_line(run)
+
+
+@pytest.mark.parametrize("name", list(EMPTY))
+@pytest.mark.parametrize("command", ("stats", "train", "score", "ppl", "rerank", "parse"))
+def test_an_empty_file_is_one_line_naming_it(runs, corpus, name, command):
+    line = _error_line(runs[f"{name}/{command}"])
+    assert str(corpus[name]) in line and "empty" in line
+
+
+@pytest.mark.parametrize("name", [*MALFORMED, *EMPTY, *HUGE])
+@pytest.mark.parametrize("command", ("f1_gold", "f1_pred"))
+def test_eval_f1_scores_bad_trees_as_evalb_error_sentences(runs, corpus, name, command):
+    """EVALB's rules: a sentence that cannot be read or matched is an error sentence, counted and named."""
+    run = runs[f"{name}/{command}"]
+    stderr = _worked(run)
+    assert "Number of sentence" in run["stdout"]
+    if name == "blank" and command == "f1_pred":
+        assert "test sentence is empty (skipped)" in stderr  # evalb.c's message for a blank line
+    elif name not in ("deep", "long"):
+        assert str(corpus[name]) in stderr  # the bad sentence (or the line counts) named with the file
+
+
+@pytest.mark.parametrize("name", list(HUGE))
+@pytest.mark.parametrize("command", ("score", "ppl", "rerank"))
+def test_huge_trees_are_scored(runs, name, command):
+    """A 5,000-deep tree and a 20,000-word sentence are scored (no recursion limit); the memory overflow is counted."""
+    stderr = _worked(runs[f"{name}/{command}"])
+    assert re.search(r"sentences +3\n", stderr), stderr
+    assert re.search(r"warning: .* \d+ stack entries in 1 sequences did not fit in the memory", stderr), stderr
+
+
+@pytest.mark.parametrize("name", list(HUGE))
+def test_huge_trees_over_max_actions_are_skipped_and_counted(runs, name):
+    stats = runs[f"{name}/stats"]
+    _worked(stats)
+    assert "sequences         2 kept, 1 skipped as too long" in stats["stdout"]
+    train = runs[f"{name}/train"]
+    assert f"skipped 1 of 3 sequences longer than max_actions={MAX_ACTIONS}" in _worked(train)
+
+
+def test_eval_parse_leaves_out_and_counts_sentences_over_max_words(runs, corpus):
+    stderr = _worked(runs["long/parse"])
+    assert (f"{corpus['long']}: left out 1 of 3 sentences are longer than --max-words 300 (the longest has "
+            f"{LONG + 1:,} words, tree 1); F1 is over the other 2") in stderr
+    assert "labelled F1" in runs["long/parse"]["stdout"]
+    _worked(runs["deep/parse"])  # one word under 5,000 brackets: parsed
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["train", "--workdir", "{scratch}/w", *TRAIN_SIZES, "--config.data.train_path={file}"], "unclosed"),
+    (["data", "stats", "--corpus", "{file}"], "latin1"),
+    (["eval", "rerank", "--workdir", "{scratch}/none", "--proposals", "{file}"], "garbage"),
+])
+def test_as_its_own_process(corpus, tmp_path, argv, name):
+    """The same as a user runs it: `python -m tgjax.cli ...`, one process, exit status 2, one line."""
+    argv = [a.format(file=corpus[name], scratch=tmp_path) for a in argv]
+    done = subprocess.run([sys.executable, "-m", "tgjax.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                          env=_env(), timeout=300)
+    _, line, column, message = MALFORMED[name]
+    error = _error_line({"status": done.returncode, "stderr": done.stderr})
+    assert f"{corpus[name]}:{line}:{column}: {message}" in error
+
+
+# -----------------------------------------------------------------------------
+# The pieces, in process
+
+
+def test_tree_syntax_error_survives_pickling():
+    """Grain's worker processes send errors back pickled: the error must be rebuilt whole."""
+    error = trees.TreeSyntaxError("bank.txt", 3, 7, "expected ')'")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), str(copy), copy.source, copy.line, copy.column, copy.reason) == (
+        trees.TreeSyntaxError, "bank.txt:3:7: expected ')'", "bank.txt", 3, 7, "expected ')'")
+
+
+def test_training_data_errors_name_the_config_key_and_the_position(tmp_path):
+    from tgjax.data import pipeline as pl
+    from tgjax.train import inputs
+
+    bank = tmp_path / "bank.txt"
+    bank.write_text(MALFORMED["unclosed"][0])
+    with pytest.raises(ValueError) as caught:
+        inputs.load_trees(pl.PipelineConfig(corpus=str(bank)), "data.train_path")
+    assert str(caught.value) == f"data.train_path: {bank}:2:45: {MALFORMED['unclosed'][3]}"
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_text_that_is_not_utf8_is_located(tmp_path, gz):
+    # Line 3 is " (NN na\xefve))": \xef starts a 3-byte sequence that "v" breaks, at column 8.
+    data = b"(S (NP (DT a)\n  (NN caf\xc3\xa9))\n (NN na\xefve))\n"
+    path = tmp_path / ("bank.txt.gz" if gz else "bank.txt")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    with pytest.raises(trees.TreeSyntaxError) as caught:
+        trees.read_treebank(path)
+    assert (caught.value.line, caught.value.column) == (3, 8)
+    assert caught.value.reason.startswith("expected utf-8 text, found the byte 0xef")
+    with pytest.raises(trees.TreeSyntaxError, match=r":3:8: expected utf-8"):
+        trees.read_treebank(path, on_error="skip")  # the file's encoding, not one tree: skip mode raises too
+    ok = tmp_path / "ok.txt"
+    ok.write_bytes("\ufeff(S caf\xe9)\n(S b)".encode("utf-8"))
+    assert list(trees.text_lines(ok)) == ["(S caf\xe9)\n", "(S b)"]  # the byte-order mark dropped
+
+
+def test_a_bad_proposal_is_located_on_its_own_line(tmp_path):
+    from tgjax.eval.perplexity import ProposalError, read_proposals
+
+    path = tmp_path / "proposals.txt"
+    path.write_text(f"{GOOD}\n\n{GOOD}\n(S (NP (DT the) (NN fox))\n")
+    with pytest.raises(ProposalError) as caught:
+        list(read_proposals(path))
+    assert str(caught.value) == (f"{path}:4:26: block 1: expected ')' to close '(S' opened at 4:1, found end of "
+                                 "file (proposal files hold one tree per line)")
