@@ -146,6 +146,9 @@ def runs(corpus, tmp_path_factory) -> dict[str, dict]:
     for name in [*MALFORMED, *EMPTY, *HUGE]:
         for command, argv in _commands(corpus[name], corpus["good"], workdir, scratch).items():
             cases.append([f"{name}/{command}", argv])
+    # A new user's first try: their own training file, the validation set left at the default (built-in).
+    cases.append(["own_train_file/train", ["train", "--workdir", str(scratch / "own"), *TRAIN_SIZES,
+                                           f"--config.data.train_path={corpus['good']}"]])
     (scratch / "cases.json").write_text(json.dumps(cases))
     (scratch / "driver.py").write_text(DRIVER)
     done = subprocess.run([sys.executable, str(scratch / "driver.py"), str(scratch / "cases.json")],
@@ -233,6 +236,13 @@ def test_eval_parse_leaves_out_and_counts_sentences_over_max_words(runs, corpus)
             f"{LONG + 1:,} words, tree 1); F1 is over the other 2") in stderr
     assert "labelled F1" in runs["long/parse"]["stdout"]
     _worked(runs["deep/parse"])  # one word under 5,000 brackets: parsed
+
+
+def test_a_validation_tree_the_vocabulary_cannot_encode_is_named(runs):
+    """The vocabulary comes from the training file; the built-in validation trees have labels it lacks."""
+    line = _error_line(runs["own_train_file/train"])
+    assert line.startswith("tgjax: error: data.valid_path: builtin: tree 0: token 7: unknown non-terminal '(SBAR'; "
+                           "this vocabulary has 3 labels: (NP (S (VP")  # GOOD's; its tags are not labels
 
 
 @pytest.mark.parametrize(("argv", "name"), [

@@ -180,7 +180,10 @@ def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: Pi
     skipped = 0
     for index, tree in enumerate(tree_list):
         tokens = tokens_for_rule(tree, config.rule, pos_tags=pos_tags)
-        ids = vocab.encode(tokens, add_eos=ends_with_eos(config.rule))
+        try:
+            ids = vocab.encode(tokens, add_eos=ends_with_eos(config.rule))
+        except ValueError as error:  # name the file and the tree: the vocabulary's own message cannot
+            raise ValueError(f"{config.corpus}: tree {index}: {error}") from None
         if config.max_actions is not None and len(ids) > config.max_actions:
             if config.on_too_long == "error":
                 raise ValueError(

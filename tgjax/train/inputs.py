@@ -221,8 +221,11 @@ def make_training_data(config, model_config_fn, workdir: Path, *, resuming: bool
     if config.data.valid_path:
         valid_cfg = pipeline_config(config, model_config, "valid", config.evaluation.batch_size)
         valid_trees = load_trees(valid_cfg, "data.valid_path")
-        valid = pl.Pipeline(valid_cfg, vocab, tree_list=valid_trees, process_index=process_index,
-                            process_count=process_count)
+        try:
+            valid = pl.Pipeline(valid_cfg, vocab, tree_list=valid_trees, process_index=process_index,
+                                process_count=process_count)
+        except ValueError as error:  # e.g. a label the training data's vocabulary lacks
+            raise ValueError(f"data.valid_path: {error}") from error
     dropped = [count_dropped_stack_entries(p, split) for split, p in (("train", train), ("valid", valid)) if p]
     for report in dropped:
         if report.dropped_stack_entries:
