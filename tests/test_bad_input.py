@@ -309,3 +309,16 @@ def test_a_bad_proposal_is_located_on_its_own_line(tmp_path):
         list(read_proposals(path))
     assert str(caught.value) == (f"{path}:4:26: block 1: expected ')' to close '(S' opened at 4:1, found end of "
                                  "file (proposal files hold one tree per line)")
+
+
+def test_every_reader_of_a_words_or_proposal_file_locates_bad_bytes(tmp_path):
+    from tgjax.eval.perplexity import read_proposals
+    from tgjax.eval.scoring import read_sentences
+
+    path = tmp_path / "words.txt"
+    path.write_bytes(b"the fox\nthe caf\xe9 watches\n")  # line 2: "the caf" is 7 characters
+    readers = {"words": lambda: list(read_sentences(path, "words")), "trees": lambda: list(read_sentences(path)),
+               "proposals": lambda: list(read_proposals(path))}
+    for what, read in readers.items():
+        with pytest.raises(trees.TreeSyntaxError, match=rf"{path}:2:8: expected utf-8 text, found the byte 0xe9"):
+            read()
