@@ -322,3 +322,13 @@ def test_every_reader_of_a_words_or_proposal_file_locates_bad_bytes(tmp_path):
     for what, read in readers.items():
         with pytest.raises(trees.TreeSyntaxError, match=rf"{path}:2:8: expected utf-8 text, found the byte 0xe9"):
             read()
+
+
+def test_an_indented_bad_proposal_keeps_its_column(tmp_path):
+    from tgjax.eval.perplexity import ProposalError, read_proposals
+
+    path = tmp_path / "proposals.txt"
+    path.write_text("    (S (NP (DT the) (NN fox)) ()\n")  # '()' after 4 blanks and 26 characters: column 31
+    for pos_tags in ("auto", "no"):  # "auto" reads every tree first to decide; "no" reads them only once
+        with pytest.raises(ProposalError, match=rf"{path}:1:31: block 0: found an empty tree"):
+            list(read_proposals(path, pos_tags=pos_tags))

@@ -127,7 +127,7 @@ def _proposal_lines(path: str, documents: bool) -> Iterator[tuple[int, int, str]
                 block, in_block = block + in_block, False
                 continue
             in_block = True
-            yield block, line_no, text
+            yield block, line_no, line.rstrip()  # unstripped on the left: columns as in the file
 
 
 def proposals_pos_tags(path: str | os.PathLike, setting: str | bool, *, documents: bool = False) -> bool:
@@ -209,7 +209,7 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
                 if current and (block := finish()) is not None:
                     yield block
                 continue
-            current.append((line_no, text))
+            current.append((line_no, line.rstrip()))  # columns as in the file
             seen_block_in_document = True
         if current and (block := finish()) is not None:
             yield block
