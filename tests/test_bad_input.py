@@ -146,6 +146,8 @@ def runs(corpus, tmp_path_factory) -> dict[str, dict]:
     for name in [*MALFORMED, *EMPTY, *HUGE]:
         for command, argv in _commands(corpus[name], corpus["good"], workdir, scratch).items():
             cases.append([f"{name}/{command}", argv])
+    for name in HUGE:  # EVALB on the huge trees themselves (bracket matching over 5,000 levels, 20,000 words)
+        cases.append([f"{name}/f1_self", ["eval", "f1", "--gold", str(corpus[name]), "--pred", str(corpus[name])]])
     # A new user's first try: their own training file, the validation set left at the default (built-in).
     cases.append(["own_train_file/train", ["train", "--workdir", str(scratch / "own"), *TRAIN_SIZES,
                                            f"--config.data.train_path={corpus['good']}"]])
@@ -228,6 +230,17 @@ def test_huge_trees_over_max_actions_are_skipped_and_counted(runs, name):
     assert "sequences         2 kept, 1 skipped as too long" in stats["stdout"]
     train = runs[f"{name}/train"]
     assert f"skipped 1 of 3 sequences longer than max_actions={MAX_ACTIONS}" in _worked(train)
+
+
+@pytest.mark.parametrize("name", list(HUGE))
+def test_evalb_reads_huge_trees(runs, name):
+    """Each file has 5 lines to EVALB: a tree, a blank line (a skipped sentence), the huge tree, a blank, a tree."""
+    run = runs[f"{name}/f1_self"]
+    _worked(run)
+    summary = run["stdout"].split("-- len<=40 --")[0]
+    for line in ("Number of sentence        =      5", "Number of Skip  sentence  =      2",
+                 "Number of Valid sentence  =      3", "Bracketing FMeasure       = 100.00"):
+        assert line in summary, summary
 
 
 def test_eval_parse_leaves_out_and_counts_sentences_over_max_words(runs, corpus):
