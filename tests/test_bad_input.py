@@ -125,9 +125,6 @@ def _commands(path: Path, good: Path, workdir: Path, scratch: Path) -> dict[str,
     }
 
 
-COMMANDS = ("stats", "train", "score", "ppl", "rerank", "parse", "f1_gold", "f1_pred")
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict[str, Path]:
     return _write_corpus(tmp_path_factory.mktemp("bad_input"))
