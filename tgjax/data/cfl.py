@@ -48,7 +48,7 @@ fixed seed (0) in every run; training runs pass their own seed.
 
 with p_G(w) from the exact inside algorithm (ambiguous strings sum over all
 their trees) and p_G(ℓ) from the inside weights over lengths
-(`CFLTask.log_prob_true`). `tgjax.eval.cfl.cross_entropy_difference` turns it
+(`CFLTask.log_prob_true`). `tgjax.data.cfl_metric.cross_entropy_difference` turns it
 into the paper's metric.
 
 **Vocabulary.** Ids PAD 0, BOS 1, EOS 2 (the ids of `tgjax.data.vocab`), then

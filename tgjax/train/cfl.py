@@ -14,7 +14,7 @@ after clipping the gradient's global L2 norm to `training.clip_grad_norm`.
 After every epoch the validation split is scored; its cross-entropy per
 symbol (EOS included) is the early-stopping criterion, reported as the
 cross-entropy difference Δ from the true distribution
-(`tgjax.eval.cfl.cross_entropy_difference`, 0 is optimal). The learning rate
+(`tgjax.data.cfl_metric.cross_entropy_difference`, 0 is optimal). The learning rate
 is multiplied by `lr_decay` after `lr_patience` epochs without improvement
 (then the count restarts), and training stops after
 `early_stopping_patience` epochs without improvement or `epochs` epochs.
@@ -63,7 +63,7 @@ import optax
 from flax import nnx
 
 from tgjax.data.cfl import SPLITS, TASK_NAMES, CFLTask, cfl_task
-from tgjax.eval.cfl import CrossEntropyDifference, cross_entropy_difference
+from tgjax.data.cfl_metric import CrossEntropyDifference, cross_entropy_difference
 from tgjax.models.stack_lm import MODEL_KINDS, StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import MetricsWriter, Progress, format_duration
