@@ -79,8 +79,13 @@ def _eval_args(command: str, tmp_path: Path) -> list[str]:
         return ["--suites", str(suites), "--word-beam", "5"]
     if command == "blimp":
         return ["--data", str(blimp_file(tmp_path / "blimp.jsonl")), "--limit", "2"]
-    return {"parse": ["--treebank", "builtin"], "score": ["--input", "x.txt"],
-            "ppl": ["--proposals", "p.txt"], "rerank": ["--proposals", "p.txt"]}[command]
+    if command == "parse":
+        return ["--treebank", "builtin"]
+    # score/ppl/rerank read their input first (its POS-tag decision is made before any model loads).
+    trees = tmp_path / "trees.txt"
+    trees.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))\n")
+    return {"score": ["--input", str(trees)], "ppl": ["--proposals", str(trees)],
+            "rerank": ["--proposals", str(trees)]}[command]
 
 
 @pytest.mark.parametrize("command, ext", [("sg", "json"), ("blimp", "jsonl"), ("parse", "txt"), ("score", "jsonl"),
