@@ -1,6 +1,6 @@
 """Sentences per second of word-synchronous beam search with a small TG, on the built-in valid split.
 
-The search (`tgjax.eval.beam.WordSynchronousBeamSearch`) parses each
+The search (`tgjax.infer.beam.WordSynchronousBeamSearch`) parses each
 sentence of the built-in treebank's valid split, giving surprisals, p(x) and
 the best tree. Timed after a warm-up pass over the same sentences (so that
 every shape bucket is compiled); printed: the device, the model, the beam
@@ -32,7 +32,7 @@ from flax import nnx  # noqa: E402
 
 from tgjax.data.corpora import get_corpus  # noqa: E402
 from tgjax.data.vocab import build_word_dictionary  # noqa: E402
-from tgjax.eval.beam import BeamConfig, WordSynchronousBeamSearch  # noqa: E402
+from tgjax.infer.beam import BeamConfig, WordSynchronousBeamSearch  # noqa: E402
 from tgjax.models import build_model, count_parameters  # noqa: E402
 from tgjax.syntax import actions  # noqa: E402
 
@@ -41,7 +41,7 @@ SMALL = dict(d_model=64, num_layers=2, num_heads=4, ffw_hidden_size=256, sequenc
 
 def model_and_vocab(args):
     if args.workdir:
-        from tgjax.eval.loading import load_model
+        from tgjax.infer.loading import load_model
 
         loaded = load_model(args.workdir, step=args.step)
         if loaded.rule not in ("tg", "txl_cc"):

@@ -1,4 +1,4 @@
-"""Scoring throughput: sentences/s of `tgjax.eval.scoring.Scorer` for a small TG and TXL (CC).
+"""Scoring throughput: sentences/s of `tgjax.infer.scoring.Scorer` for a small TG and TXL (CC).
 
 Both models are freshly initialised (throughput does not depend on the
 weights) with the same size, read the same sentences (the built-in
@@ -38,8 +38,8 @@ from flax import nnx  # noqa: E402
 
 from tgjax.data import corpora  # noqa: E402
 from tgjax.data import pipeline as pl  # noqa: E402
-from tgjax.eval.loading import from_model  # noqa: E402
-from tgjax.eval.scoring import Scorer, encode_tree  # noqa: E402
+from tgjax.infer.loading import from_model  # noqa: E402
+from tgjax.infer.scoring import Scorer, encode_tree  # noqa: E402
 from tgjax.models import build_model  # noqa: E402
 from tgjax.syntax import token_types as tt  # noqa: E402
 

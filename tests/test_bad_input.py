@@ -311,7 +311,7 @@ def test_text_that_is_not_utf8_is_located(tmp_path, gz):
 
 
 def test_a_bad_proposal_is_located_on_its_own_line(tmp_path):
-    from tgjax.eval.perplexity import ProposalError, read_proposals
+    from tgjax.infer.perplexity import ProposalError, read_proposals
 
     path = tmp_path / "proposals.txt"
     path.write_text(f"{GOOD}\n\n{GOOD}\n(S (NP (DT the) (NN fox))\n")
@@ -322,8 +322,8 @@ def test_a_bad_proposal_is_located_on_its_own_line(tmp_path):
 
 
 def test_every_reader_of_a_words_or_proposal_file_locates_bad_bytes(tmp_path):
-    from tgjax.eval.perplexity import read_proposals
-    from tgjax.eval.scoring import read_sentences
+    from tgjax.infer.perplexity import read_proposals
+    from tgjax.infer.scoring import read_sentences
 
     path = tmp_path / "words.txt"
     path.write_bytes(b"the fox\nthe caf\xe9 watches\n")  # line 2: "the caf" is 7 characters
@@ -335,7 +335,7 @@ def test_every_reader_of_a_words_or_proposal_file_locates_bad_bytes(tmp_path):
 
 
 def test_an_indented_bad_proposal_keeps_its_column(tmp_path):
-    from tgjax.eval.perplexity import ProposalError, read_proposals
+    from tgjax.infer.perplexity import ProposalError, read_proposals
 
     path = tmp_path / "proposals.txt"
     path.write_text("    (S (NP (DT the) (NN fox)) ()\n")  # '()' after 4 blanks and 26 characters: column 31

@@ -7,7 +7,7 @@ import pytest
 
 from tgjax import demo
 from tgjax.data.corpora import agreement_minimal_pairs
-from tgjax.eval.beam import BeamConfig, BeamResult
+from tgjax.infer.beam import BeamConfig, BeamResult
 
 
 class _ScoreByWords:

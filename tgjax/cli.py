@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_demo(argv[1:])
     if argv[:1] == ["sample"]:
-        from tgjax.eval.sampling import main_sample
+        from tgjax.eval.sample_command import main_sample
 
         return main_sample(argv[1:])
     # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.

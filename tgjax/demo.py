@@ -178,8 +178,8 @@ class Evaluation:
 def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: dict[int, list], beam_config,
                    stream: TextIO) -> Evaluation:
     """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs."""
-    from tgjax.eval.beam import make_word_scorer
-    from tgjax.eval.loading import load_model
+    from tgjax.infer.beam import make_word_scorer
+    from tgjax.infer.loading import load_model
     from tgjax.eval.parse import parse_treebank
 
     start = time.perf_counter()
@@ -211,7 +211,7 @@ def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), n
              beam_config=None, stream: TextIO | None = None) -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
     from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
-    from tgjax.eval.beam import BeamConfig
+    from tgjax.infer.beam import BeamConfig
 
     stream = stream or sys.stderr
     workdir = Path(workdir)

@@ -11,13 +11,13 @@ import pytest
 
 from tgjax.eval import parse, shards
 from tgjax.eval import syntaxgym as sg
-from tgjax.eval.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
+from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
 from tgjax.eval.blimp import BlimpPair, words_of
 from tgjax.eval.evalb import evalb, right_branching
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
 
-from .test_beam import LABELS, get_model, tiny_vocab
+from tests.infer.test_beam import LABELS, get_model, tiny_vocab
 
 CONFIG = BeamConfig(word_beam=3, action_beam=6, fast_track=1, max_open_nts=4, max_consecutive_opens=2,
                     min_batch=64, max_batch=64)
@@ -123,7 +123,7 @@ class _FixedParses:
         self.space, self.actions = space, actions
 
     def search(self, sentences):
-        from tgjax.eval.beam import BeamResult
+        from tgjax.infer.beam import BeamResult
 
         zero = np.zeros(0)
         return [BeamResult(words=list(words), prefix_log_probs=zero, surprisals=zero, log_prob=0.0, end_surprisal=0.0,
@@ -317,7 +317,7 @@ def test_select_pairs_and_shards():
 
 
 # ---------------------------------------------------------------------------
-# Ensembles (one beam over the per-action mixture: tests/eval/test_ensemble.py checks the numbers)
+# Ensembles (one beam over the per-action mixture: tests/infer/test_ensemble.py checks the numbers)
 
 
 def test_main_sg_and_blimp_take_an_ensemble(tmp_path, fake_load, capsys):

@@ -9,11 +9,11 @@ import pytest
 
 from tgjax.data import corpora
 from tgjax.eval.commands import main_merge, main_ppl, main_rerank, main_score
-from tgjax.eval.perplexity import read_proposals
+from tgjax.infer.perplexity import read_proposals
 from tgjax.eval.shards import Shard, ShardError, default_shard, merge, parse_shard, shard_path, take
 from tgjax.syntax import trees
-from tests.eval.test_perplexity import standard_blocks, write_proposals
-from tests.eval.test_scoring import B, compilation_cache, corpus, trained_workdir  # noqa: F401
+from tests.infer.test_perplexity import standard_blocks, write_proposals
+from tests.infer.test_scoring import B, compilation_cache, corpus, trained_workdir  # noqa: F401
 
 
 def test_shard_arguments_and_paths():

@@ -8,7 +8,7 @@
 Every command takes `--shard I/N` (default: this host's shard in a multi-host
 run, else 0/1; see `tgjax.eval.shards`), writes one JSON line per sentence
 (stdout when there is no `--output` and one shard) and prints a summary to
-stderr. Several `--workdir`s make a uniform ensemble (`tgjax.eval.ensemble`),
+stderr. Several `--workdir`s make a uniform ensemble (`tgjax.infer.ensemble`),
 mixed per action as in the TG paper unless `--ensemble-mixture sequence`; the
 settings and the summary name the mixture.
 Each handler returns the exit status: 0, or 2 with a one-line error for bad
@@ -78,9 +78,9 @@ def _steps(args) -> list[str]:
 
 def build_scorer(args):
     """A `Scorer` (one workdir) or an `Ensemble`, and the settings that identify it."""
-    from tgjax.eval.ensemble import Ensemble
-    from tgjax.eval.loading import load_model
-    from tgjax.eval.scoring import Scorer
+    from tgjax.infer.ensemble import Ensemble
+    from tgjax.infer.loading import load_model
+    from tgjax.infer.scoring import Scorer
 
     members = []
     for workdir, step in zip(args.workdir, _steps(args)):
@@ -151,7 +151,7 @@ def _pos_tags_setting(settings: dict, tagged: bool, setting: str) -> None:
 
 
 def _run(prog: str, body, argv, parser) -> int:
-    from tgjax.eval.loading import CheckpointError
+    from tgjax.infer.loading import CheckpointError
 
     args = parser.parse_args(argv)
     try:
@@ -200,8 +200,8 @@ def _report_shard(command: str, source: str, shard, output, result: dict, quiet:
 
 
 def _score(args) -> int:
-    from tgjax.eval.scoring import (ScoreSummary, resolve_input_pos_tags, score_record, score_treebank,
-                                    surprisals_from_score)
+    from tgjax.eval.summaries import ScoreSummary, score_record
+    from tgjax.infer.scoring import resolve_input_pos_tags, score_treebank, surprisals_from_score
 
     shard = _shard(args)
     tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format)  # before loading any model
@@ -245,8 +245,9 @@ def main_score(argv: Sequence[str] | None = None) -> int:
 
 
 def _ppl(args) -> int:
-    from tgjax.eval.perplexity import ppl_record, proposals_pos_tags, read_proposals, score_documents, score_proposals
     from tgjax.eval.shards import make_summary
+    from tgjax.eval.summaries import ppl_record
+    from tgjax.infer.perplexity import proposals_pos_tags, read_proposals, score_documents, score_proposals
 
     shard = _shard(args)
     tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents)  # before loading any model
@@ -305,7 +306,7 @@ def _f1(best: Sequence[str], gold_path: str, params: str) -> dict:
 
 
 def _rerank(args) -> int:
-    from tgjax.eval.perplexity import check_sentence, proposals_pos_tags, read_proposals
+    from tgjax.infer.perplexity import check_sentence, proposals_pos_tags, read_proposals
     from tgjax.eval.rerank import read_gold, rerank, rerank_record
     from tgjax.eval.shards import make_summary
 

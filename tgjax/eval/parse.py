@@ -4,13 +4,13 @@
     tgjax eval sg    --workdir W [--suites DIR] [--suite NAME ...]       per-suite accuracy, circuits, SG score
     tgjax eval blimp --workdir W [--data DIR] [--limit N]                per paradigm / field / overall accuracy
 
-Each takes `--workdir` (a trained run, read with `tgjax.eval.loading.load_model`),
+Each takes `--workdir` (a trained run, read with `tgjax.infer.loading.load_model`),
 `--step` (best by default), the beam settings (`--word-beam`, `--action-beam`,
 `--fast-track`, caps) and `--shard I/N` (round robin over sentences, suites
 or paradigms, as `tgjax.eval.shards`; `--merge` joins the shards' outputs
 and reports them together). `--workdir` repeated makes an ensemble: one beam
 over the members' next-action distributions mixed per action (TG paper,
-§3.7; `tgjax.eval.beam`), members sharing one vocabulary.
+§3.7; `tgjax.infer.beam`), members sharing one vocabulary.
 
 Words are tokenised as in training: treebank leaves as they are; SyntaxGym
 regions and BLiMP sentences with `tgjax.eval.blimp.words_of` (PTB-style),
@@ -46,8 +46,8 @@ import numpy as np
 from tgjax.eval import blimp as blimp_lib
 from tgjax.eval import shards
 from tgjax.eval import syntaxgym as sg
-from tgjax.eval.beam import ActionSpace, BeamConfig, BeamResult, make_word_scorer
 from tgjax.eval.evalb import evalb, right_branching
+from tgjax.infer.beam import ActionSpace, BeamConfig, BeamResult, make_word_scorer
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
@@ -89,8 +89,8 @@ def beam_config(args: argparse.Namespace) -> BeamConfig:
 
 
 def _load(workdir: str, step: str):
-    """`tgjax.eval.loading.load_model` (imported here: tests replace this function)."""
-    from tgjax.eval.loading import load_model
+    """`tgjax.infer.loading.load_model` (imported here: tests replace this function)."""
+    from tgjax.infer.loading import load_model
 
     return load_model(workdir, step=step)
 
@@ -106,7 +106,7 @@ def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
     """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several.
 
     An ensemble searches one beam with the mixed next-action distribution
-    (`tgjax.eval.beam`); its members must share one vocabulary and be all
+    (`tgjax.infer.beam`); its members must share one vocabulary and be all
     syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
     """
     loaded = [_load(workdir, step) for workdir in workdirs]

@@ -1,7 +1,7 @@
 """Parse reranking (§3.2 of the paper): the most likely proposal tree under the model, and its F1.
 
 For each sentence, the proposals of a proposal file (the format of
-`tgjax.eval.perplexity`) are scored by log p(x, y) and the highest is kept
+`tgjax.infer.perplexity`) are scored by log p(x, y) and the highest is kept
 (the first in file order on ties; duplicates do not change the choice). The
 chosen trees are written as they appear in the proposal file (POS tags
 included, which EVALB needs), one per line, and scored against gold trees
@@ -20,8 +20,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 
 from tgjax.eval.evalb import EvalbResult, evalb
-from tgjax.eval.perplexity import ProposalBlock, ProposalError, ProposalScores, score_proposals
-from tgjax.eval.scoring import DEFAULT_CHUNK_SIZE, SequenceScorer
+from tgjax.infer.perplexity import ProposalBlock, ProposalError, ProposalScores, score_proposals
+from tgjax.infer.scoring import DEFAULT_CHUNK_SIZE, SequenceScorer
 from tgjax.syntax import trees
 
 

@@ -19,7 +19,7 @@ Merging (`merge` / `tgjax eval merge`): checks that the shards are of one
 command with equal settings and together cover 0..N−1 exactly once, merges
 their records by index (streaming), writes them with a meta file whose
 summary is recomputed from the merged records. Summaries use exact
-summation (`scoring.ExactSum`), so N shards merged equal one shard bit for bit.
+summation (`summaries.ExactSum`), so N shards merged equal one shard bit for bit.
 """
 
 from __future__ import annotations
@@ -184,11 +184,11 @@ def read_records(results: str | os.PathLike) -> Iterator[dict]:
 def make_summary(command: str, settings: dict):
     """The summariser of a command's records: `.add(record)`, `.result() -> dict`."""
     if command == "score":
-        from tgjax.eval.scoring import ScoreSummary
+        from tgjax.eval.summaries import ScoreSummary
 
         return ScoreSummary(settings["rule"])
     if command == "ppl":
-        from tgjax.eval.perplexity import PplSummary
+        from tgjax.eval.summaries import PplSummary
 
         # The settings decide what the perplexity is (a bound, or not) and so its name.
         return PplSummary(settings["rule"], documents=settings.get("documents", False),

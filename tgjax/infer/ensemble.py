@@ -15,7 +15,7 @@ itself an autoregressive model (what an incremental reader of the ensemble
 sees), so `logp` is the sum of `token_logprobs` and the word surprisals sum
 to −`logp`. This is what `Ensemble` reports as `logp` by default
 (`mixture="per-action"`), and so what `tgjax eval score | ppl | rerank`
-report, bound and rerank with; beam search (`tgjax.eval.beam`) searches one
+report, bound and rerank with; beam search (`tgjax.infer.beam`) searches one
 beam with the mixed next-action distribution.
 
 `mixture="sequence"` (`--ensemble-mixture sequence`) reports instead the
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tgjax.eval.scoring import Encoded, Scorer, SequenceScore, _make_score
+from tgjax.infer.scoring import Encoded, Scorer, SequenceScore, _make_score
 
 MIXTURES = ("per-action", "sequence")
 

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tgjax.eval import sampling
-from tgjax.eval.sampling import Sampler, SamplingConfig, choose
+from tgjax.eval import sample_command
+from tgjax.eval.sample_command import main_sample
+from tgjax.infer.sampling import Sampler, SamplingConfig, choose
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
 
@@ -143,18 +144,18 @@ def test_main_sample(vocab, monkeypatch, capsys, tmp_path):
     loaded = Loaded()
     loaded.model, loaded.vocab, loaded.model_name = model, vocab, "tg"
     loaded.pipeline_fields = {"rule": "tg"}
-    monkeypatch.setattr(sampling, "_load", lambda workdir, step: loaded)
-    assert sampling.main_sample(["--workdir", "W", "--num-samples", "3", "--max-actions", "12", "--batch-size",
-                                 str(BATCH), "--max-open-nts", "3", "--log-probs"]) == 0
+    monkeypatch.setattr(sample_command, "_load", lambda workdir, step: loaded)
+    assert main_sample(["--workdir", "W", "--num-samples", "3", "--max-actions", "12", "--batch-size",
+                       str(BATCH), "--max-open-nts", "3", "--log-probs"]) == 0
     lines = capsys.readouterr().out.strip().split("\n")
     assert len(lines) == 3
     for line in lines:
         log_prob, tree = line.split("\t")
         assert float(log_prob) < 0 and tree.startswith("(")
     out = tmp_path / "samples.txt"
-    assert sampling.main_sample(["--workdir", "W", "--num-samples", "2", "--temperature", "0", "--prompt", "(B c",
-                                 "--max-actions", "12", "--batch-size", str(BATCH), "-o", str(out)]) == 0
+    assert main_sample(["--workdir", "W", "--num-samples", "2", "--temperature", "0", "--prompt", "(B c",
+                       "--max-actions", "12", "--batch-size", str(BATCH), "-o", str(out)]) == 0
     trees = out.read_text().strip().split("\n")
     assert len(trees) == 2 and trees[0] == trees[1] and trees[0].startswith("(B c")
-    assert sampling.main_sample(["--workdir", "W", "--prompt", "a", "--batch-size", str(BATCH)]) == 2
+    assert main_sample(["--workdir", "W", "--prompt", "a", "--batch-size", str(BATCH)]) == 2
     assert "outside any constituent" in capsys.readouterr().err

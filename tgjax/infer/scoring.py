@@ -61,7 +61,7 @@ model's end-of-sentence surprisal), so Σ_t s_t + end = −log p(x, y). For
 TXL (terminals) s_t = −log p(w_t | w_<t) and end = −log p(</s> | x), so
 Σ_t s_t + end = −log p(x).
 
-Word perplexity (`ScoreSummary`) is exp(−Σ logp / N_w) over the sentences,
+Word perplexity (`tgjax.eval.summaries.ScoreSummary`) is exp(−Σ logp / N_w) over the sentences,
 with N_w the number of words: the end of each sentence (closing the root, or
 `</s>`) is counted in the log-probability but not as a word, as in the TG
 paper.
@@ -70,7 +70,7 @@ Unknown words are mapped as training maps them (a word dictionary: the UNK
 id; SentencePiece: pieces, or UNK without byte fallback); `num_unk` counts
 the words that became UNK, and the summaries report the total.
 
-Ensembles (`tgjax.eval.ensemble.Ensemble`) offer the same `score_encoded`
+Ensembles (`tgjax.infer.ensemble.Ensemble`) offer the same `score_encoded`
 method, so every function here takes a `Scorer` or an `Ensemble`.
 """
 
@@ -93,7 +93,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
-from tgjax.eval.loading import LoadedModel
+from tgjax.infer.loading import LoadedModel
 from tgjax.syntax import masks, trees
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import token_types as tt
@@ -184,7 +184,7 @@ class SequenceScore:
     index: its position in the input (global, across shards).
     logp: Σ log p over its prediction events (natural log). For an ensemble,
       its `mixture`: per action by default (Σ of the mixed per-action log p),
-      or of whole sequences, log mean_k p_k (see `tgjax.eval.ensemble`).
+      or of whole sequences, log mean_k p_k (see `tgjax.infer.ensemble`).
     token_logprobs: `[n_tokens]` log p of each token (action or word) given
       its prefix; a word's pieces summed. For an ensemble, the per-action mixture.
     piece_logprobs: `[n_ids]` the same per vocabulary id.
@@ -500,90 +500,3 @@ def word_surprisals_many(scorer: SequenceScorer, tree_list: Sequence[trees.Tree]
         part = encoded[start:start + chunk_size]
         out += [surprisals_from_score(s) for s in scorer.score_encoded(part)]
     return out
-
-
-# -----------------------------------------------------------------------------
-# Records and summaries (what the `score` command writes).
-
-
-def score_record(score: SequenceScore, *, per_token: bool = False, surprisal: WordSurprisals | None = None) -> dict:
-    """One JSON line: index, log p, predictions, words, UNK words (and per-token / per-word values if asked)."""
-    record = {"index": score.index, "logp": score.logp, "num_predictions": score.num_predictions,
-              "num_words": score.num_words, "num_unk": score.num_unk}
-    if score.member_logps is not None:
-        record["member_logps"] = [float(x) for x in score.member_logps]
-    if per_token:
-        record["tokens"] = list(score.tokens or [])
-        record["token_logprobs"] = [float(x) for x in score.token_logprobs]
-    if surprisal is not None:
-        record["words"] = surprisal.words
-        record["surprisals"] = [float(x) for x in surprisal.surprisals]
-        record["end_surprisal"] = surprisal.end
-    return record
-
-
-class ExactSum:
-    """A float sum that is exact until the final rounding, so independent of the order of the terms.
-
-    Shewchuk's partials (the algorithm of `math.fsum`), kept incrementally:
-    summaries of shards merged in any order equal the unsharded one bit for bit.
-    """
-
-    def __init__(self):
-        self._partials: list[float] = []
-
-    def add(self, x: float) -> None:
-        partials = self._partials
-        i = 0
-        x = float(x)
-        for y in partials:
-            if abs(x) < abs(y):
-                x, y = y, x
-            hi = x + y
-            lo = y - (hi - x)
-            if lo:
-                partials[i] = lo
-                i += 1
-            x = hi
-        partials[i:] = [x]
-
-    @property
-    def value(self) -> float:
-        return math.fsum(self._partials)
-
-
-class ScoreSummary:
-    """Corpus totals of `score` records, exact whatever the order (`ExactSum`).
-
-    Word perplexities divide −Σ logp, the end of each sentence included, by
-    the number of words only (see the module docstring).
-    """
-
-    def __init__(self, rule: str):
-        self.rule = rule
-        self.logp = ExactSum()
-        self.sentences = self.predictions = self.words = self.unk = 0
-
-    def add(self, record: dict) -> None:
-        self.sentences += 1
-        self.logp.add(record["logp"])
-        self.predictions += record["num_predictions"]
-        self.words += record["num_words"]
-        self.unk += record["num_unk"]
-
-    def result(self) -> dict:
-        total = self.logp.value
-        out = {"sentences": self.sentences, "total_logp": total, "num_predictions": self.predictions,
-               "num_words": self.words, "num_unk_words": self.unk,
-               "nll_per_prediction": -total / max(self.predictions, 1),
-               "perplexity_per_prediction": _exp(-total / max(self.predictions, 1))}
-        if self.rule == "txl_terminals":
-            out["word_perplexity"] = _exp(-total / max(self.words, 1))  # exact: p(x) itself, `</s>` included
-        else:
-            # With one given tree per sentence: exp(−Σ log p(x, y) / N_w) >= the true word perplexity.
-            out["joint_word_perplexity"] = _exp(-total / max(self.words, 1))
-        return out
-
-
-def _exp(x: float) -> float:
-    return math.exp(x) if x < 700 else math.inf

@@ -51,7 +51,7 @@ positions (CNT1 composes and predicts nothing; CNT2's distribution is the
 next action's), handled by the masking rule in `PrefixScorer`.
 
 Host side: the beam bookkeeping (NumPy over each sentence's successors).
-Device side: `tgjax.eval.incremental.PrefixScorer` (jitted model calls); each
+Device side: `tgjax.infer.incremental.PrefixScorer` (jitted model calls); each
 hypothesis carries the `PrefixCache` of its parent, so a step runs the model
 on the hypothesis's last action and the forced word only.
 
@@ -63,7 +63,7 @@ of Sartran et al. (2022, §3.7), p_ens(a | prefix) = (1/K) Σ_k p_k(a | prefix).
 The search is the same, over **one** beam: every member has its own
 `PrefixScorer` (its own masking rule, so TG and TXL (CC) members mix), all
 members score the same requests, and the next-action and continuation
-log-probabilities are mixed per action (`tgjax.eval.ensemble.mix_log_probs`)
+log-probabilities are mixed per action (`tgjax.infer.ensemble.mix_log_probs`)
 before the beam sees them; a hypothesis carries one `PrefixCache` per
 member, each following the shared hypotheses. `TerminalScorer` mixes the
 members' next-token distributions per token in the same way (`</s>` included).
@@ -78,8 +78,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tgjax.data.vocab import Vocabulary
-from tgjax.eval.ensemble import mix_log_probs
-from tgjax.eval.incremental import PrefixScorer, ScoredPrefixes
+from tgjax.infer.ensemble import mix_log_probs
+from tgjax.infer.incremental import PrefixScorer, ScoredPrefixes
 from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
@@ -448,7 +448,7 @@ class WordSynchronousBeamSearch:
       model: the model (`TransformerLM`, eval mode is used: no dropout), or
         a sequence of K models for their per-action uniform mixture (one beam).
       vocab: their vocabulary (ensemble members must share it).
-      rule: "tg" or "txl_cc" (`tgjax.eval.incremental.rule_of(model_name)`);
+      rule: "tg" or "txl_cc" (`tgjax.infer.incremental.rule_of(model_name)`);
         for an ensemble, one per model (TG and TXL (CC) members may mix).
       config: beam sizes and caps.
 

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from tgjax.data.vocab import build_word_dictionary
-from tgjax.eval.perplexity import (PplSummary, ProposalError, logsumexp, read_proposals, score_documents,
-                                   score_proposals)
-from tgjax.eval.scoring import Scorer, encode, score_trees
+from tgjax.infer.perplexity import ProposalError, logsumexp, read_proposals, score_documents, score_proposals
+from tgjax.infer.scoring import Scorer, encode, score_trees
 from tgjax.syntax import actions
 from tgjax.syntax.trees import Tree
-from tests.eval.test_scoring import (B, LONG, compilation_cache, corpus, fresh, fresh_scorer,  # noqa: F401
+from tests.infer.test_scoring import (B, LONG, compilation_cache, corpus, fresh, fresh_scorer,  # noqa: F401
                                      trained_workdir)
 
 
@@ -189,27 +188,6 @@ def test_bad_proposal_files_are_named(tmp_path):
     with pytest.raises(ProposalError, match=r"label.txt:2: block 0: .*unknown non-terminal"):
         list(score_proposals(scorer, read_proposals(tmp_path / "label.txt")))
 
-
-@pytest.mark.parametrize("rule, documents, dedup, key", [
-    ("tg", False, True, "word_perplexity_upper_bound"),
-    ("tg", False, False, "word_perplexity_with_duplicates"),
-    ("txl_cc", True, True, "word_perplexity_greedy_documents"),
-    ("tg", True, False, "word_perplexity_greedy_documents_with_duplicates"),
-    ("txl_terminals", True, False, "word_perplexity"),
-])
-def test_summary_names_the_perplexity_for_what_it_is(rule, documents, dedup, key):
-    """Only distinct proposals at sentence level give the paper's upper bound; the rest are named otherwise."""
-    summary = PplSummary(rule, documents=documents, dedup=dedup)
-    for bound, words in [(-2.0, 1), (-4.0, 2)]:  # Σ log = -6 over 3 words: perplexity e^2
-        summary.add({"bound": bound, "best_logp": bound - 1, "num_words": words, "num_proposals": 2,
-                     "num_duplicates": 0, "num_unk": 0})
-    result = summary.result()
-    perplexities = {k for k in result if k.startswith("word_perplexity")}
-    assert perplexities == {key}
-    assert result[key] == pytest.approx(math.exp(2.0))
-    assert ("total_log_bound" in result) == (key == "word_perplexity_upper_bound")
-    if rule != "txl_terminals":
-        assert result["best_tree_word_perplexity"] == pytest.approx(math.exp(8.0 / 3))
 
 
 def test_ppl_command(tmp_path, capsys):

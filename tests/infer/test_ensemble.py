@@ -26,10 +26,10 @@ import pytest
 from flax import nnx
 
 from tgjax.data import corpora
-from tgjax.eval.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch, make_word_scorer
-from tgjax.eval.ensemble import Ensemble, mix_log_probs, mixed_sequence_log_prob
-from tgjax.eval.loading import from_model, load_model
-from tgjax.eval.scoring import Scorer, encode, score_trees, surprisals_from_score
+from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch, make_word_scorer
+from tgjax.infer.ensemble import Ensemble, mix_log_probs, mixed_sequence_log_prob
+from tgjax.infer.loading import from_model, load_model
+from tgjax.infer.scoring import Scorer, encode, score_trees, surprisals_from_score
 from tgjax.models import build_model
 
 from .test_beam import (EXHAUSTIVE, LABELS, MAX_CONSECUTIVE, MAX_OPEN, SMALL, enumerate_actions, get_model,

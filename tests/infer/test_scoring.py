@@ -24,9 +24,10 @@ from flax import nnx
 from tgjax.data import corpora
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import build_word_dictionary, train_sentencepiece
-from tgjax.eval import loading, scoring
-from tgjax.eval.loading import CheckpointError, from_model, load_model
-from tgjax.eval.scoring import Scorer, encode, encode_tree, score_trees, word_surprisals
+from tgjax.eval import summaries
+from tgjax.infer import loading, scoring
+from tgjax.infer.loading import CheckpointError, from_model, load_model
+from tgjax.infer.scoring import Scorer, encode, encode_tree, score_trees, word_surprisals
 from tgjax.models import build_model, model_spec, sequence_loss
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import token_types as tt
@@ -276,7 +277,7 @@ def test_sentencepiece_pieces_sum_to_their_action():
 
 
 # -----------------------------------------------------------------------------
-# Ensembles: tests/eval/test_ensemble.py.
+# Ensembles: tests/infer/test_ensemble.py.
 
 
 # -----------------------------------------------------------------------------
@@ -326,9 +327,9 @@ def test_words_files_for_txl_terminals(tmp_path):
     scorer = fresh_scorer("txl_terminals")
     from_words = list(scoring.score_treebank(scorer, path, input_format="words", shard=(0, 1)))
     np.testing.assert_allclose(logps(from_words), logps(score_trees(scorer, tree_list)), rtol=1e-12)
-    summary = scoring.ScoreSummary("txl_terminals")
+    summary = summaries.ScoreSummary("txl_terminals")
     for s in from_words:
-        summary.add(scoring.score_record(s))
+        summary.add(summaries.score_record(s))
     words = sum(len(t.leaves()) for t in tree_list)
     # Each sentence's </s> is predicted (in the log p) but not counted as a word.
     assert summary.result()["num_predictions"] == words + len(tree_list)

@@ -92,7 +92,7 @@ def hidden_states(model: TransformerLM, batch: dict[str, jax.Array], memory: jax
 
     Mirrors `TransformerLM.__call__` (same submodules, same attention inputs)
     without the output projection, so that callers can project only the rows
-    they need; `tests/eval/test_beam.py` checks that projecting every row gives
+    they need; `tests/infer/test_beam.py` checks that projecting every row gives
     the model's own logits for every registered variant. With
     `with_layer_inputs`, also returns the input of every layer `[K, B, T, d]`
     (what Transformer-XL memory holds, and what `PrefixCache` keeps).

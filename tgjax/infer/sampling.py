@@ -27,17 +27,17 @@ A prompt (Choe–Charniak tokens, e.g. `"(S (NP the"`) is validated as a
 well-formed prefix and continued. Outputs are trees, via
 `tree_from_choe_charniak`.
 
-    tgjax sample --workdir runs/tiny --num-samples 5 --temperature 0.8 --top-p 0.95 --prompt "(S (NP the"
+    loaded = load_model("runs/tiny")                                 # tgjax.infer.loading
+    sampler = Sampler(loaded.model, loaded.vocab, "tg", SamplingConfig(temperature=0.8, top_p=0.95))
+    samples = sampler.sample(5, seed=0, prompt="(S (NP the")    # each: .tree, .log_prob, .actions
+
+The command line (`tgjax sample`) is `tgjax.eval.sample_command`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
-import json
-import sys
-import time
 from collections.abc import Sequence
 
 import jax
@@ -45,8 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tgjax.data.vocab import Vocabulary
-from tgjax.eval.beam import ActionSpace
-from tgjax.eval.incremental import PrefixScorer
+from tgjax.infer.beam import ActionSpace
+from tgjax.infer.incremental import PrefixScorer
 from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
@@ -330,71 +330,4 @@ class Sampler:
         return prompt_tokens + self.vocab.decode(state.ids[num_prompt_ids:])  # keep the prompt's unknown words
 
 
-# -----------------------------------------------------------------------------
-# Command line: tgjax sample
-
-
-def _load(workdir: str, step: str):
-    """`tgjax.eval.loading.load_model` (imported here: tests replace this function)."""
-    from tgjax.eval.loading import load_model
-
-    return load_model(workdir, step=step)
-
-
-def main_sample(argv: Sequence[str] | None = None) -> int:
-    """`tgjax sample --workdir W [--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt "(S (NP"]`.
-
-    Prints one bracketed tree per line to stdout (or `--output FILE`), with
-    `--log-probs` a tab and the model's log p first; a summary to stderr.
-    """
-    parser = argparse.ArgumentParser(prog="tgjax sample", description="Sample well-formed trees from a TG or TXL (CC).")
-    parser.add_argument("--workdir", required=True, help="a trained run (tgjax train --workdir)")
-    parser.add_argument("--step", default="best", help="checkpoint: 'best', 'latest' or a step number")
-    parser.add_argument("--num-samples", type=int, default=10)
-    parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy")
-    parser.add_argument("--top-k", type=int, default=0, help="0: off")
-    parser.add_argument("--top-p", type=float, default=1.0, help="1.0: off")
-    parser.add_argument("--max-actions", type=int, default=256)
-    parser.add_argument("--max-open-nts", type=int, default=32)
-    parser.add_argument("--max-consecutive-opens", type=int, default=6)
-    parser.add_argument("--no-unk", action="store_true", help="never sample the UNK word")
-    parser.add_argument("--prompt", default=None, help='Choe-Charniak prefix to continue, e.g. "(S (NP the"')
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--log-probs", action="store_true", help="prefix each tree with its log p and a tab")
-    parser.add_argument("--json", action="store_true", help="one JSON object per sample instead of trees")
-    parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")
-    args = parser.parse_args(argv)
-    try:
-        config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                max_actions=args.max_actions, max_open_nts=args.max_open_nts,
-                                max_consecutive_opens=args.max_consecutive_opens, allow_unk=not args.no_unk,
-                                batch_size=args.batch_size)
-        loaded = _load(args.workdir, args.step)
-        rule = loaded.pipeline_fields["rule"]
-        sampler = Sampler(loaded.model, loaded.vocab, rule, config)
-        start = time.perf_counter()
-        samples = sampler.sample(args.num_samples, seed=args.seed, prompt=args.prompt)
-        seconds = time.perf_counter() - start
-    except (ValueError, FileNotFoundError) as err:
-        print(f"tgjax sample: error: {err}", file=sys.stderr)
-        return 2
-    lines = []
-    for s in samples:
-        if args.json:
-            lines.append(json.dumps({"tree": s.tree.to_string(), "log_prob": s.log_prob, "actions": s.actions}))
-        else:
-            lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
-    text = "\n".join(lines) + ("\n" if lines else "")
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    print(f"{len(samples)} samples from {loaded.model_name} in {seconds:.1f}s "
-          f"(mean {np.mean([len(s.actions) for s in samples]) if samples else 0:.1f} actions); trees without POS "
-          f"tags: score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
-    return 0
-
-
-__all__ = ["Sample", "Sampler", "SamplingConfig", "choose", "main_sample"]
+__all__ = ["Sample", "Sampler", "SamplingConfig", "choose"]

@@ -69,8 +69,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tgjax.eval.scoring import (DEFAULT_CHUNK_SIZE, Encoded, ExactSum, SequenceScorer, _exp, encode,
-                                sequence_tokens)
+from tgjax.infer.scoring import DEFAULT_CHUNK_SIZE, Encoded, SequenceScorer, encode, sequence_tokens
 from tgjax.syntax import actions, trees
 from tgjax.syntax import pos_tags as tagging
 
@@ -380,74 +379,3 @@ def _score_document_batch(scorer, documents, opening, closing) -> Iterator[Propo
     for doc in documents:
         for i in range(len(doc)):
             yield results[(doc[i].document, i)]
-
-
-# -----------------------------------------------------------------------------
-# Records and summaries.
-
-
-def ppl_record(result: ProposalScores, *, all_logps: bool = False, documents: bool = False) -> dict:
-    """One JSON line: index, bound, words, proposals kept and dropped, UNK words, the best proposal."""
-    record = {"index": result.index, "bound": result.bound, "num_words": result.num_words,
-              "num_proposals": int(len(result.logps)), "num_duplicates": result.num_duplicates,
-              "num_unk": result.num_unk, "best": result.best, "best_logp": float(result.logps[result.best])}
-    if documents:
-        record["document"] = result.block.document
-    if all_logps:
-        record["logps"] = [float(x) for x in result.logps]
-    return record
-
-
-def perplexity_name(rule: str, *, documents: bool, dedup: bool) -> str:
-    """What the summary's perplexity is, as its key: only distinct proposals at sentence level bound it.
-
-    - `word_perplexity`: TXL (terminals), exact (sentences or documents);
-    - `word_perplexity_upper_bound`: the paper's bound (§3.1), distinct proposals, sentence level;
-    - `word_perplexity_greedy_documents`: `--documents`, each sentence after the greedy best trees of
-      the ones before it, which the paper calls an approximation (no bound either way);
-    - `..._with_duplicates`: repeated proposals counted every time, which can push it below p(x)'s.
-    """
-    if rule == "txl_terminals":
-        return "word_perplexity"
-    name = "word_perplexity_greedy_documents" if documents else "word_perplexity"
-    if not dedup:
-        return name + "_with_duplicates"
-    return name if documents else "word_perplexity_upper_bound"
-
-
-class PplSummary:
-    """Corpus totals of `ppl` records (exact sums, order-independent).
-
-    `documents` and `dedup` are the settings the records were made with: they
-    decide what the perplexity is, and so its name (`perplexity_name`).
-    """
-
-    def __init__(self, rule: str, *, documents: bool = False, dedup: bool = True):
-        self.rule = rule
-        self.perplexity_key = perplexity_name(rule, documents=documents, dedup=dedup)
-        self.bound = ExactSum()
-        self.best = ExactSum()
-        self.sentences = self.words = self.proposals = self.duplicates = self.unk = 0
-
-    def add(self, record: dict) -> None:
-        self.sentences += 1
-        self.bound.add(record["bound"])
-        self.best.add(record["best_logp"])
-        self.words += record["num_words"]
-        self.proposals += record["num_proposals"]
-        self.duplicates += record["num_duplicates"]
-        self.unk += record["num_unk"]
-
-    def result(self) -> dict:
-        total = self.bound.value
-        n = max(self.words, 1)
-        bound = self.perplexity_key == "word_perplexity_upper_bound"
-        out = {"sentences": self.sentences, "num_words": self.words, "num_proposals": self.proposals,
-               "num_duplicates_removed": self.duplicates, "num_unk_words": self.unk,
-               # Σ_x log Σ_j p(x, y_j): a lower bound on log p(corpus) only where the perplexity is the bound.
-               "total_log_bound" if bound else "total_log_sum_over_proposals": total}
-        # Exact for TXL (terminals) (`</s>` in the log p, not in the words); else see `perplexity_name`.
-        out[self.perplexity_key] = _exp(-total / n)
-        if self.rule != "txl_terminals":
-            out["best_tree_word_perplexity"] = _exp(-self.best.value / n)  # one tree per sentence: looser
-        return out

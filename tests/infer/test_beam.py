@@ -20,9 +20,9 @@ import pytest
 from flax import nnx
 
 from tgjax.data.vocab import WordDictionary
-from tgjax.eval.beam import (ActionSpace, BeamConfig, TerminalScorer, WordSynchronousBeamSearch, logsumexp,
+from tgjax.infer.beam import (ActionSpace, BeamConfig, TerminalScorer, WordSynchronousBeamSearch, logsumexp,
                              make_word_scorer)
-from tgjax.eval.incremental import PrefixScorer, hidden_states, project, rule_of
+from tgjax.infer.incremental import PrefixScorer, hidden_states, project, rule_of
 from tgjax.models import build_model, model_config, model_spec
 from tgjax.syntax import actions as cc
 from tgjax.syntax import masks

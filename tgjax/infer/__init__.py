@@ -1,0 +1,13 @@
+"""What a trained model computes for a sentence.
+
+- `loading`: a trained workdir back as a model, its vocabulary and settings;
+- `scoring`: log p of given sequences (per token, per word), batched like training;
+- `incremental`: the per-prefix caches one action at a time (`PrefixScorer`);
+- `beam`: word-synchronous beam search (p(x) bounds, surprisals, parses);
+- `ensemble`: the uniform mixture of several models, per action or per sequence;
+- `sampling`: well-formed trees sampled from a model;
+- `perplexity`: proposal files and the word-perplexity bound over them.
+
+The metrics and commands that use these live in `tgjax.eval`; nothing here
+imports it (the arrow runs eval → infer → models, data, syntax).
+"""
