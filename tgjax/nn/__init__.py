@@ -1,1 +1,9 @@
-"""nn (later issues)."""
+"""Flax NNX modules that other projects import, each usable on its own.
+
+- `attention`: relative multi-head attention over `[memory, segment]`, any mask, any relative positions;
+- `transformer_xl`: the Transformer-XL layer of Transformer Grammars and their baselines;
+- `stack_attention`: stack-attention sublayers (superposition and nondeterministic stacks);
+- `params`: parameters annotated with logical axis names, for sharding.
+
+Whole models are assembled from these in `tgjax.models`.
+"""
