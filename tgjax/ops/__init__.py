@@ -1,14 +1,19 @@
-"""Pure-JAX stack kernels for stack attention (DuSell & Chiang, ICLR 2024).
+"""Pure-JAX kernels, importable alone: the stacks of stack attention (DuSell & Chiang, ICLR 2024)
+and the ON-LSTM recurrence (Shen et al., ICLR 2019).
 
-    from tgjax.ops import superposition_stack, nondeterministic_stack
+    from tgjax.ops import superposition_stack, nondeterministic_stack, onlstm_scan
 
 * `superposition_stack(actions, pushed)`: Joulin & Mikolov's stack, eqs. (5)-(8).
 * `nondeterministic_stack(push, repl, pop, pushed, bottom)`: the dVPDA of
   Appendix B (Lang's algorithm in log space), a scan over span lengths with
   an outside-pass custom VJP.
+* `onlstm_scan(x, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size=C)`: the ON-LSTM
+  layer (cumax master gates at chunk resolution) as one `lax.scan`, in the
+  released code's weight layout.
 """
 
 from tgjax.ops.nondeterministic import nondeterministic_stack
+from tgjax.ops.onlstm import onlstm_scan
 from tgjax.ops.superposition import superposition_stack
 
-__all__ = ["nondeterministic_stack", "superposition_stack"]
+__all__ = ["nondeterministic_stack", "onlstm_scan", "superposition_stack"]
