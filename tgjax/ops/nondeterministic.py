@@ -115,8 +115,13 @@ def nondeterministic_stack(push, repl, pop, pushed, bottom, *, num_blocks: int |
 
 
 def default_num_blocks(n: int) -> int:
-    """Blocks for the span scan: 1 for short sequences, up to 8 for long ones."""
-    return int(max(1, min(8, (n + 1) // 12)))
+    """Blocks for the span scan: 1 for short sequences, up to 12 for long ones.
+
+    Block k's steps read a (rows x splits) rectangle sized for its longest
+    span and its first row, so the pop work is ~1 + 2.6/k times the cells it
+    needs (1.39x at 8 blocks, 1.26x at 12); each block adds compile time.
+    """
+    return int(max(1, min(12, (n + 1) // 8)))
 
 
 def _check_inputs(push, repl, pop, pushed, bottom):
@@ -201,9 +206,15 @@ def _share(term, total):
 #   transitions: push_t [B, QS, QS, T], repl_t [B, QS, QS, 2T], pop_t [B, QS, Q, 2T]
 #     (by paper time t; -inf padding at t = 0 and t > n for dynamic slices).
 #   G  [B, QS, S, T+1, Q, T]: log gamma[i, L][(q,x) -> (r,y)] at [b, q*S+x, y, L, r, i].
-#   G' [B, S, Q, 2T, Q, 2T]: log gamma'[k, L'][(u,y) -> r] (eq. 25) at
+#   G' [B, S, Q, C, Q, E]: log gamma'[k, L'][(u,y) -> r] (eq. 25) at
 #      [b, y, r, T + 1 - L', u, k + L' - 1]: by end time, lengths reversed, so
 #      that gamma'[i + l, L - l] for all (l, i) is one box at (T + 1 - L, L - 1).
+#      C = E = T + (widest block) (`_gamma_prime_extent`): the boxes of
+#      one block overhang the chart by less than the block's width, into
+#      -inf padding (non-existent spans).
+# Every dynamic slice and update goes through `_box` / `_put`, which check
+# at trace time that the box fits for every L of the scan: lax.dynamic_slice
+# clamps an out-of-range start silently, which would read the wrong spans.
 # A span [b, p, y, L, r, i] is split by the pop sum into (l, u): gamma[i, l]
 # at [b, p, y, l, u, i] and gamma'[i + l, L - l] at [b, y, r, T+1-L+l, u, L-1+i].
 
@@ -242,8 +253,52 @@ def _ends(x, Q, S):
     return jnp.swapaxes(x.reshape(B, QS, Q, S, t), 2, 3)
 
 
-def _time_slice(x, start, size):
-    return lax.dynamic_slice_in_dim(x, start, size, axis=-1)
+def _check_box(name, shape, start_of, size, lengths):
+    """Raise if the box start_of(L) + size leaves `shape` for some L in lengths = (first, last).
+
+    Starts are affine in L, so the two ends of the range cover every L.
+    """
+    for L in lengths:
+        start = start_of(L)
+        if len(start) != len(shape) or len(size) != len(shape):
+            raise AssertionError(f"{name}: box {start} + {size} does not match the rank of {shape}")
+        if any(a < 0 or a + k > d for a, k, d in zip(start, size, shape)):
+            raise AssertionError(
+                f"{name}: box at {start} of size {tuple(size)} leaves the array of shape {shape}"
+                f" at L = {L} (lax.dynamic_slice would clamp it silently)"
+            )
+
+
+def _box(name, x, start_of, size, L, lengths):
+    """lax.dynamic_slice(x, start_of(L), size), checked statically over L in `lengths`."""
+    size = tuple(size)
+    _check_box(name, x.shape, start_of, size, lengths)
+    return lax.dynamic_slice(x, start_of(L), size)
+
+
+def _put(name, x, update, start_of, L, lengths):
+    """lax.dynamic_update_slice(x, update, start_of(L)), checked statically over L in `lengths`."""
+    _check_box(name, x.shape, start_of, update.shape, lengths)
+    return lax.dynamic_update_slice(x, update, start_of(L))
+
+
+def _add(name, x, update, start_of, L, lengths):
+    """x with `update` added into the box at start_of(L): one read and one write of the same box
+
+    (matching indices let XLA update the carry in place).
+    """
+    return _put(name, x, _box(name, x, start_of, update.shape, L, lengths) + update, start_of, L, lengths)
+
+
+def _time_slice(name, x, start_of, size, L, lengths):
+    """x[..., start_of(L) : start_of(L) + size] (time is the minor axis), checked."""
+    return _box(name, x, lambda L: (0,) * (x.ndim - 1) + (start_of(L),), x.shape[:-1] + (size,), L, lengths)
+
+
+def _gamma_prime_extent(T: int, blocks) -> int:
+    """Length-column and end-time extent of G': the chart's T plus the widest block's overhang."""
+    width = max([L1 - L0 for L0, L1 in blocks], default=1)
+    return T + width
 
 
 # --------------------------------------------------------------------------- the chart
@@ -264,52 +319,68 @@ def _inside(push_t, repl_t, pop_t, num_blocks):
     Q = pop_t.shape[2]
     S = QS // Q
     dt = push_t.dtype
+    blocks = _blocks(T, num_blocks)
+    extent = _gamma_prime_extent(T, blocks)
     G = jnp.full((B, QS, S, T + 1, Q, T), -jnp.inf, dt)
-    Gp = jnp.full((B, S, Q, 2 * T, Q, 2 * T), -jnp.inf, dt)
+    Gp = jnp.full((B, S, Q, extent, Q, extent), -jnp.inf, dt)
     # Length 1: the pushes (eq. 24, first line) and the bottom span [-1 -> 0] (eq. 21).
     pushes = _ends(push_t, Q, S)  # [b, p, y, r, i]
     G = G.at[:, :, :, 1].set(pushes)
-    Gp = _write_gamma_prime(Gp, _gamma_prime(pushes, pop_t[..., 1 : T + 1]), 2, T)
+    first = (1, 1)
+    pops_1 = _time_slice("pop_t", pop_t, lambda L: L, T, 1, first)
+    Gp = _write_gamma_prime(Gp, _gamma_prime(pushes, pops_1), T, 1, first)
 
-    def step(carry, L, rows, splits):
+    def step(carry, L, rows, splits, lengths):
         G, Gp = carry
         # Replace (eq. 24, 2nd line): sum_{s,z} gamma[i, L-1][p -> s,z] Delta_t[s,z -> r,y], t = i + L - 1.
-        prev = jnp.swapaxes(_column(G, L - 1, rows), 2, 3)  # [b, p, s, z, i]
-        re = _time_slice(repl_t, L - 1, rows).reshape(B, 1, Q, S, Q, S, rows)
+        prev = jnp.swapaxes(_column(G, L - 1, rows, lengths), 2, 3)  # [b, p, s, z, i]
+        re = _time_slice("repl_t", repl_t, lambda L: L - 1, rows, L, lengths).reshape(B, 1, Q, S, Q, S, rows)
         rep = _lse(prev[:, :, :, :, None, None] + re, (2, 3))  # [b, p, r, y, i]
         # Pop (eq. 24, 3rd line): sum over splits l and states u of
         # gamma[i, l][p -> u,y] gamma'[i + l, L - l][u,y -> r]; y is a batch index.
-        left, right = _pop_operands(G, Gp, L, rows, splits)
+        left, right = _pop_operands(G, Gp, L, rows, splits, lengths)
         pop_sum = _lse(left + right, (4,))  # [b, p, y, r, i]
         new = _lse(jnp.stack([jnp.swapaxes(rep, 2, 3), pop_sum]), (0,))
-        G = lax.dynamic_update_slice(G, new[:, :, :, None], (0, 0, 0, L, 0, 0))
+        G = _put("G", G, new[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
         # gamma' of length L + 1 (eq. 25): gamma[i, L] (x) pop at time i + L.
-        Gp = _write_gamma_prime(Gp, _gamma_prime(new, _time_slice(pop_t, L, rows)), L + 1, T)
+        pops = _time_slice("pop_t", pop_t, lambda L: L, rows, L, lengths)
+        Gp = _write_gamma_prime(Gp, _gamma_prime(new, pops), T, L, lengths)
         return (G, Gp), None
 
     carry = (G, Gp)
-    for L0, L1 in _blocks(T, num_blocks):
+    for L0, L1 in blocks:
         rows, splits = _block_sizes(T, L0, L1)
-        carry, _ = lax.scan(functools.partial(step, rows=rows, splits=splits), carry, jnp.arange(L0, L1))
+        body = functools.partial(step, rows=rows, splits=splits, lengths=(L0, L1 - 1))
+        carry, _ = lax.scan(body, carry, jnp.arange(L0, L1))
     return carry
 
 
-def _column(G, L, rows):
+def _column(G, L, rows, lengths):
     """gamma[i, L] for i < rows: [b, p, y, r, i]."""
     B, QS, S, _, Q, _ = G.shape
-    return lax.dynamic_slice(G, (0, 0, 0, L, 0, 0), (B, QS, S, 1, Q, rows))[:, :, :, 0]
+    return _box("G", G, lambda L: (0, 0, 0, L, 0, 0), (B, QS, S, 1, Q, rows), L, lengths)[:, :, :, 0]
 
 
-def _pop_operands(G, Gp, L, rows, splits):
+def _pop_operands(G, Gp, L, rows, splits, lengths):
     """The operands of the pop sum of step L, broadcastable to [b, p, y, r, (l, u), i].
 
     left[b, p, y, 0, l*Q+u, i] = log gamma[i, l][p -> u,y];
     right[b, 0, y, r, l*Q+u, i] = log gamma'[i + l, L - l][u,y -> r].
     """
     B, QS, S, _, Q, T = G.shape
-    left = G[:, :, :, :splits, :, :rows].reshape(B, QS, S, 1, splits * Q, rows)
-    right = lax.dynamic_slice(Gp, (0, 0, 0, T + 1 - L, 0, L - 1), (B, S, Q, splits, Q, rows))
-    return left, right.reshape(B, 1, S, Q, splits * Q, rows)
+    left = _box("G", G, lambda L: (0,) * 6, (B, QS, S, splits, Q, rows), L, lengths)
+    right = _box("G'", Gp, _pop_box(T), (B, S, Q, splits, Q, rows), L, lengths)
+    return left.reshape(B, QS, S, 1, splits * Q, rows), right.reshape(B, 1, S, Q, splits * Q, rows)
+
+
+def _pop_box(T):
+    """Where gamma'[i + l, L - l] (l = 0.., i = 0..) starts in G': (length column, end time)."""
+    return lambda L: (0, 0, 0, T + 1 - L, 0, L - 1)
+
+
+def _gamma_prime_cell(T):
+    """Where gamma'[i, L + 1] (i = 0..) starts in G': made at step L from gamma[i, L]."""
+    return lambda L: (0, 0, 0, T - L, 0, L)
 
 
 def _gamma_prime(g, po):
@@ -322,12 +393,12 @@ def _gamma_prime(g, po):
     return _lse(g[:, :, :, :, None] + po[:, None], (2, 3))
 
 
-def _write_gamma_prime(Gp, gp, length, T):
-    """Store gamma'[i, length] (gp [b, (u,y), r, i]) at column T + 1 - length, time i + length - 1."""
+def _write_gamma_prime(Gp, gp, T, L, lengths):
+    """Store gamma'[i, L + 1] (gp [b, (u,y), r, i]) at column T - L, time i + L."""
     B, QS, Q, rows = gp.shape
     S = QS // Q
     gp = gp.reshape(B, Q, S, Q, rows).transpose(0, 2, 3, 1, 4)  # [b, y, r, u, i]
-    return lax.dynamic_update_slice(Gp, gp[:, :, :, None], (0, 0, 0, T + 1 - length, 0, length - 1))
+    return _put("G'", Gp, gp[:, :, :, None], _gamma_prime_cell(T), L, lengths)
 
 
 def _chart_fwd(push_t, repl_t, pop_t, num_blocks):
@@ -350,57 +421,58 @@ def _chart_bwd(num_blocks, res, g_bar):
     repl_t, pop_t, G, Gp = res
     B, QS, S, _, Q, T = G.shape
     dt = G.dtype
+    blocks = _blocks(T, num_blocks)
     mu = g_bar
     mu_p = jnp.zeros(Gp.shape, dt)
     d_repl = jnp.zeros(repl_t.shape, dt)
     d_pop = jnp.zeros(pop_t.shape, dt)
 
-    def add_times(x, start, value):
-        old = _time_slice(x, start, value.shape[-1])
-        return lax.dynamic_update_slice_in_dim(x, old + value, start, axis=-1)
-
-    # Each carry is written once per step (XLA then updates it in place).
-    def step(carry, L, rows, splits, first):
+    # Each carry is read and written once per step through boxes with the
+    # same start indices (XLA then updates it in place).
+    def step(carry, L, rows, splits, lengths, first):
         mu, mu_p, d_repl, d_pop = carry
         # 1. gamma'[i, L+1][(u,y) -> r] = sum_{s,z} gamma[i, L][(u,y) -> s,z] pop_t[i+L][s,z -> r]:
         #    its (complete) marginal flows back onto gamma[i, L].
-        start, size = (0, 0, 0, T - L, 0, L), (B, S, Q, 1, Q, rows)
+        size = (B, S, Q, 1, Q, rows)
         to_uy = lambda x: x[:, :, :, 0].transpose(0, 3, 1, 2, 4).reshape(B, QS, Q, rows)  # noqa: E731
-        gp = to_uy(lax.dynamic_slice(Gp, start, size))  # [b, (u,y), r, i]
-        mu_gp = to_uy(lax.dynamic_slice(mu_p, start, size))
-        g_l = _column(G, L, rows)  # [b, (u,y), z, s, i]
-        po = jnp.swapaxes(_time_slice(pop_t, L, rows).reshape(B, Q, S, Q, rows), 1, 2)  # [b, z, s, r, i]
+        gp = to_uy(_box("G'", Gp, _gamma_prime_cell(T), size, L, lengths))  # [b, (u,y), r, i]
+        mu_gp = to_uy(_box("mu'", mu_p, _gamma_prime_cell(T), size, L, lengths))
+        g_l = _column(G, L, rows, lengths)  # [b, (u,y), z, s, i]
+        po = _time_slice("pop_t", pop_t, lambda L: L, rows, L, lengths)
+        po = jnp.swapaxes(po.reshape(B, Q, S, Q, rows), 1, 2)  # [b, z, s, r, i]
         flow = mu_gp[:, :, None, None] * _share(g_l[:, :, :, :, None] + po[:, None], gp[:, :, None, None])
-        d_pop = add_times(d_pop, L, jnp.swapaxes(jnp.sum(flow, axis=1), 1, 2).reshape(B, QS, Q, rows))
-        mu_l = _column(mu, L, rows) + jnp.sum(flow, axis=4)  # complete: [b, p, y, r, i]
+        d_pop_l = jnp.swapaxes(jnp.sum(flow, axis=1), 1, 2).reshape(B, QS, Q, rows)
+        d_pop = _add("d_pop", d_pop, d_pop_l, lambda L: (0, 0, 0, L), L, lengths)
+        mu_l = _column(mu, L, rows, lengths) + jnp.sum(flow, axis=4)  # complete: [b, p, y, r, i]
         if first:  # L = 1: the pushes, whose marginals are mu_l itself.
             return (mu, mu_p, d_repl, d_pop), mu_l
         # 2. Pop terms: the share of each (l, u) in gamma[i, L][p -> r,y].
-        left, right = _pop_operands(G, Gp, L, rows, splits)
+        left, right = _pop_operands(G, Gp, L, rows, splits, lengths)
         flow = mu_l[:, :, :, :, None] * _share(left + right, g_l[:, :, :, :, None])  # [b,p,y,r,(l,u),i]
         to_left = jnp.sum(flow, axis=3).reshape(B, QS, S, splits, Q, rows)  # onto gamma[i, l]
         to_right = jnp.sum(flow, axis=1).reshape(B, S, Q, splits, Q, rows)  # onto gamma'[i+l, L-l]
         # 3. Replace terms: gamma[i, L-1][p -> s,z] Delta_t[s,z -> r,y], t = i + L - 1.
-        prev = jnp.swapaxes(_column(G, L - 1, rows), 2, 3)  # [b, p, s, z, i]
-        re = _time_slice(repl_t, L - 1, rows).reshape(B, 1, Q, S, Q, S, rows)
+        prev = jnp.swapaxes(_column(G, L - 1, rows, lengths), 2, 3)  # [b, p, s, z, i]
+        re = _time_slice("repl_t", repl_t, lambda L: L - 1, rows, L, lengths).reshape(B, 1, Q, S, Q, S, rows)
         total = jnp.swapaxes(g_l, 2, 3)[:, :, None, None]  # [b, p, 1, 1, r, y, i]
         flow = jnp.swapaxes(mu_l, 2, 3)[:, :, None, None] * _share(prev[:, :, :, :, None, None] + re, total)
-        d_repl = add_times(d_repl, L - 1, jnp.sum(flow, axis=1).reshape(B, QS, QS, rows))
-        to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)[:, :, :, None]  # onto gamma[i, L-1]
-        col = (0, 0, 0, L - 1, 0, 0)
-        to_prev = lax.dynamic_slice(to_left, col, to_prev.shape) + to_prev
-        to_left = lax.dynamic_update_slice(to_left, to_prev, col)
-        mu = lax.dynamic_update_slice(mu, mu[:, :, :, :splits, :, :rows] + to_left, (0,) * 6)
-        box = (0, 0, 0, T + 1 - L, 0, L - 1)
-        mu_p = lax.dynamic_update_slice(mu_p, lax.dynamic_slice(mu_p, box, to_right.shape) + to_right, box)
+        d_repl_l = jnp.sum(flow, axis=1).reshape(B, QS, QS, rows)
+        d_repl = _add("d_repl", d_repl, d_repl_l, lambda L: (0, 0, 0, L - 1), L, lengths)
+        to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)  # onto gamma[i, L-1]: [b, p, y, r, i]
+        # gamma[i, L-1] is split l = L - 1 of to_left: add the replace share there, by a one-hot over l
+        # (a dynamic update of to_left would cost a copy of it).
+        at_prev = (jnp.arange(splits) == L - 1).astype(dt)[:, None, None]  # [l, 1, 1]
+        to_left = to_left + at_prev * to_prev[:, :, :, None]
+        mu = _add("mu", mu, to_left, lambda L: (0,) * 6, L, lengths)
+        mu_p = _add("mu'", mu_p, to_right, _pop_box(T), L, lengths)
         return (mu, mu_p, d_repl, d_pop), None
 
     carry = (mu, mu_p, d_repl, d_pop)
-    for L0, L1 in reversed(_blocks(T, num_blocks)):
+    for L0, L1 in reversed(blocks):
         rows, splits = _block_sizes(T, L0, L1)
-        body = functools.partial(step, rows=rows, splits=splits, first=False)
+        body = functools.partial(step, rows=rows, splits=splits, lengths=(L0, L1 - 1), first=False)
         carry, _ = lax.scan(body, carry, jnp.arange(L0, L1), reverse=True)
-    (_, _, d_repl, d_pop), mu_1 = step(carry, 1, rows=T, splits=1, first=True)
+    (_, _, d_repl, d_pop), mu_1 = step(carry, 1, rows=T, splits=1, lengths=(1, 1), first=True)
     # gamma[i, 1] is the push weight itself, so its marginal is the push's.
     d_push = jnp.swapaxes(mu_1, 2, 3).reshape(B, QS, QS, T)
     return d_push, d_repl, d_pop
