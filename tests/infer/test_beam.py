@@ -20,8 +20,8 @@ import pytest
 from flax import nnx
 
 from tgjax.data.vocab import WordDictionary
-from tgjax.infer.beam import (ActionSpace, BeamConfig, TerminalScorer, WordSynchronousBeamSearch, logsumexp,
-                             make_word_scorer)
+from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch, logsumexp, make_word_scorer
+from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.incremental import PrefixScorer, hidden_states, project, rule_of
 from tgjax.models import build_model, model_config, model_spec
 from tgjax.syntax import actions as cc

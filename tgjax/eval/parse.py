@@ -47,7 +47,8 @@ from tgjax.eval import blimp as blimp_lib
 from tgjax.eval import shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.evalb import evalb, right_branching
-from tgjax.infer.beam import ActionSpace, BeamConfig, BeamResult, make_word_scorer
+from tgjax.infer.beam import BeamConfig, BeamResult, make_word_scorer
+from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree

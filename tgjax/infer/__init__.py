@@ -3,7 +3,9 @@
 - `loading`: a trained workdir back as a model, its vocabulary and settings;
 - `scoring`: log p of given sequences (per token, per word), batched like training;
 - `incremental`: the per-prefix caches one action at a time (`PrefixScorer`);
-- `beam`: word-synchronous beam search (p(x) bounds, surprisals, parses);
+- `search`: what a model family gives a search (`SearchFamily`: states, allowed actions, log-probabilities);
+- `choe_charniak`: that interface for TG and TXL (CC) and their ensembles;
+- `beam`: word-synchronous beam search (p(x) bounds, surprisals, parses), over a `SearchFamily`;
 - `ensemble`: the uniform mixture of several models, per action or per sequence;
 - `sampling`: well-formed trees sampled from a model;
 - `perplexity`: proposal files and the word-perplexity bound over them.

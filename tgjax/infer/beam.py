@@ -50,10 +50,13 @@ which continuations are explored. TG's closing non-terminal is two layout
 positions (CNT1 composes and predicts nothing; CNT2's distribution is the
 next action's), handled by the masking rule in `PrefixScorer`.
 
-Host side: the beam bookkeeping (NumPy over each sentence's successors).
-Device side: `tgjax.infer.incremental.PrefixScorer` (jitted model calls); each
-hypothesis carries the `PrefixCache` of its parent, so a step runs the model
-on the hypothesis's last action and the forced word only.
+Host side: the beam bookkeeping (NumPy over each sentence's successors),
+which knows hypotheses only through a `tgjax.infer.search.SearchFamily`:
+their states, allowed actions, log-probabilities and successors. For TG and
+TXL (CC) that is `tgjax.infer.choe_charniak.ChoeCharniakFamily`, whose
+device side is `tgjax.infer.incremental.PrefixScorer` (jitted model calls);
+each hypothesis carries the `PrefixCache` of its parent, so a step runs the
+model on the hypothesis's last action and the forced word only.
 
 For TXL (terminals), `TerminalScorer` gives exact surprisals and log p(x)
 by scoring the word sequence, ended by `</s>` as in training, directly.
@@ -78,11 +81,12 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tgjax.data.vocab import Vocabulary
-from tgjax.infer.ensemble import mix_log_probs
-from tgjax.infer.incremental import PrefixScorer, ScoredPrefixes
+from tgjax.infer.choe_charniak import ActionSpace, ChoeCharniakFamily
+from tgjax.infer.ensemble import member_list, score_mixed
+from tgjax.infer.incremental import PrefixScorer
+from tgjax.infer.search import SearchFamily
 from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import actions as cc
-from tgjax.syntax import token_types as tt
 from tgjax.syntax.trees import Tree
 
 STOP_RULES = ("bound", "count")
@@ -97,58 +101,6 @@ def logsumexp(values) -> float:
     if not np.isfinite(top):
         return float(top)
     return float(top + np.log(np.exp(v - top).sum()))
-
-
-# -----------------------------------------------------------------------------
-# The action space of a vocabulary.
-
-
-@dataclasses.dataclass(frozen=True)
-class ActionSpace:
-    """The actions of a Choe–Charniak vocabulary, as the searches and samplers use them.
-
-    Attributes:
-      vocab: the vocabulary.
-      labels: `[L]` non-terminal labels (in the vocabulary's order).
-      open_ids, close_ids: `[L]` int32: the ids of `(label` and `label)`.
-      token_types: `[V]` int32: the token type of every id.
-    """
-
-    vocab: Vocabulary
-    labels: tuple[str, ...]
-    open_ids: np.ndarray
-    close_ids: np.ndarray
-    token_types: np.ndarray
-
-    @classmethod
-    def from_vocab(cls, vocab: Vocabulary) -> "ActionSpace":
-        labels = tuple(nt[1:] for nt in vocab.opening_nts)
-        open_ids = np.asarray(vocab.encode([cc.opening(label) for label in labels]), np.int32)
-        close_ids = np.asarray(vocab.encode([cc.closing(label) for label in labels]), np.int32)
-        if len(open_ids) != len(labels) or len(close_ids) != len(labels):  # pragma: no cover
-            raise ValueError("every non-terminal must be one id")
-        types = np.asarray(vocab.token_types(np.arange(vocab.size)), np.int32)
-        return cls(vocab, labels, open_ids, close_ids, types)
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.labels)
-
-    def encode_word(self, word: str) -> tuple[tuple[int, ...], bool]:
-        """The ids of one word (one or more terminal pieces), and whether it is unknown (UNK).
-
-        Words are mapped as in training (`vocab.encode`): an unknown word is
-        the UNK id for a word dictionary; SentencePiece splits it into pieces.
-        Raises ValueError for a word that is a non-terminal or reserved token.
-        """
-        if cc.token_type(word) not in (tt.TERMINAL, tt.PLACEHOLDER) or not word or any(c.isspace() for c in word):
-            raise ValueError(f"{word!r} cannot be a word of a Choe–Charniak sequence "
-                             f"(it looks like a non-terminal, a reserved token, or is blank)")
-        ids = tuple(int(i) for i in self.vocab.encode([word]))
-        bad = [i for i in ids if self.token_types[i] not in (tt.TERMINAL, tt.PLACEHOLDER)]
-        if not ids or bad:
-            raise ValueError(f"word {word!r} encodes to non-terminal or reserved ids {bad}")
-        return ids, ids == (self.vocab.unk_id,)
 
 
 # -----------------------------------------------------------------------------
@@ -240,90 +192,71 @@ class BeamResult:
 
 
 class _Item:
-    """A hypothesis: an action prefix with its parse state.
+    """A hypothesis: the family's state (its prefix, parse state and caches) and `score`, log p(prefix)."""
 
-    `ids`: model ids (no BOS); `actions`: codes (l < L open label l, L + l
-    close label l, 2L a word); `stack`: open constituents, innermost last, as
-    `2 * label + non_empty`; `opens`: opening NTs in a row at the end;
-    `score`: log p(prefix); `cache`: per ensemble member (one for a single
-    model), the `PrefixCache` of the parent's prefix (BOS + all actions but
-    the last; None for the root), so that scoring an item runs each model on
-    its last action and the continuation only.
-    """
+    __slots__ = ("state", "score")
 
-    __slots__ = ("ids", "actions", "stack", "opens", "score", "cache")
-
-    def __init__(self, ids, actions, stack, opens, score, cache=None):
-        self.ids, self.actions, self.stack, self.opens, self.score = ids, actions, stack, opens, score
-        self.cache = cache
+    def __init__(self, state, score: float):
+        self.state, self.score = state, score
 
 
-_ROOT = _Item((), (), (), 0, 0.0)
 _WORD, _FINISH, _DONE = 0, 1, 2
 
 
 class _SentenceSearch:
-    """Word-synchronous beam search over one sentence; `requests` / `update` alternate."""
+    """Word-synchronous beam search over one sentence; `requests` / `update` alternate.
 
-    def __init__(self, index: int, words: Sequence[str], space: ActionSpace, config: BeamConfig):
+    Knows the beam only: what a state is, which actions it allows and how
+    they score are the family's (`tgjax.infer.search.SearchFamily`).
+    """
+
+    def __init__(self, index: int, words: Sequence[str], family: SearchFamily, config: BeamConfig):
         if not words:
             raise ValueError(f"sentence {index}: no words; a tree needs at least one")
         self.index = index
         self.words = list(words)
-        self.space = space
+        self.family = family
         self.config = config
         try:
-            encoded = [space.encode_word(w) for w in self.words]
+            encoded = [family.encode_word(w) for w in self.words]
         except ValueError as err:
             raise ValueError(f"sentence {index}: {err}") from None
         self.pieces = [ids for ids, _ in encoded]
         self.num_unknown = sum(unk for _, unk in encoded)
         self.t = 0
-        self.frontier: list[_Item] = [_ROOT]
+        self.frontier: list[_Item] = [_Item(family.initial_state(), 0.0)]
         self.next_word: list[_Item] = []
         self.prefix_log_probs = [0.0]
         self.phase = _WORD
         self.result: BeamResult | None = None
         self.steps = 0
 
-    # Requests: (action ids, query, the members' caches) per frontier item.
-    def requests(self) -> list[tuple[tuple[int, ...], int, object]]:
-        if self.phase == _WORD:
-            tail = self.pieces[self.t]
-            return [(item.ids + tail, len(item.ids), item.cache) for item in self.frontier]
-        close_ids = self.space.close_ids
-        return [(item.ids + tuple(int(close_ids[e >> 1]) for e in reversed(item.stack)), len(item.ids), item.cache)
-                for item in self.frontier]
+    def requests(self) -> list[tuple[object, tuple[int, ...] | None]]:
+        """(state, the next word's ids) per frontier item; None for the word asks to end the sentence."""
+        word = self.pieces[self.t] if self.phase == _WORD else None
+        return [(item.state, word) for item in self.frontier]
 
-    def update(self, next_log_probs: np.ndarray, continuations: list[np.ndarray], caches: list) -> None:
+    def update(self, log_probs: np.ndarray, end_log_probs: np.ndarray, memories: list) -> None:
         if self.phase == _WORD:
-            self._word_step(next_log_probs, continuations, caches)
+            self._word_step(log_probs, memories)
         else:
-            self._finish(continuations)
+            self._finish(end_log_probs)
 
-    def _word_step(self, next_lp: np.ndarray, cont: list[np.ndarray], caches: list) -> None:
-        config, L = self.config, self.space.num_labels
+    def _word_step(self, log_probs: np.ndarray, memories: list) -> None:
+        config, family = self.config, self.family
         frontier = self.frontier
         self.steps += 1
         score = np.array([it.score for it in frontier])
-        depth = np.array([len(it.stack) for it in frontier])
-        opens = np.array([it.opens for it in frontier])
-        top = np.array([it.stack[-1] if it.stack else 0 for it in frontier])
-        can_open = (depth < config.max_open_nts) & (opens < config.max_consecutive_opens)
-        can_close = (depth >= 2) & (top & 1).astype(bool)
-        can_word = depth >= 1
-        # Successors as (parent, code, score): code l < L opens label l, L closes, L + 1 generates the word.
-        parent_o, label_o = np.nonzero(np.broadcast_to(can_open[:, None], (len(frontier), L)))
-        parents = [parent_o, np.flatnonzero(can_close), np.flatnonzero(can_word)]
-        codes = [label_o, np.full(len(parents[1]), L), np.full(len(parents[2]), L + 1)]
-        word_lp = np.array([c.sum() for c in cont])
-        scores = [score[parent_o] + next_lp[parent_o, label_o],
-                  score[parents[1]] + next_lp[parents[1], L + (top[parents[1]] >> 1)],
-                  score[parents[2]] + word_lp[parents[2]]]
-        parent = np.concatenate(parents)
-        code = np.concatenate(codes)
-        value = np.concatenate(scores)
-        is_word = code == L + 1
+        allowed = family.allowed([it.state for it in frontier])  # [n, A]
+        word = family.word_action
+        # Successors as (parent, action, score), in a fixed order (the other actions, then the words) for ties.
+        parent_a, action_a = np.nonzero(np.delete(allowed, word, axis=1))
+        action_a = action_a + (action_a >= word)
+        parent_w = np.flatnonzero(allowed[:, word])
+        parent = np.concatenate([parent_a, parent_w])
+        action = np.concatenate([action_a, np.full(len(parent_w), word)])
+        value = score[parent] + log_probs[parent, action]
+        is_word = action == word
         # Fast track: the best word successors join the word beam directly.
         word_idx = np.flatnonzero(is_word)
         word_idx = word_idx[np.argsort(-value[word_idx], kind="stable")]
@@ -332,8 +265,8 @@ class _SentenceSearch:
         pool = pool[np.argsort(-value[pool], kind="stable")][:config.action_beam]
         new_frontier = []
         for k in np.concatenate([fast, pool]):
-            item = self._extend(frontier[parent[k]], int(code[k]), float(value[k]), caches[parent[k]])
-            (self.next_word if code[k] == L + 1 else new_frontier).append(item)
+            state = family.advance(frontier[parent[k]].state, int(action[k]), self.pieces[self.t], memories[parent[k]])
+            (self.next_word if is_word[k] else new_frontier).append(_Item(state, float(value[k])))
         done = not new_frontier
         if len(self.next_word) >= config.word_beam:
             if config.stop == "count":
@@ -346,19 +279,6 @@ class _SentenceSearch:
         if done:
             self._next_word()
 
-    def _extend(self, item: _Item, code: int, score: float, cache) -> _Item:
-        """The successor of `item` by action `code`; `cache` covers `item`'s whole prefix."""
-        L = self.space.num_labels
-        if code < L:
-            return _Item(item.ids + (int(self.space.open_ids[code]),), item.actions + (code,),
-                         item.stack + (2 * code,), item.opens + 1, score, cache)
-        if code == L:
-            label = item.stack[-1] >> 1
-            return _Item(item.ids + (int(self.space.close_ids[label]),), item.actions + (L + label,),
-                         item.stack[:-2] + (item.stack[-2] | 1,), 0, score, cache)
-        return _Item(item.ids + self.pieces[self.t], item.actions + (2 * L,),
-                     item.stack[:-1] + (item.stack[-1] | 1,), 0, score, cache)
-
     def _next_word(self) -> None:
         ranked = sorted(self.next_word, key=lambda it: -it.score)[:self.config.word_beam]
         if not ranked:  # pragma: no cover - every frontier item can generate the word
@@ -369,10 +289,10 @@ class _SentenceSearch:
         if self.t == len(self.words):
             self.phase = _FINISH
 
-    def _finish(self, cont: list[np.ndarray]) -> None:
-        totals = np.array([it.score + c.sum() for it, c in zip(self.frontier, cont)])
+    def _finish(self, end_log_probs: np.ndarray) -> None:
+        totals = np.array([it.score + end for it, end in zip(self.frontier, end_log_probs)])
         order = np.argsort(-totals, kind="stable")
-        hypotheses = [(self.tokens(self.frontier[k]), float(totals[k])) for k in order]
+        hypotheses = [(self.family.tokens(self.frontier[k].state, self.words), float(totals[k])) for k in order]
         prefix = np.asarray(self.prefix_log_probs)
         log_prob = float(logsumexp(totals))
         self.result = BeamResult(
@@ -381,60 +301,6 @@ class _SentenceSearch:
             best_log_prob=hypotheses[0][1], hypotheses=hypotheses, num_unknown=self.num_unknown,
         )
         self.phase = _DONE
-
-    def tokens(self, item: _Item) -> list[str]:
-        """Choe–Charniak tokens of a complete item, with the sentence's words; closes what is open."""
-        L, labels = self.space.num_labels, self.space.labels
-        out, w = [], 0
-        for a in item.actions:
-            if a < L:
-                out.append(cc.opening(labels[a]))
-            elif a < 2 * L:
-                out.append(cc.closing(labels[a - L]))
-            else:
-                out.append(self.words[w])
-                w += 1
-        out.extend(cc.closing(labels[e >> 1]) for e in reversed(item.stack))
-        return out
-
-
-# -----------------------------------------------------------------------------
-# Ensemble members.
-
-
-def member_list(model: TransformerLM | Sequence[TransformerLM],
-                rule: str | Sequence[str]) -> list[tuple[TransformerLM, str]]:
-    """(model, rule) per ensemble member: one model, or K models with one rule each (or one rule for all)."""
-    models = list(model) if isinstance(model, (list, tuple)) else [model]
-    rules = [rule] * len(models) if isinstance(rule, str) else list(rule)
-    if not models or len(rules) != len(models):
-        raise ValueError(f"{len(models)} models and {len(rules)} rules: give one rule per model")
-    return list(zip(models, rules))
-
-
-def score_mixed(scorers: Sequence[PrefixScorer], sequences: Sequence[Sequence[int]], queries: Sequence[int],
-                caches: Sequence[tuple | None] | None = None) -> ScoredPrefixes:
-    """`PrefixScorer.score` of K members on the same sequences, mixed per action (the mean of the probabilities).
-
-    Args:
-      scorers: the K members' scorers (one vocabulary).
-      sequences, queries: as `PrefixScorer.score`.
-      caches: None, or per sequence None or a K-tuple of caches (member k's
-        cache of that sequence's prefix).
-    Returns:
-      `ScoredPrefixes` with `next_log_probs [N, C]` the mixed next-action
-      distributions, `continuation_log_probs[i]` the mixed per-action log
-      probs, and `caches[i]` the K-tuple of the members' caches. For K = 1,
-      the member's own values.
-    """
-    scored = []
-    for k, scorer in enumerate(scorers):
-        own = None if caches is None else [None if c is None else c[k] for c in caches]
-        scored.append(scorer.score(sequences, queries, own))
-    next_log_probs = mix_log_probs(np.stack([s.next_log_probs for s in scored]), axis=0)  # [N, C]
-    continuations = [mix_log_probs(np.stack([s.continuation_log_probs[i] for s in scored]), axis=0)
-                     for i in range(len(sequences))]
-    return ScoredPrefixes(next_log_probs, continuations, list(zip(*(s.caches for s in scored))))
 
 
 # -----------------------------------------------------------------------------
@@ -474,6 +340,9 @@ class WordSynchronousBeamSearch:
                                      candidate_ids=candidates, length_bucket=config.length_bucket,
                                      max_batch=config.max_batch, min_batch=config.min_batch)
                         for m, member_rule in members]
+        self.family = ChoeCharniakFamily(self.scorers, self.space, max_open_nts=config.max_open_nts,
+                                         max_consecutive_opens=config.max_consecutive_opens,
+                                         use_cache=config.use_cache)
         self.steps = 0  # action steps summed over sentences (for benchmarks)
 
     @property
@@ -493,7 +362,7 @@ class WordSynchronousBeamSearch:
                     index, words = next(pending)
                 except StopIteration:
                     return
-                active.append(_SentenceSearch(index, words, self.space, self.config))
+                active.append(_SentenceSearch(index, words, self.family, self.config))
 
         refill()
         while active:
@@ -502,12 +371,11 @@ class WordSynchronousBeamSearch:
                 r = search.requests()
                 requests.extend(r)
                 counts.append(len(r))
-            scored = score_mixed(self.scorers, [r[0] for r in requests], [r[1] for r in requests],
-                                 [r[2] for r in requests] if self.config.use_cache else None)
+            scored = self.family.score([r[0] for r in requests], [r[1] for r in requests])  # one model call
             offset = 0
             for search, n in zip(active, counts):
-                search.update(scored.next_log_probs[offset:offset + n],
-                              scored.continuation_log_probs[offset:offset + n], scored.caches[offset:offset + n])
+                search.update(scored.log_probs[offset:offset + n], scored.end_log_probs[offset:offset + n],
+                              scored.memories[offset:offset + n])
                 offset += n
             for search in [s for s in active if s.phase == _DONE]:
                 results[search.index] = search.result
@@ -599,5 +467,4 @@ def make_word_scorer(model: TransformerLM | Sequence[TransformerLM], vocab: Voca
     return WordSynchronousBeamSearch(models, vocab, rules, config)
 
 
-__all__ = ["ActionSpace", "BeamConfig", "BeamResult", "STOP_RULES", "TerminalScorer", "WordSynchronousBeamSearch",
-           "make_word_scorer", "member_list", "score_mixed"]
+__all__ = ["BeamConfig", "BeamResult", "STOP_RULES", "TerminalScorer", "WordSynchronousBeamSearch", "make_word_scorer"]

@@ -44,7 +44,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tgjax.infer.incremental import PrefixScorer, ScoredPrefixes
 from tgjax.infer.scoring import Encoded, Scorer, SequenceScore, _make_score
+from tgjax.models.transformer_lm import TransformerLM
 
 MIXTURES = ("per-action", "sequence")
 
@@ -127,3 +129,42 @@ class Ensemble:
             logp = mixed_sequence_log_prob(pieces, self.mixture)
             out.append(_make_score(index, e, mix_log_probs(pieces, axis=0), logp=logp, member_logps=member_logps))
         return out
+
+
+# -----------------------------------------------------------------------------
+# Ensemble members of the searches (one beam over the per-action mixture).
+
+
+def member_list(model: TransformerLM | Sequence[TransformerLM],
+                rule: str | Sequence[str]) -> list[tuple[TransformerLM, str]]:
+    """(model, rule) per ensemble member: one model, or K models with one rule each (or one rule for all)."""
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    rules = [rule] * len(models) if isinstance(rule, str) else list(rule)
+    if not models or len(rules) != len(models):
+        raise ValueError(f"{len(models)} models and {len(rules)} rules: give one rule per model")
+    return list(zip(models, rules))
+
+
+def score_mixed(scorers: Sequence[PrefixScorer], sequences: Sequence[Sequence[int]], queries: Sequence[int],
+                caches: Sequence[tuple | None] | None = None) -> ScoredPrefixes:
+    """`PrefixScorer.score` of K members on the same sequences, mixed per action (the mean of the probabilities).
+
+    Args:
+      scorers: the K members' scorers (one vocabulary).
+      sequences, queries: as `PrefixScorer.score`.
+      caches: None, or per sequence None or a K-tuple of caches (member k's
+        cache of that sequence's prefix).
+    Returns:
+      `ScoredPrefixes` with `next_log_probs [N, C]` the mixed next-action
+      distributions, `continuation_log_probs[i]` the mixed per-action log
+      probs, and `caches[i]` the K-tuple of the members' caches. For K = 1,
+      the member's own values.
+    """
+    scored = []
+    for k, scorer in enumerate(scorers):
+        own = None if caches is None else [None if c is None else c[k] for c in caches]
+        scored.append(scorer.score(sequences, queries, own))
+    next_log_probs = mix_log_probs(np.stack([s.next_log_probs for s in scored]), axis=0)  # [N, C]
+    continuations = [mix_log_probs(np.stack([s.continuation_log_probs[i] for s in scored]), axis=0)
+                     for i in range(len(sequences))]
+    return ScoredPrefixes(next_log_probs, continuations, list(zip(*(s.caches for s in scored))))

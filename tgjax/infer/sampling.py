@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tgjax.data.vocab import Vocabulary
-from tgjax.infer.beam import ActionSpace
+from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.incremental import PrefixScorer
 from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import actions as cc
