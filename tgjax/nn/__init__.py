@@ -3,6 +3,7 @@
 - `attention`: relative multi-head attention over `[memory, segment]`, any mask, any relative positions;
 - `transformer_xl`: the Transformer-XL layer of Transformer Grammars and their baselines;
 - `stack_attention`: stack-attention sublayers (superposition and nondeterministic stacks);
+- `onlstm`: the ON-LSTM cell and layer (cumax master gates; Shen et al., 2019);
 - `params`: parameters annotated with logical axis names, for sharding.
 
 Whole models are assembled from these in `tgjax.models`.
