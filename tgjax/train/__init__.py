@@ -7,7 +7,10 @@ Modules, one concern each: `config` (ml_collections files and overrides),
 `optimizer` (Adam, warm-up + cosine, clipping), `sharding` (mesh ("data",
 "model"), logical-axis rules), `state` (TrainState, jitted steps), `checkpoint`
 (orbax, integrity, fallback), `inputs` (pipelines, vocabulary checks, unigram
-baseline), `metrics` (metrics.jsonl, TensorBoard, progress line), `loop`.
+baseline), `metrics` (metrics.jsonl, TensorBoard, progress line), `schedules`
+(step-based; plateau decay and early stopping), `task` (what a task hands the
+trainer), `tasks` (one module per family: `treebank_lm`), `loop` (the trainer).
+`cfl` trains the CFL task with its own loop (not yet a task of the trainer).
 """
 
 from tgjax.train.checkpoint import CheckpointStore
@@ -17,9 +20,11 @@ from tgjax.train.loop import Trainer, TrainingDiverged, TrainResult, describe, t
 from tgjax.train.optimizer import linear_warmup_then_cosine_anneal, make_optimizer, make_schedule
 from tgjax.train.sharding import logical_to_spec, make_mesh, param_shardings
 from tgjax.train.state import TrainState, make_eval_step, make_train_step
+from tgjax.train.task import Evaluation, RunContext, Selection, Task
 
 __all__ = [
-    "CheckpointStore", "ConfigError", "TrainResult", "TrainState", "Trainer", "TrainingDiverged",
+    "CheckpointStore", "ConfigError", "Evaluation", "RunContext", "Selection", "Task", "TrainResult", "TrainState",
+    "Trainer", "TrainingDiverged",
     "VocabularyMismatch", "apply_overrides", "default_config", "describe", "linear_warmup_then_cosine_anneal",
     "load_config", "logical_to_spec", "make_eval_step", "make_mesh", "make_optimizer", "make_schedule",
     "make_train_step", "param_shardings", "train",

@@ -67,6 +67,7 @@ from tgjax.data.cfl_metric import CrossEntropyDifference, cross_entropy_differen
 from tgjax.models.stack_lm import MODEL_KINDS, StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import MetricsWriter, Progress, format_duration
+from tgjax.train.schedules import Plateau
 
 __all__ = [
     "CFLResult",
@@ -461,35 +462,6 @@ class _Window:
         return {"split": "train", "step": step, "epoch": epoch, "loss": nll / max(symbols, 1.0),
                 "learning_rate": lr, "steps_per_second": len(metrics) / elapsed,
                 "tokens_per_second": self.tokens / elapsed, "grad_norm": float(metrics[-1]["grad_norm"])}
-
-
-class Plateau:
-    """Appendix D.3's schedule on the validation criterion (lower is better).
-
-    `update(value)` after each epoch returns (improved, decay, stop): `decay`
-    when `lr_patience` epochs in a row (since the best, or since the last
-    decay) brought no improvement — the caller multiplies the learning rate by
-    its decay factor — and `stop` after `early_stopping_patience` epochs without
-    improvement.
-    """
-
-    def __init__(self, lr_patience: int, early_stopping_patience: int):
-        self.lr_patience, self.early_stopping_patience = lr_patience, early_stopping_patience
-        self.best = math.inf
-        self.since_best = self.since_decay = 0
-
-    def update(self, value: float) -> tuple[bool, bool, bool]:
-        if value < self.best:
-            self.best = value
-            self.since_best = self.since_decay = 0
-            return True, False, False
-        self.since_best += 1
-        self.since_decay += 1
-        stop = self.since_best >= self.early_stopping_patience
-        decay = not stop and self.since_decay >= self.lr_patience
-        if decay:
-            self.since_decay = 0
-        return False, decay, stop
 
 
 def _initial_learning_rate(training, seed: int) -> float:

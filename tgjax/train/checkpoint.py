@@ -2,14 +2,16 @@
 
 A checkpoint at step s, `WORKDIR/checkpoints/<s>/`, holds three items:
 
-    state     the whole `TrainState`: params, optimiser state, step, RNG, and
-              (with `checkpointing.save_memory`) each row's memory [K, B, M, d],
+    state     the task's whole state; for the treebank LM the `TrainState`:
+              params, optimiser state, step, RNG, and (with
+              `checkpointing.save_memory`) each row's memory [K, B, M, d],
               which makes a resume mid-sequence bit-identical
     pipeline  the data position {"epoch", "step"} (JSON)
     meta      run facts (JSON): vocabulary fingerprint and size, best validation loss so far
 
 Retention keeps the `max_to_keep` most recent steps and the `keep_best` best
-by validation loss (steps saved with a validation loss as their metric).
+by the task's selection value (steps saved with one as their metric; lowest
+first, or highest with `best_mode="max"`).
 
 Integrity: orbax writes each step to a temporary directory and renames it
 when complete, so a save cut short never looks finished; beyond that, once
@@ -70,9 +72,10 @@ class Problem:
 
 
 def _state_tree(state: TrainState, save_memory: bool) -> dict[str, Any]:
+    """The state's fields by name (any dataclass of arrays: a task's own state type works too)."""
     tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
     if not save_memory:
-        del tree["memory"]
+        tree.pop("memory", None)
     return tree
 
 
@@ -148,14 +151,16 @@ class CheckpointStore:
     """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
 
     def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, keep_best: int = 1,
-                 async_save: bool = True, checksums: bool = True, save_memory: bool = True):
+                 async_save: bool = True, checksums: bool = True, save_memory: bool = True,
+                 best_mode: str = "min"):
         self.workdir = local_workdir(workdir)  # a relative --workdir is taken from the current directory
         self.directory = self.workdir / "checkpoints"
         self.manifest_dir = self.workdir / "checkpoint_manifests"
         self.corrupt_dir = self.workdir / "checkpoints_corrupt"
         self.save_memory = save_memory
         self.checksums = checksums
-        self._options = dict(max_to_keep=max_to_keep, keep_best=keep_best, async_save=async_save)
+        # best_mode: "min" keeps the lowest selection values (a loss), "max" the highest (an accuracy).
+        self._options = dict(max_to_keep=max_to_keep, keep_best=keep_best, async_save=async_save, best_mode=best_mode)
         self._pending_manifests: list[int] = []
         self.manager = self._open()
 
@@ -163,8 +168,9 @@ class CheckpointStore:
         o = self._options
         preserve = [policies.LatestN(n=max(o["max_to_keep"], 1))]
         if o["keep_best"] > 0:
-            # BestN sorts ascending and keeps the last n: reverse=True keeps the lowest losses.
-            preserve.append(policies.BestN(get_metric_fn=lambda m: m[VALID_LOSS], reverse=True, n=o["keep_best"],
+            # BestN sorts ascending and keeps the last n: reverse=True keeps the lowest values.
+            preserve.append(policies.BestN(get_metric_fn=lambda m: m[VALID_LOSS], reverse=o["best_mode"] == "min",
+                                           n=o["keep_best"],
                                            keep_checkpoints_without_metrics=False))
         options = ocp.CheckpointManagerOptions(
             preservation_policy=policies.AnyPreservationPolicy(preserve),
@@ -184,7 +190,8 @@ class CheckpointStore:
 
     def save(self, step: int, state: TrainState, pipeline_state: dict[str, int], meta: dict[str, Any],
              valid_loss: float | None = None) -> None:
-        """Starts saving step `step` (in the background when async); `valid_loss` ranks it for keep-best."""
+        """Starts saving step `step` (in the background when async); `valid_loss` (the task's selection
+        value, a loss for the treebank LM) ranks it for keep-best."""
         self._finish_manifests()
         metrics = {VALID_LOSS: float(valid_loss)} if valid_loss is not None else None
         self.manager.save(
@@ -294,7 +301,7 @@ class CheckpointStore:
             ),
         )
         tree = dict(items["state"])
-        if "memory" not in tree:  # saved without memory: rows start empty
+        if hasattr(target, "memory") and "memory" not in tree:  # saved without memory: rows start empty
             tree["memory"] = jax.jit(lambda: jnp.zeros(target.memory.shape, target.memory.dtype),
                                      out_shardings=target.memory.sharding)()
         pipeline = items["pipeline"]
@@ -302,7 +309,7 @@ class CheckpointStore:
             raise ValueError(f"pipeline item is {pipeline!r}, expected {{'epoch', 'step'}}")
         if int(tree["step"]) != step:
             raise ValueError(f"state says step {int(tree['step'])}")
-        return Restored(step, TrainState(**tree), pipeline, dict(items["meta"]))
+        return Restored(step, type(target)(**tree), pipeline, dict(items["meta"]))
 
     def _move_aside(self, problems: list[Problem]) -> None:
         """Moves unusable step directories out of orbax's way (process 0), then reopens the manager."""

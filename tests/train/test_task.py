@@ -1,0 +1,208 @@
+"""The trainer with a task it has never seen: a toy regression plugged in through `tgjax.train.task`.
+
+The toy is small enough to follow by hand: w ∈ R^2 fitted to y = x·(1, −2) by
+SGD on batches of 4 of 16 fixed rows (order shuffled per epoch); validation
+scores −mse (higher is better), or a score scripted per step. It checks what
+the trainer owns for every task: the best by a "max" criterion (records,
+result, the keep-best checkpoint), plateau decay and early stopping, the
+learning rate and plateau counters carried through a checkpoint, and a
+resume equal to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tgjax.train.config import apply_overrides, default_config
+from tgjax.train.loop import train
+from tgjax.train.schedules import Plateau, StepSchedule
+from tgjax.train.task import Evaluation, Selection
+
+X = np.random.default_rng(0).normal(size=(16, 2)).astype(np.float32)
+Y = X @ np.array([1.0, -2.0], np.float32)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class ToyState:
+    w: jax.Array  # [2]
+    step: jax.Array  # int32 scalar
+
+
+class _Rows:
+    """Batches of 4 rows, each epoch in its own order; position {"epoch", "step"} as the pipelines'."""
+
+    def __init__(self, position):
+        self.epoch, self.step = (position["epoch"], position["step"]) if position else (0, 0)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.step == 4:
+            self.epoch, self.step = self.epoch + 1, 0
+        order = np.random.default_rng(self.epoch).permutation(16)[4 * self.step:4 * self.step + 4]
+        self.step += 1
+        return {"x": X[order], "y": Y[order]}
+
+    def get_state(self):
+        return {"epoch": self.epoch, "step": self.step}
+
+
+class _Window:
+    def __init__(self):
+        self.losses, self.start = [], time.perf_counter()
+
+    def add(self, metrics):
+        self.losses.append(float(metrics["loss"]))
+
+    def record(self, step, metrics):
+        return {"split": "train", "step": step, "loss": float(np.mean(self.losses)),
+                "learning_rate": float(metrics["learning_rate"]), "steps_per_second": 1.0, "tokens_per_second": 1.0}
+
+
+class ToyTask:
+    name = "toy"
+    selection = Selection("score", "max")
+
+    def __init__(self, *, num_steps=24, validation_interval=4, lr=0.05, scores=None, patience=(1, 2)):
+        self.num_steps, self.validation_interval = num_steps, validation_interval
+        self.checkpoint_interval, self.logging_interval, self.tensorboard = 4, 1, False
+        self.learning_rate = lr
+        self.scores = scores  # {step: validation score}, or None: −mse
+        self.schedule = Plateau(*patience, mode="max") if patience else StepSchedule()
+        self.decays = 0
+
+    def validate_config(self, config):
+        pass
+
+    def check_mesh(self, mesh):
+        pass
+
+    def setup(self, run):
+        self.run = run
+
+    def describe_run(self):
+        return ["toy regression"]
+
+    def init_state(self):
+        return ToyState(jnp.zeros(2, jnp.float32), jnp.zeros((), jnp.int32)), None
+
+    def abstract_state(self):
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                            self.init_state()[0])
+
+    def restored_rest(self):
+        return None
+
+    def checkpoint_meta(self):
+        return {"learning_rate": self.learning_rate, "plateau": self.schedule.state_dict()}
+
+    def check_checkpoint(self, meta, step, directory):
+        pass
+
+    def resume_from(self, meta):
+        self.learning_rate = meta["learning_rate"]
+        self.schedule.load_state_dict(meta["plateau"])
+
+    def batches(self, position):
+        return _Rows(position)
+
+    def make_train_step(self):
+        @jax.jit
+        def step(state, lr, x, y):
+            loss, grad = jax.value_and_grad(lambda w: jnp.mean((x @ w - y) ** 2))(state.w)
+            return ToyState(state.w - lr * grad, state.step + 1), loss
+
+        def train_step(state, rest, batch):
+            new_state, loss = step(state, jnp.float32(self.learning_rate), batch["x"], batch["y"])
+            return new_state, {"loss": loss, "learning_rate": self.learning_rate}
+
+        return train_step
+
+    def new_window(self):
+        return _Window()
+
+    def has_validation(self):
+        return True
+
+    def evaluate(self, state, rest):
+        w = np.asarray(state.w)
+        score = self.scores[int(state.step)] if self.scores is not None else -float(np.mean((X @ w - Y) ** 2))
+        return Evaluation({"score": score}, {"score": score}, f"score {score:.4f}")
+
+    def decay_learning_rate(self):
+        self.decays += 1
+        self.learning_rate *= 0.5
+        return self.learning_rate
+
+    def result_fields(self):
+        return {}
+
+    def summary(self, result):
+        return None
+
+
+def _config(*overrides):
+    return apply_overrides(default_config(), ["checkpointing.max_to_keep=1", "checkpointing.async_save=false",
+                                              *overrides])
+
+
+def _records(workdir, split):
+    return [r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines()) if r["split"] == split]
+
+
+def test_best_by_max_plateau_decay_and_early_stopping(tmp_path):
+    # Scores after steps 4, 8, 12, 16: better, better, worse (decay: lr_patience 1), worse (stop: patience 2).
+    task = ToyTask(scores={4: 0.5, 8: 0.7, 12: 0.6, 16: 0.65, 20: 0.9, 24: 0.9})
+    result = train(_config(), tmp_path, task=task, quiet=True)
+    valid = _records(tmp_path, "valid")
+    assert [(r["step"], r["score"], r["best"]) for r in valid] == [
+        (4, 0.5, True), (8, 0.7, True), (12, 0.6, False), (16, 0.65, False)]
+    assert result.stopped_early and result.final_step == 16
+    assert (result.best_step, result.best_valid_loss) == (8, 0.7)
+    assert task.decays == 1
+    rates = {r["step"]: r["learning_rate"] for r in _records(tmp_path, "train")}
+    assert rates[12] == 0.05 and rates[13] == 0.025 and rates[16] == 0.025
+    # max_to_keep=1 keeps the latest (16); keep-best by the highest score keeps 8, not 4 or 12.
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [8, 16]
+
+
+def test_resume_continues_as_an_uninterrupted_run(tmp_path):
+    # Worse scores at steps 8 and 16 decay the rate (once before the stop at 13, once after).
+    scores = {4: 0.5, 8: 0.4, 12: 0.6, 16: 0.55, 20: 0.7, 24: 0.8}
+    whole = ToyTask(lr=0.2, scores=scores, patience=(1, 100))
+    states = {}
+    train(_config(), tmp_path / "whole", task=whole, quiet=True,
+          callback=lambda step, state, m: states.__setitem__(step, np.asarray(state.w)))
+    first = ToyTask(lr=0.2, scores=scores, patience=(1, 100))
+    train(_config(), tmp_path / "split", task=first, quiet=True, stop_after_step=13)
+    second = ToyTask(lr=0.2, scores=scores, patience=(1, 100))
+    resumed = {}
+    result = train(_config(), tmp_path / "split", task=second, quiet=True,
+                   callback=lambda step, state, m: resumed.__setitem__(step, np.asarray(state.w)))
+    assert result.start_step == 13 and min(resumed) == 14
+    assert (whole.decays, first.decays, second.decays) == (2, 1, 1)
+    assert second.learning_rate == whole.learning_rate == 0.2 / 4  # the first decay came through the meta
+    for step in range(14, 25):
+        np.testing.assert_array_equal(resumed[step], states[step])
+    assert np.abs(states[24] - [1.0, -2.0]).max() < np.abs(states[1] - [1.0, -2.0]).max() / 2  # it learns
+
+
+@pytest.mark.parametrize("mode, values, best", [("min", [3.0, 1.0, 2.0], 1.0), ("max", [3.0, 1.0, 4.0], 4.0)])
+def test_selection_and_plateau_modes(mode, values, best):
+    selection, plateau, kept = Selection("v", mode), Plateau(5, 5, mode=mode), None
+    for v in values:
+        if selection.improves(v, kept):
+            kept = v
+        plateau.update(v)
+    assert kept == best and plateau.best == best
+    with pytest.raises(ValueError, match="'min' or 'max'"):
+        Selection("v", "lowest")

@@ -1,0 +1,63 @@
+"""Schedule policies: what a validation result does to the learning rate and to the run.
+
+The trainer calls `policy.update(value)` after every validation with the
+task's selection value and reads (improved, decay, stop): on `decay` it asks
+the task to scale its learning rate (`Task.decay_learning_rate`), on `stop`
+it saves a checkpoint and ends the run early.
+
+- `StepSchedule`: the rate is a function of the step inside the optimiser
+  (warm-up + cosine, `tgjax.train.optimizer`); validation changes nothing.
+- `Plateau`: decay after `lr_patience` validations without improvement,
+  stop after `early_stopping_patience` (DuSell & Chiang 2024, Appendix D.3;
+  the ON-LSTM recipe's plateau schedule is the same rule).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class StepSchedule:
+    """Step-based: the optimiser's schedule sets the rate; `update` never decays nor stops."""
+
+    def update(self, value: float) -> tuple[bool, bool, bool]:
+        return False, False, False
+
+
+class Plateau:
+    """Appendix D.3's schedule on the validation criterion (lower is better; `mode="max"`: higher).
+
+    `update(value)` after each epoch returns (improved, decay, stop): `decay`
+    when `lr_patience` epochs in a row (since the best, or since the last
+    decay) brought no improvement — the caller multiplies the learning rate by
+    its decay factor — and `stop` after `early_stopping_patience` epochs without
+    improvement. `state_dict()` / `load_state_dict()` carry the counters
+    through a checkpoint's meta.
+    """
+
+    def __init__(self, lr_patience: int, early_stopping_patience: int, mode: str = "min"):
+        if mode not in ("min", "max"):
+            raise ValueError(f"Plateau mode must be 'min' or 'max', got {mode!r}")
+        self.lr_patience, self.early_stopping_patience = lr_patience, early_stopping_patience
+        self.sign = 1.0 if mode == "min" else -1.0  # compare sign * value, lower is better
+        self.best = self.sign * math.inf
+        self.since_best = self.since_decay = 0
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "since_best": self.since_best, "since_decay": self.since_decay}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.best, self.since_best, self.since_decay = saved["best"], saved["since_best"], saved["since_decay"]
+
+    def update(self, value: float) -> tuple[bool, bool, bool]:
+        if self.sign * value < self.sign * self.best:
+            self.best = value
+            self.since_best = self.since_decay = 0
+            return True, False, False
+        self.since_best += 1
+        self.since_decay += 1
+        stop = self.since_best >= self.early_stopping_patience
+        decay = not stop and self.since_decay >= self.lr_patience
+        if decay:
+            self.since_decay = 0
+        return False, decay, stop
