@@ -12,12 +12,20 @@ compared at a common n. Growth exponents are least-squares slopes of
 log(time) and log(memory) against log(n).
 
 For scale, the authors' PyTorch implementation of the dVPDA takes about
-5.6 s (n = 32) and 57 s (n = 64) for forward+backward at batch 8,
+5.6 s (n = 32) and 56.7 s (n = 64) for forward+backward at batch 8,
 |Q| = |Γ| = 3, m = 10 on 2 cores of this kind of machine, with peak memory
-0.66 GB and 1.9 GB. Bars (issue item 6): >= 20x faster than that at n = 64
-(under 2.8 s); n = 256 fits in 24 GB; peak memory grows no faster than n^2.
+0.66 GB and 1.9 GB. Bars (issue 11): >= 150x faster than that at n = 64
+(under 0.378 s); peak RSS at n = 256 at most 0.89 GB (half of the 1.78 GB
+measured before); peak memory grows no faster than n^2.
+
+The previous dVPDA kernel (tgjax/ops/nondeterministic.py at git revision
+--previous-rev, loaded from git into a scratch module) runs in the same
+invocation at the same n, so that the ratio new/previous is measured under
+the same machine load; the load average is printed before and after. The
+machine is shared: absolute times move with the load, the ratios less so.
 
     python benchmarks/stack_attention.py [--ns 32,64,128,256] [--oracle-ns 4,8,12] [--repeats 3]
+        [--previous-rev REV | --previous-rev none]
 """
 
 from __future__ import annotations
@@ -35,10 +43,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for the oracles in tests/
 
-AUTHORS_SECONDS = {32: 5.6, 64: 57.0}
+AUTHORS_SECONDS = {32: 5.6, 64: 56.7}
 AUTHORS_PEAK_GB = {32: 0.66, 64: 1.9}
-BAR_SECONDS_N64 = 57.0 / 20
-BAR_MEMORY_GB_N256 = 24.0
+BAR_SECONDS_N64 = 56.7 / 150
+BAR_MEMORY_GB_N256 = 0.89
+PREVIOUS_REV = "9f8aa5f"  # the kernel before issue 11's speed work
+KERNEL_PATH = "tgjax/ops/nondeterministic.py"
 B, Q, S, M_ND, M_SUP = 8, 3, 3, 10, 32
 
 
@@ -64,10 +74,28 @@ def _inputs(kind: str, n: int):
     return tuple(f32(a) for a in args), rng.normal(size=(B, n, Q, S, M_ND))
 
 
+def _previous_kernel(rev: str):
+    """nondeterministic_stack as it was at git revision `rev`, imported from a scratch file."""
+    import importlib.util
+    import tempfile
+
+    source = subprocess.run(
+        ["git", "show", f"{rev}:{KERNEL_PATH}"], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "previous_nondeterministic.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("previous_nondeterministic", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.nondeterministic_stack
+
+
 def _function(kind: str, impl: str):
     from tests.ops.nd_oracle import nondeterministic_oracle, superposition_oracle
     from tgjax.ops import nondeterministic_stack, superposition_stack
 
+    if impl.startswith("previous@"):
+        return _previous_kernel(impl.split("@", 1)[1])
     return {
         ("nd", "kernel"): nondeterministic_stack,
         ("nd", "oracle"): nondeterministic_oracle,
@@ -129,7 +157,7 @@ def run_child(kind: str, impl: str, n: int, repeats: int, timeout: float) -> dic
         return None
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(
-        f"  {kind:3s} {impl:6s} n={n:4d}  step {result['step_s']:8.3f} s"
+        f"  {kind:3s} {impl:16s} n={n:4d}  step {result['step_s']:8.3f} s"
         f"  compile {result['compile_s']:6.1f} s"
         f"  peak RSS {result['peak_rss_gb']:6.2f} GB  XLA {result['xla_gb']:6.3f} GB",
         flush=True,
@@ -152,20 +180,26 @@ def main() -> None:
     ap.add_argument("--sup-oracle-ns", default="8,16")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--previous-rev", default=PREVIOUS_REV, help="git revision of the previous kernel, or none")
     args = ap.parse_args()
+    previous = None if args.previous_rev == "none" else f"previous@{args.previous_rev}"
     ns = [int(x) for x in args.ns.split(",")]
     oracle_ns = [int(x) for x in args.oracle_ns.split(",")]
     sup_oracle_ns = [int(x) for x in args.sup_oracle_ns.split(",")]
 
     print(f"load average {os.getloadavg()}, {os.cpu_count()} CPUs; float32; batch {B}", flush=True)
     rows = {}
-    plan = [("nd", "kernel", n) for n in sorted(set(ns) | set(oracle_ns))]
+    plan = []
+    for n in sorted(set(ns) | set(oracle_ns)):  # new and previous kernel side by side, same load
+        plan += [("nd", "kernel", n)] + ([("nd", previous, n)] if previous and n in ns else [])
     plan += [("nd", "oracle", n) for n in oracle_ns]
     plan += [("sup", "kernel", n) for n in sorted(set(ns) | set(sup_oracle_ns))]
     plan += [("sup", "oracle", n) for n in sup_oracle_ns]
     for kind, impl, n in plan:
         repeats = args.repeats if n <= 128 or impl == "oracle" else max(1, args.repeats - 1)
         rows[kind, impl, n] = run_child(kind, impl, n, repeats, args.timeout)
+        if impl == "kernel" and kind == "nd":
+            print(f"    load average {os.getloadavg()}", flush=True)
     print(f"load average {os.getloadavg()}", flush=True)
 
     def get(kind, impl, n, key):
@@ -175,14 +209,17 @@ def main() -> None:
     print()
     print(f"Nondeterministic stack (dVPDA), B={B}, |Q|=|Γ|={Q}, m={M_ND}, float32, forward+backward")
     head = f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8}"
-    print(f"{head} {'authors s':>10} {'authors/ours':>13}")
+    print(f"{head} {'authors s':>10} {'authors/ours':>13} {'prev s':>8} {'prev RSS':>9} {'prev/ours':>10}")
     for n in sorted(set(ns) | set(oracle_ns)):
         authors = AUTHORS_SECONDS.get(n)
-        ratio = f"{authors / get('nd', 'kernel', n, 'step_s'):13.0f}x" if authors else " " * 14
+        step = get("nd", "kernel", n, "step_s")
+        ratio = f"{authors / step:12.0f}x" if authors else " " * 13
+        prev = get("nd", previous, n, "step_s") if previous else float("nan")
         print(
-            f"{n:5d} {get('nd', 'kernel', n, 'step_s'):9.3f} {get('nd', 'kernel', n, 'compile_s'):10.1f}"
+            f"{n:5d} {step:9.3f} {get('nd', 'kernel', n, 'compile_s'):10.1f}"
             f" {get('nd', 'kernel', n, 'peak_rss_gb'):12.2f} {get('nd', 'kernel', n, 'xla_gb'):8.3f}"
-            f" {authors if authors else '':>10} {ratio}"
+            f" {authors if authors else '':>10} {ratio} {prev:8.3f}"
+            f" {get('nd', previous, n, 'peak_rss_gb') if previous else float('nan'):9.2f} {prev / step:9.2f}x"
         )
     print("  slow oracle (eqs. 21-29, jitted):")
     for n in oracle_ns:
@@ -233,11 +270,11 @@ def main() -> None:
     print()
     print("Bars")
     t64 = get("nd", "kernel", 64, "step_s")
-    print(f"  n = 64 forward+backward under {BAR_SECONDS_N64:.2f} s (20x the authors): {t64:.3f} s ->"
+    print(f"  n = 64 forward+backward under {BAR_SECONDS_N64:.3f} s (150x the authors): {t64:.3f} s ->"
           f" {'PASS' if t64 < BAR_SECONDS_N64 else 'FAIL'}")
     r256 = rows.get(("nd", "kernel", 256))
     if r256:
-        print(f"  n = 256 fits in {BAR_MEMORY_GB_N256:.0f} GB: peak RSS {r256['peak_rss_gb']:.2f} GB ->"
+        print(f"  n = 256 peak RSS at most {BAR_MEMORY_GB_N256:.2f} GB: {r256['peak_rss_gb']:.2f} GB ->"
               f" {'PASS' if r256['peak_rss_gb'] < BAR_MEMORY_GB_N256 else 'FAIL'}")
     mem = [(n, get("nd", "kernel", n, "xla_gb")) for n in ns if rows.get(("nd", "kernel", n))]
     if len(mem) >= 2:

@@ -10,6 +10,8 @@ inside `jax.enable_x64(True)`, so the rest of the test session is unaffected.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,6 +111,38 @@ def test_num_blocks_changes_nothing():
     for value, grads in results[1:]:
         np.testing.assert_allclose(value, results[0][0], rtol=1e-12)
         assert_grads_close(grads, results[0][1], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("num_blocks", [None, 5])
+def test_several_blocks_match_oracle(num_blocks):
+    """n = 26 cut into 3 (the default) or 5 blocks: values, and a directional derivative, against the oracle.
+
+    The gradient is checked against central differences of the NumPy oracle
+    (no compilation of the oracle at this size).
+    """
+    from tgjax.ops.nondeterministic import _blocks, default_num_blocks
+
+    n, Q, S, m = 26, 2, 2, 2
+    assert len(_blocks(n + 1, num_blocks or default_num_blocks(n))) >= 3
+    rng = np.random.default_rng(26)
+    with jax.enable_x64(True):
+        args = random_inputs(rng, 2, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
+        weights = rng.normal(size=(2, n, Q, S, m))
+        kernel = functools.partial(nondeterministic_stack, num_blocks=num_blocks)
+        got = np.asarray(jax.jit(kernel)(*args))
+        grads = jax.jit(jax.grad(loss_fn(kernel, weights), argnums=ARGNUMS))(*args)
+    np.testing.assert_allclose(got, nondeterministic_oracle(*args, xp=np), rtol=1e-10, atol=1e-10)
+    # d/de loss(args + e * direction) at e = 0; -inf entries stay -inf (no direction there).
+    direction = [np.where(np.isfinite(x), rng.normal(size=x.shape), 0.0) for x in args]
+    eps = 1e-5
+
+    def oracle_loss(e):
+        moved = [x + e * d for x, d in zip(args, direction)]
+        return float(np.sum(nondeterministic_oracle(*moved, xp=np) * weights))
+
+    want = (oracle_loss(eps) - oracle_loss(-eps)) / (2 * eps)
+    have = sum(float(np.sum(np.asarray(g) * d)) for g, d in zip(grads, direction))
+    np.testing.assert_allclose(have, want, rtol=1e-6)
 
 
 # --------------------------------------------------------------------------- gradients
@@ -227,6 +261,42 @@ def test_float32_matches_float64():
     np.testing.assert_allclose(v32, v64, rtol=1e-5)
     for a, b in zip(g32, g64):
         np.testing.assert_allclose(a, b, atol=1e-4 * max(1.0, np.abs(b).max()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [64, 100])
+def test_float32_matches_float64_long_sequences(n):
+    """n = 64 and 100 with logits of a trained model's size: float32 readings and gradients track float64.
+
+    The action logits are a linear layer's raw outputs (sd 3, a few at +-12,
+    as a trained Tf+Nd layer produces), the pushed vectors the released
+    code's raw W_v x (log v ~ N(0, 2^2)). Over 100 steps the chart's
+    unnormalised weights span hundreds of nats, which float32 must carry
+    through the split-point sums without underflow.
+    """
+    rng = np.random.default_rng(n)
+    B, Q, S, m = 2, 3, 3, 4
+    push, repl, pop, pushed, bottom = random_inputs(rng, B, n, Q, S, m, scale=3.0)
+    for x in (push, repl, pop):
+        spikes = rng.random(x.shape) < 0.02
+        x[spikes] = 12.0 * np.sign(rng.normal(size=spikes.sum()))
+    pushed, bottom = 2.0 * pushed, 2.0 * bottom
+    args = (push, repl, pop, pushed, bottom)
+    weights = rng.normal(size=(B, n, Q, S, m))
+    with jax.enable_x64(True):
+        f64 = jax.jit(jax.value_and_grad(loss_fn(nondeterministic_stack, weights), argnums=ARGNUMS))
+        v64, g64 = f64(*args)
+        r64 = np.asarray(stack(*args))
+    args32 = tuple(x.astype(np.float32) for x in args)
+    f32 = jax.jit(jax.value_and_grad(loss_fn(nondeterministic_stack, weights.astype(np.float32)), argnums=ARGNUMS))
+    v32, g32 = f32(*args32)
+    r32 = np.asarray(stack(*args32))
+    assert np.isfinite(r32).all() and all(np.isfinite(g).all() for g in g32)
+    scale = np.abs(r64).max()
+    np.testing.assert_allclose(r32, r64, atol=1e-4 * scale)
+    np.testing.assert_allclose(v32, v64, rtol=1e-4)
+    for name, a, b in zip(("push", "repl", "pop", "pushed", "bottom"), g32, g64):
+        np.testing.assert_allclose(a, b, atol=1e-3 * max(1.0, np.abs(b).max()), err_msg=name)
 
 
 # --------------------------------------------------------------------------- the superposition stack (§4)
@@ -354,6 +424,46 @@ def test_nan_and_positive_inf_are_rejected_eagerly(which, bad):
 def test_bad_num_blocks():
     with pytest.raises(ValueError, match="num_blocks"):
         nondeterministic_stack(*_good(), num_blocks=0)
+
+
+# --------------------------------------------------------------------------- static bounds
+
+
+def test_box_outside_its_array_raises():
+    """A box that would leave its array for some L of the scan raises at trace time, naming it."""
+    from tgjax.ops.nondeterministic import _check_box
+
+    _check_box("x", (4, 10), lambda L: (0, L - 1), (4, 5), (2, 6))  # 5 + 5 = 10: fits
+    with pytest.raises(AssertionError, match=r"x: box at \(0, 6\) of size \(4, 5\).* L = 7"):
+        _check_box("x", (4, 10), lambda L: (0, L - 1), (4, 5), (2, 7))
+    with pytest.raises(AssertionError, match="leaves the array"):
+        _check_box("x", (4, 10), lambda L: (0, L - 3), (4, 5), (2, 7))  # negative start at L = 2
+
+
+@pytest.mark.parametrize(
+    "slip",
+    [
+        # G' one column and one time step too small for the widest block's overhang
+        lambda nd: ("_gamma_prime_extent", lambda T, blocks, f=nd._gamma_prime_extent: f(T, blocks) - 1),
+        # a block that reads one split point more than the chart has room for
+        lambda nd: ("_block_sizes", lambda T, L0, L1, f=nd._block_sizes: (f(T, L0, L1)[0], f(T, L0, L1)[1] + 1)),
+        # a block that reads one span start more
+        lambda nd: ("_block_sizes", lambda T, L0, L1, f=nd._block_sizes: (f(T, L0, L1)[0] + 1, f(T, L0, L1)[1])),
+        # one split point too few for the backward's replace share (l = L - 1)
+        lambda nd: ("_block_sizes", lambda T, L0, L1, f=nd._block_sizes: (f(T, L0, L1)[0], f(T, L0, L1)[1] - 1)),
+    ],
+)
+def test_index_slips_raise_instead_of_clamping(monkeypatch, slip):
+    """Sizes one too large for the arrays raise (lax.dynamic_slice would clamp and read wrong spans)."""
+    import tgjax.ops.nondeterministic as nd
+
+    name, slipped = slip(nd)
+    monkeypatch.setattr(nd, name, slipped)
+    shapes = [(1, 13, 2, 2, 2, 2)] * 2 + [(1, 13, 2, 2, 2), (1, 13, 2), (2,)]
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+    f = jax.grad(lambda *a: nondeterministic_stack(*a, num_blocks=3).sum(), argnums=ARGNUMS)
+    with pytest.raises(AssertionError, match="leaves the array|too few"):
+        jax.jit(f).lower(*args)
 
 
 # --------------------------------------------------------------------------- memory

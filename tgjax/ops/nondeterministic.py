@@ -461,6 +461,8 @@ def _chart_bwd(num_blocks, res, g_bar):
         to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)  # onto gamma[i, L-1]: [b, p, y, r, i]
         # gamma[i, L-1] is split l = L - 1 of to_left: add the replace share there, by a one-hot over l
         # (a dynamic update of to_left would cost a copy of it).
+        if lengths[1] - 1 >= splits:  # the one-hot would drop the share silently
+            raise AssertionError(f"to_left has {splits} splits, too few for L - 1 = {lengths[1] - 1}")
         at_prev = (jnp.arange(splits) == L - 1).astype(dt)[:, None, None]  # [l, 1, 1]
         to_left = to_left + at_prev * to_prev[:, :, :, None]
         mu = _add("mu", mu, to_left, lambda L: (0,) * 6, L, lengths)
