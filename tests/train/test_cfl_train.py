@@ -14,6 +14,7 @@ from tgjax.models.stack_lm import StackTransformerLM
 from tgjax.train.cfl import (
     MODEL_NAMES,
     Plateau,
+    ShuffledBatches,
     check_config,
     count_parameters,
     load_model,
@@ -205,3 +206,19 @@ def test_trials_report_the_best_by_validation(tmp_path):
         assert (tmp_path / f"trial_{k}" / "results.json").exists()
         assert (tmp_path / f"trial_{k}" / "metrics.jsonl").exists()
     assert (tmp_path / "cross_entropy_difference.png").exists() and (tmp_path / "best_params.npz").exists()
+
+
+def test_shuffled_batches_resume_where_they_stopped():
+    batches = [{"id": np.array([i])} for i in range(5)]
+    whole = ShuffledBatches(batches, seed=7)
+    seen = [int(next(whole)["id"][0]) for _ in range(17)]  # 3 epochs and 2 batches
+    # Each epoch is a permutation of the 5 batches, the e-th draw of the trial's shuffle stream.
+    rng = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(3,)))
+    assert seen[:15] == [int(b) for _ in range(3) for b in rng.permutation(5)]
+    assert whole.get_state() == {"epoch": 3, "step": 2}
+    for stop in (0, 3, 5, 11):
+        first = ShuffledBatches(batches, seed=7)
+        for _ in range(stop):
+            next(first)
+        again = ShuffledBatches(batches, seed=7, position=first.get_state())
+        assert [int(next(again)["id"][0]) for _ in range(17 - stop)] == seen[stop:], stop

@@ -73,6 +73,7 @@ __all__ = [
     "CFLResult",
     "MODEL_NAMES",
     "Plateau",
+    "ShuffledBatches",
     "TrialResult",
     "check_config",
     "describe_cfl",
@@ -241,6 +242,39 @@ def make_batches(task: CFLTask, strings: Sequence[Sequence[str]], batch_size: in
             batch["index"] = np.array(chunk + [-1] * pad, dtype=np.int64)
             batches.append(batch)
     return batches
+
+
+class ShuffledBatches:
+    """Fixed batches in a fresh order every epoch, resumable: the data iterator of a trial.
+
+    Epoch e's order is the e-th permutation drawn from
+    `SeedSequence(seed, spawn_key=(3,))`. `get_state()` is the position
+    {"epoch" (0-based), "step" (batches of that epoch already given)}; an
+    iterator made with that position replays the earlier epochs' draws and
+    goes on with the same batches as one that never stopped.
+    """
+
+    def __init__(self, batches: list[dict[str, np.ndarray]], seed: int, position: dict[str, int] | None = None):
+        self.batches = batches
+        self._rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
+        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
+        for _ in range(self.epoch):  # the draws of the epochs already done
+            self._rng.permutation(len(batches))
+        self._order = self._rng.permutation(len(batches))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.step == len(self.batches):
+            self.epoch, self.step = self.epoch + 1, 0
+            self._order = self._rng.permutation(len(self.batches))
+        batch = self.batches[self._order[self.step]]
+        self.step += 1
+        return batch
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
 
 
 # -----------------------------------------------------------------------------
@@ -509,7 +543,7 @@ def _run_trial(config, task: CFLTask, model_name: str, workdir: Path, seed: int,
     total_steps = t.epochs * len(train_batches)
     progress = Progress(total_steps, 0, stream=reporter.stream, enabled=not reporter.quiet)
     reporter.progress = progress
-    shuffle_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
+    batches = ShuffledBatches(train_batches, seed)
     best = {"difference": math.inf, "epoch": 0, "step": 0, "params": None}
     history: list[float] = []
     plateau = Plateau(t.lr_patience, t.early_stopping_patience)
@@ -518,8 +552,8 @@ def _run_trial(config, task: CFLTask, model_name: str, workdir: Path, seed: int,
     window = _Window()
     try:
         for epoch in range(1, t.epochs + 1):
-            for b in shuffle_rng.permutation(len(train_batches)):
-                batch = train_batches[b]
+            for _ in range(len(train_batches)):
+                batch = next(batches)
                 step += 1
                 key = jax.random.fold_in(dropout_key, step)
                 params, opt_state, metrics = steps.train(params, opt_state, rest, batch["inputs"], batch["targets"],
