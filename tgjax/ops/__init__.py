@@ -10,10 +10,13 @@ and the ON-LSTM recurrence (Shen et al., ICLR 2019).
 * `onlstm_scan(x, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size=C)`: the ON-LSTM
   layer (cumax master gates at chunk resolution) as one `lax.scan`, in the
   released code's weight layout.
+* `ordered_memory_scan(x, valid, params, n_slots=N)`: Ordered Memory (Shen
+  et al., NeurIPS 2019) as one `lax.scan`, thesis or release behaviour.
 """
 
 from tgjax.ops.nondeterministic import nondeterministic_stack
 from tgjax.ops.onlstm import onlstm_scan
+from tgjax.ops.ordered_memory import ordered_memory_scan
 from tgjax.ops.superposition import superposition_stack
 
-__all__ = ["nondeterministic_stack", "onlstm_scan", "superposition_stack"]
+__all__ = ["nondeterministic_stack", "onlstm_scan", "ordered_memory_scan", "superposition_stack"]
