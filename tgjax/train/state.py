@@ -173,6 +173,12 @@ def make_train_step(parts: ModelParts, tx: optax.GradientTransformation, schedul
     the global batch. Metrics (replicated scalars): `loss`, `sum_nll`,
     `num_events`, `num_tokens` (non-padding inputs), `grad_norm` (before
     clipping), `learning_rate` (the one this update used).
+
+    A batch without prediction events (e.g. an epoch's last step holding only
+    the segment of a sentence's final closing non-terminal, which predicts
+    nothing) leaves parameters and optimiser state as they were: its gradient
+    is zero, but Adam would still move the parameters along its momentum and
+    count the step. Memory and the step counter advance as usual.
     """
 
     def train_step(state: TrainState, rest, batch):
@@ -187,6 +193,9 @@ def make_train_step(parts: ModelParts, tx: optax.GradientTransformation, schedul
         (loss, (new_memory, total, events)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        has_events = events > 0
+        params, opt_state = jax.tree.map(lambda new, old: jnp.where(has_events, new, old),
+                                         (params, opt_state), (state.params, state.opt_state))
         metrics = {
             "loss": loss,
             "sum_nll": total,
