@@ -94,3 +94,33 @@ def test_nan_is_rejected_eagerly():
     actions[0, 2, 0] = np.nan
     with pytest.raises(ValueError, match="actions contains NaN"):
         superposition_stack(actions, pushed)
+
+
+def test_trimmed_height_is_exact_over_blocks():
+    """n = 40 over 8 blocks whose carried height shrinks to min(t, n - t + 2): still eqs. (5)-(8).
+
+    Pushes dominate early (deep stacks) and pops late, so elements deeper
+    than the trimmed height exist and the readings depend on the deep ones
+    that do come back up.
+    """
+    from tgjax.ops.superposition import _height, _step_blocks
+
+    n, m = 40, 3
+    blocks = _step_blocks(n)
+    assert len(blocks) == 8 and max(_height(n, a, b) for a, b in blocks) < n
+    rng = np.random.default_rng(40)
+    logits = rng.normal(size=(2, n, 3))
+    logits[:, : n // 2, 0] += 3.0  # push
+    logits[:, n // 2 :, 1] += 3.0  # pop
+    actions = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    pushed = rng.normal(size=(2, n, m))
+    weights = rng.normal(size=(2, n, m))
+    with jax.enable_x64(True):
+        got = np.asarray(stack(actions, pushed))
+        grad = lambda f: jax.grad(lambda a, v: jnp.sum(f(a, v) * weights), argnums=(0, 1))  # noqa: E731
+        got_grads = jax.jit(grad(superposition_stack))(actions, pushed)
+    np.testing.assert_allclose(got, superposition_oracle(actions, pushed, xp=np), rtol=1e-12, atol=1e-13)
+    with jax.enable_x64(True):
+        want_grads = grad(superposition_oracle)(actions, pushed)
+    for g, w in zip(got_grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
