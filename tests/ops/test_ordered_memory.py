@@ -238,6 +238,11 @@ def test_distances_from_pointer_distributions():
     assert distances == [[4, 4, 2, 4], [4, 3, 1]]
     assert pointer_tree(distances[0], "wxyz") == [["w", ["x", "y"]], "z"]
     assert pointer_tree([], []) == []
+    assert pointer_tree([4, 4, 3], "abc", label="X").to_string() == "(X a (X b c))"
+    assert pointer_tree([4], "a", label="X").to_string() == "(X a)"
+    # A 3000-word right-branching chain: no recursion limit on the way.
+    deep = pointer_tree([3000, 3000] + list(range(2999, 1, -1)), label="X")
+    assert len(deep.leaves()) == 3000 and deep.children[0] == "0"
     with pytest.raises(ValueError, match="words"):
         pointer_tree([4, 4], "abc")
 

@@ -83,7 +83,8 @@ class OrderedMemory(nnx.Module):
         def zeros(shape):
             return param(rngs, nnx.initializers.zeros, shape, (None,) * len(shape), dtype)
 
-        self.w_in, self.b_in = linear(in_features, (in_features, D), ("embed", None)), linear(in_features, (D,), (None,))
+        self.w_in = linear(in_features, (in_features, D), ("embed", None))
+        self.b_in = linear(in_features, (D,), (None,))
         self.ln_scale, self.ln_bias = ones((D,)), zeros((D,))
         self.w_q, self.b_q = linear(D, (D, D), (None, None)), linear(D, (D,), (None,))
         self.w_k, self.b_k = linear(D, (D, D), (None, None)), linear(D, (D,), (None,))

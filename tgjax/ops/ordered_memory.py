@@ -291,7 +291,7 @@ def pointer_distances(pointer, valid=None) -> list[list[int]]:
     return result
 
 
-def pointer_tree(distances, words=None):
+def pointer_tree(distances, words=None, label: str | None = None):
     """The release's `build_tree` (released-code.md §3.2): a binary tree as nested lists.
 
     distances: 1-based pointer slots of one sentence (`pointer_distances`),
@@ -301,6 +301,11 @@ def pointer_tree(distances, words=None):
     second word is only placed beside the first), then head = distance_t - 1.
     At the end everything is reduced. `words` default to the positions 0..T-1.
     A one-word sentence is that word; an empty one is [].
+
+    With `label` (e.g. "X"), the result is a `tgjax.syntax.trees.Tree`
+    instead: every internal node labelled `label`, the words (as strings) its
+    leaves, without preterminals; a one-word sentence is Tree(label, [word]).
+    Built without recursion, so deep trees (long ListOps lines) are fine.
     """
     distances = [int(d) for d in distances]
     words = list(range(len(distances))) if words is None else list(words)
@@ -309,10 +314,18 @@ def pointer_tree(distances, words=None):
     if not words:
         return []
 
+    if label is not None:
+        from tgjax.syntax.trees import Tree  # NumPy-only; imported here so the kernels need none of it
+
+        words = [str(word) for word in words]
+
+    def node(left, right):
+        return [left, right] if label is None else Tree(label, [left, right])
+
     def reduce(stack):
         if len(stack) >= 2:
             right = stack.pop()
-            stack[-1] = [stack[-1], right]
+            stack[-1] = node(stack[-1], right)
 
     stack = [words[0]]
     head = distances[0] - 1
@@ -323,4 +336,6 @@ def pointer_tree(distances, words=None):
         head = distance - 1
     while len(stack) > 1:
         reduce(stack)
+    if label is not None and isinstance(stack[0], str):
+        return Tree(label, [stack[0]])
     return stack[0]
