@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tests.ops.om_oracle import om_oracle
 from tgjax.ops import ordered_memory_scan
-from tgjax.ops.ordered_memory import RELEASE, OrderedMemoryParams, pointer_distances, pointer_tree
+from tgjax.ops.ordered_memory import (RELEASE, OrderedMemoryParams, initial_state, ordered_memory_step, pointer_distances,
+                                      pointer_tree, project_inputs)
 
 OPTIONS = ("n_slots", "query_key_norm", "mask_floor", "padding")
 scan = jax.jit(ordered_memory_scan, static_argnames=OPTIONS + ("attention_dropout", "cell_dropout"))
@@ -146,6 +147,24 @@ def test_release_padding_quirk():
     np.testing.assert_allclose(np.asarray(right.final_output), np.asarray(plain.final_output), rtol=1e-12)
     np.testing.assert_array_equal(np.asarray(left.pointer)[0, 2], [0, 0, 0, 1])
     assert not np.allclose(np.asarray(left.final_output), np.asarray(plain.final_output), atol=1e-3)
+
+
+@pytest.mark.parametrize("options", [{}, RELEASE], ids=["thesis", "release"])
+def test_steps_by_hand_equal_the_scan(options):
+    rng = np.random.default_rng(10)
+    params = as_params(random_params(rng, 3, 4))
+    x = rng.normal(size=(2, 6, 3))
+    valid = np.array([[0, 1, 1, 0, 1, 1], [1, 1, 1, 1, 1, 0]], bool)
+    with jax.enable_x64(True):
+        whole = scan(x, valid, params, n_slots=5, **options)
+        state = initial_state(2, 5, 4, jnp.float64)
+        for t in range(6):
+            state, (output, pointer, *_) = ordered_memory_step(params, state, project_inputs(params, x[:, t]),
+                                                               valid[:, t], **options)
+            np.testing.assert_allclose(np.asarray(output), np.asarray(whole.outputs[:, t]), rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(pointer), np.asarray(whole.pointer[:, t]), atol=1e-14)
+    np.testing.assert_allclose(np.asarray(state.last_output), np.asarray(whole.final_output), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(state.memory), np.asarray(whole.memory), rtol=1e-12)
 
 
 def test_first_output_is_the_projected_input():

@@ -56,7 +56,11 @@ is applied when `dropout_key` is given: on x~ before W_q, on M^ before W_k and
 after the scorer's ReLU (rate `attention_dropout`), and on [v; h] and after
 the cell's ReLU (rate `cell_dropout`), a fresh mask per step and slot.
 
-`pointer_tree` reads a binary tree off the pointers (released-code.md §3.2).
+`ordered_memory_step` is one step on an `OrderedMemoryState` (from
+`initial_state`) and a projected input (`project_inputs`);
+`ordered_memory_scan` projects every input at once and scans the step over
+time. `pointer_distances` + `pointer_tree` read a binary tree off the pointers
+(released-code.md §3.2).
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["RELEASE", "OrderedMemoryOutput", "OrderedMemoryParams", "ordered_memory_scan",
+__all__ = ["RELEASE", "OrderedMemoryOutput", "OrderedMemoryParams", "OrderedMemoryState", "initial_state",
+           "ordered_memory_scan", "ordered_memory_step", "project_inputs",
            "pointer_distances", "pointer_tree"]
 
 LAYER_NORM_EPS = 1e-5  # PyTorch's nn.LayerNorm default, as in the release
@@ -180,6 +185,70 @@ def _new_candidates(params, x_proj, memory, cumulative, key, rate):
     return jnp.swapaxes(candidates, 0, 1)
 
 
+class OrderedMemoryState(NamedTuple):
+    """What one step hands to the next."""
+
+    memory: jax.Array  # [B, N, D] committed memory M
+    candidates: jax.Array  # [B, N, D] candidate memory M^
+    cumulative: jax.Array  # [B, N] pi of the last step (the next mask, shifted)
+    started: jax.Array  # [B] bool: a previous pointer exists (False = take the first-step path)
+    last_output: jax.Array  # [B, D] root output at the last real step
+
+
+def initial_state(batch_size: int, n_slots: int, slot_size: int, dtype=jnp.float32) -> OrderedMemoryState:
+    """The empty memory: M = M^ = 0, no previous pointer."""
+    slots = jnp.zeros((batch_size, n_slots, slot_size), dtype)
+    return OrderedMemoryState(slots, slots, jnp.zeros((batch_size, n_slots), dtype),
+                              jnp.zeros((batch_size,), bool), jnp.zeros((batch_size, slot_size), dtype))
+
+
+def project_inputs(params: OrderedMemoryParams, x):
+    """x~ = LN(x W_in + b_in) with the shared LayerNorm: [..., D_in] -> [..., D]."""
+    return _layer_norm(x @ params.w_in + params.b_in, params.ln_scale, params.ln_bias)
+
+
+def ordered_memory_step(params: OrderedMemoryParams, state: OrderedMemoryState, x_proj, valid_t, *,
+                        query_key_norm: bool = False, mask_floor: float = 0.0, padding: str = "carry",
+                        dropout_key=None, attention_dropout: float = 0.0, cell_dropout: float = 0.0):
+    """One Ordered Memory step (the module docstring's equations), batched.
+
+    x_proj: [B, D] the projected input x~_t (`project_inputs`); valid_t: [B] bool.
+    Returns (the next `OrderedMemoryState`, (output [B, D], pointer [B, N],
+    cumulative [B, N], reverse_cumulative [B, N])), the last four 0 where not valid_t.
+    Arrays must share one float dtype (`ordered_memory_scan` casts them).
+    """
+    memory_prev, candidates_prev, cumulative_prev, started, last_output = state
+    score_key, cell_key = jax.random.split(dropout_key) if dropout_key is not None else (None, None)
+
+    scores = _pointer_scores(params, x_proj, candidates_prev, query_key_norm, score_key, attention_dropout)
+    pointer = _masked_pointer(scores, cumulative_prev, mask_floor)
+    # The first step has no previous pointer: commit nothing of substance (M^_0 = 0)
+    # and leave every candidate equal to x~ (pi = 0, pi~ = 1).
+    pointer = jnp.where(started[:, None], pointer, 0.0)
+    cumulative = jnp.cumsum(pointer, axis=1)
+    reverse_cumulative = jnp.where(started[:, None], jnp.cumsum(pointer[:, ::-1], axis=1)[:, ::-1], 1.0)
+
+    commit = reverse_cumulative[:, :, None]
+    memory = (1.0 - commit) * memory_prev + commit * candidates_prev
+    candidates = _new_candidates(params, x_proj, memory, cumulative, cell_key, cell_dropout)
+    output = candidates[:, -1]
+
+    keep = valid_t[:, None]
+    if padding == "carry":  # the thesis: padding passes the state through untouched
+        new_state = OrderedMemoryState(
+            jnp.where(keep[:, :, None], memory, memory_prev), jnp.where(keep[:, :, None], candidates, candidates_prev),
+            jnp.where(keep, cumulative, cumulative_prev), started | valid_t, jnp.where(keep, output, last_output))
+    elif padding == "zero":  # the release: padding empties the state, and the first-step path is gone
+        new_state = OrderedMemoryState(
+            jnp.where(keep[:, :, None], memory, 0.0), jnp.where(keep[:, :, None], candidates, 0.0),
+            jnp.where(keep, cumulative, 0.0), jnp.ones_like(started), jnp.where(keep, output, last_output))
+    else:
+        raise ValueError(f"padding must be 'carry' (thesis) or 'zero' (release), got {padding!r}")
+    per_step = (jnp.where(keep, output, 0.0), jnp.where(keep, pointer, 0.0),
+                jnp.where(keep, cumulative, 0.0), jnp.where(keep, reverse_cumulative, 0.0))
+    return new_state, per_step
+
+
 def ordered_memory_scan(x, valid, params: OrderedMemoryParams, *, n_slots: int, query_key_norm: bool = False,
                         mask_floor: float = 0.0, padding: str = "carry", dropout_key=None,
                         attention_dropout: float = 0.0, cell_dropout: float = 0.0) -> OrderedMemoryOutput:
@@ -224,48 +293,19 @@ def ordered_memory_scan(x, valid, params: OrderedMemoryParams, *, n_slots: int, 
     x = x.astype(dtype)
     params = OrderedMemoryParams(*(p.astype(dtype) for p in params))
     N = n_slots
-    carry_padding = padding == "carry"
 
     # All input projections at once, time-major: [T, B, D].
-    x_proj_all = _layer_norm(jnp.einsum("btd,de->tbe", x, params.w_in) + params.b_in,
-                             params.ln_scale, params.ln_bias)
+    x_proj_all = jnp.swapaxes(project_inputs(params, x), 0, 1)
+    options = dict(query_key_norm=query_key_norm, mask_floor=mask_floor, padding=padding,
+                   attention_dropout=attention_dropout, cell_dropout=cell_dropout)
 
     def step(state, inputs):
-        memory_prev, candidates_prev, cumulative_prev, started, last_output = state
         x_proj, valid_t, t = inputs
         key_t = jax.random.fold_in(dropout_key, t) if dropout_key is not None else None
-        score_key, cell_key = jax.random.split(key_t) if key_t is not None else (None, None)
+        return ordered_memory_step(params, state, x_proj, valid_t, dropout_key=key_t, **options)
 
-        scores = _pointer_scores(params, x_proj, candidates_prev, query_key_norm, score_key, attention_dropout)
-        pointer = _masked_pointer(scores, cumulative_prev, mask_floor)
-        # The first step has no previous pointer: commit nothing of substance (M^_0 = 0)
-        # and leave every candidate equal to x~ (pi = 0, pi~ = 1).
-        pointer = jnp.where(started[:, None], pointer, 0.0)
-        cumulative = jnp.cumsum(pointer, axis=1)
-        reverse_cumulative = jnp.where(started[:, None], jnp.cumsum(pointer[:, ::-1], axis=1)[:, ::-1], 1.0)
-
-        commit = reverse_cumulative[:, :, None]
-        memory = (1.0 - commit) * memory_prev + commit * candidates_prev
-        candidates = _new_candidates(params, x_proj, memory, cumulative, cell_key, cell_dropout)
-        output = candidates[:, -1]
-
-        keep = valid_t[:, None]
-        if carry_padding:
-            kept = lambda new, old: jnp.where(keep.reshape(keep.shape + (1,) * (new.ndim - 2)), new, old)  # noqa: E731
-            new_state = (kept(memory, memory_prev), kept(candidates, candidates_prev),
-                         kept(cumulative, cumulative_prev), started | valid_t)
-        else:
-            zeroed = lambda new: jnp.where(keep.reshape(keep.shape + (1,) * (new.ndim - 2)), new, 0.0)  # noqa: E731
-            new_state = (zeroed(memory), zeroed(candidates), zeroed(cumulative), jnp.ones_like(started))
-        last_output = jnp.where(keep, output, last_output)
-        per_step = (jnp.where(keep, output, 0.0), jnp.where(keep, pointer, 0.0),
-                    jnp.where(keep, cumulative, 0.0), jnp.where(keep, reverse_cumulative, 0.0))
-        return (*new_state, last_output), per_step
-
-    zeros_slots = jnp.zeros((B, N, D), dtype)
-    initial = (zeros_slots, zeros_slots, jnp.zeros((B, N), dtype), jnp.zeros((B,), bool), jnp.zeros((B, D), dtype))
     inputs = (x_proj_all, jnp.swapaxes(valid, 0, 1), jnp.arange(T))
-    (memory, candidates, _, _, final_output), per_step = lax.scan(step, initial, inputs)
+    (memory, candidates, _, _, final_output), per_step = lax.scan(step, initial_state(B, N, D, dtype), inputs)
     outputs, pointer, cumulative, reverse_cumulative = (jnp.swapaxes(a, 0, 1) for a in per_step)
     return OrderedMemoryOutput(outputs, final_output, pointer, cumulative, reverse_cumulative, memory, candidates)
 
