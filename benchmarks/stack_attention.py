@@ -118,11 +118,12 @@ def measure(kind: str, impl: str, n: int, repeats: int) -> dict:
     compiled = step.lower(*args).compile()
     compile_s = time.perf_counter() - t0
     jax.block_until_ready(compiled(*args))  # warm-up
-    times = []
+    times, cpu_times = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t0)
+        cpu_times.append(_cpu_s() - c0)
     mem = compiled.memory_analysis()
     xla_bytes = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
     return {
@@ -130,12 +131,20 @@ def measure(kind: str, impl: str, n: int, repeats: int) -> dict:
         "impl": impl,
         "n": n,
         "step_s": min(times),
+        "cpu_s": min(cpu_times),
         "compile_s": compile_s,
         "peak_rss_gb": _maxrss_gb(),
         "rss_before_compile_gb": rss_before,
         "xla_gb": xla_bytes / 2**30,
         "xla_temp_gb": mem.temp_size_in_bytes / 2**30,
     }
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system, all threads) this process has used: steadier than wall time
+    on a shared machine, where other jobs stretch the wall clock."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _maxrss_gb() -> float:
@@ -157,7 +166,7 @@ def run_child(kind: str, impl: str, n: int, repeats: int, timeout: float) -> dic
         return None
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(
-        f"  {kind:3s} {impl:16s} n={n:4d}  step {result['step_s']:8.3f} s"
+        f"  {kind:3s} {impl:16s} n={n:4d}  step {result['step_s']:8.3f} s (CPU {result['cpu_s']:8.3f} s)"
         f"  compile {result['compile_s']:6.1f} s"
         f"  peak RSS {result['peak_rss_gb']:6.2f} GB  XLA {result['xla_gb']:6.3f} GB",
         flush=True,
@@ -209,17 +218,21 @@ def main() -> None:
     print()
     print(f"Nondeterministic stack (dVPDA), B={B}, |Q|=|Γ|={Q}, m={M_ND}, float32, forward+backward")
     head = f"{'n':>5} {'step s':>9} {'compile s':>10} {'peak RSS GB':>12} {'XLA GB':>8}"
-    print(f"{head} {'authors s':>10} {'authors/ours':>13} {'prev s':>8} {'prev RSS':>9} {'prev/ours':>10}")
+    print(f"{head} {'authors s':>10} {'authors/ours':>13} {'prev s':>8} {'prev RSS':>9} {'prev/ours':>10}"
+          f" {'CPU s':>7} {'prev CPU s':>10} {'prev/ours CPU':>13}")
     for n in sorted(set(ns) | set(oracle_ns)):
         authors = AUTHORS_SECONDS.get(n)
         step = get("nd", "kernel", n, "step_s")
         ratio = f"{authors / step:12.0f}x" if authors else " " * 13
         prev = get("nd", previous, n, "step_s") if previous else float("nan")
+        cpu = get("nd", "kernel", n, "cpu_s")
+        prev_cpu = get("nd", previous, n, "cpu_s") if previous else float("nan")
         print(
             f"{n:5d} {step:9.3f} {get('nd', 'kernel', n, 'compile_s'):10.1f}"
             f" {get('nd', 'kernel', n, 'peak_rss_gb'):12.2f} {get('nd', 'kernel', n, 'xla_gb'):8.3f}"
             f" {authors if authors else '':>10} {ratio} {prev:8.3f}"
             f" {get('nd', previous, n, 'peak_rss_gb') if previous else float('nan'):9.2f} {prev / step:9.2f}x"
+            f" {cpu:7.3f} {prev_cpu:10.3f} {prev_cpu / cpu:12.2f}x"
         )
     print("  slow oracle (eqs. 21-29, jitted):")
     for n in oracle_ns:

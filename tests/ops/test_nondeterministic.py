@@ -462,7 +462,7 @@ def test_index_slips_raise_instead_of_clamping(monkeypatch, slip):
     shapes = [(1, 13, 2, 2, 2, 2)] * 2 + [(1, 13, 2, 2, 2), (1, 13, 2), (2,)]
     args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
     f = jax.grad(lambda *a: nondeterministic_stack(*a, num_blocks=3).sum(), argnums=ARGNUMS)
-    with pytest.raises(AssertionError, match="leaves the array|too few"):
+    with pytest.raises(AssertionError, match="leaves the array"):
         jax.jit(f).lower(*args)
 
 

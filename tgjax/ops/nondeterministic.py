@@ -459,12 +459,8 @@ def _chart_bwd(num_blocks, res, g_bar):
         d_repl_l = jnp.sum(flow, axis=1).reshape(B, QS, QS, rows)
         d_repl = _add("d_repl", d_repl, d_repl_l, lambda L: (0, 0, 0, L - 1), L, lengths)
         to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)  # onto gamma[i, L-1]: [b, p, y, r, i]
-        # gamma[i, L-1] is split l = L - 1 of to_left: add the replace share there, by a one-hot over l
-        # (a dynamic update of to_left would cost a copy of it).
-        if lengths[1] - 1 >= splits:  # the one-hot would drop the share silently
-            raise AssertionError(f"to_left has {splits} splits, too few for L - 1 = {lengths[1] - 1}")
-        at_prev = (jnp.arange(splits) == L - 1).astype(dt)[:, None, None]  # [l, 1, 1]
-        to_left = to_left + at_prev * to_prev[:, :, :, None]
+        # gamma[i, L-1] is split l = L - 1 of to_left: add the replace share into that column.
+        to_left = _add("to_left", to_left, to_prev[:, :, :, None], lambda L: (0, 0, 0, L - 1, 0, 0), L, lengths)
         mu = _add("mu", mu, to_left, lambda L: (0,) * 6, L, lengths)
         mu_p = _add("mu'", mu_p, to_right, _pop_box(T), L, lengths)
         return (mu, mu_p, d_repl, d_pop), None
