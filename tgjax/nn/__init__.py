@@ -4,6 +4,7 @@
 - `transformer_xl`: the Transformer-XL layer of Transformer Grammars and their baselines;
 - `stack_attention`: stack-attention sublayers (superposition and nondeterministic stacks);
 - `onlstm`: the ON-LSTM cell and layer (cumax master gates; Shen et al., 2019);
+- `ordered_memory`: the Ordered Memory module (slots, pointer, gated recursive cell; Shen et al., 2019);
 - `params`: parameters annotated with logical axis names, for sharding.
 
 Whole models are assembled from these in `tgjax.models`.

@@ -1,7 +1,7 @@
 """Pure-JAX kernels, importable alone: the stacks of stack attention (DuSell & Chiang, ICLR 2024)
-and the ON-LSTM recurrence (Shen et al., ICLR 2019).
+and the Ordered Neurons recurrences (ON-LSTM, Shen et al., ICLR 2019; Ordered Memory, NeurIPS 2019).
 
-    from tgjax.ops import superposition_stack, nondeterministic_stack, onlstm_scan
+    from tgjax.ops import superposition_stack, nondeterministic_stack, onlstm_scan, ordered_memory_scan
 
 * `superposition_stack(actions, pushed)`: Joulin & Mikolov's stack, eqs. (5)-(8).
 * `nondeterministic_stack(push, repl, pop, pushed, bottom)`: the dVPDA of
