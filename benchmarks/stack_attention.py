@@ -182,6 +182,11 @@ def slope(points) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+def _int_list(text: str) -> list[int]:
+    """"32,64" -> [32, 64]; "" -> [] (e.g. `--oracle-ns ""` skips the oracles)."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ns", default="32,64,128,256")
@@ -192,9 +197,7 @@ def main() -> None:
     ap.add_argument("--previous-rev", default=PREVIOUS_REV, help="git revision of the previous kernel, or none")
     args = ap.parse_args()
     previous = None if args.previous_rev == "none" else f"previous@{args.previous_rev}"
-    ns = [int(x) for x in args.ns.split(",")]
-    oracle_ns = [int(x) for x in args.oracle_ns.split(",")]
-    sup_oracle_ns = [int(x) for x in args.sup_oracle_ns.split(",")]
+    ns, oracle_ns, sup_oracle_ns = (_int_list(v) for v in (args.ns, args.oracle_ns, args.sup_oracle_ns))
 
     print(f"load average {os.getloadavg()}, {os.cpu_count()} CPUs; float32; batch {B}", flush=True)
     rows = {}
@@ -257,11 +260,13 @@ def main() -> None:
 
     print()
     print("Ratios and growth")
-    commons = (("nd", max(oracle_ns), "dVPDA"), ("sup", max(sup_oracle_ns), "superposition"))
-    for kind, common, label in commons:
-        o, k = get(kind, "oracle", common, "step_s"), get(kind, "kernel", common, "step_s")
-        oc, kc = get(kind, "oracle", common, "compile_s"), get(kind, "kernel", common, "compile_s")
-        print(f"  {label}: oracle / kernel at n = {common}: step {o / k:.1f}x, compile {oc / kc:.1f}x")
+    commons = (("nd", oracle_ns, "dVPDA"), ("sup", sup_oracle_ns, "superposition"))
+    for kind, oracle_sizes, label in commons:
+        if oracle_sizes:  # the largest n run by both the oracle and the kernel
+            common = max(oracle_sizes)
+            o, k = get(kind, "oracle", common, "step_s"), get(kind, "kernel", common, "step_s")
+            oc, kc = get(kind, "oracle", common, "compile_s"), get(kind, "kernel", common, "compile_s")
+            print(f"  {label}: oracle / kernel at n = {common}: step {o / k:.1f}x, compile {oc / kc:.1f}x")
         pts = [(n, get(kind, "kernel", n, "step_s")) for n in ns if rows.get((kind, "kernel", n))]
         mem = [(n, get(kind, "kernel", n, "xla_gb")) for n in ns if rows.get((kind, "kernel", n))]
         rss = [(n, get(kind, "kernel", n, "peak_rss_gb")) for n in ns if rows.get((kind, "kernel", n))]
