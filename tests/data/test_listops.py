@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tgjax.data import listops
 from tgjax.data.listops import ListNode, ListOpsFormatError
+from tgjax.syntax.trees import SourceLocationError
 
 # --------------------------------------------------------------------------
 # A second evaluator, written differently (one pass over the tokens with a
@@ -279,3 +280,10 @@ def test_encode_left_pads_with_the_release_ids():
     with pytest.raises(ValueError, match="shorter than the longest"):
         listops.encode(examples, pad_to=3)
     assert listops.TOKENS[11:16] == ("[MIN", "[MAX", "[FIRST", "[LAST", "[MED") and len(listops.TOKENS) == 20
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_file_line_column(tmp_path):
+    path = tmp_path / "test_d20s.tsv"
+    path.write_bytes(b"9\t[MAX 2 9 ]\n4\t[MAX 4 \xe9 ]\n")
+    with pytest.raises(SourceLocationError, match=r"test_d20s.tsv:2:10: expected utf-8 text, found the byte 0xe9"):
+        listops.read_listops(path)

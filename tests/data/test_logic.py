@@ -9,6 +9,7 @@ import pytest
 
 from tgjax.data import logic
 from tgjax.data.logic import Binary, LogicFormatError, Not
+from tgjax.syntax.trees import SourceLocationError
 
 # --------------------------------------------------------------------------
 # Formulas
@@ -178,3 +179,10 @@ def test_encode_right_pads_with_the_release_ids():
     assert batch["right"].tolist() == [[3, 11, 11, 11, 11, 11, 11], [0, 5, 0, 8, 6, 1, 1]]
     assert batch["left_lengths"].tolist() == [4, 1] and batch["right_lengths"].tolist() == [1, 7]
     assert batch["labels"].tolist() == [0, 6] and batch["labels"].dtype == np.int32
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_file_line_column(tmp_path):
+    path = tmp_path / "train1"
+    path.write_bytes(b"<\t( not a )\t( not ( a ( and b ) ) )\n=\t\xe9\ta\n")
+    with pytest.raises(SourceLocationError, match=r"train1:2:3: expected utf-8 text, found the byte 0xe9"):
+        logic.read_logic(path)

@@ -44,6 +44,8 @@ from typing import Literal, Union
 
 import numpy as np
 
+from tgjax.syntax.trees import SourceLocationError, text_lines
+
 # --------------------------------------------------------------------------
 # Vocabulary: the release's token ids, so its checkpoints' embeddings line up.
 # --------------------------------------------------------------------------
@@ -187,18 +189,8 @@ def to_bracketed(expression: Expression) -> str:
 # --------------------------------------------------------------------------
 
 
-class ListOpsFormatError(ValueError):
+class ListOpsFormatError(SourceLocationError):
     """A malformed ListOps line. `str(err)` is `source:line:column: reason` (1-based; columns count characters)."""
-
-    def __init__(self, source: str, line: int, column: int, reason: str):
-        super().__init__(f"{source}:{line}:{column}: {reason}")
-        self.source = source
-        self.line = line
-        self.column = column
-        self.reason = reason
-
-    def __reduce__(self):  # picklable across worker processes
-        return (type(self), (self.source, self.line, self.column, self.reason))
 
 
 def _split_with_columns(text: str, first_column: int) -> list[tuple[str, int]]:
@@ -334,21 +326,21 @@ def read_listops(
         raise ValueError(f"on_label_mismatch must be 'error', 'keep' or 'drop', not {on_label_mismatch!r}")
     source = os.fspath(path)
     data = ListOpsData(source, [])
-    with open(path, encoding="utf-8") as f:
-        for line_number, text in enumerate(f, start=1):
-            if not text.strip():
-                raise ListOpsFormatError(source, line_number, 1, "expected 'label<TAB>expression', found an empty line")
-            example = parse_line(text, source=source, line=line_number)
-            value = evaluate(example.expression)
-            if value != example.label:
-                if on_label_mismatch == "error":
-                    raise ListOpsFormatError(
-                        source, line_number, 1, f"label {example.label} but the expression evaluates to {value}"
-                    )
-                data.label_mismatches.append(LabelMismatch(line_number, example.label, value))
-                if on_label_mismatch == "drop":
-                    continue
-            data.examples.append(example)
+    # text_lines: a byte that is not UTF-8 is named by file:line:column (a SourceLocationError), `.gz` is read.
+    for line_number, text in enumerate(text_lines(path), start=1):
+        if not text.strip():
+            raise ListOpsFormatError(source, line_number, 1, "expected 'label<TAB>expression', found an empty line")
+        example = parse_line(text, source=source, line=line_number)
+        value = evaluate(example.expression)
+        if value != example.label:
+            if on_label_mismatch == "error":
+                raise ListOpsFormatError(
+                    source, line_number, 1, f"label {example.label} but the expression evaluates to {value}"
+                )
+            data.label_mismatches.append(LabelMismatch(line_number, example.label, value))
+            if on_label_mismatch == "drop":
+                continue
+        data.examples.append(example)
     return data
 
 

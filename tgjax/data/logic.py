@@ -45,6 +45,8 @@ from typing import Literal, Union
 
 import numpy as np
 
+from tgjax.syntax.trees import SourceLocationError, text_lines
+
 VARIABLES = ("a", "b", "c", "d", "e", "f")
 BINARY_OPERATORS = ("or", "and")
 # Token ids of the release (proplog.py): '(' 0, ')' 1, a..f 2..7, or 8, and 9, not 10; padding 11.
@@ -66,18 +68,8 @@ SYSTEMATICITY_PATTERNS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
-class LogicFormatError(ValueError):
+class LogicFormatError(SourceLocationError):
     """A malformed logic line. `str(err)` is `source:line:column: reason` (1-based; columns count characters)."""
-
-    def __init__(self, source: str, line: int, column: int, reason: str):
-        super().__init__(f"{source}:{line}:{column}: {reason}")
-        self.source = source
-        self.line = line
-        self.column = column
-        self.reason = reason
-
-    def __reduce__(self):  # picklable across worker processes
-        return (type(self), (self.source, self.line, self.column, self.reason))
 
 
 # --------------------------------------------------------------------------
@@ -286,19 +278,19 @@ def read_logic(path: str | os.PathLike, *, operator_count: int | None = None) ->
     """Every pair of a file. With `operator_count`, each pair's bucket must equal it (column 1 otherwise)."""
     source = os.fspath(path)
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, text in enumerate(f, start=1):
-            if not text.strip():
-                raise LogicFormatError(
-                    source, line_number, 1, "expected 'relation<TAB>left<TAB>right', found an empty line"
-                )
-            example = parse_line(text, source=source, line=line_number)
-            if operator_count is not None and example.operator_count != operator_count:
-                raise LogicFormatError(
-                    source, line_number, 1,
-                    f"a file of {operator_count}-operator pairs holds a pair with {example.operator_count}",
-                )
-            examples.append(example)
+    # text_lines: a byte that is not UTF-8 is named by file:line:column (a SourceLocationError), `.gz` is read.
+    for line_number, text in enumerate(text_lines(path), start=1):
+        if not text.strip():
+            raise LogicFormatError(
+                source, line_number, 1, "expected 'relation<TAB>left<TAB>right', found an empty line"
+            )
+        example = parse_line(text, source=source, line=line_number)
+        if operator_count is not None and example.operator_count != operator_count:
+            raise LogicFormatError(
+                source, line_number, 1,
+                f"a file of {operator_count}-operator pairs holds a pair with {example.operator_count}",
+            )
+        examples.append(example)
     return examples
 
 

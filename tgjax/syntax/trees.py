@@ -177,8 +177,11 @@ class Tree:
 # ---------------------------------------------------------------------------
 
 
-class TreeSyntaxError(ValueError):
-    """Malformed bracketed input. `str(err)` is `source:line:column: reason`.
+class SourceLocationError(ValueError):
+    """Bad input at a place in a file. `str(err)` is `source:line:column: reason`.
+
+    The base of every reader's error (trees here; ListOps and logic lines in
+    `tgjax.data`), so a command reports any of them as one line.
 
     Attributes:
       source: the file name, or `<string>`.
@@ -195,6 +198,10 @@ class TreeSyntaxError(ValueError):
 
     def __reduce__(self):  # keeps the error picklable across worker processes
         return (type(self), (self.source, self.line, self.column, self.reason))
+
+
+class TreeSyntaxError(SourceLocationError):
+    """Malformed bracketed input (or a tree file that is not the expected encoding)."""
 
 
 @dataclasses.dataclass
@@ -987,6 +994,7 @@ __all__ = [
     "ROOT_LABELS",
     "ReadReport",
     "Tree",
+    "SourceLocationError",
     "TreeSyntaxError",
     "UNARY_JOINER",
     "binarise",
