@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 
 from tgjax.nn.params import param
-from tgjax.ops.onlstm import onlstm_scan
+from tgjax.ops.onlstm import num_chunks, onlstm_scan
 
 __all__ = ["ONLSTM", "ONLSTMCell", "released_parameters"]
 
@@ -74,17 +74,10 @@ class ONLSTMCell(nnx.Module):
 
     def __init__(self, in_features: int, hidden_size: int, chunk_size: int, *, rngs: nnx.Rngs,
                  dtype=jnp.float32):
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-        if hidden_size % chunk_size != 0:
-            raise ValueError(
-                f"chunk_size {chunk_size} does not divide the hidden size {hidden_size} "
-                f"(ON-LSTM needs whole chunks: H = number of chunks x chunk_size)"
-            )
+        self.n_chunks = num_chunks(hidden_size, chunk_size)
         self.in_features = in_features
         self.hidden_size = hidden_size
         self.chunk_size = chunk_size
-        self.n_chunks = hidden_size // chunk_size
         gates = 2 * self.n_chunks + 4 * hidden_size
         input_bound = 1.0 / float(np.sqrt(in_features))
         hidden_bound = 1.0 / float(np.sqrt(hidden_size))

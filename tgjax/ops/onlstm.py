@@ -63,6 +63,18 @@ def cumax(logits, axis: int = -1):
     return jnp.moveaxis(jnp.concatenate([below_top, top], axis=-1), -1, axis)
 
 
+def num_chunks(hidden_size: int, chunk_size: int) -> int:
+    """H / C, the number of master-gate chunks; a ValueError unless C is a positive int dividing H."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if hidden_size % chunk_size != 0:
+        raise ValueError(
+            f"chunk_size {chunk_size} does not divide the hidden size {hidden_size} "
+            f"(ON-LSTM needs whole chunks: H = number of chunks x chunk_size)"
+        )
+    return hidden_size // chunk_size
+
+
 def _check_shapes(x, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size):
     if x.ndim != 3:
         raise ValueError(f"x must be [B, T, D], got shape {x.shape}")
@@ -70,14 +82,7 @@ def _check_shapes(x, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size):
     if h0.ndim != 2 or h0.shape[0] != B:
         raise ValueError(f"h0 must be [B, H] with x's batch B = {B}, got shape {h0.shape}")
     H = h0.shape[1]
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if H % chunk_size != 0:
-        raise ValueError(
-            f"chunk_size {chunk_size} does not divide the hidden size {H} "
-            f"(ON-LSTM needs whole chunks: H = number of chunks x chunk_size)"
-        )
-    n_chunks = H // chunk_size
+    n_chunks = num_chunks(H, chunk_size)
     G = 2 * n_chunks + 4 * H
     if c0.shape != (B, H):
         raise ValueError(f"c0 must be [B, H] = {(B, H)} like h0, got shape {c0.shape}")
