@@ -169,7 +169,7 @@ def _write_records(args, command: str, shard, settings: dict, records, summary, 
     to the summary's result before the meta file is written. Returns the result
     (with its wall time) and the results file.
     """
-    from tgjax.eval.shards import ResultWriter, shard_path
+    from tgjax.eval.shards import ResultWriter, shard_path, with_qualifying_settings
 
     progress = _Progress(verb, args.quiet)
     output = shard_path(args.output, shard) if args.output else None
@@ -178,11 +178,7 @@ def _write_records(args, command: str, shard, settings: dict, records, summary, 
             writer.write(record)
             summary.add(record)
             progress.add()
-        result = summary.result()
-        if "pos_tags" in settings:
-            result["pos_tags"] = settings["pos_tags"]
-        if "ensemble_mixture" in settings:
-            result["ensemble_mixture"] = settings["ensemble_mixture"]
+        result = with_qualifying_settings(summary.result(), settings)
         if complete is not None:
             complete(result)
         writer.finish(result)

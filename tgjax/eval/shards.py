@@ -103,6 +103,16 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, allow_nan=True)
 
 
+# Settings that change what a summary's numbers mean; the summary repeats them beside the numbers.
+QUALIFYING_SETTINGS = ("pos_tags", "ensemble_mixture")
+
+
+def with_qualifying_settings(summary: dict, settings: dict) -> dict:
+    """`summary` with the `QUALIFYING_SETTINGS` present in `settings` copied in (in place; returned)."""
+    summary.update({key: settings[key] for key in QUALIFYING_SETTINGS if key in settings})
+    return summary
+
+
 class ResultWriter:
     """Writes one command's records (JSON lines) and, on success, its meta file; stdout when `path` is None.
 
@@ -276,11 +286,7 @@ def merge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike | None,
             writer.write(record)
             if on_record is not None:
                 on_record(record)
-        result = summary.result()
-        if "pos_tags" in first["settings"]:
-            result["pos_tags"] = first["settings"]["pos_tags"]
-        if "ensemble_mixture" in first["settings"]:
-            result["ensemble_mixture"] = first["settings"]["ensemble_mixture"]
+        result = with_qualifying_settings(summary.result(), first["settings"])
         if finalize is not None:
             finalize(result)
         writer.finish(result)
