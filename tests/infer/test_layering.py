@@ -1,21 +1,132 @@
-"""Inference never reaches up into evaluation: importing all of `tgjax.infer` loads no `tgjax.eval` module."""
+"""The import arrows of DESIGN.md, checked on the source and at run time.
+
+`syntax` <- `data`; `ops` <- `nn` <- `models`; `models`, `data` <- `train`,
+`infer`; `infer` <- `eval` <- `cli`; `syntax` and `data` never import JAX. The
+source check reads every Import / ImportFrom node of every module with `ast`,
+those inside functions included (a function-local import is still an arrow),
+with relative imports resolved against the module's package.
+"""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+import tgjax
 import tgjax.infer
 
+PACKAGE_ROOT = Path(tgjax.__file__).parent
 
-def test_infer_imports_no_eval_module():
+# package (or module) -> what it must never import, at module level or inside a function
+FORBIDDEN = {
+    "tgjax.infer": ("tgjax.train", "tgjax.eval", "tgjax.cli"),
+    "tgjax.train": ("tgjax.eval", "tgjax.infer", "tgjax.cli"),
+    "tgjax.models": ("tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    "tgjax.nn": ("tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    "tgjax.ops": ("tgjax.nn", "tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    "tgjax.workdir": ("tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli", "jax", "flax", "optax", "orbax"),
+    "tgjax.syntax": ("jax", "jaxlib", "flax", "optax", "orbax", "tgjax.data", "tgjax.ops", "tgjax.nn",
+                     "tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    "tgjax.data": ("jax", "jaxlib", "flax", "optax", "orbax", "tgjax.ops", "tgjax.nn", "tgjax.models",
+                   "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in `source`, however deeply nested."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: `from . import x`, `from ..train import y`
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            # `from tgjax import train` imports tgjax.train: name each imported submodule too
+            found.append((node.lineno, target))
+            found.extend((node.lineno, f"{target}.{alias.name}") for alias in node.names)
+    return found
+
+
+def violations(path: Path, source: str | None = None) -> list[str]:
+    module = module_name(path)
+    source = path.read_text() if source is None else source
+    rules = [bad for owner, bad in FORBIDDEN.items() if module == owner or module.startswith(owner + ".")]
+    out = []
+    for line, target in imported_modules(source, module, path.name == "__init__.py"):
+        for forbidden in (f for bad in rules for f in bad):
+            if target == forbidden or target.startswith(forbidden + "."):
+                out.append(f"{path.relative_to(PACKAGE_ROOT.parent)}:{line}: {module} imports {target}")
+    return out
+
+
+def package_files() -> list[Path]:
+    return sorted(PACKAGE_ROOT.rglob("*.py"))
+
+
+def test_no_module_imports_against_the_arrows():
+    files = package_files()
+    covered = {module_name(p).split(".")[1] for p in files if module_name(p) != "tgjax"}
+    assert {"infer", "train", "syntax", "data", "models", "workdir"} <= covered
+    problems = [v for path in files for v in violations(path)]
+    assert problems == []
+
+
+def test_the_check_sees_function_local_and_relative_imports():
+    """The check on sources that break the arrows the ways past code did (a planted import each)."""
+    loading = PACKAGE_ROOT / "infer" / "loading.py"
+    vocab = PACKAGE_ROOT / "data" / "vocab.py"
+    checkpoint = PACKAGE_ROOT / "train" / "checkpoint.py"
+    cases = [
+        (loading, "def load():\n    from tgjax.train.checkpoint import check_step\n", "imports tgjax.train.checkpoint"),
+        (loading, "def f():\n    if True:\n        import tgjax.eval.evalb as e\n", "imports tgjax.eval.evalb"),
+        (loading, "from tgjax import train\n", "imports tgjax.train"),
+        (loading, "from ..eval import summaries\n", "imports tgjax.eval"),
+        (vocab, "import jax.numpy as jnp\n", "imports jax.numpy"),
+        (vocab, "def f():\n    from jax import lax\n", "imports jax"),
+        (checkpoint, "from tgjax.infer.loading import load_model\n", "imports tgjax.infer.loading"),
+        (checkpoint, "from ..eval import shards\n", "imports tgjax.eval"),
+    ]
+    for path, source, expected in cases:
+        found = violations(path, source)
+        assert len(found) >= 1 and expected in found[0], (source, found)
+    assert violations(loading, "from tgjax.workdir import check_step\nfrom . import scoring\n") == []
+
+
+def test_the_old_loading_module_fails_the_check():
+    """loading.py as it was before the workdir layout moved out of tgjax.train (function-local imports)."""
+    old = subprocess.run(["git", "show", "8867bee:tgjax/infer/loading.py"], cwd=PACKAGE_ROOT.parent,
+                         capture_output=True, text=True)
+    if old.returncode != 0:
+        pytest.skip(f"no git history here ({old.stderr.strip()[:200]})")
+    found = violations(PACKAGE_ROOT / "infer" / "loading.py", old.stdout)
+    assert any("imports tgjax.train.checkpoint" in v for v in found), found
+    assert any("imports tgjax.train.state" in v for v in found), found
+
+
+def test_infer_imports_no_eval_or_train_module():
     modules = sorted(f"tgjax.infer.{m.name}" for m in pkgutil.iter_modules(tgjax.infer.__path__))
     assert {"tgjax.infer.beam", "tgjax.infer.loading", "tgjax.infer.scoring"} <= set(modules)
     # A fresh interpreter: this test process has imported eval modules already.
     code = ("import importlib, sys\n"
             f"for name in {modules!r}:\n"
             "    importlib.import_module(name)\n"
-            "print(sorted(m for m in sys.modules if m == 'tgjax.eval' or m.startswith('tgjax.eval.')))\n")
+            "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['tgjax', 'eval'], ['tgjax', 'train'])))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -31,7 +31,7 @@ from tgjax.infer.scoring import Scorer, encode, encode_tree, score_trees, word_s
 from tgjax.models import build_model, model_spec, sequence_loss
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import token_types as tt
-from tgjax.train import VocabularyMismatch
+from tgjax.workdir import VocabularyMismatch
 from tests.train.helpers import small_config
 
 SIZES = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64)

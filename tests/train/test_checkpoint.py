@@ -68,7 +68,7 @@ def test_a_relative_workdir_is_taken_from_the_current_directory(tmp_path, monkey
 def test_a_url_workdir_is_refused_not_turned_into_a_local_directory(tmp_path, monkeypatch):
     """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: refuse it and say what to do."""
     from tgjax.infer.loading import resolve_step
-    from tgjax.train.checkpoint import local_workdir
+    from tgjax.workdir import local_workdir
 
     monkeypatch.chdir(tmp_path)
     for call in (lambda: local_workdir("gs://bucket/run"), lambda: CheckpointStore("gs://bucket/run"),

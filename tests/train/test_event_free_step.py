@@ -8,6 +8,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from tgjax.models.parts import model_parts
 from tgjax.train import inputs
 from tgjax.train import state as st
 from tgjax.train.loop import resolve_model_config
@@ -26,7 +27,7 @@ def test_a_batch_without_prediction_events_moves_nothing_but_memory_and_step():
     config = small_config()
     data = inputs.make_training_data(config, lambda v: resolve_model_config(config, v), Path(tempfile.mkdtemp()),
                                      resuming=False)
-    parts = st.model_parts(resolve_model_config(config, data.vocab.size))
+    parts = model_parts(resolve_model_config(config, data.vocab.size))
     tx, schedule = make_optimizer(config.training)
     rules = tuple(tuple(rule) for rule in config.mesh.logical_axis_rules)
     state, rest, shardings = st.init_train_state(parts, tx, make_mesh(1, 1, jax.devices()[:1]), rules, seed=0,

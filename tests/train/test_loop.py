@@ -12,6 +12,7 @@ from tgjax.data.vocab import load_vocabulary
 from tgjax.syntax import token_types as tt
 from tgjax.train import inputs
 from tgjax.train.loop import TrainingDiverged, train
+from tgjax.workdir import VocabularyMismatch
 
 from .helpers import read_metrics, small_config
 
@@ -107,17 +108,17 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_good_checkpoints(tmp_path)
 def test_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
     train(small_config("training.num_steps=2"), tmp_path, quiet=True)
     # Other training sentences give another word dictionary.
-    with pytest.raises(inputs.VocabularyMismatch, match=r"does not match .*vocab\.json .* the vocabulary the "
+    with pytest.raises(VocabularyMismatch, match=r"does not match .*vocab\.json .* the vocabulary the "
                                                         r"checkpoints in .* were trained with"):
         train(small_config("training.num_steps=4", "data.num_train_sentences=80"), tmp_path, quiet=True)
     # So does an explicit vocabulary file.
     other = tmp_path / "other"
     train(small_config("training.num_steps=1", "data.num_train_sentences=40"), other, quiet=True)
-    with pytest.raises(inputs.VocabularyMismatch, match=r"data.vocab_path="):
+    with pytest.raises(VocabularyMismatch, match=r"data.vocab_path="):
         train(small_config("training.num_steps=4", f"data.vocab_path={other / 'vocab.json'}"), tmp_path, quiet=True)
     # A replaced vocabulary file in the workdir is caught by the checkpoint's fingerprint.
     (tmp_path / "vocab.json").write_bytes((other / "vocab.json").read_bytes())
-    with pytest.raises(inputs.VocabularyMismatch):
+    with pytest.raises(VocabularyMismatch):
         train(small_config("training.num_steps=4", "data.num_train_sentences=40"), tmp_path, quiet=True)
 
 

@@ -7,7 +7,7 @@
 What a workdir records, and where this reads it (nothing else is needed; the
 training config is not read from a file):
 
-* `WORKDIR/checkpoints/<step>/` (orbax, written by `tgjax.train.checkpoint`):
+* `WORKDIR/checkpoints/<step>/` (orbax, written by `tgjax.train.checkpoint`; the layout is `tgjax.workdir`):
   item `state` holds the `TrainState`; only its `params` subtree is read
   (an orbax partial restore), so the Adam moments are never loaded.
   Item `meta` (JSON) holds the run's facts: `model` (the `ModelConfig` as a
@@ -46,6 +46,8 @@ from flax import nnx
 
 from tgjax.data.vocab import Vocabulary, load_vocabulary
 from tgjax.models import ModelConfig, TransformerLM, model_spec
+from tgjax.models.parts import model_parts
+from tgjax.workdir import VocabularyMismatch, check_step, local_workdir, saved_vocabulary_path, vocabulary_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +153,6 @@ def resolve_step(workdir: str | Path, step: str | int = "best") -> tuple[int, di
     Raises `FileNotFoundError` (no workdir) or `CheckpointError` (no
     checkpoints, the step missing, a best step that retention deleted).
     """
-    from tgjax.train.checkpoint import local_workdir
-
     workdir = local_workdir(workdir)
     if not workdir.is_dir():
         raise FileNotFoundError(f"workdir {str(workdir)!r} does not exist (train one with "
@@ -228,10 +228,6 @@ def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length
       CheckpointError: no checkpoints, the step missing or corrupt.
       VocabularyMismatch: the vocabulary file is not the one the checkpoint was trained with.
     """
-    from tgjax.train.checkpoint import check_step, local_workdir
-    from tgjax.train.inputs import VocabularyMismatch, saved_vocabulary_path, vocabulary_fingerprint
-    from tgjax.train.state import model_parts
-
     workdir = local_workdir(workdir)
     step_number, meta = resolve_step(workdir, step)
     problem = check_step(workdir, step_number)
@@ -288,8 +284,6 @@ def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length
 def from_model(model: TransformerLM, vocab: Vocabulary, model_name: str, *, transparency_depth: int = -1
                ) -> LoadedModel:
     """A `LoadedModel` around a model in memory (a fresh or just-trained one), for tests and notebooks."""
-    from tgjax.train.inputs import vocabulary_fingerprint
-
     cfg = model.config
     if vocab.size != cfg.vocab_size:
         raise ValueError(f"vocabulary has {vocab.size} ids but the model has {cfg.vocab_size}")

@@ -15,7 +15,6 @@ trainer), `tasks` (one module per family: `treebank_lm`), `loop` (the trainer).
 
 from tgjax.train.checkpoint import CheckpointStore
 from tgjax.train.config import ConfigError, apply_overrides, default_config, load_config
-from tgjax.train.inputs import VocabularyMismatch
 from tgjax.train.loop import Trainer, TrainingDiverged, TrainResult, describe, train
 from tgjax.train.optimizer import linear_warmup_then_cosine_anneal, make_optimizer, make_schedule
 from tgjax.train.sharding import logical_to_spec, make_mesh, param_shardings
@@ -25,7 +24,7 @@ from tgjax.train.task import Evaluation, RunContext, Selection, Task
 __all__ = [
     "CheckpointStore", "ConfigError", "Evaluation", "RunContext", "Selection", "Task", "TrainResult", "TrainState",
     "Trainer", "TrainingDiverged",
-    "VocabularyMismatch", "apply_overrides", "default_config", "describe", "linear_warmup_then_cosine_anneal",
+    "apply_overrides", "default_config", "describe", "linear_warmup_then_cosine_anneal",
     "load_config", "logical_to_spec", "make_eval_step", "make_mesh", "make_optimizer", "make_schedule",
     "make_train_step", "param_shardings", "train",
 ]

@@ -1,5 +1,8 @@
 """Checkpoints: an orbax `CheckpointManager` (async, keep-N, best by validation loss) with integrity checks.
 
+The workdir layout and the integrity check of one step live in `tgjax.workdir`
+(inference reads them too).
+
 A checkpoint at step s, `WORKDIR/checkpoints/<s>/`, holds three items:
 
     state     the task's whole state; for the treebank LM the `TrainState`:
@@ -25,7 +28,6 @@ step is tried.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -41,10 +43,10 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
 from tgjax.train.state import TrainState
+from tgjax.workdir import CHECKPOINT_ITEMS, check_step, directory_manifest, local_workdir
 
 log = logging.getLogger(__name__)
 
-ITEMS = ("state", "pipeline", "meta")
 VALID_LOSS = "valid_loss"
 
 
@@ -79,74 +81,6 @@ def _state_tree(state: TrainState, save_memory: bool) -> dict[str, Any]:
     return tree
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def directory_manifest(directory: Path) -> dict[str, list]:
-    """relative path -> [size, sha256] for every file under `directory`."""
-    manifest = {}
-    for root, _, files in os.walk(directory):
-        for name in sorted(files):
-            path = Path(root) / name
-            manifest[str(path.relative_to(directory))] = [path.stat().st_size, _sha256(path)]
-    return manifest
-
-
-def check_step(workdir: Path, step: int, *, checksums: bool = True) -> str | None:
-    """Why checkpoint step `step` of `workdir` cannot be trusted, or None.
-
-    Items missing from `checkpoints/<step>`, or (with `checksums`) files that
-    do not match the step's manifest in `checkpoint_manifests/`. A step
-    without a manifest (its run stopped before writing it) passes: orbax's
-    restore is then the check.
-    """
-    step_dir = Path(workdir) / "checkpoints" / str(step)
-    missing = [item for item in ITEMS if not (step_dir / item).is_dir()]
-    if missing:
-        return f"item(s) {missing} missing from {step_dir}"
-    if not checksums:
-        return None
-    manifest_path = Path(workdir) / "checkpoint_manifests" / f"{step}.json"
-    if not manifest_path.exists():
-        return None
-    try:
-        expected = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        return f"manifest {manifest_path} unreadable: {e}"
-    actual = directory_manifest(step_dir)
-    for name, (size, digest) in sorted(expected.items()):
-        if name not in actual:
-            return f"file {step_dir / name} is missing"
-        if actual[name][0] != size:
-            return f"file {step_dir / name} has {actual[name][0]} bytes, expected {size}"
-        if actual[name][1] != digest:
-            return f"file {step_dir / name} does not match its sha256 in {manifest_path}"
-    return None
-
-
-def local_workdir(workdir: str | os.PathLike) -> Path:
-    """A workdir as an absolute local path (orbax wants absolute paths); a URL is refused.
-
-    Everything in a workdir besides orbax's arrays (metrics.jsonl appended line
-    by line, TensorBoard events, the vocabulary, checkpoint manifests and
-    checksums) is written with local file operations, and `pathlib` would
-    quietly turn `gs://bucket/run` into a relative directory `gs:/bucket/run`.
-    A bucket is used through a mount (gcsfuse), as `launch/` does.
-    """
-    text = os.fspath(workdir)
-    if "://" in text:
-        raise ValueError(
-            f"workdir {text!r} is a URL, but a workdir is written with local file operations: mount the bucket "
-            f"(e.g. `gcsfuse --implicit-dirs BUCKET ~/gcs/BUCKET`, as launch/host_train.sh does for gs:// "
-            f"WORKDIRs) and give the mounted path")
-    return Path(text).absolute()
-
-
 class CheckpointStore:
     """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
 
@@ -178,7 +112,7 @@ class CheckpointStore:
             create=True,
             cleanup_tmp_directories=True,  # a save cut short leaves a temporary directory: remove it
         )
-        return ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
+        return ocp.CheckpointManager(self.directory, item_names=CHECKPOINT_ITEMS, options=options)
 
     # -- saving ------------------------------------------------------------------------------
 

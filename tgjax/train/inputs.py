@@ -2,7 +2,7 @@
 
 - The vocabulary is built from the training trees (or loaded from
   `data.vocab_path`) and saved in the workdir. On resume it must match the
-  saved one (else `VocabularyMismatch`, which names both and the first
+  saved one (else `tgjax.workdir.VocabularyMismatch`, which names both and the first
   difference): a model cannot be read with another vocabulary.
 - Stack entries that do not fit in `model.memory_length` are counted over the
   whole corpus with the pipeline's own rule (`rule.stats.dropped_stack_entries`)
@@ -15,10 +15,8 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +26,9 @@ from tgjax.data.vocab import Vocabulary, WordDictionary, load_vocabulary
 from tgjax.models import ModelConfig, model_spec
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt
+from tgjax.workdir import VocabularyMismatch, saved_vocabulary_path, vocabulary_file_name, vocabulary_fingerprint
 
 log = logging.getLogger(__name__)
-
-
-class VocabularyMismatch(ValueError):
-    """The vocabulary a run would use differs from the one its checkpoints were trained with."""
 
 
 @dataclasses.dataclass
@@ -112,29 +107,6 @@ def load_trees(pcfg: pl.PipelineConfig, key: str):
     if report is not None and report.num_skipped:
         log.warning("%s: %s", key, report.summary())
     return tree_list
-
-
-def vocabulary_file_name(vocab: Vocabulary) -> str:
-    return "vocab.json" if isinstance(vocab, WordDictionary) else "vocab.model"
-
-
-def saved_vocabulary_path(workdir: Path) -> Path | None:
-    for name in ("vocab.json", "vocab.model"):
-        if (workdir / name).exists():
-            return workdir / name
-    return None
-
-
-def vocabulary_fingerprint(vocab: Vocabulary) -> str:
-    """sha256 of the vocabulary as `save` writes it (model and sidecar for SentencePiece)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / vocabulary_file_name(vocab)
-        vocab.save(path)
-        digest = hashlib.sha256(path.read_bytes())
-        sidecar = Path(str(path) + ".json")
-        if sidecar.exists():
-            digest.update(sidecar.read_bytes())
-    return digest.hexdigest()
 
 
 def _first_difference(a: Vocabulary, b: Vocabulary) -> str:

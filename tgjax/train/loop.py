@@ -35,10 +35,11 @@ import jax
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
-from tgjax.train.checkpoint import CheckpointStore, Problem, local_workdir
+from tgjax.train.checkpoint import CheckpointStore, Problem
 from tgjax.train.metrics import MetricsWriter, Progress
 from tgjax.train.task import RunContext, Task
 from tgjax.train.tasks import make_task
+from tgjax.workdir import local_workdir
 # The treebank LM task's config helpers, importable from here as before.
 from tgjax.train.tasks.treebank_lm import (MODEL_FIELDS, check_same_run, count_model_parameters,  # noqa: F401
                                            describe, resolve_model_config, validate_config)
@@ -309,7 +310,7 @@ def train(config, workdir: str | Path, *, task: Task | None = None, devices: lis
 
     Raises:
       ConfigError, FileNotFoundError, ValueError: bad config or data (named).
-      inputs.VocabularyMismatch: the data's vocabulary is not the checkpoints'.
+      tgjax.workdir.VocabularyMismatch: the data's vocabulary is not the checkpoints'.
       TrainingDiverged: NaN / inf loss.
     """
     trainer = Trainer(config, workdir, task=task, devices=devices, stream=stream, quiet=quiet)

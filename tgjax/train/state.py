@@ -20,7 +20,8 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from tgjax.models import ModelConfig, TransformerLM, sequence_loss
+from tgjax.models import TransformerLM, sequence_loss
+from tgjax.models.parts import ModelParts
 from tgjax.syntax import token_types as tt
 from tgjax.train import sharding as shd
 
@@ -44,29 +45,11 @@ class TrainState:
     memory: jax.Array
 
 
-class ModelParts(NamedTuple):
-    """The static and constant parts of the model that the steps close over or take."""
-
-    config: ModelConfig
-    graphdef: nnx.GraphDef
-    abstract_params: nnx.State  # with `logical_axes` metadata, for shardings
-    rng_tags: tuple[str, ...]  # names of the RNG streams to reseed every step (dropout)
-
-
 class StateShardings(NamedTuple):
     state: TrainState  # a TrainState of NamedShardings
     rest: NamedSharding
     batch: NamedSharding
     memory: NamedSharding
-
-
-def model_parts(config: ModelConfig) -> ModelParts:
-    """Graph definition and abstract parameters, without allocating the model."""
-    abstract = nnx.eval_shape(lambda: TransformerLM(config, rngs=nnx.Rngs(params=0, dropout=0)))
-    graphdef, abstract_params, abstract_rest = nnx.split(abstract, nnx.Param, ...)
-    keys = jax.tree.leaves(abstract_rest, is_leaf=lambda x: isinstance(x, nnx.RngKey))
-    tags = sorted({key.tag for key in keys if isinstance(key, nnx.RngKey)})
-    return ModelParts(config, graphdef, abstract_params, tuple(tags))
 
 
 def _abstract_params(parts: ModelParts) -> dict:

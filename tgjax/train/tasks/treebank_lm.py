@@ -25,6 +25,7 @@ from flax import nnx
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import load_vocabulary
 from tgjax.models import MODEL_NAMES, ModelConfig, TransformerLM, count_parameters, model_config
+from tgjax.models.parts import model_parts
 from tgjax.syntax import masks
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
@@ -35,6 +36,7 @@ from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 from tgjax.train.validation import check_values
+from tgjax.workdir import VocabularyMismatch, vocabulary_fingerprint
 
 # The batch fields the model reads (the pipeline also emits bookkeeping: seq_index, segment_index).
 MODEL_FIELDS = tuple(masks.CompactChunk._fields)
@@ -125,7 +127,7 @@ def check_same_run(meta: dict, step: int, directory: Path, vocab_fp: str, vocab_
                    model_cfg: ModelConfig, batch_size: int) -> None:
     """Refuses a checkpoint of another vocabulary, model or batch size before its arrays are read."""
     if meta.get("vocab_sha256") != vocab_fp:
-        raise inputs.VocabularyMismatch(
+        raise VocabularyMismatch(
             f"the vocabulary {vocab_path} is not the one checkpoint step {step} in {directory} was trained with "
             f"({meta.get('vocab_size')} ids there, fingerprints differ); restore the original file or use a new "
             f"--workdir")
@@ -235,11 +237,11 @@ class TreebankLMTask:
         if config.model.vocab_size and config.model.vocab_size != vocab.size:
             run.say(f"note: model.vocab_size={config.model.vocab_size}, but the vocabulary "
                     f"({self.data.vocab_path.name}) has {vocab.size} ids: the model uses {vocab.size}")
-        self.vocab_fingerprint = inputs.vocabulary_fingerprint(vocab)
+        self.vocab_fingerprint = vocabulary_fingerprint(vocab)
         self.unigram = (inputs.unigram_cross_entropy(self.data.train.encoded, self.data.valid.encoded, vocab.size)
                         if self.data.valid is not None else None)
         self.model_config = resolve_model_config(config, vocab.size)
-        self.parts = st.model_parts(self.model_config)
+        self.parts = model_parts(self.model_config)
         self.num_parameters = count_model_parameters(self.model_config)
         self.tx, self.lr_schedule = make_optimizer(config.training)
         self.rules = tuple(tuple(rule) for rule in config.mesh.logical_axis_rules)

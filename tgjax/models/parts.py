@@ -1,0 +1,37 @@
+"""A model split for functional use, without allocating it: graph definition and abstract parameters.
+
+The trainer closes its jitted steps over these parts (`tgjax.train.state`),
+and inference restores a checkpoint's parameters into their shapes
+(`tgjax.infer.loading`); both split the model the same way,
+`graphdef, params, rest = nnx.split(model, nnx.Param, ...)`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+from flax import nnx
+
+from tgjax.models.transformer_lm import ModelConfig, TransformerLM
+
+
+class ModelParts(NamedTuple):
+    """The static and constant parts of a model that jitted functions close over or take."""
+
+    config: ModelConfig
+    graphdef: nnx.GraphDef
+    abstract_params: nnx.State  # with `logical_axes` metadata, for shardings
+    rng_tags: tuple[str, ...]  # names of the RNG streams to reseed every step (dropout)
+
+
+def model_parts(config: ModelConfig) -> ModelParts:
+    """Graph definition and abstract parameters of the `TransformerLM` of `config`, without allocating it."""
+    abstract = nnx.eval_shape(lambda: TransformerLM(config, rngs=nnx.Rngs(params=0, dropout=0)))
+    graphdef, abstract_params, abstract_rest = nnx.split(abstract, nnx.Param, ...)
+    keys = jax.tree.leaves(abstract_rest, is_leaf=lambda x: isinstance(x, nnx.RngKey))
+    tags = sorted({key.tag for key in keys if isinstance(key, nnx.RngKey)})
+    return ModelParts(config, graphdef, abstract_params, tuple(tags))
+
+
+__all__ = ["ModelParts", "model_parts"]
