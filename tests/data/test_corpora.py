@@ -146,8 +146,8 @@ def subjects_and_objects(tree: Tree) -> tuple[list[Tree], list[Tree]]:
 def uncapped_grammar():
     """The built-in grammar with free nesting in subjects too (NP_x_subj -> NP_x)."""
     text = corpora.BUILTIN_GRAMMAR_TEXT
-    capped = ["S -> NP_sg_subj VP_sg PUNCT 1 | NP_pl_subj VP_pl PUNCT 1",
-              "S_objrel -> NP_sg_subj VP_sg_gap 1 | NP_pl_subj VP_pl_gap 1"]
+    capped = ["S -> NP_sg_subj VP_sg^ PUNCT 1 | NP_pl_subj VP_pl^ PUNCT 1",
+              "S_objrel -> NP_sg_subj VP_sg_gap^ 1 | NP_pl_subj VP_pl_gap^ 1"]
     for rule in capped:
         assert rule in text
         text = text.replace(rule, rule.replace("_subj", ""))

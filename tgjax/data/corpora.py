@@ -15,6 +15,12 @@ from the first `_` on is dropped (`NP_sg_base` -> `NP`, `VBZ_tr` -> `VBZ`),
 and `PUNCT` becomes `.`, so a PTB tree is its grammar tree relabelled, node
 for node.
 
+Every rule with two or more symbols marks its head child (`VP_sg^`), as
+Stanford basic dependencies would choose it (nouns head NPs, prepositions
+PPs, the clause's verb a relative clause, the adjective a copular VP), so
+`tgjax.syntax.heads.grammar_head_table(builtin_grammar().rules, ptb_label, ...)`
+gives the built-in treebank's dependencies exactly.
+
 Example tree::
 
     (S (NP (NP (DT the) (NN dog)) (SBAR (WHNP (WDT that)) (S (NP (DT the) (NNS cats))
@@ -128,42 +134,42 @@ WH_PRONOUNS = ("who",)
 _STRUCTURE = """\
 # Sentences: subject and verb phrase agree in number. Subjects are NP_x_subj
 # (below): at most one embedding between the subject's head and its verb.
-S -> NP_sg_subj VP_sg PUNCT 1 | NP_pl_subj VP_pl PUNCT 1
+S -> NP_sg_subj VP_sg^ PUNCT 1 | NP_pl_subj VP_pl^ PUNCT 1
 PUNCT -> '.'
 
 # Noun phrases: a base NP (determiner, up to two adjectives, noun), or a base
 # NP modified by a PP or a relative clause. The head (and so the number) is
 # always the base NP's noun.
-NP_sg -> DT_sg NN_sg 0.42 | DT_sg JJ NN_sg 0.15 | DT_sg JJ JJ NN_sg 0.03
-      | NP_sg_base PP 0.2 | NP_sg_base SBAR_sg 0.2
-NP_pl -> DT_pl NNS_pl 0.32 | DT_pl JJ NNS_pl 0.12 | DT_pl JJ JJ NNS_pl 0.03 | NNS_pl 0.08 | JJ NNS_pl 0.03
-      | NP_pl_base PP 0.2 | NP_pl_base SBAR_pl 0.2
-NP_sg_base -> DT_sg NN_sg 0.7 | DT_sg JJ NN_sg 0.25 | DT_sg JJ JJ NN_sg 0.05
-NP_pl_base -> DT_pl NNS_pl 0.55 | DT_pl JJ NNS_pl 0.2 | DT_pl JJ JJ NNS_pl 0.05 | NNS_pl 0.15 | JJ NNS_pl 0.05
+NP_sg -> DT_sg NN_sg^ 0.42 | DT_sg JJ NN_sg^ 0.15 | DT_sg JJ JJ NN_sg^ 0.03
+      | NP_sg_base^ PP 0.2 | NP_sg_base^ SBAR_sg 0.2
+NP_pl -> DT_pl NNS_pl^ 0.32 | DT_pl JJ NNS_pl^ 0.12 | DT_pl JJ JJ NNS_pl^ 0.03 | NNS_pl^ 0.08 | JJ NNS_pl^ 0.03
+      | NP_pl_base^ PP 0.2 | NP_pl_base^ SBAR_pl 0.2
+NP_sg_base -> DT_sg NN_sg^ 0.7 | DT_sg JJ NN_sg^ 0.25 | DT_sg JJ JJ NN_sg^ 0.05
+NP_pl_base -> DT_pl NNS_pl^ 0.55 | DT_pl JJ NNS_pl^ 0.2 | DT_pl JJ JJ NNS_pl^ 0.05 | NNS_pl^ 0.15 | JJ NNS_pl^ 0.05
 
 # Prepositional phrases: the object may have either number (an attractor).
-PP -> IN NP_sg 1 | IN NP_pl 1
+PP -> IN^ NP_sg 1 | IN^ NP_pl 1
 
 # Relative clauses. Subject relatives: the clause's verb agrees with the
 # modified noun. Object relatives: the clause has its own subject (either
 # number, possibly modified again: centre embedding) and a transitive verb
 # with the object gap.
-SBAR_sg -> WHNP S_sg_subjrel 1 | WHNP S_objrel 1
-SBAR_pl -> WHNP S_pl_subjrel 1 | WHNP S_objrel 1
+SBAR_sg -> WHNP S_sg_subjrel^ 1 | WHNP S_objrel^ 1
+SBAR_pl -> WHNP S_pl_subjrel^ 1 | WHNP S_objrel^ 1
 S_sg_subjrel -> VP_sg
 S_pl_subjrel -> VP_pl
-S_objrel -> NP_sg_subj VP_sg_gap 1 | NP_pl_subj VP_pl_gap 1
+S_objrel -> NP_sg_subj VP_sg_gap^ 1 | NP_pl_subj VP_pl_gap^ 1
 VP_sg_gap -> VBZ_tr
 VP_pl_gap -> VBP_tr
 WHNP -> WDT 0.7 | WP 0.3
 
 # Verb phrases: intransitive (alone, with an adverb or a PP), transitive
 # (object of either number), copular (adjective phrase or PP).
-VP_sg -> VBZ_intr 0.22 | VBZ_intr ADVP 0.08 | VBZ_intr PP 0.1
-      | VBZ_tr NP_sg 0.2 | VBZ_tr NP_pl 0.2 | VBZ_cop ADJP 0.15 | VBZ_cop PP 0.05
-VP_pl -> VBP_intr 0.22 | VBP_intr ADVP 0.08 | VBP_intr PP 0.1
-      | VBP_tr NP_sg 0.2 | VBP_tr NP_pl 0.2 | VBP_cop ADJP 0.15 | VBP_cop PP 0.05
-ADJP -> JJ 0.8 | RB_degree JJ 0.2
+VP_sg -> VBZ_intr 0.22 | VBZ_intr^ ADVP 0.08 | VBZ_intr^ PP 0.1
+      | VBZ_tr^ NP_sg 0.2 | VBZ_tr^ NP_pl 0.2 | VBZ_cop ADJP^ 0.15 | VBZ_cop^ PP 0.05
+VP_pl -> VBP_intr 0.22 | VBP_intr^ ADVP 0.08 | VBP_intr^ PP 0.1
+      | VBP_tr^ NP_sg 0.2 | VBP_tr^ NP_pl 0.2 | VBP_cop ADJP^ 0.15 | VBP_cop^ PP 0.05
+ADJP -> JJ 0.8 | RB_degree JJ^ 0.2
 ADVP -> RB_manner
 
 # Subjects (of main clauses and of object relatives): the noun phrases above,
@@ -172,18 +178,18 @@ ADVP -> RB_manner
 # a PP (VP_x_bare). Objects nest freely, so training sees deep nesting, but
 # never a subject–verb dependency across more than one embedding; the
 # `agreement_minimal_pairs(depth=2 or 3)` pairs test that generalisation.
-NP_sg_subj -> DT_sg NN_sg 0.42 | DT_sg JJ NN_sg 0.15 | DT_sg JJ JJ NN_sg 0.03
-      | NP_sg_base PP_bare 0.2 | NP_sg_base SBAR_sg_bare 0.2
-NP_pl_subj -> DT_pl NNS_pl 0.32 | DT_pl JJ NNS_pl 0.12 | DT_pl JJ JJ NNS_pl 0.03 | NNS_pl 0.08 | JJ NNS_pl 0.03
-      | NP_pl_base PP_bare 0.2 | NP_pl_base SBAR_pl_bare 0.2
-PP_bare -> IN NP_sg_base 1 | IN NP_pl_base 1
-SBAR_sg_bare -> WHNP S_sg_subjrel_bare 1 | WHNP S_objrel_bare 1
-SBAR_pl_bare -> WHNP S_pl_subjrel_bare 1 | WHNP S_objrel_bare 1
+NP_sg_subj -> DT_sg NN_sg^ 0.42 | DT_sg JJ NN_sg^ 0.15 | DT_sg JJ JJ NN_sg^ 0.03
+      | NP_sg_base^ PP_bare 0.2 | NP_sg_base^ SBAR_sg_bare 0.2
+NP_pl_subj -> DT_pl NNS_pl^ 0.32 | DT_pl JJ NNS_pl^ 0.12 | DT_pl JJ JJ NNS_pl^ 0.03 | NNS_pl^ 0.08 | JJ NNS_pl^ 0.03
+      | NP_pl_base^ PP_bare 0.2 | NP_pl_base^ SBAR_pl_bare 0.2
+PP_bare -> IN^ NP_sg_base 1 | IN^ NP_pl_base 1
+SBAR_sg_bare -> WHNP S_sg_subjrel_bare^ 1 | WHNP S_objrel_bare^ 1
+SBAR_pl_bare -> WHNP S_pl_subjrel_bare^ 1 | WHNP S_objrel_bare^ 1
 S_sg_subjrel_bare -> VP_sg_bare
 S_pl_subjrel_bare -> VP_pl_bare
-S_objrel_bare -> NP_sg_base VP_sg_gap 1 | NP_pl_base VP_pl_gap 1
-VP_sg_bare -> VBZ_intr 0.22 | VBZ_intr ADVP 0.08 | VBZ_tr NP_sg_base 0.2 | VBZ_tr NP_pl_base 0.2 | VBZ_cop ADJP 0.15
-VP_pl_bare -> VBP_intr 0.22 | VBP_intr ADVP 0.08 | VBP_tr NP_sg_base 0.2 | VBP_tr NP_pl_base 0.2 | VBP_cop ADJP 0.15
+S_objrel_bare -> NP_sg_base VP_sg_gap^ 1 | NP_pl_base VP_pl_gap^ 1
+VP_sg_bare -> VBZ_intr 0.22 | VBZ_intr^ ADVP 0.08 | VBZ_tr^ NP_sg_base 0.2 | VBZ_tr^ NP_pl_base 0.2 | VBZ_cop ADJP^ 0.15
+VP_pl_bare -> VBP_intr 0.22 | VBP_intr^ ADVP 0.08 | VBP_tr^ NP_sg_base 0.2 | VBP_tr^ NP_pl_base 0.2 | VBP_cop ADJP^ 0.15
 """
 
 

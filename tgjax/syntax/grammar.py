@@ -34,6 +34,10 @@ Text format (`WeightedCFG.from_string`)::
   numbers, `|`, `->` or `ε`. A name cannot be both a terminal and a
   non-terminal. `#` only starts a comment at the beginning of a line, so
   `S -> a S a | #` has the terminal `#`.
+* A head child may be marked with a trailing `^` on a non-terminal
+  (`VP -> VBZ^ NP`); it is kept in `Rule.head` (an index into the rhs) for
+  exact dependency heads (`tgjax.syntax.heads.grammar_head_table`). At most
+  one mark per alternative; sampling and probabilities ignore it.
 * The start symbol is the left-hand side of the first rule unless given.
 * Errors (`GrammarError`) name the source and line.
 
@@ -87,11 +91,15 @@ class SamplingError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """`lhs -> rhs` with a non-negative weight; `rhs == ()` is an ε-rule."""
+    """`lhs -> rhs` with a non-negative weight; `rhs == ()` is an ε-rule.
+
+    `head`: index into `rhs` of the head child, or None (unmarked).
+    """
 
     lhs: str
     rhs: tuple[str, ...]
     weight: float = 1.0
+    head: int | None = None
 
 
 # ----------------------------------------------------------------------------
@@ -278,9 +286,11 @@ class WeightedCFG:
         for r in rules:
             if not isinstance(r, Rule):
                 r = Rule(r[0], tuple(r[1]), float(r[2]) if len(r) > 2 else 1.0)
-            r = Rule(str(r.lhs), tuple(str(s) for s in r.rhs), float(r.weight))
+            r = Rule(str(r.lhs), tuple(str(s) for s in r.rhs), float(r.weight), r.head)
             if not math.isfinite(r.weight) or r.weight < 0:
                 raise GrammarError(f"rule {_rule_text(r)}: weight must be finite and >= 0, got {r.weight}")
+            if r.head is not None and not 0 <= r.head < len(r.rhs):
+                raise GrammarError(f"rule {_rule_text(r)}: head {r.head} is not an index into its right-hand side")
             rule_list.append(r)
         if not rule_list:
             raise GrammarError("a grammar needs at least one rule")
@@ -422,7 +432,12 @@ class WeightedCFG:
         for lhs, alt, weight, lineno in raw:
             where = f"{source}:{lineno}"
             rhs: list[str] = []
+            head: int | None = None
             for sym, quoted in alt:
+                if not quoted and sym.endswith("^") and sym[:-1] in nonterminals:
+                    if head is not None:
+                        raise GrammarError(f"{where}: more than one head marked ('^') in one alternative")
+                    head, sym = len(rhs), sym[:-1]
                 if quoted:
                     if sym in nonterminals:
                         raise GrammarError(
@@ -441,7 +456,7 @@ class WeightedCFG:
                     f"{where}: duplicate rule {_rule_text(Rule(lhs, tuple(rhs)))} (first on line {first_line[key]})"
                 )
             first_line[key] = lineno
-            rules.append(Rule(lhs, tuple(rhs), weight))
+            rules.append(Rule(lhs, tuple(rhs), weight, head))
         totals: dict[str, float] = {}
         for r in rules:
             totals[r.lhs] = totals.get(r.lhs, 0.0) + r.weight
@@ -463,7 +478,9 @@ class WeightedCFG:
         lines = []
         for i in order:
             r = self._rules[i]
-            rhs = " ".join(_quote(s) if s in self._terminal_index else s for s in r.rhs) or "ε"
+            rhs = " ".join(
+                _quote(s) if s in self._terminal_index else s + "^" * (k == r.head) for k, s in enumerate(r.rhs)
+            ) or "ε"
             lines.append(f"{r.lhs} -> {rhs} {r.weight!r}")
         return "\n".join(lines) + "\n"
 
