@@ -1,0 +1,35 @@
+"""Ordered Memory on ListOps, the release's recipe (released-code.md §3.3; thesis §3.6).
+
+    tgjax train --config configs/om_listops.py --workdir runs/om_listops
+    tgjax train --config configs/om_listops.py:cpu --workdir runs/om_listops_cpu   # the README's CPU scale
+
+Model: Embedding(20, 128) -> Dropout(0.1) -> OM(128, 128, 21 slots) ->
+Dropout(0.2) -> Linear(128 -> 10); dropoutm 0.3, dropout 0.1. Adam (lr 1e-3,
+betas (0, 0.999), eps 1e-9, weight decay 1.2e-6), clip 1.0, batch 128,
+ReduceLROnPlateau(max, 0.5, patience 2) on validation accuracy, 50 epochs of
+90k generated trees of <= 50 tokens (90,000 / 128 = 704 steps an epoch).
+The release selects on the test set; here a generated validation set of
+2,000 disjoint trees does, and the shipped test set is scored at the end
+(`tgjax.train.tasks.classification`). Arguments: "cpu" = the small run of
+the README (D = 48, 12 slots in training and 21 at test, 20k trees).
+"""
+
+from tgjax.train.tasks.classification import default_config
+
+
+def get_config(arg: str | None = None):
+    config = default_config()
+    config.dataset = "listops"
+    if arg == "cpu":
+        config.data.train_size = 20_000
+        config.data.valid_size = 1_000
+        config.model.embedding_size = config.model.slot_size = 48
+        config.model.n_slots, config.model.test_n_slots = 12, 21
+        config.training.batch_size = 64
+        config.training.num_steps = 2_000
+        config.evaluation.interval_steps = config.checkpointing.interval_steps = 250
+        config.evaluation.batch_size = 256
+        config.logging.interval_steps = 25
+    elif arg:
+        raise ValueError(f"configs/om_listops.py takes no argument or 'cpu', got {arg!r}")
+    return config

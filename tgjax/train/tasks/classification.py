@@ -1,0 +1,694 @@
+"""Sequence and sentence-pair classification with Ordered Memory: ListOps and logical inference (`trainer="classification"`).
+
+    tgjax train --config configs/om_listops.py --workdir runs/om_listops
+    tgjax train --config configs/om_logic.py --workdir runs/om_logic            # length split: test 7..12 ops
+    tgjax train --config configs/om_logic.py --config.data.split=B --workdir runs/om_logic_b   # systematicity B
+
+What it hands the trainer (`tgjax.train.task`):
+
+* data (`dataset`): "listops": training and validation sets from the
+  release's generator (`tgjax.data.listops.generate`, <= 50 tokens, disjoint
+  and seeded), the shipped 10,000-line test set (`data.test_path`) read at
+  the end; "logic": the original files (`data.logic_dir`), train0..6 with
+  every 10th pair held out for validation (the release's protocol), tested
+  per operator count 7..12 (`data.split="length"`) or on the unseen pairs of
+  a systematicity split A / B / C (`data.split`), per count and overall.
+  Deviation from the ListOps release, which has no validation split and
+  selects on the test set: here a generated validation set selects, and the
+  test set is read once, at the end.
+* batches: smart batching as the release (shuffle, sort by length inside
+  windows of 10 batches, shuffle the batches), each batch padded to a
+  multiple of `data.length_bucket` (few shapes, few compilations); an
+  epoch's order is a function of (seed, epoch), so the iterator's position
+  {"epoch", "step"} is all a checkpoint needs. The last, partial batch of an
+  epoch is filled with empty rows of weight 0 (nothing is dropped).
+* the step: mean cross-entropy over the batch's real rows, Adam with the
+  release's L2 weight decay (PyTorch's `weight_decay`: added to the gradient
+  before the moments) after clipping, the learning rate passed in from the
+  host so that the plateau schedule can change it.
+* selection: validation accuracy, higher is better; the schedule is the
+  release's ReduceLROnPlateau (factor 0.5, PyTorch patience 2 = 3 validations
+  without improvement here) or a constant rate (`training.schedule`).
+* the end (`summary`): the best validation parameters (kept on the host when
+  validation improves; read from the best checkpoint after a resume) scored
+  on every test split; ListOps also reports the parse F1 of the trees read
+  off the pointers against the file's bracketing, as corpus-level unlabelled
+  span F1 over spans of >= 2 tokens, the root included (what EVALB computes
+  with LABELED 0 on these one-label trees; both trees are binary over the
+  same tokens, so precision = recall = F1). Written to WORKDIR/test_results.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from tgjax.data import listops, logic
+from tgjax.models.ordered_memory import OMClassifierConfig, OrderedMemoryClassifier, pointer_trees, tree_spans
+from tgjax.train import sharding as shd
+from tgjax.train.config import ConfigError, DEFAULT_LOGICAL_AXIS_RULES, to_json_dict
+from tgjax.train.metrics import format_duration
+from tgjax.train.schedules import Plateau, StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection
+
+DATASETS = ("listops", "logic")
+SPLITS = ("length", "A", "B", "C")
+_SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ordered_memory"
+DEFAULT_LISTOPS_TEST = str(_SHARED / "listops" / "test_d20s.tsv")
+DEFAULT_LOGIC_DIR = str(_SHARED / "propositionallogic")
+SMART_BATCH_WINDOW = 10  # batches per sorted window (the release's 10 shards)
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key this task and the trainer read, at the ListOps release's values (configs/om_*.py set theirs)."""
+    return ml_collections.ConfigDict(dict(
+        trainer="classification",
+        dataset="listops",
+        data=dict(
+            seed=0,  # the generator's seed (ListOps) and the training subset's
+            train_size=90_000,  # ListOps: generated training trees (<= max_train_tokens each)
+            valid_size=2_000,  # ListOps: generated validation trees, disjoint from training
+            max_train_tokens=listops.MAX_TRAIN_TOKENS,
+            test_path=DEFAULT_LISTOPS_TEST,  # ListOps test file; "" = no test
+            test_max_tokens=0,  # ListOps: 0 = every test example; n = only those <= n tokens (others counted)
+            logic_dir=DEFAULT_LOGIC_DIR,
+            split="length",  # logic: "length" (test 7..12) or "A" / "B" / "C"
+            max_train_examples=0,  # 0 = all; n = a seeded subset of n training examples
+            max_valid_examples=0,  # 0 = all; n = the first n of the validation split
+            length_bucket=8,  # training batches padded to a multiple of this
+        ),
+        model=dict(
+            embedding_size=128, slot_size=128, n_slots=21, test_n_slots=0,  # 0: n_slots
+            mlp_hidden_size=0,  # the pair head's hidden size (logic: 200)
+            embedding_dropout=0.1, output_dropout=0.2, attention_dropout=0.3, cell_dropout=0.1,
+            release_switches=False,  # the release's q/k LayerNorms, mask floor and zero padding
+            embedding_init_range=0.0,  # 0: N(0, 1) (PyTorch's default); r: U(-r, r)
+        ),
+        training=dict(
+            num_steps=35_000, batch_size=128, seed=1111,
+            learning_rate=1e-3, b1=0.0, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip_grad_norm=1.0,
+            schedule="plateau",  # "plateau" (ReduceLROnPlateau on validation accuracy) or "constant"
+            lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000,
+        ),
+        evaluation=dict(interval_steps=700, batch_size=128),
+        checkpointing=dict(interval_steps=700, max_to_keep=3, keep_best=1, async_save=True, checksums=True,
+                           save_memory=False),
+        logging=dict(interval_steps=50, tensorboard=False),
+        mesh=dict(data=-1, model=1, logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))
+
+
+def check_config(config) -> None:
+    """Every key this task reads, checked before anything starts; `ConfigError` names the key."""
+    def need(path: str):
+        node = config
+        for key in path.split("."):
+            if not hasattr(node, "keys") or key not in node:
+                raise ConfigError(f"config key {path!r} is missing (see tgjax.train.tasks.classification."
+                                  f"default_config for every key)")
+            node = node[key]
+        return node
+
+    def positive_int(path: str, minimum: int = 1):
+        value = need(path)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"config key {path!r} must be an integer >= {minimum}, got {value!r}")
+
+    if need("dataset") not in DATASETS:
+        raise ConfigError(f"config key 'dataset': expected one of {', '.join(DATASETS)}, got {config.dataset!r}")
+    if need("data.split") not in SPLITS:
+        raise ConfigError(f"config key 'data.split': expected one of {', '.join(SPLITS)}, got {config.data.split!r}")
+    for path in ("data.train_size", "data.valid_size", "data.max_train_tokens", "data.length_bucket",
+                 "model.embedding_size", "model.slot_size", "model.n_slots", "training.num_steps",
+                 "training.batch_size", "evaluation.interval_steps", "evaluation.batch_size",
+                 "checkpointing.interval_steps", "logging.interval_steps"):
+        positive_int(path)
+    for path in ("data.seed", "data.test_max_tokens", "data.max_train_examples", "data.max_valid_examples",
+                 "model.test_n_slots", "model.mlp_hidden_size", "training.seed", "training.lr_patience",
+                 "training.early_stopping_patience"):
+        positive_int(path, 0)
+    for path in ("training.learning_rate", "training.eps"):
+        if not need(path) > 0:
+            raise ConfigError(f"config key {path!r} must be > 0, got {need(path)!r}")
+    for path in ("training.b1", "training.b2"):
+        if not 0 <= need(path) < 1:
+            raise ConfigError(f"config key {path!r} must be in [0, 1), got {need(path)!r}")
+    if not 0 < need("training.lr_decay") <= 1:
+        raise ConfigError(f"config key 'training.lr_decay' must be in (0, 1], got {config.training.lr_decay!r}")
+    if need("training.schedule") not in ("plateau", "constant"):
+        raise ConfigError(f"config key 'training.schedule': expected 'plateau' or 'constant', "
+                          f"got {config.training.schedule!r}")
+    need("training.weight_decay"), need("training.clip_grad_norm"), need("data.test_path"), need("data.logic_dir")
+    for section in ("mesh", "checkpointing", "distributed"):
+        need(section)
+    try:
+        model_config(config)
+    except ValueError as e:
+        raise ConfigError(f"model settings: {e}") from e
+
+
+def model_config(config) -> OMClassifierConfig:
+    """The classifier's config from the `model` section and the dataset's vocabulary."""
+    m = config.model
+    if config.dataset == "listops":
+        kind, vocab, classes, pad = "sequence", len(listops.TOKENS), listops.NUM_CLASSES, listops.PAD_ID
+    else:
+        kind, vocab, classes, pad = "pair", len(logic.TOKENS) + 1, len(logic.RELATIONS), logic.PAD_ID
+    return OMClassifierConfig(
+        kind=kind, vocab_size=vocab, num_classes=classes, pad_id=pad, embedding_size=m.embedding_size,
+        slot_size=m.slot_size, n_slots=m.n_slots, test_n_slots=m.test_n_slots or None,
+        mlp_hidden_size=m.mlp_hidden_size, embedding_dropout=m.embedding_dropout, output_dropout=m.output_dropout,
+        attention_dropout=m.attention_dropout, cell_dropout=m.cell_dropout, release_switches=m.release_switches,
+        embedding_init_range=m.embedding_init_range or None)
+
+
+# -----------------------------------------------------------------------------
+# Data: examples -> padded batches.
+
+
+@dataclasses.dataclass
+class Split:
+    """Examples of one split with their token lengths (the longer side of a pair)."""
+
+    examples: list
+    lengths: np.ndarray  # [n] int
+
+
+def _length(dataset: str, example) -> int:
+    if dataset == "listops":
+        return listops.num_tokens(example.expression)
+    return max(len(logic.tokens_of(example.left)), len(logic.tokens_of(example.right)))
+
+
+def make_split(dataset: str, examples) -> Split:
+    return Split(list(examples), np.array([_length(dataset, e) for e in examples], dtype=np.int64))
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def encode_batch(dataset: str, examples, rows: int, width: int) -> dict[str, np.ndarray]:
+    """`rows` rows of width `width`: the examples, then empty rows of weight 0.
+
+    listops: inputs [rows, T] (left-padded, the release's side), valid [rows, T];
+    logic: left, right [rows, T] (right-padded), left_valid, right_valid;
+    both: labels [rows] int32, weights [rows] float32 (1 real, 0 filler).
+    """
+    n = len(examples)
+    if n > rows:
+        raise ValueError(f"{n} examples do not fit in a batch of {rows} rows")
+    weights = np.zeros(rows, np.float32)
+    weights[:n] = 1.0
+    labels = np.zeros(rows, np.int32)
+    if dataset == "listops":
+        inputs = np.full((rows, width), listops.PAD_ID, np.int32)
+        if n:
+            encoded = listops.encode(examples, pad_to=width, pad_side="left")
+            inputs[:n], labels[:n] = encoded["inputs"], encoded["labels"]
+        return {"inputs": inputs, "valid": inputs != listops.PAD_ID, "labels": labels, "weights": weights}
+    left = np.full((rows, width), logic.PAD_ID, np.int32)
+    right = np.full((rows, width), logic.PAD_ID, np.int32)
+    if n:
+        encoded = logic.encode(examples, pad_to=width)
+        left[:n], right[:n], labels[:n] = encoded["left"], encoded["right"], encoded["labels"]
+    return {"left": left, "right": right, "left_valid": left != logic.PAD_ID, "right_valid": right != logic.PAD_ID,
+            "labels": labels, "weights": weights}
+
+
+def _local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int) -> dict[str, np.ndarray]:
+    """This process's contiguous share of a global batch's rows."""
+    if process_count == 1:
+        return batch
+    rows = len(batch["labels"]) // process_count
+    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
+
+
+def epoch_batches(split: Split, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Epoch `epoch`'s batches as index arrays: shuffle, sort windows of 10 batches by length, shuffle batches.
+
+    A function of (seed, epoch) only, so a resumed run rebuilds the same epoch.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch,)))
+    order = rng.permutation(len(split.examples))
+    window = batch_size * SMART_BATCH_WINDOW
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = order[start:start + window]
+        chunk = chunk[np.argsort(split.lengths[chunk], kind="stable")]
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class TrainBatches:
+    """The training iterator: position {"epoch", "step"} (batches of that epoch already given)."""
+
+    def __init__(self, dataset: str, split: Split, batch_size: int, seed: int, length_bucket: int,
+                 position: dict | None = None, process_index: int = 0, process_count: int = 1):
+        self.dataset, self.split, self.batch_size, self.seed = dataset, split, batch_size, seed
+        self.length_bucket = length_bucket
+        self.process_index, self.process_count = process_index, process_count
+        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
+        self._order = epoch_batches(split, batch_size, seed, self.epoch)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.step >= len(self._order):
+            self.epoch, self.step = self.epoch + 1, 0
+            self._order = epoch_batches(self.split, self.batch_size, self.seed, self.epoch)
+        indices = self._order[self.step]
+        self.step += 1
+        width = _round_up(int(self.split.lengths[indices].max()), self.length_bucket)
+        batch = encode_batch(self.dataset, [self.split.examples[i] for i in indices], self.batch_size, width)
+        return _local_rows(batch, self.process_index, self.process_count)
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+
+def eval_batches(dataset: str, split: Split, batch_size: int) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """(example indices, batch) over a whole split, sorted by length, widths rounded up to a power of two >= 8."""
+    order = np.argsort(split.lengths, kind="stable")
+    out = []
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        width = max(8, 1 << int(math.ceil(math.log2(max(int(split.lengths[indices].max()), 1)))))
+        out.append((indices, encode_batch(dataset, [split.examples[i] for i in indices], batch_size, width)))
+    return out
+
+
+def span_f1(gold: list[set], predicted: list[set]) -> tuple[float, int]:
+    """Corpus unlabelled span F1 (%) and the number of gold spans (sets of [start, end) spans per example)."""
+    matched = sum(len(g & p) for g, p in zip(gold, predicted))
+    num_gold, num_pred = sum(len(g) for g in gold), sum(len(p) for p in predicted)
+    if num_gold + num_pred == 0:
+        return float("nan"), 0
+    return 100.0 * 2 * matched / (num_gold + num_pred), num_gold
+
+
+# -----------------------------------------------------------------------------
+# State and steps.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class ClassifierState:
+    """params (pure dict), Adam state, step (int32), rng (uint32 [2], the base key of dropout)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+
+
+def make_optimizer(training) -> optax.GradientTransformation:
+    """Clip, L2 weight decay into the gradient (PyTorch Adam's `weight_decay`), Adam's direction.
+
+    The learning rate is applied in the step (it comes from the host schedule).
+    """
+    parts = []
+    if training.clip_grad_norm and training.clip_grad_norm > 0:
+        parts.append(optax.clip_by_global_norm(training.clip_grad_norm))
+    if training.weight_decay:
+        parts.append(optax.add_decayed_weights(training.weight_decay))
+    parts.append(optax.scale_by_adam(b1=training.b1, b2=training.b2, eps=training.eps))
+    return optax.chain(*parts)
+
+
+def _model_inputs(kind: str, batch):
+    if kind == "sequence":
+        return batch["inputs"], batch["valid"]
+    return (batch["left"], batch["right"]), (batch["left_valid"], batch["right_valid"])
+
+
+def _num_tokens(kind: str, batch):
+    if kind == "sequence":
+        return jnp.sum(batch["valid"])
+    return jnp.sum(batch["left_valid"]) + jnp.sum(batch["right_valid"])
+
+
+def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransformation):
+    """(train_step(state, batch, lr) -> (state, metrics), eval_step(params, batch) -> (predictions, pointers))."""
+    kind = model_cfg.kind
+
+    def train_step(state: ClassifierState, batch, learning_rate):
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params)
+            logits, _ = model(*_model_inputs(kind, batch), dropout_key=key)
+            nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+            weights = batch["weights"]
+            count = jnp.maximum(jnp.sum(weights), 1.0)
+            correct = jnp.sum(weights * (jnp.argmax(logits, -1) == batch["labels"]))
+            return jnp.sum(weights * nll) / count, (jnp.sum(weights * nll), correct, jnp.sum(weights))
+
+        (loss, (total, correct, count)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = jax.tree.map(lambda p, u: p - learning_rate * u, state.params, updates)
+        metrics = {"loss": loss, "sum_nll": total, "num_correct": correct, "num_examples": count,
+                   "num_tokens": _num_tokens(kind, batch), "grad_norm": optax.tree.norm(grads),
+                   "learning_rate": learning_rate}
+        return ClassifierState(params, opt_state, state.step + 1, state.rng), metrics
+
+    def eval_step(params, batch):
+        model = nnx.merge(graphdef, params)
+        logits, pointer = model(*_model_inputs(kind, batch))
+        return jnp.argmax(logits, -1), pointer
+
+    return train_step, eval_step
+
+
+class ClassifierWindow:
+    """Sums over a logging interval: loss per example, accuracy, tokens, time."""
+
+    def __init__(self):
+        self.steps, self.nll, self.correct, self.examples, self.tokens = 0, 0.0, 0.0, 0.0, 0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        self.nll += float(metrics["sum_nll"])
+        self.correct += float(metrics["num_correct"])
+        self.examples += float(metrics["num_examples"])
+        self.tokens += int(metrics["num_tokens"])
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return {"split": "train", "step": step, "loss": self.nll / max(self.examples, 1.0),
+                "accuracy": self.correct / max(self.examples, 1.0),
+                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
+                "steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed}
+
+
+# -----------------------------------------------------------------------------
+# The task.
+
+
+class ClassificationTask:
+    """Ordered Memory on ListOps or logical inference; see the module docstring."""
+
+    name = "classification"
+    selection = Selection("valid_accuracy", "max")
+
+    def __init__(self, config):
+        self.config = config
+        self.num_steps = config.training.num_steps
+        self.validation_interval = config.evaluation.interval_steps
+        self.checkpoint_interval = config.checkpointing.interval_steps
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+        self.batch_size = config.training.batch_size
+        self.eval_batch_size = config.evaluation.batch_size
+        self.dataset = config.dataset
+        t = config.training
+        self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="max") if t.schedule == "plateau"
+                         else StepSchedule())
+        self.learning_rate = float(t.learning_rate)
+        self.best: dict[str, Any] = {"value": None, "step": None, "params": None}
+        self.last_evaluated: tuple[int, Any] | None = None
+
+    # -- before anything runs ----------------------------------------------------------------
+
+    def validate_config(self, config) -> None:
+        check_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        shd.check_batch_divides(self.batch_size, mesh, "training.batch_size")
+        shd.check_batch_divides(self.eval_batch_size, mesh, "evaluation.batch_size")
+
+    def setup(self, run: RunContext) -> None:
+        self.run = run
+        self.model_config = model_config(self.config)
+        self._load_data()
+        abstract = nnx.eval_shape(lambda: OrderedMemoryClassifier(self.model_config, rngs=nnx.Rngs(0)))
+        self.graphdef, abstract_params = nnx.split(abstract, nnx.Param)
+        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            nnx.to_pure_dict(abstract_params))
+        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.tx = make_optimizer(self.config.training)
+        self.replicated = shd.replicated(run.mesh)
+        train_step, eval_step = make_steps(self.model_config, self.graphdef, self.tx)
+        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._eval_step = jax.jit(eval_step)
+
+    def _load_data(self) -> None:
+        d = self.config.data
+        self.skipped: dict[str, int] = {}
+        if self.dataset == "listops":
+            train = listops.generate(d.train_size, seed=d.seed, max_tokens=d.max_train_tokens)
+            valid = listops.generate(d.valid_size, seed=d.seed + 1, max_tokens=d.max_train_tokens,
+                                     exclude=[e.expression for e in train])
+            self.tests: dict[str, list] = {}
+            self.test_note = None
+            if d.test_path:
+                if Path(d.test_path).is_file():
+                    examples = listops.read_listops(d.test_path).examples
+                    if d.test_max_tokens:
+                        kept = [e for e in examples if listops.num_tokens(e.expression) <= d.test_max_tokens]
+                        self.skipped["test"] = len(examples) - len(kept)
+                        examples = kept
+                    self.tests["test"] = examples
+                else:
+                    self.test_note = f"no ListOps test file at {d.test_path}: no test accuracy at the end"
+        else:
+            files = logic.LogicFiles.read(d.logic_dir)
+            splits = (logic.length_split(files) if d.split == "length"
+                      else logic.systematicity_split(files, d.split))
+            train, valid = splits.train, splits.valid
+            self.tests = {f"{d.split}/{n}" if d.split != "length" else f"ops{n}": examples
+                          for n, examples in splits.test.items() if examples}
+            self.test_note = None
+        if d.max_train_examples and d.max_train_examples < len(train):
+            rng = np.random.default_rng(np.random.SeedSequence(d.seed, spawn_key=(1_000_003,)))
+            keep = np.sort(rng.choice(len(train), d.max_train_examples, replace=False))
+            train = [train[i] for i in keep]
+        if d.max_valid_examples:
+            valid = valid[:d.max_valid_examples]
+        self.train_split = make_split(self.dataset, train)
+        self.valid_split = make_split(self.dataset, valid)
+        self.test_splits = {name: make_split(self.dataset, examples) for name, examples in self.tests.items()}
+        text = "\n".join(self._example_text(e) for e in train)
+        self.data_fingerprint = hashlib.sha256(text.encode()).hexdigest()
+
+    def _example_text(self, example) -> str:
+        if self.dataset == "listops":
+            return f"{example.label}\t{listops.to_bracketed(example.expression)}"
+        return f"{example.relation}\t{example.text}"
+
+    def describe_run(self) -> list[str]:
+        mesh = self.run.mesh
+        c = self.model_config
+        lines = [f"Ordered Memory on {self.dataset}: {self.num_parameters:,} parameters (D={c.slot_size}, "
+                 f"{c.n_slots} slots, {c.test_n_slots or c.n_slots} at test), mesh data={mesh.shape['data']} over "
+                 f"{mesh.devices.size} {mesh.devices.flat[0].platform} device(s)",
+                 f"data: {len(self.train_split.examples):,} training, {len(self.valid_split.examples):,} validation, "
+                 + ", ".join(f"{name} {len(s.examples):,}" for name, s in self.test_splits.items())]
+        if self.skipped.get("test"):
+            lines.append(f"note: {self.skipped['test']} test examples longer than "
+                         f"data.test_max_tokens={self.config.data.test_max_tokens} are skipped")
+        if self.test_note:
+            lines.append(f"note: {self.test_note}")
+        return lines
+
+    # -- state and checkpoints ---------------------------------------------------------------
+
+    def init_state(self):
+        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
+
+        def init():
+            model = OrderedMemoryClassifier(self.model_config, rngs=nnx.Rngs(params=param_key))
+            return nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
+
+        params = jax.jit(init, out_shardings=self.replicated)()
+        opt_state = jax.jit(self.tx.init, out_shardings=self.replicated)(params)
+        state = ClassifierState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), self.replicated),
+                                jax.device_put(jax.random.key_data(step_key), self.replicated))
+        return state, None
+
+    def abstract_state(self):
+        shapes = ClassifierState(self.abstract_params, jax.eval_shape(self.tx.init, self.abstract_params),
+                                 jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((2,), jnp.uint32))
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+
+    def restored_rest(self):
+        return None
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        meta = {"dataset": self.dataset, "model": dataclasses.asdict(self.model_config),
+                "batch_size": self.batch_size, "data_sha256": self.data_fingerprint,
+                "learning_rate": self.learning_rate, "config": to_json_dict(self.config)}
+        if isinstance(self.schedule, Plateau):
+            meta["plateau"] = self.schedule.state_dict()
+        return meta
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        changed = []
+        saved_model = meta.get("model", {})
+        for key, value in dataclasses.asdict(self.model_config).items():
+            if key.endswith("dropout") or key == "test_n_slots":
+                continue  # may change between runs: no array depends on them
+            if saved_model.get(key) != value:
+                changed.append(f"model.{key}: {saved_model.get(key)!r} in the checkpoint, {value!r} now")
+        if meta.get("dataset") != self.dataset:
+            changed.append(f"dataset: {meta.get('dataset')!r} in the checkpoint, {self.dataset!r} now")
+        if meta.get("batch_size") != self.batch_size:
+            changed.append(f"training.batch_size: {meta.get('batch_size')} in the checkpoint, {self.batch_size} now")
+        if meta.get("data_sha256") != self.data_fingerprint:
+            changed.append("the training examples differ (data.seed, data.train_size, data.split, "
+                           "data.max_train_examples or the files changed)")
+        if changed:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another run: " + "; ".join(changed)
+                              + ". Use the original config or a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        """The host-side schedule: the learning rate and the plateau's counters, and the best so far."""
+        self.learning_rate = float(meta["learning_rate"])
+        if isinstance(self.schedule, Plateau) and "plateau" in meta:
+            self.schedule.load_state_dict(meta["plateau"])
+        self.best = {"value": meta.get("best_valid_loss"), "step": meta.get("best_step"), "params": None}
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def batches(self, position: dict | None) -> TrainBatches:
+        d = self.config.data
+        return TrainBatches(self.dataset, self.train_split, self.batch_size, self.config.training.seed,
+                            d.length_bucket, position, self.run.process_index, self.run.process_count)
+
+    def make_train_step(self):
+        step = self._train_step
+
+        def train_step(state, rest, batch):
+            # The plateau schedule changes the rate between steps: it comes in as an argument, not a constant.
+            return step(state, batch, jnp.float32(self.learning_rate))
+
+        return train_step
+
+    def new_window(self) -> ClassifierWindow:
+        return ClassifierWindow()
+
+    def decay_learning_rate(self) -> float:
+        self.learning_rate *= float(self.config.training.lr_decay)
+        return self.learning_rate
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def has_validation(self) -> bool:
+        return len(self.valid_split.examples) > 0
+
+    def predict(self, params, split: Split, *, want_pointers: bool = False):
+        """Predicted classes [n] (and each example's pointer tree when `want_pointers`)."""
+        predictions = np.zeros(len(split.examples), np.int64)
+        trees: list = [None] * len(split.examples)
+        for indices, batch in eval_batches(self.dataset, split, self.eval_batch_size):
+            local = _local_rows(batch, self.run.process_index, self.run.process_count)
+            predicted, pointer = self._eval_step(params, shd.global_batch(local, self.run.mesh))
+            predicted = np.asarray(jax.device_get(predicted))
+            predictions[indices] = predicted[:len(indices)]
+            if want_pointers:
+                if self.dataset == "listops":
+                    found = pointer_trees(jax.device_get(pointer)[:len(indices)], batch["valid"][:len(indices)])
+                else:  # the premise's tree (the hypothesis' is pointer[1])
+                    found = pointer_trees(jax.device_get(pointer[0])[:len(indices)],
+                                          batch["left_valid"][:len(indices)])
+                for i, tree in zip(indices, found):
+                    trees[i] = tree
+        return predictions, trees
+
+    def accuracy(self, params, split: Split, *, parse: bool = False) -> dict[str, float]:
+        """{"accuracy", "count"} (and for ListOps with `parse`, "parse_f1" against the gold bracketing)."""
+        predictions, trees = self.predict(params, split, want_pointers=parse)
+        labels = np.array([e.label for e in split.examples])
+        result = {"accuracy": float(np.mean(predictions == labels)) if len(labels) else float("nan"),
+                  "count": len(labels)}
+        if parse and self.dataset == "listops":
+            gold = [set(listops.gold_spans(e.expression)) for e in split.examples]
+            result["parse_f1"], result["gold_spans"] = span_f1(gold, [tree_spans(t) for t in trees])
+        return result
+
+    def evaluate(self, state, rest) -> Evaluation:
+        """Accuracy on the validation split; the best parameters so far are kept on the host for the test."""
+        result = self.accuracy(state.params, self.valid_split, parse=self.dataset == "listops")
+        value = result["accuracy"]
+        step = int(jax.device_get(state.step))
+        if self.selection.improves(value, self.best["value"]):
+            self.best = {"value": value, "step": step, "params": jax.device_get(state.params)}
+        message = f"accuracy {100 * value:.2f}%"
+        if "parse_f1" in result:
+            message += f", parse F1 {result['parse_f1']:.1f}"
+        return Evaluation(values={"valid_accuracy": value},
+                          record={**result, "learning_rate": self.learning_rate}, message=message)
+
+    def best_params(self):
+        """The best validation parameters: kept on the host, or read from the best checkpoint after a resume."""
+        if self.best["params"] is not None:
+            return self.best["params"]
+        if self.best["step"] is None:
+            return None
+        import orbax.checkpoint as ocp
+
+        target = self.abstract_state()
+        path = self.run.workdir / "checkpoints" / str(self.best["step"]) / "state"
+        tree = ocp.StandardCheckpointer().restore(path.resolve(), {f.name: getattr(target, f.name)
+                                                                   for f in dataclasses.fields(target)})
+        return tree["params"]
+
+    def test(self, params) -> dict[str, dict[str, float]]:
+        """Every test split's accuracy (ListOps: also parse F1, and accuracy by length <= / > 50 tokens)."""
+        results = {}
+        for name, split in self.test_splits.items():
+            results[name] = self.accuracy(params, split, parse=self.dataset == "listops")
+        if self.dataset == "listops" and "test" in self.test_splits:
+            split = self.test_splits["test"]
+            short = split.lengths <= self.config.data.max_train_tokens
+            for label, mask in (("test_le50", short), ("test_gt50", ~short)):
+                subset = Split([e for e, m in zip(split.examples, mask) if m], split.lengths[mask])
+                if len(subset.examples):
+                    results[label] = self.accuracy(params, subset)
+        if self.dataset == "logic" and len(self.test_splits) > 1:
+            counts = [r["count"] for r in results.values()]
+            results["all"] = {"accuracy": float(np.average([r["accuracy"] for r in results.values()],
+                                                           weights=counts)), "count": int(sum(counts))}
+        return results
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"num_parameters": self.num_parameters, "vocab_size": self.model_config.vocab_size}
+
+    def summary(self, result) -> str | None:
+        """Test accuracy per split with the best validation parameters, when the run ended (not a pause)."""
+        plateau_stop = (isinstance(self.schedule, Plateau)
+                        and self.schedule.since_best >= self.schedule.early_stopping_patience)
+        if result.final_step != self.num_steps and not plateau_stop:
+            return None
+        params = self.best_params()
+        if params is None or not self.test_splits:
+            return None
+        results = self.test(params)
+        report = {"dataset": self.dataset, "split": self.config.data.split if self.dataset == "logic" else None,
+                  "best_step": self.best["step"], "valid_accuracy": self.best["value"],
+                  "final_step": result.final_step, "skipped": self.skipped, "test": results,
+                  "num_parameters": self.num_parameters, "seconds": result.seconds}
+        if self.run.process_index == 0:
+            (self.run.workdir / "test_results.json").write_text(json.dumps(report, indent=2) + "\n")
+        lines = [f"done: step {result.final_step} in {format_duration(result.seconds)}; best validation accuracy "
+                 f"{100 * self.best['value']:.2f}% at step {self.best['step']}; test with those parameters:"]
+        for name, r in results.items():
+            extra = f", parse F1 {r['parse_f1']:.1f}" if "parse_f1" in r else ""
+            lines.append(f"  {name:>10}: accuracy {100 * r['accuracy']:.2f}% ({r['count']:,} examples){extra}")
+        lines.append(f"  written to {self.run.workdir / 'test_results.json'}")
+        return "\n".join(lines)
