@@ -24,6 +24,29 @@ innermost constituent" and "the next word"; a Pushdown family's would be
 Log-probabilities are the model's own, not renormalised over the allowed
 actions. `score` runs one (batched) model call for all the states given,
 so a search asks once per step for all its sentences.
+
+Sampling (`tgjax.infer.sampling`) walks the same states without knowing the
+words: it needs the model's whole next-token distribution, one model id at a
+time (a word of several pieces is several steps). A family that can be
+sampled adds (`SamplingFamily`; nothing above changes):
+
+    family.vocab_size                            V, the model's ids
+    family.state_after(tokens)                   the state after a prompt (ValueError naming the bad token)
+    family.length(state)                         ids in the state's sequence
+    family.steps_to_finish(state)                the fewest ids that complete it (0: finished)
+    family.allowed_tokens(states, max_length)    [N, V] bool: well-formed next ids, completable within max_length
+    family.next_token_scores(states)             TokenScores: log p of every id as the next one, one model call
+    family.advance_token(state, token, memory)   the successor by one id
+    family.decode(state, since)                  the tokens of the sequence (after the prefix state `since`)
+
+An id is allowed when it keeps the sequence a prefix of a well-formed one
+(within the family's caps) and `length + 1 + steps_to_finish(successor) <=
+max_length`, so a sampler that takes only allowed ids ends every sample
+well-formed within the cap. Finished states allow nothing. For Choe–Charniak
+families closing the root is the last id (`advance` never closes the root:
+a search ends a sentence with `end_log_probs` instead), and the token
+methods run on `allowed`/`advance` for the rest; their `next_token_scores`
+needs scorers over the whole vocabulary (`candidate_ids=None`).
 """
 
 from __future__ import annotations
@@ -89,4 +112,52 @@ class SearchFamily(Protocol[State]):
         ...
 
 
-__all__ = ["ActionScores", "SearchFamily"]
+@dataclasses.dataclass
+class TokenScores:
+    """The model's next-id distribution for N states (natural logs), what sampling draws from.
+
+    Attributes:
+      log_probs: `[N, V]`: log p(id | state's prefix) of every model id, unrestricted.
+      memories: per state, what the model keeps of its prefix, for `advance_token`.
+    """
+
+    log_probs: np.ndarray
+    memories: list
+
+
+@runtime_checkable
+class SamplingFamily(SearchFamily[State], Protocol[State]):
+    """A search family that can also be sampled one model id at a time (see the module docstring)."""
+
+    vocab_size: int  # V
+
+    def state_after(self, tokens: Sequence[str]) -> State:
+        """The state after a prompt's tokens; ValueError naming the first token that is not a well-formed prefix."""
+        ...
+
+    def length(self, state: State) -> int:
+        """How many model ids the state's sequence holds."""
+        ...
+
+    def steps_to_finish(self, state: State) -> int:
+        """The fewest ids that complete the state's sequence; 0 when it is finished."""
+        ...
+
+    def allowed_tokens(self, states: Sequence[State], max_length: int) -> np.ndarray:
+        """`[N, V]` bool: the ids that keep each sequence well-formed and completable within `max_length` ids."""
+        ...
+
+    def next_token_scores(self, states: Sequence[State]) -> TokenScores:
+        """log p of every model id as the next one after each state (one batched model call)."""
+        ...
+
+    def advance_token(self, state: State, token: int, memory) -> State:
+        """The successor of `state` by the id `token` (`memory`: `next_token_scores`'s for `state`)."""
+        ...
+
+    def decode(self, state: State, since: State | None = None) -> list[str]:
+        """The tokens of the state's sequence, words decoded from their ids; only those after `since`'s if given."""
+        ...
+
+
+__all__ = ["ActionScores", "SamplingFamily", "SearchFamily", "TokenScores"]
