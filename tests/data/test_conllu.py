@@ -70,7 +70,7 @@ def _line(i, head):
     "lines, where, message",
     [
         ([_line(1, 2), _line(2, 3), _line(3, 2)], "<string>:2:", "cycle through tokens 2 -> 3 -> 2"),
-        ([_line(1, 0), _line(2, 5)], "<string>:2:", "head 5 out of range 0..2"),
+        ([_line(1, 0), _line(2, 3)], "<string>:2:", "head 3 out of range 0..2"),
         ([_line(1, 0), "2\tw2\t_\t_\tNN\t_\t1\tdep"], "<string>:2:1:", "expected 10 tab-separated fields, found 8"),
         ([_line(1, 0), _line(2, "x")], "<string>:2:", "expected a head"),
         ([_line(1, 0), _line(3, 1)], "<string>:2:1:", "expected token ID 2, found '3'"),
