@@ -1,0 +1,598 @@
+"""The device beam engine: word-synchronous beam search as one compiled loop over fixed-capacity hypothesis arrays.
+
+The search is the host search's (`tgjax.infer.beam`, whose docstring states
+it exactly: word beam k_w, action beam k_a, fast track k_ft, `stop="bound"`
+or `"count"`, the caps, closing everything after the last word), but every
+hypothesis lives on the device in arrays with a leading `[batch, pool]`
+axis pair, and one `lax.while_loop` runs the whole search of a batch of
+sentences: the host sends word ids in and reads trees, log p(x) and
+per-word surprisals out.
+
+The pool of a sentence has `P = k_w + k_a` slots, each EMPTY, FRONTIER (its
+last action chosen, not yet run through the model), WORD (it has generated
+the current word: the next word beam, kept as the best k_w seen so far, in
+slots 0 .. k_w - 1) or COMPLETE (finished: everything closed). One
+iteration, for every sentence at once:
+
+1. one model call on every FRONTIER slot of every sentence: the pending
+   positions of its last action and the current word's pieces, with its
+   cache as memory (`ChoeCharniakDevice.score`); the pending positions'
+   layer inputs are written into the slot's cache at its length;
+2. per sentence, the host search's selection on device: every FRONTIER slot
+   by every allowed action (`allowed`, and the capacity check `fits`), fast
+   track (`lax.top_k` over the word successors), the action beam (top k_a of
+   the rest), the word successors merged into the next word beam (top k_w),
+   the stop rule; when the word is done, the next word beam becomes the
+   frontier (and after the last word, the finishing closes run one per
+   iteration);
+3. the new pool is gathered by parent index (state, cache, the actions
+   taken) and advanced by the chosen actions (`advance`).
+
+Sentences advance independently: a sentence between two words moves on in
+the same iteration, a finished one idles (its rows still run: sentences of
+similar lengths are batched together).
+
+A device family plugs into the engine through a small interface (the
+Pushdown Layers family of issue 13 is meant as the next one):
+
+    family.num_actions, family.word_action    A action codes; the one that generates the next word
+    family.initial_state()                    one hypothesis's state (a pytree), before any action
+    family.init_cache(batch, pool)            the caches, a pytree with a [batch, pool] hypothesis axis pair
+    family.take(cache, src)                   caches gathered by parent `src [batch, pool]`
+    family.score(params, state, cache, word, run)
+        -> log_probs [batch, pool, A], state, cache: one model call for the rows `run`, whose
+           pending positions are then cached (states "committed")
+    family.allowed(state, finishing, word)    [A] bool for one committed hypothesis (finishing: the end)
+    family.fits(state, word)                  [A] bool: the action leaves room in the caches
+    family.advance(state, action, word)       -> (state, record code) for one committed hypothesis
+    family.complete(state)                    bool: nothing is left to close
+    family.tokens(records, words)             the finished action sequence as tokens (host side)
+
+where `word` is a `WordInfo` (the current word's pieces). For TG and TXL
+(CC), and per-action ensembles of them, the family is `ChoeCharniakDevice`:
+the syntax state is `tgjax.infer.device_syntax` (the parse, plus one layout
+per member: TG and TXL (CC) members mix), the cache one `[K, batch, pool,
+capacity, d]` array of layer inputs per member, and an ensemble's
+log-probabilities are mixed per action (and per word piece), as
+`tgjax.infer.ensemble.score_mixed` does, before the beam sees them.
+
+Capacity. A hypothesis may use `capacity` layout positions (BOS, actions,
+TG's doubled closes). By default a batch gets `6 * pieces + 8` rounded up
+to 32 for its longest sentence, at most `max_capacity`: a hypothesis that
+would outgrow it cannot take the action (the search then differs from the
+host's; such pruned successors are counted per sentence in `last_stats`
+and reported with a warning). A sentence that cannot fit at all (its words
+and the root's open and close above `max_capacity`) is an error naming it.
+
+Numerics: float32 scores (the host search sums in float64): log p(x)
+agrees to ~1e-5 on sentences of tens of words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tgjax.data.vocab import Vocabulary
+from tgjax.infer import device_syntax as ds
+from tgjax.infer.beam import BeamConfig, BeamResult, logsumexp
+from tgjax.infer.choe_charniak import ActionSpace
+from tgjax.infer.ensemble import member_list
+from tgjax.infer.incremental import hidden_states, project
+from tgjax.models.transformer_lm import TransformerLM
+from tgjax.syntax import actions as cc
+
+EMPTY, FRONTIER, WORD, COMPLETE = 0, 1, 2, 3
+IN_WORDS, FINISHING, DONE = 0, 1, 2
+KEEP = -1  # "no action": the slot is carried over unchanged
+
+
+class WordInfo(NamedTuple):
+    """The current word of a sentence (or of one hypothesis's sentence).
+
+    ids, types `[..., P]`: its pieces' model ids and token types (padding
+    past `num`); num `[...]`: its pieces (0 when finishing); later `[...]`:
+    pieces of the words after it.
+    """
+
+    ids: jnp.ndarray
+    types: jnp.ndarray
+    num: jnp.ndarray
+    later: jnp.ndarray
+
+
+# -----------------------------------------------------------------------------
+# The Choe–Charniak device family (TG, TXL (CC), ensembles).
+
+
+class CCDeviceState(NamedTuple):
+    tree: ds.TreeState
+    layouts: tuple  # one ds.LayoutState per member
+
+
+class ChoeCharniakDevice:
+    """TG / TXL (CC) models (one, or the per-action mixture of several) as a device family.
+
+    Args:
+      members: (model, rule) pairs, rule "tg" or "txl_cc".
+      space: the vocabulary's actions.
+      bos_id: the id before every sequence.
+      caps: the static sizes (`device_syntax.Caps`).
+    """
+
+    def __init__(self, members: Sequence[tuple[TransformerLM, str]], space: ActionSpace, bos_id: int, caps: ds.Caps):
+        self.space = space
+        self.caps = caps
+        self.bos_id = int(bos_id)
+        self.rules = tuple(rule for _, rule in members)
+        self.tg = tuple(rule == "tg" for rule in self.rules)
+        split = [nnx.split(model) for model, _ in members]
+        self.graphdefs = tuple(g for g, _ in split)
+        self.params = tuple(p for _, p in split)
+        self.configs = tuple(model.config for model, _ in members)
+        self.num_actions = space.num_labels + 2
+        self.word_action = space.num_labels + 1
+        self.open_ids = jnp.asarray(space.open_ids, jnp.int32)
+        self.close_ids = jnp.asarray(space.close_ids, jnp.int32)
+        self.candidates = jnp.asarray(np.concatenate([space.open_ids, space.close_ids]), jnp.int32)
+
+    def with_caps(self, caps: ds.Caps) -> "ChoeCharniakDevice":
+        new = object.__new__(ChoeCharniakDevice)
+        new.__dict__.update(self.__dict__)
+        new.caps = caps
+        return new
+
+    def initial_state(self) -> CCDeviceState:
+        return CCDeviceState(ds.initial_tree(self.caps),
+                             tuple(ds.initial_layout(self.caps, self.bos_id) for _ in self.rules))
+
+    def init_cache(self, batch: int, pool: int) -> tuple:
+        C = self.caps.capacity
+        return tuple(jnp.zeros((c.num_layers, batch, pool, C, c.d_model), jnp.float32) for c in self.configs)
+
+    def take(self, cache: tuple, src: jnp.ndarray) -> tuple:
+        return tuple(jnp.take_along_axis(c, src[None, :, :, None, None], axis=2) for c in cache)
+
+    def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, run: jnp.ndarray):
+        """log p of every action `[B, P, A]` for the rows `run`, the committed states, the written caches."""
+        B, P = run.shape
+        N = B * P
+        flat = lambda x: x.reshape((N,) + x.shape[2:])
+        tree = jax.tree.map(flat, state.tree)
+        w = jax.tree.map(flat, word)
+        run_flat = run.reshape(N)
+        caps = self.caps
+        next_lps, piece_lps, layouts, caches = [], [], [], []
+        for k, (graphdef, tg) in enumerate(zip(self.graphdefs, self.tg)):
+            layout = jax.tree.map(flat, state.layouts[k])
+            fields, reads, targets = jax.vmap(
+                lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num)
+            )(layout, tree, w.ids, w.types, w.num)
+            memory = cache[k].reshape((cache[k].shape[0], N) + cache[k].shape[3:])
+            model = nnx.merge(graphdef, params[k])
+            x, layer_inputs = hidden_states(model, fields, memory, with_layer_inputs=True)
+            read = jnp.take_along_axis(x, reads[..., None], axis=1)  # [N, P_max, d]
+            log_probs = jax.nn.log_softmax(project(model, read).astype(jnp.float32), axis=-1)  # [N, P_max, V]
+            next_lps.append(log_probs[:, 0][:, self.candidates])  # [N, 2L]
+            piece_lps.append(jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0])  # [N, P_max]
+            S = caps.window
+            s = jnp.arange(S)
+            write = (s[None, :] < layout.num_pending[:, None]) & run_flat[:, None]
+            at = jnp.where(write, layout.length[:, None] + s[None, :], caps.capacity)
+            memory = memory.at[:, jnp.arange(N)[:, None], at].set(layer_inputs, mode="drop")
+            caches.append(memory.reshape(cache[k].shape))
+            layouts.append(jax.tree.map(lambda x: x.reshape((B, P) + x.shape[1:]), ds.commit(layout, run_flat)))
+        next_lp = _mix(next_lps)
+        piece_lp = _mix(piece_lps)
+        word_lp = jnp.sum(jnp.where(jnp.arange(caps.max_pieces) < w.num[:, None], piece_lp, 0.0), axis=-1)
+        L = caps.num_labels
+        top = tree.labels[jnp.arange(N), jnp.maximum(tree.depth - 1, 0)]
+        close_lp = jnp.take_along_axis(next_lp[:, L:], top[:, None], axis=1)
+        lp = jnp.concatenate([next_lp[:, :L], close_lp, word_lp[:, None]], axis=1)
+        return lp.reshape(B, P, L + 2), CCDeviceState(state.tree, tuple(layouts)), tuple(caches)
+
+    def allowed(self, state: CCDeviceState, finishing, word: WordInfo) -> jnp.ndarray:
+        return ds.allowed(state.tree, self.caps, finishing)
+
+    def fits(self, state: CCDeviceState, word: WordInfo) -> jnp.ndarray:
+        ok = jnp.ones(self.num_actions, bool)
+        for layout, tg in zip(state.layouts, self.tg):
+            ok &= ds.fits(layout, state.tree, self.caps, tg, word.num, word.later)
+        return ok
+
+    def advance(self, state: CCDeviceState, action, word: WordInfo):
+        layouts = tuple(ds.advance_layout(layout, state.tree, action, self.caps, tg, self.open_ids, self.close_ids,
+                                          word.ids, word.types, word.num)
+                        for layout, tg in zip(state.layouts, self.tg))
+        tree, record = ds.advance_tree(state.tree, action, self.caps)
+        return CCDeviceState(tree, layouts), record
+
+    def complete(self, state: CCDeviceState):
+        return state.tree.depth == 0
+
+    def tokens(self, records: Sequence[int], words: Sequence[str]) -> list[str]:
+        L, labels = self.space.num_labels, self.space.labels
+        out, w = [], 0
+        for a in records:
+            if a < L:
+                out.append(cc.opening(labels[a]))
+            elif a < 2 * L:
+                out.append(cc.closing(labels[a - L]))
+            else:
+                out.append(words[w])
+                w += 1
+        return out
+
+
+def _mix(member_log_probs: list) -> jnp.ndarray:
+    """The uniform mixture per entry, log mean_k exp(x_k) (the member's own for K = 1)."""
+    if len(member_log_probs) == 1:
+        return member_log_probs[0]
+    stacked = jnp.stack(member_log_probs)
+    return jax.nn.logsumexp(stacked, axis=0) - math.log(len(member_log_probs))
+
+
+# -----------------------------------------------------------------------------
+# The engine.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sizes:
+    batch: int
+    pool: int
+    words: int  # N: most words of a sentence in the batch
+    records: int
+    max_iterations: int
+
+
+class _Carry(NamedTuple):
+    state: object
+    cache: object
+    status: jnp.ndarray  # [B, P] int32
+    score: jnp.ndarray  # [B, P] float32: log p(prefix)
+    records: jnp.ndarray  # [B, P, R] int32
+    num_records: jnp.ndarray  # [B, P] int32
+    t: jnp.ndarray  # [B]: the current word
+    phase: jnp.ndarray  # [B]
+    prefix: jnp.ndarray  # [B, N + 1] log p(x_<=t)
+    steps: jnp.ndarray  # [B]: action steps (as the host search counts them)
+    pruned: jnp.ndarray  # [B]: successors refused for capacity
+    iteration: jnp.ndarray
+
+
+def _top_k(values, k):
+    """`lax.top_k` with k clipped to the size (ties: the lower index first, as a stable sort)."""
+    k = min(k, values.shape[-1])
+    return jax.lax.top_k(values, k)
+
+
+def _select_in_words(config: BeamConfig, status, score, lp, allowed, word_action):
+    """One sentence's action step (the host's `_word_step`): the new pool as (src, action, value, status), and done.
+
+    status, score `[P]`; lp, allowed `[P, A]`. New pool: slots 0..k_w-1 the
+    next word beam (best first), then the k_a frontier slots (best first).
+    """
+    P, A = lp.shape
+    W, F, ft = config.word_beam, config.action_beam, config.fast_track
+    neg = jnp.float32(-jnp.inf)
+    values = jnp.where(allowed, score[:, None] + lp, neg)
+    others = [a for a in range(A) if a != word_action]
+    # Successors in the host's order (the other actions by parent, then the words), for ties.
+    cand = jnp.concatenate([values[:, others].reshape(-1), values[:, word_action]])
+    cand_parent = jnp.concatenate([jnp.repeat(jnp.arange(P), len(others)), jnp.arange(P)])
+    cand_action = jnp.concatenate([jnp.tile(jnp.asarray(others), P), jnp.full(P, word_action)])
+    is_word = cand_action == word_action
+    first_word = P * len(others)
+    if ft > 0:
+        fast_val, fast_idx = _top_k(cand[first_word:], ft)
+        fast_idx = fast_idx + first_word
+        fast_ok = fast_val > neg
+        rest = cand.at[fast_idx].set(neg)
+    else:
+        fast_val = fast_idx = fast_ok = jnp.zeros(0)
+        rest = cand
+    pool_val, pool_idx = _top_k(rest, F)
+    pool_ok = pool_val > neg
+    # The next word beam: what it held, the fast track, the pool's word successors (insertion order for ties).
+    old = jnp.where(status == WORD, score, neg)
+    merge_val = jnp.concatenate([old, jnp.where(fast_ok, fast_val, neg),
+                                 jnp.where(pool_ok & is_word[pool_idx], pool_val, neg)])
+    merge_src = jnp.concatenate([jnp.arange(P), cand_parent[fast_idx.astype(jnp.int32)] if ft > 0
+                                 else jnp.zeros(0, jnp.int32), cand_parent[pool_idx]])
+    merge_act = jnp.concatenate([jnp.full(P, KEEP), jnp.full(fast_idx.shape[0], word_action),
+                                 cand_action[pool_idx]]).astype(jnp.int32)
+    merge_act = jnp.where(jnp.arange(merge_act.shape[0]) < P, KEEP, merge_act)
+    items = jnp.sum(merge_val > neg)
+    word_val, word_idx = _top_k(merge_val, W)
+    word_val = jnp.pad(word_val, (0, W - word_val.shape[0]), constant_values=-jnp.inf)
+    word_idx = jnp.pad(word_idx, (0, W - word_idx.shape[0]))
+    word_ok = word_val > neg
+    # The new frontier: the pool's other successors, best first.
+    front_val, front_idx = _top_k(jnp.where(pool_ok & ~is_word[pool_idx], pool_val, neg), F)
+    front_val = jnp.pad(front_val, (0, F - front_val.shape[0]), constant_values=-jnp.inf)
+    front_idx = jnp.pad(front_idx, (0, F - front_idx.shape[0]))
+    front_ok = front_val > neg
+    full = items >= W
+    if config.stop == "count":
+        done = full | ~jnp.any(front_ok)
+    else:
+        threshold = word_val[W - 1]
+        front_ok = front_ok & (~full | (front_val > threshold))
+        done = ~jnp.any(front_ok)
+    src = jnp.concatenate([merge_src[word_idx], cand_parent[pool_idx][front_idx]])
+    act = jnp.concatenate([merge_act[word_idx], cand_action[pool_idx][front_idx]])
+    ok = jnp.concatenate([word_ok, front_ok])
+    val = jnp.concatenate([word_val, front_val])
+    new_status = jnp.concatenate([jnp.full(W, WORD), jnp.full(F, FRONTIER)])
+    new_status = jnp.where(ok, new_status, EMPTY)
+    act = jnp.where(ok, act, KEEP)
+    src = jnp.where(ok, src, 0)
+    # Between words: the next word beam becomes the frontier.
+    new_status = jnp.where(done, jnp.where(new_status == WORD, FRONTIER, EMPTY), new_status)
+    return src.astype(jnp.int32), act.astype(jnp.int32), jnp.where(ok, val, neg), new_status, done, word_val
+
+
+def _select_finishing(status, score, lp, allowed):
+    """One finishing step: every FRONTIER slot takes its (only) allowed action, a close."""
+    P, A = lp.shape
+    neg = jnp.float32(-jnp.inf)
+    values = jnp.where(allowed, score[:, None] + lp, neg)
+    best = jnp.argmax(values, axis=1)
+    take = (status == FRONTIER) & jnp.any(allowed, axis=1)
+    act = jnp.where(take, best, KEEP).astype(jnp.int32)
+    val = jnp.where(take, values[jnp.arange(P), best], score)
+    return jnp.arange(P, dtype=jnp.int32), act, val, status
+
+
+def _vmap2(fn, *args):
+    return jax.vmap(jax.vmap(fn))(*args)
+
+
+class DeviceBeamSearch:
+    """Word-synchronous beam search on the device, with a TG or TXL (CC) model or an ensemble (module docstring).
+
+    Args:
+      model, vocab, rule, config: as `tgjax.infer.beam.WordSynchronousBeamSearch`
+        (`config.batch_sentences`: sentences per compiled loop; the row
+        settings of the host scorer are not used).
+      capacity: layout positions per hypothesis; None: per batch, from its
+        longest sentence (module docstring).
+      max_capacity: the most positions a hypothesis may ever take.
+    """
+
+    def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary,
+                 rule: str | Sequence[str], config: BeamConfig = BeamConfig(), *, capacity: int | None = None,
+                 max_capacity: int = 1024):
+        members = member_list(model, rule)
+        for _, member_rule in members:
+            if member_rule not in ("tg", "txl_cc"):
+                raise ValueError(f"the device beam needs syntactic models (rule 'tg' or 'txl_cc'), got rule "
+                                 f"{member_rule!r}; use TerminalScorer for txl_terminals")
+        for name in ("word_beam", "action_beam", "batch_sentences"):
+            if getattr(config, name) < 1:  # BeamConfig checks too; a config built around it must not pass
+                raise ValueError(f"device beam: {name} must be at least 1, got {getattr(config, name)}")
+        if capacity is not None and capacity < 4:
+            raise ValueError(f"device beam: capacity must be at least 4 positions, got {capacity}")
+        if max_capacity < 4:
+            raise ValueError(f"device beam: max_capacity must be at least 4 positions, got {max_capacity}")
+        self.space = ActionSpace.from_vocab(vocab)
+        if not self.space.num_labels:
+            raise ValueError("the vocabulary has no non-terminals: cannot build trees")
+        self.config = config
+        self.capacity = capacity
+        self.max_capacity = int(max_capacity)
+        self.vocab = vocab
+        self._family = ChoeCharniakDevice(members, self.space, vocab.bos_id,
+                                          ds.Caps(self.space.num_labels, config.max_open_nts,
+                                                  config.max_consecutive_opens, 32, 1))
+        self._compiled: dict = {}
+        self.steps = 0  # action steps summed over sentences (for benchmarks)
+        self.last_stats: dict = {}
+
+    # -- host side -------------------------------------------------------------
+
+    def _encode(self, index: int, words: Sequence[str]):
+        if not words:
+            raise ValueError(f"sentence {index}: no words; a tree needs at least one")
+        try:
+            encoded = [self.space.encode_word(w) for w in words]
+        except ValueError as err:
+            raise ValueError(f"sentence {index}: {err}") from None
+        return [ids for ids, _ in encoded], sum(unk for _, unk in encoded)
+
+    def _min_positions(self, pieces) -> int:
+        """The fewest layout positions any tree of the sentence needs (BOS, root open, words, all but the last close)."""
+        return 2 + sum(len(p) for p in pieces)
+
+    def _capacity(self, pieces_per_sentence) -> int:
+        if self.capacity is not None:
+            return self.capacity
+        longest = max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence)
+        return min(self.max_capacity, _round_up(6 * longest + 8, 32))
+
+    def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
+        sentences = [list(s) for s in sentences]
+        encoded = [self._encode(i, s) for i, s in enumerate(sentences)]
+        limit = self.capacity if self.capacity is not None else self.max_capacity
+        for i, (pieces, _) in enumerate(encoded):
+            need = self._min_positions(pieces)
+            if need > limit:
+                raise ValueError(f"sentence {i} ({len(sentences[i])} words, {sum(len(p) for p in pieces)} pieces) "
+                                 f"needs at least {need} layout positions; the device beam's capacity is {limit} "
+                                 f"(raise capacity / max_capacity, or leave the sentence out)")
+        results: list[BeamResult | None] = [None] * len(sentences)
+        order = sorted(range(len(sentences)), key=lambda i: sum(len(p) for p in encoded[i][0]))
+        B = self.config.batch_sentences
+        self.last_stats = {"capacity_pruned": {}, "iterations": 0, "max_positions": 0}
+        for start in range(0, len(order), B):
+            chunk = order[start:start + B]
+            for i, result in zip(chunk, self._search_batch([sentences[i] for i in chunk],
+                                                           [encoded[i] for i in chunk], chunk)):
+                results[i] = result
+        pruned = self.last_stats["capacity_pruned"]
+        if pruned:
+            warnings.warn(f"device beam: {len(pruned)} sentence(s) had successors refused for lack of cache capacity "
+                          f"(sentence: count) {pruned}; raise capacity for the host search's results", stacklevel=2)
+        return results  # type: ignore[return-value]
+
+    def _search_batch(self, sentences, encoded, indices) -> list[BeamResult]:
+        config = self.config
+        num = len(sentences)
+        B = min(config.batch_sentences, _next_power_of_two(num))
+        max_pieces = max(len(p) for pieces, _ in encoded for p in pieces)
+        C = self._capacity([pieces for pieces, _ in encoded])
+        N = _round_up(max(len(s) for s in sentences), 8)
+        caps = ds.Caps(self.space.num_labels, config.max_open_nts, config.max_consecutive_opens, C, max_pieces)
+        ids = np.zeros((B, N, max_pieces), np.int32)
+        types = np.zeros((B, N, max_pieces), np.int32)
+        counts = np.zeros((B, N), np.int32)
+        num_words = np.zeros(B, np.int32)
+        for b, (pieces, _) in enumerate(encoded):
+            num_words[b] = len(pieces)
+            for t, p in enumerate(pieces):
+                ids[b, t, :len(p)] = p
+                types[b, t, :len(p)] = self.space.token_types[list(p)]
+                counts[b, t] = len(p)
+        later = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1] - counts  # pieces after each word
+        D = config.max_open_nts
+        sizes = _Sizes(B, config.word_beam + config.action_beam, N, C,
+                       N * (D + config.max_consecutive_opens + 2) + D + 4)
+        run = self._compiled.get((sizes, caps))
+        if run is None:
+            family = self._family.with_caps(caps)
+            run = jax.jit(functools.partial(_search, family, config, sizes))
+            self._compiled[(sizes, caps)] = run
+        out = run(self._family.params, jnp.asarray(ids), jnp.asarray(types), jnp.asarray(counts),
+                  jnp.asarray(later), jnp.asarray(num_words))
+        out = jax.tree.map(np.asarray, out)
+        if int(out.iteration) >= sizes.max_iterations:  # pragma: no cover - the loop always ends before
+            raise RuntimeError(f"device beam: the search of sentences {indices} did not end in {sizes.max_iterations} "
+                               f"iterations")
+        self.last_stats["iterations"] += int(out.iteration)
+        family = self._family
+        results = []
+        for b, words in enumerate(sentences):
+            n = len(words)
+            if int(out.phase[b]) != DONE:  # pragma: no cover
+                raise RuntimeError(f"sentence {indices[b]}: the device search did not finish")
+            self.steps += int(out.steps[b])
+            if int(out.pruned[b]):
+                self.last_stats["capacity_pruned"][indices[b]] = int(out.pruned[b])
+            complete = np.flatnonzero(out.status[b] == COMPLETE)
+            if not complete.size:
+                raise RuntimeError(f"sentence {indices[b]}: no complete tree within the device beam's capacity {C}")
+            totals = out.score[b, complete].astype(np.float64)
+            ranked = complete[np.argsort(-totals, kind="stable")]
+            hypotheses = [(family.tokens(out.records[b, k, :out.num_records[b, k]].tolist(), words),
+                           float(out.score[b, k])) for k in ranked]
+            self.last_stats["max_positions"] = max(self.last_stats["max_positions"],
+                                                   int(out.num_records[b].max()))
+            prefix = out.prefix[b, :n + 1].astype(np.float64)
+            log_prob = float(logsumexp(totals))
+            results.append(BeamResult(
+                words=list(words), prefix_log_probs=prefix, surprisals=prefix[:-1] - prefix[1:], log_prob=log_prob,
+                end_surprisal=float(prefix[-1] - log_prob), best_actions=hypotheses[0][0],
+                best_log_prob=hypotheses[0][1], hypotheses=hypotheses, num_unknown=encoded[b][1]))
+        return results
+
+    # Convenience for the drivers (as the host search).
+    def word_surprisals(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return [r.surprisals for r in self.search(sentences)]
+
+    def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        return np.array([r.log_prob for r in self.search(sentences)])
+
+
+def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, counts, later, num_words):
+    """The whole search of a batch (under jit): `lax.while_loop` over iterations until every sentence is DONE."""
+    B, P, N, R = sizes.batch, sizes.pool, sizes.words, sizes.records
+    A, word_action = family.num_actions, family.word_action
+    init = family.initial_state()
+    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, P) + x.shape), init)
+    status = jnp.zeros((B, P), jnp.int32).at[:, 0].set(FRONTIER)
+    phase = jnp.where(num_words > 0, IN_WORDS, DONE)
+    carry = _Carry(state, family.init_cache(B, P), status, jnp.zeros((B, P), jnp.float32),
+                   jnp.zeros((B, P, R), jnp.int32), jnp.zeros((B, P), jnp.int32), jnp.zeros(B, jnp.int32), phase,
+                   jnp.zeros((B, N + 1), jnp.float32), jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32),
+                   jnp.int32(0))
+
+    def word_of(t, finishing):
+        tt_ = jnp.minimum(t, N - 1)
+        rows = jnp.arange(B)
+        return WordInfo(ids[rows, tt_], types[rows, tt_], jnp.where(finishing, 0, counts[rows, tt_]),
+                        jnp.where(finishing, 0, later[rows, tt_]))
+
+    def body(c: _Carry) -> _Carry:
+        finishing = c.phase == FINISHING
+        word = word_of(c.t, finishing)
+        word_bp = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, P) + x.shape[1:]), word)
+        run = (c.status == FRONTIER) & (c.phase != DONE)[:, None]
+        lp, state, cache = family.score(params, c.state, c.cache, word_bp, run)
+        fin_bp = jnp.broadcast_to(finishing[:, None], (B, P))
+        allowed = _vmap2(family.allowed, state, fin_bp, word_bp) & run[..., None]
+        fits = _vmap2(family.fits, state, word_bp)
+        pruned = c.pruned + jnp.sum(allowed & ~fits, axis=(1, 2))
+        allowed = allowed & fits
+
+        def per_sentence(status, score, lp_s, allowed_s, phase, t, n, prefix):
+            w_src, w_act, w_val, w_status, done, word_val = _select_in_words(config, status, score, lp_s, allowed_s,
+                                                                             word_action)
+            f_src, f_act, f_val, f_status = _select_finishing(status, score, lp_s, allowed_s)
+            in_words = phase == IN_WORDS
+            new_prefix = prefix.at[jnp.minimum(t + 1, N)].set(
+                jnp.where(in_words & done, jax.nn.logsumexp(word_val), prefix[jnp.minimum(t + 1, N)]))
+            new_t = jnp.where(in_words & done, t + 1, t)
+            new_phase = jnp.where(in_words & done & (new_t == n), FINISHING, phase)
+            pick = lambda a, b, keep: jnp.where(in_words, a, jnp.where(phase == FINISHING, b, keep))
+            src = pick(w_src, f_src, jnp.arange(status.shape[0], dtype=jnp.int32))
+            act = pick(w_act, f_act, jnp.full_like(w_act, KEEP))
+            val = pick(w_val, f_val, score)
+            new_status = pick(w_status, f_status, status)
+            return src, act, val, new_status, new_t, new_phase, new_prefix, in_words.astype(jnp.int32)
+
+        src, act, val, new_status, t, new_phase, prefix, stepped = jax.vmap(per_sentence)(
+            c.status, c.score, lp, allowed, c.phase, c.t, num_words, c.prefix)
+        gather = lambda x: jnp.take_along_axis(x, src.reshape((B, P) + (1,) * (x.ndim - 2)), axis=1)
+        state = jax.tree.map(gather, state)
+        cache = family.take(cache, src)
+        records = gather(c.records)
+        num_records = gather(c.num_records)
+        # Advance by the chosen actions (the word is the one just generated: the current word of the step).
+        advanced, record = _vmap2(lambda s, a, w: family.advance(s, jnp.maximum(a, 0), w), state, act, word_bp)
+        moved = act >= 0
+        state = jax.tree.map(lambda new, old: jnp.where(moved.reshape(moved.shape + (1,) * (new.ndim - 2)), new, old),
+                             advanced, state)
+        at = jnp.where(moved, num_records, R)
+        records = records.at[jnp.arange(B)[:, None], jnp.arange(P)[None, :], at].set(record, mode="drop")
+        num_records = num_records + moved
+        # Finishing: a hypothesis with nothing left open is complete; a sentence with none left to close is done.
+        complete = finishing[:, None] & (new_status == FRONTIER) & _vmap2(family.complete, state)
+        new_status = jnp.where(complete, COMPLETE, new_status)
+        new_phase = jnp.where(finishing & ~jnp.any(new_status == FRONTIER, axis=1), DONE, new_phase)
+        return _Carry(state, cache, new_status, val, records, num_records, t, new_phase, prefix,
+                      c.steps + stepped, pruned, c.iteration + 1)
+
+    def cond(c: _Carry):
+        return jnp.any(c.phase != DONE) & (c.iteration < sizes.max_iterations)
+
+    return jax.lax.while_loop(cond, body, carry)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-int(n) // multiple) * multiple
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+__all__ = ["COMPLETE", "CCDeviceState", "ChoeCharniakDevice", "DeviceBeamSearch", "WordInfo"]
