@@ -1,0 +1,215 @@
+"""A trained ON-LSTM language model back from its workdir, and the syntactic distances it computes.
+
+    parser = load_parser("runs/onlstm_tiny")              # best checkpoint
+    per_sentence = parser.layer_distances([["the", "dog", "barks"], ...])   # each [num_layers, n]
+
+Every sentence is read alone from the zero state in eval mode (dropouts off,
+DropConnect's W_hh * (1 - p)), as the release's parsing script does, framed by
+the training stream's boundary token: `<eos> w_1 .. w_n <eos>` (the LM was
+trained on sentences each followed by `<eos>`, so `<eos>` is what precedes a
+sentence). Word i's distance is that of the step whose *input* is w_i, i.e.
+step i + 1 (`tgjax.syntax.distance.word_distances(..., num_leading=1)`), with
+d_t = 1 − mean over chunks of the master forget gate f̃_t of that layer.
+Words outside the vocabulary are read as `<unk>` and counted (`num_unknown`).
+
+What a workdir holds (written by `tgjax train` with `trainer="onlstm_lm"`):
+`checkpoints/<step>/state` (orbax) with `params`, `average` (ASGD's running
+mean) and `num_averaged`; `checkpoints/<step>/meta` with `model` (the
+`OnLSTMLMConfig` fields), `config.trainer`, `vocab_sha256` and `best_step`;
+`vocab.txt`, one word per line (id = line number). The parameters used are
+the ones validation used at that step: the ASGD average when averaging had
+run (`num_averaged > 0`), else the raw iterate; the release likewise saves
+the averaged weights once ASGD runs.
+
+Batches of sentences are right-padded to a multiple of `length_bucket` steps
+(padding comes after the words, and the recurrence is causal, so it changes
+nothing before it), so a treebank compiles a handful of shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tgjax.infer.loading import CheckpointError, resolve_step
+from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig
+from tgjax.syntax.distance import word_distances
+from tgjax.workdir import VocabularyMismatch, check_step, local_workdir
+
+__all__ = ["BOUNDARY", "UNKNOWN", "OnLSTMParser", "from_model", "load_parser", "step_distances"]
+
+BOUNDARY = "<eos>"  # the training stream's sentence separator (tgjax.train.tasks.onlstm_lm.EOS)
+UNKNOWN = "<unk>"
+VOCABULARY_FILE = "vocab.txt"
+
+
+def step_distances(model: OnLSTMLM, tokens, mask=None):
+    """d^f per layer and step: tokens [B, T] from the zero state -> [num_layers, B, T] (deterministic)."""
+    _, _, aux = model(tokens, None, deterministic=True, mask=mask)
+    return jnp.stack([1.0 - jnp.mean(gate, axis=-1) for gate in aux["master_forget"]])
+
+
+@dataclasses.dataclass
+class OnLSTMParser:
+    """An ON-LSTM LM ready to give per-layer word distances.
+
+    Attributes:
+      model: the `OnLSTMLM` with the chosen parameters.
+      words: the vocabulary, id order.
+      batch_size: sentences per forward pass.
+      length_bucket: padded lengths are multiples of this.
+      step, workdir, averaged: where the parameters came from (averaged: the ASGD mean).
+      num_words_read, num_unknown: words fed so far, and how many of them became `<unk>`.
+    """
+
+    model: OnLSTMLM
+    words: list[str]
+    batch_size: int = 64
+    length_bucket: int = 16
+    step: int = -1
+    workdir: Path = Path("<memory>")
+    averaged: bool = False
+    num_words_read: int = 0
+    num_unknown: int = 0
+
+    def __post_init__(self):
+        self.index = {word: i for i, word in enumerate(self.words)}
+        for needed in (BOUNDARY, UNKNOWN):
+            if needed not in self.index:
+                raise ValueError(f"the vocabulary has no {needed!r}: it is not an onlstm_lm vocabulary")
+        if len(self.words) != self.model.config.vocab_size:
+            raise ValueError(f"{len(self.words)} words in the vocabulary, the model has {self.model.config.vocab_size}")
+        graphdef, state = nnx.split(self.model)
+
+        @jax.jit
+        def distances(state, tokens):
+            return step_distances(nnx.merge(graphdef, state), tokens)
+
+        self._state = state
+        self._distances = distances
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.config.num_layers
+
+    def encode(self, words: Sequence[str]) -> np.ndarray:
+        """`<eos> w_1 .. w_n <eos>` as ids [n + 2]; unknown words become `<unk>` (counted)."""
+        unknown = self.index[UNKNOWN]
+        ids = [self.index.get(word, unknown) for word in words]
+        self.num_words_read += len(ids)
+        self.num_unknown += sum(i == unknown for i in ids) - sum(word == UNKNOWN for word in words)
+        boundary = self.index[BOUNDARY]
+        return np.asarray([boundary, *ids, boundary], np.int32)
+
+    def layer_distances(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Per sentence, `[num_layers, n]` float64 distances of its n words (an empty sentence gives `[L, 0]`)."""
+        results: list[np.ndarray] = []
+        for start in range(0, len(sentences), self.batch_size):
+            chunk = sentences[start:start + self.batch_size]
+            encoded = [self.encode(words) for words in chunk]
+            longest = max(len(ids) for ids in encoded)
+            length = -(-longest // self.length_bucket) * self.length_bucket
+            tokens = np.full((self.batch_size, length), self.index[BOUNDARY], np.int32)
+            for row, ids in enumerate(encoded):
+                tokens[row, :len(ids)] = ids
+            steps = np.asarray(jax.device_get(self._distances(self._state, jnp.asarray(tokens))), np.float64)
+            for row, words in enumerate(chunk):
+                results.append(np.stack([word_distances(steps[layer, row], len(words), num_leading=1)
+                                         for layer in range(self.num_layers)]))
+        return results
+
+    def describe(self) -> str:
+        config = self.model.config
+        where = f"{self.workdir} step {self.step}" if self.step >= 0 else "a model in memory"
+        unknown = (f"; {self.num_unknown} of {self.num_words_read} words not in the vocabulary, read as {UNKNOWN}"
+                   if self.num_words_read else "")
+        return (f"ON-LSTM from {where} ({'ASGD-averaged' if self.averaged else 'raw'} parameters), layers "
+                f"{config.layer_sizes()} chunk {config.chunk_size}{unknown}")
+
+
+def from_model(model: OnLSTMLM, words: Sequence[str], *, batch_size: int = 64, length_bucket: int = 16
+               ) -> OnLSTMParser:
+    """A parser around a model in memory (tests, notebooks)."""
+    return OnLSTMParser(model, list(words), batch_size=batch_size, length_bucket=length_bucket)
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    # orbax logs a harmless warning for each restore of a single item; keep stderr for what matters.
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _read_vocabulary(workdir: Path, meta: dict, where: str) -> list[str]:
+    path = workdir / VOCABULARY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"workdir {str(workdir)!r} has checkpoints but no {VOCABULARY_FILE}: cannot read "
+                                "the model's ids (is it an onlstm_lm run?)")
+    words = path.read_text(encoding="utf-8").splitlines()
+    fingerprint = hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()  # as the onlstm_lm task writes it
+    if meta.get("vocab_sha256") not in (None, fingerprint):
+        raise VocabularyMismatch(f"{path} ({len(words)} words) is not the vocabulary {where} was trained with "
+                                 f"({meta.get('vocab_size')} words); restore the original file")
+    return words
+
+
+def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: int = 64, length_bucket: int = 16
+                ) -> OnLSTMParser:
+    """Restores a trained `onlstm_lm` run (see the module docstring) as an `OnLSTMParser`.
+
+    Raises FileNotFoundError (no workdir / vocabulary), CheckpointError (no
+    checkpoints, a missing or corrupt step, not an onlstm_lm run) or
+    VocabularyMismatch.
+    """
+    import orbax.checkpoint as ocp
+
+    workdir = local_workdir(workdir)
+    step_number, meta = resolve_step(workdir, step)
+    where = f"checkpoint step {step_number} in {workdir}"
+    problem = check_step(workdir, step_number)
+    if problem:
+        raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
+    trainer = (meta.get("config") or {}).get("trainer")
+    if trainer != "onlstm_lm":
+        raise CheckpointError(f"{where} was written by trainer {trainer!r}, not 'onlstm_lm': unsupervised parsing "
+                              "reads ON-LSTM language models")
+    try:
+        config = OnLSTMLMConfig(**meta["model"])
+    except (KeyError, TypeError) as e:
+        raise CheckpointError(f"{where}: meta lacks the ON-LSTM model config ({e})") from e
+    words = _read_vocabulary(workdir, meta, where)
+
+    abstract_model = nnx.eval_shape(lambda: OnLSTMLM(config, rngs=nnx.Rngs(0)))
+    graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
+    shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(abstract_params))
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = {"params": shapes, "average": shapes, "num_averaged": jax.ShapeDtypeStruct((), jnp.int32)}
+    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
+    try:
+        with _quiet_absl():
+            restored = ocp.PyTreeCheckpointer().restore(
+                workdir / "checkpoints" / str(step_number) / "state",
+                args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
+    except Exception as e:  # orbax raises many kinds; all mean "unreadable"
+        raise CheckpointError(f"{where}: cannot restore its parameters ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:300]})") from e
+    averaged = int(restored["num_averaged"]) > 0
+    params = jax.tree.map(lambda x: x, abstract_params)  # a State to fill
+    nnx.replace_by_pure_dict(params, restored["average"] if averaged else restored["params"])
+    model = nnx.merge(graphdef, params)
+    return OnLSTMParser(model, words, batch_size=batch_size, length_bucket=length_bucket, step=step_number,
+                        workdir=workdir, averaged=averaged)
