@@ -67,13 +67,18 @@ sentence_batches = st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_siz
 @given(sentences=sentence_batches)
 def test_same_trees_and_log_probs_as_the_host_search(name, sentences):
     host, device = searches((name,), "bound")
+    host_steps, device_steps = host.steps, device.steps
     assert_same(host.search(sentences), device.search(sentences))
+    # The same action steps too: the bound stops each word's search where the host's does.
+    assert device.steps - device_steps == host.steps - host_steps
 
 
 def test_stop_by_count_without_fast_track_as_the_host_search():
     host, device = searches(("tg",), "count")
     sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"], ["c", "a"]]
+    host_steps, device_steps = host.steps, device.steps
     assert_same(host.search(sentences), device.search(sentences))
+    assert device.steps - device_steps == host.steps - host_steps
 
 
 def test_ensemble_of_tg_and_txl_cc_one_beam_over_the_per_action_mixture():
