@@ -1,0 +1,355 @@
+"""The ON-LSTM LM task (trainer="onlstm_lm"): BPTT plan, update rule, NT-ASGD, epoch validation, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
+from tgjax.train.config import ConfigError, load_config
+from tgjax.train.loop import train
+from tgjax.train.tasks import make_task
+from tgjax.train.tasks.onlstm_lm import (BPTTBatches, BPTTSettings, OnLSTMLMTask, OnLSTMTrainState, Recipe,
+                                         _hidden_dict, batchify, build_vocabulary, encode, epoch_plan,
+                                         make_step_fn, nt_asgd_triggered, read_sentences)
+
+REPO = Path(__file__).resolve().parents[2]
+TOTC = REPO.parent / "shared" / "data" / "tale_of_two_cities"
+
+
+def tiny_config(**changes):
+    """configs/onlstm_tiny.py shrunk to a test: 2 layers of 16, 60 sentences, batch 4, BPTT ~8."""
+    config = load_config(str(REPO / "configs" / "onlstm_tiny.py"))
+    sizes = {"model.embedding_size": 16, "model.hidden_size": 16, "model.num_layers": 2, "model.chunk_size": 4,
+             "data.num_train_sentences": 60, "data.num_valid_sentences": 12, "training.batch_size": 4,
+             "training.bptt": 8, "training.bptt_std": 2.0, "training.min_seq_len": 2, "training.length_bucket": 16,
+             "evaluation.batch_size": 2, "evaluation.bptt": 16, "checkpointing.interval_steps": 4,
+             "checkpointing.max_to_keep": 20, "logging.interval_steps": 1, "checkpointing.async_save": False}
+    sizes.update(changes)
+    for dotted, value in sizes.items():
+        section, key = dotted.split(".")
+        config[section][key] = value
+    return config
+
+
+# -----------------------------------------------------------------------------
+# Data and the BPTT plan.
+
+
+def test_words_eos_vocabulary_and_batchify_by_hand():
+    sentences = [["a", "b"], [], ["b", "c"]]
+    words = build_vocabulary(sentences)
+    assert words == ["a", "b", "<eos>", "c", "<unk>"]  # first appearance; an empty line is a lone <eos>
+    index = {w: i for i, w in enumerate(words)}
+    ids, unknown = encode([["a", "z"], ["c"]], index)
+    assert ids.tolist() == [0, 4, 2, 3, 2] and unknown == 1
+    data, dropped = batchify(np.arange(11), 3)
+    assert data.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] and dropped == 2  # contiguous columns
+
+
+def _release_lengths(u, z, bptt, std, min_len):
+    """The release's two lines, one draw at a time, in plain Python."""
+    out = []
+    for uk, zk in zip(u, z):
+        base = bptt if uk < 0.95 else bptt / 2.0
+        out.append(max(min_len, int(base + std * zk)))
+    return out
+
+
+def test_seq_len_draws_follow_the_release_formula_and_distribution():
+    settings = BPTTSettings(bptt=70)
+    rng = np.random.default_rng(5)
+    lengths = settings.sample(rng, 20000)
+    rng = np.random.default_rng(5)
+    u, z = rng.random(20000), rng.standard_normal(20000)
+    assert lengths.tolist() == _release_lengths(u, z, 70, 5.0, 5)
+    short = lengths < 53  # base 35: N(35, 5) stays far below 53; base 70 stays above
+    assert abs(short.mean() - 0.05) < 0.006
+    # int() truncates towards 0: the mean is base - ~0.5
+    assert abs(lengths[~short].mean() - 69.5) < 0.15 and abs(lengths[short].mean() - 34.5) < 0.7
+    tiny = BPTTSettings(bptt=4, std=5.0, min_length=5).sample(np.random.default_rng(0), 1000)
+    assert tiny.min() == 5  # the release's floor
+
+
+def test_epoch_plan_is_the_release_loop():
+    settings = BPTTSettings(bptt=10, std=3.0, min_length=5)
+    rows = 97
+    plan = epoch_plan(rows, settings, seed=3, epoch=2)
+    # The release's loop, with the same draws.
+    rng = np.random.default_rng([0x0B77, 3, 2])
+    n = rows // 5 + 2
+    draws = _release_lengths(rng.random(n), rng.standard_normal(n), 10, 3.0, 5)
+    i, k, starts, lengths = 0, 0, [], []
+    while i < rows - 1 - 1:
+        seq_len = draws[k]
+        starts.append(i)
+        lengths.append(min(seq_len, rows - 1 - i))
+        i += seq_len
+        k += 1
+    assert plan.starts.tolist() == starts and plan.lengths.tolist() == lengths
+    assert plan.sampled.tolist() == draws[:k]
+    assert plan.starts[-1] + plan.lengths[-1] <= rows - 1
+    # Another epoch draws other lengths.
+    assert epoch_plan(rows, settings, seed=3, epoch=3).sampled.tolist() != plan.sampled.tolist()
+
+
+def test_batches_cover_the_stream_and_resume_from_a_position():
+    data = np.arange(4 * 50).reshape(4, 50)
+    settings = BPTTSettings(bptt=6, std=2.0, min_length=2)
+    plans = lambda e: epoch_plan(50, settings, 0, e)  # noqa: E731
+    batches = BPTTBatches(data, plans, settings, 8, None)
+    seen, positions = [], []
+    for _ in range(len(plans(0)) + 3):
+        batch = next(batches)
+        positions.append(batches.get_state())
+        seen.append(batch)
+    first_epoch = seen[:len(plans(0))]
+    assert first_epoch[0]["reset"].all() and not any(b["reset"].any() for b in first_epoch[1:])
+    assert seen[len(plans(0))]["reset"].all()  # the next epoch restarts the state
+    # Inputs of epoch 0, unpadded and joined, are rows 0..rows-2 of each column; targets are shifted by one.
+    inputs = np.concatenate([b["inputs"][:, b["mask"][0] > 0] for b in first_epoch], axis=1)
+    targets = np.concatenate([b["targets"][:, b["mask"][0] > 0] for b in first_epoch], axis=1)
+    last = plans(0).starts[-1] + plans(0).lengths[-1]
+    np.testing.assert_array_equal(inputs, data[:, :last])
+    np.testing.assert_array_equal(targets, data[:, 1:last + 1])
+    assert all(b["inputs"].shape[1] % 8 == 0 for b in seen)
+    for k in range(len(seen)):  # lr_scale = sampled seq_len / bptt
+        epoch, step = (0, k) if k < len(plans(0)) else (1, k - len(plans(0)))
+        assert seen[k]["lr_scale"][0] == np.float32(plans(epoch).sampled[step] / 6)
+    # Starting from a saved position gives the same batches.
+    resumed = BPTTBatches(data, plans, settings, 8, positions[4])
+    for k in range(5, len(seen)):
+        batch = next(resumed)
+        for name in batch:
+            np.testing.assert_array_equal(batch[name], seen[k][name])
+
+
+# -----------------------------------------------------------------------------
+# The update rule.
+
+
+CFG = OnLSTMLMConfig(vocab_size=20, embedding_size=8, hidden_size=8, num_layers=2, chunk_size=4, dropout=0.2,
+                     dropout_hidden=0.1, dropout_input=0.2, dropout_embedding=0.1, weight_drop=0.3)
+
+
+def _fresh_state(batch_size=3):
+    model = OnLSTMLM(CFG, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    params = nnx.to_pure_dict(params)
+    state = OnLSTMTrainState(params=params, average=jax.tree.map(jnp.zeros_like, params),
+                             num_averaged=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
+                             rng=jax.random.key_data(jax.random.key(1)),
+                             hidden=_hidden_dict(model.initial_state(batch_size)))
+    return graphdef, state
+
+
+def _batch(seed, lr_scale, length=6, padded=8, batch_size=3):
+    rng = np.random.default_rng(seed)
+    inputs = np.zeros((batch_size, padded), np.int32)
+    targets = np.zeros((batch_size, padded), np.int32)
+    inputs[:, :length] = rng.integers(0, 20, (batch_size, length))
+    targets[:, :length] = rng.integers(0, 20, (batch_size, length))
+    mask = np.zeros((batch_size, padded), np.float32)
+    mask[:, :length] = 1
+    return {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets), "mask": jnp.asarray(mask),
+            "lr_scale": jnp.full((batch_size,), lr_scale, jnp.float32), "reset": jnp.zeros((batch_size,), bool)}
+
+
+def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
+    recipe = Recipe(lr=30.0, weight_decay=0.01, clip=0.05, alpha=2.0, beta=1.0, asgd_release_average=False)
+    graphdef, state = _fresh_state()
+    # A carried state from a previous segment: the step must start from it.
+    hidden0 = jax.tree.map(lambda a: a + 0.3, state.hidden)
+    state = OnLSTMTrainState(state.params, state.average, state.num_averaged, state.step, state.rng, hidden0)
+    batch = _batch(0, lr_scale=63 / 70)
+    params0 = jax.tree.map(np.asarray, state.params)
+    step_fn = jax.jit(make_step_fn(graphdef, recipe))
+    new_state, metrics = step_fn(state, batch, jnp.asarray(False))
+
+    # Independently: the same loss (same dropout key), PyTorch's clip, decay added after the clip, lr * 63/70.
+    key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), 0)
+
+    def objective(params):
+        model = nnx.merge(graphdef, params)
+        hidden = [(hidden0[f"layer_{l}"]["h"], hidden0[f"layer_{l}"]["c"]) for l in range(2)]
+        logits, _, aux = model(batch["inputs"], hidden, deterministic=False, key=key, mask=batch["mask"])
+        logp = jax.nn.log_softmax(logits)
+        nll = -jnp.take_along_axis(logp, batch["targets"][..., None], -1)[..., 0]
+        ce = jnp.sum(nll * batch["mask"]) / jnp.sum(batch["mask"])
+        ar, tar = activation_penalties(aux["raw_outputs"][-1], batch["mask"])
+        return ce + 2.0 * ar + 1.0 * tar
+
+    grads = jax.tree.map(np.asarray, jax.grad(objective)(state.params))
+    norm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in jax.tree.leaves(grads)))
+    assert norm > 0.05  # so the clip is active
+    scale = 0.05 / (norm + 1e-6)
+    lr = 30.0 * 63 / 70
+    expected = jax.tree.map(lambda p, g: p - lr * (g * scale + 0.01 * p), params0, grads)
+    for got, want in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6)
+    assert float(metrics["learning_rate"]) == pytest.approx(lr)
+    assert float(metrics["grad_norm"]) == pytest.approx(norm, rel=1e-4)
+    assert int(new_state.num_averaged) == 0 and int(new_state.step) == 1
+    # Before ASGD the average is untouched.
+    assert all(not np.asarray(a).any() for a in jax.tree.leaves(new_state.average))
+
+
+def test_reset_flag_restarts_the_carried_state_from_zero():
+    recipe = Recipe(lr=1.0, weight_decay=0.0, clip=1.0, alpha=0.0, beta=0.0, asgd_release_average=False)
+    graphdef, state = _fresh_state()
+    step_fn = jax.jit(make_step_fn(graphdef, recipe))
+    batch = _batch(1, 1.0)
+    carried = OnLSTMTrainState(state.params, state.average, state.num_averaged, state.step, state.rng,
+                               jax.tree.map(lambda a: a + 0.5, state.hidden))
+    _, from_zero = step_fn(state, batch, jnp.asarray(False))
+    _, from_carried = step_fn(carried, batch, jnp.asarray(False))
+    _, reset = step_fn(carried, {**batch, "reset": jnp.ones((3,), bool)}, jnp.asarray(False))
+    assert float(reset["loss"]) == float(from_zero["loss"]) != float(from_carried["loss"])
+
+
+def test_nt_asgd_trigger_on_a_hand_made_validation_sequence():
+    # nonmono = 2: switch when more than 2 earlier validations exist and this one is worse than the best of all
+    # but the last 2. 8.5: history [10, 9, 8], best of [10] is 10 -> no. 9.5: best of [10, 9] is 9 -> switch.
+    values = [10.0, 9.0, 8.0, 8.5, 9.5, 7.0]
+    history, switched_at = [], None
+    for k, value in enumerate(values):
+        if nt_asgd_triggered(history, value, 2):
+            switched_at = k
+            break
+        history.append(value)
+    assert switched_at == 4
+    assert not nt_asgd_triggered([5.0, 6.0, 7.0], 8.0, 3)  # not more than nonmono validations yet
+    assert nt_asgd_triggered([5.0, 6.0, 7.0, 7.5], 5.5, 3)  # 5.5 > min([5.0])
+
+
+@pytest.mark.parametrize("release_average", [False, True])
+def test_averaged_parameters_are_the_mean_of_the_iterates_since_the_trigger(release_average):
+    recipe = Recipe(lr=5.0, weight_decay=1e-3, clip=0.5, alpha=2.0, beta=1.0, asgd_release_average=release_average)
+    graphdef, state = _fresh_state()
+    step_fn = jax.jit(make_step_fn(graphdef, recipe))
+    iterates = []
+    for k in range(6):
+        active = k >= 2  # SGD for 2 steps, then ASGD for 4
+        state, _ = step_fn(state, _batch(10 + k, 0.9 + 0.05 * k), jnp.asarray(active))
+        iterates.append(jax.tree.map(lambda p: np.asarray(p, np.float64), state.params))
+    # Paper/default: the mean of the 4 ASGD iterates; release (PyTorch ASGD's lagging mu): the first is dropped.
+    averaged = iterates[3:] if release_average else iterates[2:]
+    expected = jax.tree.map(lambda *ps: sum(ps) / len(ps), *averaged)
+    assert int(state.num_averaged) == 4
+    for got, want in zip(jax.tree.leaves(state.average), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+# -----------------------------------------------------------------------------
+# Through the trainer.
+
+
+def _read(workdir):
+    return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """3 epochs of the test-sized config, validation every epoch, uninterrupted."""
+    workdir = tmp_path_factory.mktemp("onlstm_uninterrupted")
+    config = tiny_config(**{"training.num_epochs": 3, "training.nonmono": 1})
+    return config, train(config, workdir, quiet=True)
+
+
+def test_train_validates_at_every_epoch_end_and_the_loss_goes_down(tiny_run):
+    config, result = tiny_run
+    task = make_task(config)
+    assert isinstance(task, OnLSTMLMTask)
+    words = [w for s in read_sentences("builtin", None, "train", num_sentences=60) for w in s + ["<eos>"]]
+    rows = len(words) // 4
+    settings = BPTTSettings(bptt=8, std=2.0, min_length=2)
+    ends = np.cumsum([len(epoch_plan(rows, settings, config.training.seed, e)) for e in range(3)]).tolist()
+    assert result.final_step == ends[-1]
+    assert sorted(result.valid_losses) == ends
+    losses = [result.losses[s] for s in sorted(result.losses)]
+    assert losses[0] == pytest.approx(math.log(task_vocab_size(result)), abs=0.15)  # uniform at the start
+    assert np.mean(losses[-20:]) < losses[0] - 0.2
+    assert (Path(result.workdir) / "vocab.txt").read_text().splitlines()[-1] == "<unk>"
+
+
+def task_vocab_size(result):
+    return result.vocab_size
+
+
+def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(tiny_run, tmp_path):
+    config, reference = tiny_run
+    ends = sorted(reference.valid_losses)
+    stop = ends[0] + 2  # inside epoch 1, after a validation
+    first = train(config, tmp_path, stop_after_step=stop, quiet=True)
+    assert first.stopped_early and first.final_step == stop
+    second = train(config, tmp_path, quiet=True)
+    assert second.start_step == stop and second.final_step == reference.final_step
+    for step in range(stop + 1, reference.final_step + 1):
+        assert second.losses[step] == reference.losses[step], step  # exact
+    assert second.valid_losses == {s: v for s, v in reference.valid_losses.items() if s > stop}
+    mine = [(r["step"], r["split"], r["loss"]) for r in _read(tmp_path)]
+    theirs = [(r["step"], r["split"], r["loss"]) for r in _read(reference.workdir)]
+    assert mine == theirs
+
+
+def test_resume_after_the_asgd_switch_is_bit_exact(tmp_path):
+    """Validation every 3 steps with nonmono 1 and a high rate: the switch comes early; resume after it."""
+    config = tiny_config(**{"training.num_epochs": 2, "training.nonmono": 1, "evaluation.every_epoch": False,
+                            "evaluation.interval_steps": 3, "checkpointing.interval_steps": 3})
+    reference = train(config, tmp_path / "whole", quiet=True)
+    records = _read(tmp_path / "whole")
+    switched = [r["step"] for r in records if r.get("switched_to_asgd")]
+    assert switched, "the test needs a run that switches to ASGD"
+    averaged = [r["step"] for r in records if r["split"] == "valid" and r["averaged"]]
+    assert averaged and min(averaged) == switched[0] + 3
+    stop = switched[0] + 4
+    train(config, tmp_path / "parts", stop_after_step=stop, quiet=True)
+    second = train(config, tmp_path / "parts", quiet=True)
+    for step in range(stop + 1, reference.final_step + 1):
+        assert second.losses[step] == reference.losses[step], step
+    assert second.valid_losses == {s: v for s, v in reference.valid_losses.items() if s > stop}
+
+
+# -----------------------------------------------------------------------------
+# Configs and data.
+
+
+def test_ptb_config_names_the_missing_files(tmp_path):
+    config = load_config(str(REPO / "configs" / "onlstm_ptb.py"))
+    assert (config.model.hidden_size, config.model.embedding_size, config.model.num_layers,
+            config.model.chunk_size) == (1150, 400, 3, 10)
+    with pytest.raises(FileNotFoundError, match=r"data.train_path: '' is not a file"):
+        train(config, tmp_path / "a", quiet=True)
+    config = load_config(f"{REPO / 'configs' / 'onlstm_ptb.py'}:{tmp_path / 'penn'}")
+    with pytest.raises(FileNotFoundError, match=r"penn/train.txt' is not a file"):
+        train(config, tmp_path / "b", quiet=True)
+
+
+def test_config_errors():
+    config = tiny_config()
+    config.training.num_steps = 10
+    with pytest.raises(ConfigError, match="exactly one of training.num_epochs"):
+        OnLSTMLMTask(config).validate_config(config)
+    config = tiny_config(**{"model.chunk_size": 5})
+    with pytest.raises(ConfigError, match="chunk_size 5 does not divide the hidden size 16"):
+        OnLSTMLMTask(config).validate_config(config)
+    config = tiny_config(**{"data.source": "csv"})
+    with pytest.raises(ConfigError, match="data.source: unknown 'csv'"):
+        OnLSTMLMTask(config).validate_config(config)
+
+
+@pytest.mark.skipif(not TOTC.is_dir(), reason=f"Tale of Two Cities not found at {TOTC}")
+def test_tale_of_two_cities_words():
+    sentences = read_sentences("treebank", str(TOTC / "valid.txt"), "valid")
+    assert len(sentences) == 346
+    config = load_config(str(REPO / "configs" / "onlstm_totc.py"))
+    assert config.data.source == "treebank" and Path(config.data.train_path).is_file()
+    first = read_sentences("treebank", config.data.train_path, "train", num_sentences=1)[0]
+    assert first[:6] == ["It", "was", "the", "best", "of", "times"]

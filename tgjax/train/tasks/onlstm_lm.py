@@ -1,0 +1,781 @@
+"""The ON-LSTM word-level language-modelling task (`trainer="onlstm_lm"`): the release's AWD-style recipe.
+
+What the release does (`released-code.md` §2.3), and how it maps onto the
+shared trainer:
+
+- Data: one sentence per line, split on whitespace, `<eos>` appended to every
+  line (an empty line is a lone `<eos>`), all lines concatenated. Sources:
+  `data.source = "builtin"` (the synthetic treebank's sentences), `"text"`
+  (plain-text files, e.g. Mikolov's PTB `train.txt` / `valid.txt`) or
+  `"treebank"` (the words of a bracketed treebank, e.g. Tale of Two Cities).
+  The vocabulary is built from the training split in order of first
+  appearance, plus `<unk>`; validation words outside it become `<unk>`
+  (counted and reported); `data.min_word_count` > 1 also maps rare training
+  words to `<unk>` so that it is trained. The release builds its dictionary from all three
+  splits (`data.vocabulary_from = "all"` does that; on Mikolov's PTB the two
+  agree, its valid/test have no unseen words).
+- Batchify: the token stream is cut into `batch_size` contiguous columns,
+  `[batch, rows]` here (the release's `[rows, batch]`); the remainder of
+  `len % batch` tokens is dropped (reported).
+- Variable-length BPTT: each step draws base = bptt with probability 0.95,
+  else bptt / 2, then seq_len = max(5, int(N(base, 5))) (int() truncates).
+  The segment is rows [i, i + min(seq_len, rows - 1 - i)), targets shifted
+  by one; the epoch runs while i < rows - 2. The learning rate of the step is
+  lr * seq_len / bptt (the sampled seq_len, even for a truncated last
+  segment). Draws come from a stream seeded by (training.seed, epoch), so an
+  epoch's segments are known in advance: a data position {"epoch", "step"}
+  fixes everything, and resume replays nothing. Segments are padded at the
+  end to a multiple of `training.length_bucket` (a mask keeps padding out of
+  the loss, the penalties and the carried state) so that XLA compiles a few
+  shapes instead of one per length.
+- The hidden state is carried from segment to segment within an epoch
+  (gradients stopped) and reset to zeros at each epoch's first segment; it
+  lives in the checkpointed state, so a resumed run is bit-exact.
+- Loss: mean cross-entropy per token + alpha * AR + beta * TAR
+  (`tgjax.models.onlstm_lm.activation_penalties`). Update: the gradient
+  clipped to global norm `clip` (PyTorch's clip_grad_norm_: scale by
+  clip / (norm + 1e-6) when that is < 1), plus weight_decay * params, then
+  params -= lr_t * grad (plain SGD, no momentum).
+- NT-ASGD: after each validation (one per epoch, as the release), while
+  still on SGD: switch to averaged SGD when more than `nonmono` validations
+  came before and this one is worse than the best of all but the last
+  `nonmono` of them. ASGD with t0 = 0 and lambda = 0 is the same SGD step
+  plus an average of the iterates: `average` = the arithmetic mean of the
+  parameters after each ASGD step. From then on validation (and the
+  selection of the best checkpoint) uses the averaged parameters.
+  `training.asgd_release_average = True` reproduces PyTorch's ASGD of the
+  release's era, whose averaging weight lags one step (mu = 1 / max(1, n - 1)
+  at the n-th ASGD step): the first ASGD iterate is dropped from the mean.
+  Not reproduced: that ASGD's step size also lags one step behind the
+  seq_len rescale (it uses the previous step's lr * seq_len / bptt).
+- Validation: the validation stream batchified at `evaluation.batch_size`
+  (the release's 10), fixed segments of `evaluation.bptt`, hidden state
+  carried from zero, eval-mode dropouts; perplexity = exp(mean per-token
+  cross-entropy over every predicted token). (The release divides the
+  summed loss by the number of rows, one more than the predicted rows: a
+  bias of 1 / rows, 0.01% on PTB; not reproduced.)
+- When to validate: `evaluation.every_epoch = True` validates at the end of
+  every epoch (the release). The trainer asks for validation at steps
+  multiple of `validation_interval`; this task sets that attribute to the
+  step that ends the current epoch (`_EpochEnds`), known in advance.
+  `every_epoch = False` validates every `evaluation.interval_steps` steps
+  instead.
+- Length of the run: `training.num_epochs` (the release counts epochs), or
+  `training.num_steps` when `num_epochs` is None.
+
+Workdir: `vocab.txt` (one word per line, id = line number) beside the
+checkpoints; the parsing evaluation reads it with the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
+from tgjax.train import sharding as shd
+from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.metrics import format_duration
+from tgjax.train.schedules import StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection
+
+EOS = "<eos>"
+UNK = "<unk>"
+SOURCES = ("builtin", "text", "treebank")
+_BPTT_STREAM = 0x0B77  # separates the seq_len draws from any other stream of the same seed
+
+# -----------------------------------------------------------------------------
+# Words.
+
+
+def read_sentences(source: str, path: str | None, split: str, *, num_sentences=None, corpus_seed: int = 0,
+                   key: str = "data") -> list[list[str]]:
+    """The sentences of one split, each a list of words (without `<eos>`).
+
+    "builtin": the synthetic treebank's `split`; "text": `path`, one sentence
+    per line; "treebank": the leaves of each tree of the bracketed file `path`.
+    """
+    if source == "builtin":
+        from tgjax.data.corpora import builtin_treebank
+
+        return [tree.leaves() for tree in builtin_treebank(split, num_sentences, seed=corpus_seed)]
+    if not path or not Path(path).is_file():
+        raise FileNotFoundError(f"{key}: {path!r} is not a file ({split} split, data.source={source!r}); "
+                                f"set it to your {split} file, e.g. `tgjax train --config ... {key}=/path/{split}.txt`")
+    if source == "text":
+        from tgjax.syntax.trees import text_lines
+
+        sentences = [line.split() for line in text_lines(path)]
+    elif source == "treebank":
+        from tgjax.syntax.trees import read_treebank
+
+        sentences = [tree.leaves() for tree in read_treebank(path)]
+    else:
+        raise ConfigError(f"data.source: unknown {source!r}; expected one of {SOURCES}")
+    return sentences[:num_sentences] if num_sentences is not None else sentences
+
+
+def build_vocabulary(*splits: list[list[str]], min_count: int = 1) -> list[str]:
+    """Words in order of first appearance (with `<eos>` after each sentence, as the release), then `<unk>`.
+
+    Words seen fewer than `min_count` times (over `splits`) are left out, so
+    they read as `<unk>` and `<unk>` is trained (Mikolov's PTB files have
+    this done already: the release's default is 1).
+    """
+    counts: dict[str, int] = {}
+    for sentences in splits:
+        for words in sentences:
+            for word in words:
+                counts[word] = counts.get(word, 0) + 1
+            counts[EOS] = counts.get(EOS, 0) + 1
+    kept = [w for w, n in counts.items() if n >= min_count or w == EOS]
+    if EOS not in kept:
+        kept.append(EOS)
+    if UNK not in kept:
+        kept.append(UNK)
+    return kept
+
+
+def encode(sentences: list[list[str]], index: dict[str, int]) -> tuple[np.ndarray, int]:
+    """The concatenated ids with `<eos>` after every sentence [N] int32, and how many words became `<unk>`."""
+    unk, eos = index[UNK], index[EOS]
+    ids, unknown = [], 0
+    for words in sentences:
+        for word in words:
+            i = index.get(word)
+            if i is None:
+                unknown += 1
+                i = unk
+            ids.append(i)
+        ids.append(eos)
+    return np.asarray(ids, np.int32), unknown
+
+
+def batchify(ids: np.ndarray, batch_size: int) -> tuple[np.ndarray, int]:
+    """[N] -> ([batch, N // batch] contiguous columns of the stream, tokens dropped at the end)."""
+    rows = len(ids) // batch_size
+    return ids[: rows * batch_size].reshape(batch_size, rows), len(ids) - rows * batch_size
+
+
+# -----------------------------------------------------------------------------
+# Variable-length BPTT.
+
+
+@dataclasses.dataclass(frozen=True)
+class BPTTSettings:
+    bptt: int = 70
+    short_probability: float = 0.05  # the release: bptt / 2 with probability 1 - 0.95
+    std: float = 5.0
+    min_length: int = 5
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """`count` sampled seq_lens: max(min_length, int(N(base, std))), base = bptt or bptt / 2."""
+        uniform = rng.random(count)
+        normal = rng.standard_normal(count)
+        base = np.where(uniform < 1.0 - self.short_probability, float(self.bptt), self.bptt / 2.0)
+        return np.maximum(self.min_length, np.trunc(base + self.std * normal)).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """One epoch's segments: start rows, lengths (truncated at the end of the data) and the sampled seq_lens."""
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    sampled: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def epoch_plan(num_rows: int, settings: BPTTSettings, seed: int, epoch: int) -> EpochPlan:
+    """The release's loop `while i < rows - 2: seq_len = draw(); segment [i, i + min(seq_len, rows - 1 - i)); i += seq_len`."""
+    if num_rows < 3:
+        raise ValueError(f"the training stream has {num_rows} rows per batch column; at least 3 are needed "
+                         f"(fewer sentences than the batch size?)")
+    rng = np.random.default_rng([_BPTT_STREAM, seed, epoch])
+    sampled = settings.sample(rng, num_rows // settings.min_length + 2)  # enough: every draw is >= min_length
+    starts = np.concatenate([[0], np.cumsum(sampled)[:-1]])
+    count = int(np.sum(starts < num_rows - 2))
+    starts, sampled = starts[:count], sampled[:count]
+    return EpochPlan(starts, np.minimum(sampled, num_rows - 1 - starts), sampled)
+
+
+def padded_length(length: int, bucket: int) -> int:
+    return -(-length // bucket) * bucket
+
+
+def segment_batch(data: np.ndarray, start: int, length: int, padded: int) -> dict[str, np.ndarray]:
+    """inputs/targets [batch, padded] int32 and mask [batch, padded] float32 for rows [start, start + length)."""
+    batch = data.shape[0]
+    inputs = np.zeros((batch, padded), np.int32)
+    targets = np.zeros((batch, padded), np.int32)
+    mask = np.zeros((batch, padded), np.float32)
+    inputs[:, :length] = data[:, start:start + length]
+    targets[:, :length] = data[:, start + 1:start + 1 + length]
+    mask[:, :length] = 1.0
+    return {"inputs": inputs, "targets": targets, "mask": mask}
+
+
+class BPTTBatches:
+    """The training batches of every epoch in turn, from a position {"epoch", "step"} (next segment to yield).
+
+    Each batch: inputs, targets, mask [batch, P]; lr_scale [batch] (sampled
+    seq_len / bptt, the same in every row); reset [batch] (1 at an epoch's
+    first segment: the carried state restarts from zeros).
+    """
+
+    def __init__(self, data: np.ndarray, plans, settings: BPTTSettings, bucket: int, position: dict | None):
+        self.data, self.plans, self.settings, self.bucket = data, plans, settings, bucket
+        position = position or {"epoch": 0, "step": 0}
+        self.epoch, self.step = int(position["epoch"]), int(position["step"])
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        plan = self.plans(self.epoch)
+        while self.step >= len(plan):
+            self.epoch, self.step = self.epoch + 1, 0
+            plan = self.plans(self.epoch)
+        start, length, sampled = int(plan.starts[self.step]), int(plan.lengths[self.step]), int(plan.sampled[self.step])
+        batch = segment_batch(self.data, start, length, padded_length(length, self.bucket))
+        rows = self.data.shape[0]
+        batch["lr_scale"] = np.full((rows,), sampled / self.settings.bptt, np.float32)
+        batch["reset"] = np.full((rows,), self.step == 0, np.bool_)
+        self.step += 1
+        return batch
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+
+class EpochEnds:
+    """Global step numbers: where each epoch ends, and the step of a data position (epochs' lengths from their plans)."""
+
+    def __init__(self, plans):
+        self.plans = plans
+        self.ends: list[int] = []  # ends[e] = global step after the last segment of epoch e
+
+    def end_of(self, epoch: int) -> int:
+        while len(self.ends) <= epoch:
+            self.ends.append((self.ends[-1] if self.ends else 0) + len(self.plans(len(self.ends))))
+        return self.ends[epoch]
+
+    def step_of(self, position: dict | None) -> int:
+        if not position:
+            return 0
+        epoch = int(position["epoch"])
+        return (self.end_of(epoch - 1) if epoch else 0) + int(position["step"])
+
+    def next_end(self, step: int) -> int:
+        """The first epoch end >= step."""
+        epoch = 0
+        while self.end_of(epoch) < step:
+            epoch += 1
+        return self.end_of(epoch)
+
+
+# -----------------------------------------------------------------------------
+# NT-ASGD.
+
+
+def nt_asgd_triggered(history: list[float], value: float, nonmono: int) -> bool:
+    """The release's non-monotone trigger: len(history) > nonmono and value > min(history[:-nonmono])."""
+    return len(history) > nonmono and value > min(history[:-nonmono])
+
+
+def asgd_weight(num_averaged, release_lag: bool):
+    """Weight of the newest iterate in the running mean after `num_averaged` ASGD steps (1-based)."""
+    n = num_averaged.astype(jnp.float32)
+    return 1.0 / jnp.maximum(1.0, n - 1.0) if release_lag else 1.0 / jnp.maximum(1.0, n)
+
+
+# -----------------------------------------------------------------------------
+# State and steps.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class OnLSTMTrainState:
+    """Everything a step reads and writes (checkpointed whole).
+
+    params: pure dict of the model's parameters.
+    average: ASGD's running mean of the iterates (the release's `ax`), shaped like params; zeros before ASGD.
+    num_averaged: int32, ASGD steps so far.
+    step: int32, updates done.
+    rng: uint32 [2], the base key; step k's dropout key is fold_in(rng, k).
+    hidden: {"layer_l": {"h": [batch, H_l], "c": [batch, H_l]}}, the state carried to the next segment.
+    """
+
+    params: Any
+    average: Any
+    num_averaged: jax.Array
+    step: jax.Array
+    rng: jax.Array
+    hidden: Any
+
+
+def _hidden_dict(state_list) -> dict:
+    return {f"layer_{l}": {"h": h, "c": c} for l, (h, c) in enumerate(state_list)}
+
+
+def _hidden_list(hidden: dict) -> list:
+    return [(hidden[f"layer_{l}"]["h"], hidden[f"layer_{l}"]["c"]) for l in range(len(hidden))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """The optimisation settings a step needs."""
+
+    lr: float
+    weight_decay: float
+    clip: float
+    alpha: float
+    beta: float
+    asgd_release_average: bool
+
+
+def token_nll(logits, targets, mask):
+    """(sum of per-token cross-entropy over real tokens, number of real tokens)."""
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+    return jnp.sum(nll * mask), jnp.sum(mask)
+
+
+def clip_like_torch(grads, max_norm: float):
+    """PyTorch 0.4's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1. Returns (grads, norm)."""
+    norm = optax.tree.norm(grads)
+    coefficient = max_norm / (norm + 1e-6)
+    scale = jnp.where(coefficient < 1.0, coefficient, 1.0)
+    return jax.tree.map(lambda g: g * scale, grads), norm
+
+
+def make_step_fn(graphdef, recipe: Recipe):
+    """`(state, batch, asgd_active) -> (state, metrics)`, not jitted (see the module docstring)."""
+
+    def step_fn(state: OnLSTMTrainState, batch, asgd_active):
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        reset = batch["reset"][:, None]
+        hidden = jax.tree.map(lambda a: jnp.where(reset, jnp.zeros_like(a), a), state.hidden)
+        mask = batch["mask"]
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params)
+            logits, new_hidden, aux = model(batch["inputs"], _hidden_list(hidden), deterministic=False, key=key,
+                                            mask=mask)
+            total, count = token_nll(logits, batch["targets"], mask)
+            ce = total / jnp.maximum(count, 1.0)
+            ar, tar = activation_penalties(aux["raw_outputs"][-1], mask)
+            return ce + recipe.alpha * ar + recipe.beta * tar, (ce, total, count, new_hidden)
+
+        (objective, (ce, total, count, new_hidden)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        grads, grad_norm = clip_like_torch(grads, recipe.clip)
+        lr = recipe.lr * batch["lr_scale"][0]
+        params = jax.tree.map(lambda p, g: p - lr * (g + recipe.weight_decay * p), state.params, grads)
+        num_averaged = state.num_averaged + asgd_active.astype(jnp.int32)
+        weight = asgd_weight(num_averaged, recipe.asgd_release_average)
+        average = jax.tree.map(lambda a, p: jnp.where(asgd_active, a + (p - a) * weight, a), state.average, params)
+        new_state = OnLSTMTrainState(params=params, average=average, num_averaged=num_averaged,
+                                     step=state.step + 1, rng=state.rng,
+                                     hidden=jax.lax.stop_gradient(_hidden_dict(new_hidden)))
+        metrics = {"loss": ce, "objective": objective, "sum_nll": total, "num_tokens": count,
+                   "grad_norm": grad_norm, "learning_rate": lr}
+        return new_state, metrics
+
+    return step_fn
+
+
+def make_eval_fn(graphdef):
+    """`(params, hidden, batch) -> (sum nll, tokens, hidden)`, deterministic (eval-mode dropouts)."""
+
+    def eval_fn(params, hidden, batch):
+        model = nnx.merge(graphdef, params)
+        logits, new_hidden, _ = model(batch["inputs"], _hidden_list(hidden), deterministic=True, mask=batch["mask"])
+        total, count = token_nll(logits, batch["targets"], batch["mask"])
+        return total, count, _hidden_dict(new_hidden)
+
+    return eval_fn
+
+
+class _Window:
+    def __init__(self):
+        self.steps, self.nll, self.tokens, self.objective = 0, 0.0, 0.0, 0.0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        self.nll += float(metrics["sum_nll"])
+        self.tokens += float(metrics["num_tokens"])
+        self.objective += float(metrics["objective"])
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        loss = self.nll / max(self.tokens, 1.0)
+        return {"split": "train", "step": step, "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                "objective": self.objective / max(self.steps, 1),
+                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
+                "tokens_per_second": self.tokens / elapsed, "steps_per_second": self.steps / elapsed}
+
+
+# -----------------------------------------------------------------------------
+# Config.
+
+_MODEL_KEYS = ("embedding_size", "hidden_size", "num_layers", "chunk_size", "dropout", "dropout_hidden",
+               "dropout_input", "dropout_embedding", "weight_drop")
+
+
+def model_config(config, vocab_size: int) -> OnLSTMLMConfig:
+    try:
+        return OnLSTMLMConfig(vocab_size=vocab_size, **{k: config.model[k] for k in _MODEL_KEYS})
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model: {e}") from e
+
+
+def validate_config(config) -> None:
+    """Every key this task reads, checked before anything runs; `ConfigError` names the key."""
+    def need(path: str):
+        node = config
+        for part in path.split("."):
+            if part not in node:
+                raise ConfigError(f"config key {path!r} is missing (trainer 'onlstm_lm'; see configs/onlstm_tiny.py)")
+            node = node[part]
+        return node
+
+    def positive_int(path: str):
+        value = need(path)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path}: expected a positive int, got {value!r}")
+
+    for k in _MODEL_KEYS:
+        need(f"model.{k}")
+    model_config(config, 2)
+    if need("data.source") not in SOURCES:
+        raise ConfigError(f"data.source: unknown {config.data.source!r}; expected one of {SOURCES}")
+    if need("data.vocabulary_from") not in ("train", "all"):
+        raise ConfigError(f"data.vocabulary_from: expected 'train' or 'all', got {config.data.vocabulary_from!r}")
+    for k in ("train_path", "valid_path", "num_train_sentences", "num_valid_sentences", "corpus_seed"):
+        need(f"data.{k}")
+    positive_int("data.min_word_count")
+    for k in ("batch_size", "bptt", "length_bucket", "min_seq_len", "nonmono"):
+        positive_int(f"training.{k}")
+    for k in ("lr", "weight_decay", "clip", "alpha", "beta", "bptt_std", "bptt_short_probability", "seed",
+              "asgd", "asgd_release_average"):
+        need(f"training.{k}")
+    if not 0.0 <= config.training.bptt_short_probability <= 1.0:
+        raise ConfigError(f"training.bptt_short_probability must be in [0, 1], got "
+                          f"{config.training.bptt_short_probability!r}")
+    if config.training.lr <= 0 or config.training.clip <= 0:
+        raise ConfigError("training.lr and training.clip must be > 0")
+    epochs, steps = need("training.num_epochs"), need("training.num_steps")
+    if (epochs is None) == (steps is None):
+        raise ConfigError(f"set exactly one of training.num_epochs ({epochs!r}) and training.num_steps ({steps!r})")
+    positive_int("training.num_epochs" if epochs is not None else "training.num_steps")
+    for k in ("batch_size", "bptt"):
+        positive_int(f"evaluation.{k}")
+    if not need("evaluation.every_epoch"):
+        positive_int("evaluation.interval_steps")
+    for k in ("interval_steps", "max_to_keep", "keep_best", "async_save", "checksums", "save_memory"):
+        need(f"checkpointing.{k}")
+    positive_int("checkpointing.interval_steps")
+    positive_int("logging.interval_steps")
+    need("logging.tensorboard")
+    for k in ("data", "model"):
+        need(f"mesh.{k}")
+    need("distributed.initialize")
+
+
+def _fingerprint(words: list[str]) -> str:
+    return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
+
+
+# -----------------------------------------------------------------------------
+# The task.
+
+
+class OnLSTMLMTask:
+    """See the module docstring."""
+
+    name = "onlstm_lm"
+    selection = Selection("valid_perplexity", "min")
+
+    def __init__(self, config):
+        self.config = config
+        self.schedule = StepSchedule()  # the rate is constant but for the seq_len rescale; NT-ASGD is not a decay
+        self.checkpoint_interval = config.checkpointing.interval_steps
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+        self.num_steps = config.training.num_steps or 0  # set from num_epochs in setup
+        self.asgd_start_step: int | None = None  # the step after whose validation ASGD began
+        self.valid_history: list[float] = []  # validation losses while on SGD (the release's best_val_loss list)
+        self._steps_done = 0
+        self._fixed_interval = None if config.evaluation.every_epoch else int(config.evaluation.interval_steps)
+
+    # -- before anything runs ----------------------------------------------------------------
+
+    def validate_config(self, config) -> None:
+        validate_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        shd.check_batch_divides(self.config.training.batch_size, mesh, "training.batch_size")
+        shd.check_batch_divides(self.config.evaluation.batch_size, mesh, "evaluation.batch_size")
+
+    def setup(self, run: RunContext) -> None:
+        c = self.config
+        self.run = run
+        d = c.data
+        train = read_sentences(d.source, d.train_path, "train", num_sentences=d.num_train_sentences,
+                               corpus_seed=d.corpus_seed, key="data.train_path")
+        valid = (read_sentences(d.source, d.valid_path, "valid", num_sentences=d.num_valid_sentences,
+                                corpus_seed=d.corpus_seed, key="data.valid_path")
+                 if d.valid_path else None)
+        self.words = build_vocabulary(train, *([valid] if valid and d.vocabulary_from == "all" else []),
+                                      min_count=d.min_word_count)
+        index = {w: i for i, w in enumerate(self.words)}
+        self.vocab_fingerprint = _fingerprint(self.words)
+        self._write_vocabulary(run)
+        train_ids, rare = encode(train, index)
+        if rare:
+            run.say(f"note: {rare} training word(s) seen fewer than {d.min_word_count} times read as {UNK}")
+        self.train_data, dropped = batchify(train_ids, c.training.batch_size)
+        self.num_train_tokens = int(train_ids.size)
+        if dropped:
+            run.say(f"note: the last {dropped} training token(s) do not fill a batch column and are dropped "
+                    f"(as the release's batchify)")
+        self.valid_data = None
+        if valid is not None:
+            valid_ids, unknown = encode(valid, index)
+            if unknown:
+                run.say(f"note: {unknown} validation word(s) of {valid_ids.size} are outside the training "
+                        f"vocabulary and read as {UNK}")
+            self.valid_data, dropped_valid = batchify(valid_ids, c.evaluation.batch_size)
+            if dropped_valid:
+                run.say(f"note: the last {dropped_valid} validation token(s) do not fill a batch column and are "
+                        f"not scored")
+            counts = np.bincount(train_ids, minlength=len(self.words)) + 1.0  # add-one: <unk> may be unseen
+            log_probs = np.log(counts / counts.sum())
+            self.unigram = float(-log_probs[self.valid_data].mean())
+        else:
+            self.unigram = None
+        t = c.training
+        self.settings = BPTTSettings(bptt=t.bptt, short_probability=t.bptt_short_probability, std=t.bptt_std,
+                                     min_length=t.min_seq_len)
+        rows = self.train_data.shape[1]
+        cache: dict[int, EpochPlan] = {}
+
+        def plans(epoch: int) -> EpochPlan:
+            if epoch not in cache:
+                if len(cache) > 4:
+                    cache.pop(min(cache))
+                cache[epoch] = epoch_plan(rows, self.settings, t.seed, epoch)
+            return cache[epoch]
+
+        try:
+            plans(0)
+        except ValueError as e:
+            raise ValueError(f"data.train_path: {e}") from e
+        self.plans = plans
+        self.epoch_ends = EpochEnds(plans)
+        if t.num_epochs is not None:
+            self.num_steps = self.epoch_ends.end_of(t.num_epochs - 1)
+        self.model_config = model_config(c, len(self.words))
+        abstract = nnx.eval_shape(lambda: OnLSTMLM(self.model_config, rngs=nnx.Rngs(0)))
+        self.graphdef, abstract_params = nnx.split(abstract, nnx.Param)
+        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            nnx.to_pure_dict(abstract_params))
+        self.num_parameters = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(self.abstract_params))
+        self.recipe = Recipe(lr=float(t.lr), weight_decay=float(t.weight_decay), clip=float(t.clip),
+                             alpha=float(t.alpha), beta=float(t.beta),
+                             asgd_release_average=bool(t.asgd_release_average))
+        self.replicated = NamedSharding(run.mesh, P())
+        self.rows_sharding = NamedSharding(run.mesh, P("data"))
+
+    def _write_vocabulary(self, run: RunContext) -> None:
+        path = run.workdir / "vocab.txt"
+        text = "".join(f"{w}\n" for w in self.words)
+        if path.exists() and path.read_text(encoding="utf-8") != text and run.resuming:
+            raise ConfigError(f"{path} is not the vocabulary of this data ({len(self.words)} words now); the data "
+                              f"changed since the checkpoints were written: restore it or use a new --workdir")
+        if run.process_index == 0:
+            path.write_text(text, encoding="utf-8")
+
+    @property
+    def validation_interval(self) -> int:
+        """Steps between validations: the end of the current epoch (every_epoch), or the configured interval."""
+        if self._fixed_interval is not None:
+            return self._fixed_interval
+        # The trainer validates at step s when s % interval == 0; s <= the next epoch end E, so only s == E does.
+        return self.epoch_ends.next_end(max(self._steps_done, 1))
+
+    def describe_run(self) -> list[str]:
+        m = self.model_config
+        rows = self.train_data.shape[1]
+        lines = [f"ON-LSTM LM: {self.num_parameters:,} parameters, layers {m.layer_sizes()} (chunk {m.chunk_size}), "
+                 f"vocabulary {len(self.words)} words",
+                 f"training stream {self.num_train_tokens:,} tokens in {self.train_data.shape[0]} columns of "
+                 f"{rows} rows; {len(self.plans(0))} BPTT segments in epoch 0; {self.num_steps} steps in all"]
+        if self.unigram is not None:
+            lines.append(f"unigram baseline on validation: perplexity {math.exp(self.unigram):.1f}")
+        return lines
+
+    # -- state and checkpoints ---------------------------------------------------------------
+
+    def _shardings(self) -> OnLSTMTrainState:
+        params = jax.tree.map(lambda _: self.replicated, self.abstract_params)
+        hidden = {f"layer_{l}": {"h": self.rows_sharding, "c": self.rows_sharding}
+                  for l in range(self.model_config.num_layers)}
+        return OnLSTMTrainState(params=params, average=params, num_averaged=self.replicated, step=self.replicated,
+                                rng=self.replicated, hidden=hidden)
+
+    def _shapes(self) -> OnLSTMTrainState:
+        batch = self.config.training.batch_size
+        hidden = {f"layer_{l}": {"h": jax.ShapeDtypeStruct((batch, size), jnp.float32),
+                                 "c": jax.ShapeDtypeStruct((batch, size), jnp.float32)}
+                  for l, size in enumerate(self.model_config.layer_sizes())}
+        scalar = jax.ShapeDtypeStruct((), jnp.int32)
+        return OnLSTMTrainState(params=self.abstract_params, average=self.abstract_params, num_averaged=scalar,
+                                step=scalar, rng=jax.ShapeDtypeStruct((2,), jnp.uint32), hidden=hidden)
+
+    def init_state(self):
+        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
+        config = self.model_config
+
+        def init():
+            params = nnx.to_pure_dict(nnx.state(OnLSTMLM(config, rngs=nnx.Rngs(params=param_key)), nnx.Param))
+            shapes = self._shapes()
+            zeros = lambda s: jnp.zeros(s.shape, s.dtype)  # noqa: E731
+            return OnLSTMTrainState(params=params, average=jax.tree.map(jnp.zeros_like, params),
+                                    num_averaged=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
+                                    rng=jax.random.key_data(step_key), hidden=jax.tree.map(zeros, shapes.hidden))
+
+        with jax.threefry_partitionable(False):
+            state = jax.jit(init, out_shardings=self._shardings())()
+        return state, {}
+
+    def abstract_state(self):
+        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), self._shapes(),
+                            self._shardings())
+
+    def restored_rest(self):
+        return {}
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return {"vocab_sha256": self.vocab_fingerprint, "vocab_size": len(self.words),
+                "model": dataclasses.asdict(self.model_config), "batch_size": self.config.training.batch_size,
+                "asgd_start_step": self.asgd_start_step, "valid_history": list(self.valid_history),
+                "config": to_json_dict(self.config)}
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        changed = []
+        if meta.get("vocab_sha256") != self.vocab_fingerprint:
+            changed.append(f"the vocabulary ({meta.get('vocab_size')} words there, {len(self.words)} now)")
+        saved = meta.get("model", {})
+        changed += [f"model.{k}: {saved.get(k)!r} there, {v!r} now"
+                    for k, v in dataclasses.asdict(self.model_config).items()
+                    if k in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "chunk_size")
+                    and saved.get(k) != v]
+        if meta.get("batch_size") != self.config.training.batch_size:
+            changed.append(f"training.batch_size: {meta.get('batch_size')} there, {self.config.training.batch_size} now")
+        if changed:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another run: " + "; ".join(changed)
+                              + ". Use the original config and data, or a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        """The NT-ASGD host state: when averaging began, and the validation history it watched."""
+        self.asgd_start_step = meta.get("asgd_start_step")
+        self.valid_history = [float(v) for v in meta.get("valid_history", [])]
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def batches(self, position: dict | None):
+        self._steps_done = self.epoch_ends.step_of(position)
+        return BPTTBatches(self.train_data, self.plans, self.settings, self.config.training.length_bucket, position)
+
+    def make_train_step(self):
+        jitted = jax.jit(make_step_fn(self.graphdef, self.recipe), donate_argnums=(0,))
+
+        def train_step(state, rest, batch):
+            self._steps_done += 1
+            return jitted(state, batch, jnp.asarray(self.asgd_start_step is not None))
+
+        return train_step
+
+    def new_window(self) -> _Window:
+        return _Window()
+
+    def decay_learning_rate(self) -> float:
+        raise NotImplementedError("the ON-LSTM recipe switches to ASGD instead of decaying the rate")
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def has_validation(self) -> bool:
+        return self.valid_data is not None
+
+    def _valid_batches(self):
+        if not hasattr(self, "_valid_cache"):
+            bptt = self.config.evaluation.bptt
+            rows = self.valid_data.shape[1]
+            self._valid_cache = [segment_batch(self.valid_data, i, min(bptt, rows - 1 - i), bptt)
+                                 for i in range(0, rows - 1, bptt)]
+            self._eval_fn = jax.jit(make_eval_fn(self.graphdef))
+        return self._valid_cache
+
+    def validation_loss(self, params) -> tuple[float, int]:
+        """Mean per-token cross-entropy of `params` over the validation stream (state carried from zeros)."""
+        batches = self._valid_batches()
+        batch_size = self.config.evaluation.batch_size
+        hidden = {f"layer_{l}": {"h": jnp.zeros((batch_size, size)), "c": jnp.zeros((batch_size, size))}
+                  for l, size in enumerate(self.model_config.layer_sizes())}
+        totals, counts = [], []
+        for batch in batches:
+            total, count, hidden = self._eval_fn(params, hidden, shd.global_batch(batch, self.run.mesh))
+            totals.append(total)
+            counts.append(count)
+        totals, counts = jax.device_get((totals, counts))
+        tokens = int(sum(float(c) for c in counts))
+        return float(sum(np.float64(t) for t in totals) / max(tokens, 1)), tokens
+
+    def evaluate(self, state, rest) -> Evaluation:
+        """Validation perplexity (of the averaged parameters once ASGD runs), then the NT-ASGD check."""
+        averaged = self.asgd_start_step is not None
+        loss, tokens = self.validation_loss(state.average if averaged else state.params)
+        switched = False
+        if not averaged:
+            if self.config.training.asgd and nt_asgd_triggered(self.valid_history, loss,
+                                                               self.config.training.nonmono):
+                self.asgd_start_step = self._steps_done
+                switched = True
+            self.valid_history.append(loss)
+        perplexity = math.exp(loss)
+        record = {"loss": loss, "perplexity": perplexity, "num_tokens": tokens, "averaged": averaged,
+                  "unigram_loss": self.unigram}
+        message = f"perplexity {perplexity:.2f}" + (" (averaged parameters)" if averaged else "")
+        if switched:
+            record["switched_to_asgd"] = True
+            message += f"; no improvement over the last {self.config.training.nonmono} validations: switching to ASGD"
+        return Evaluation(values={"valid_perplexity": perplexity, "valid_loss": loss}, record=record,
+                          message=message)
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"unigram_loss": self.unigram, "num_parameters": self.num_parameters, "vocab_size": len(self.words)}
+
+    def summary(self, result) -> str | None:
+        if result.final_step not in result.valid_losses:
+            return None
+        final = result.valid_losses[result.final_step]
+        ran = result.final_step - result.start_step
+        averaged = f", averaged since step {self.asgd_start_step}" if self.asgd_start_step is not None else ""
+        return (f"done: step {result.final_step} ({ran} step{'s' * (ran != 1)} in {format_duration(result.seconds)}).\n"
+                f"  validation perplexity {final:.2f}{averaged} (unigram {math.exp(self.unigram):.2f}); "
+                f"best {result.best_valid_loss:.2f} at step {result.best_step}")
