@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if len(parts) > 1 and parts[1]:
             model = parts[1]
     return ml_collections.ConfigDict(dict(
-        trainer="cfl",  # dispatches `tgjax train` to tgjax.train.cfl (not the TG/TXL loop)
+        trainer="cfl",  # `tgjax train` runs the trials of tgjax.train.cfl, each on the shared trainer
         task=task,
         model=model,
         # None: the paper's value for (task, model). Keys as tgjax.models.stack_lm.StackLMConfig.
@@ -92,5 +92,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         logging=dict(
             interval_steps=50,
             tensorboard=True,
+        ),
+        # The shared trainer's sections (tgjax.train.loop), as in the LM configs.
+        checkpointing=dict(
+            interval_steps=None,  # None: at the end of every epoch (when validation runs)
+            max_to_keep=3,  # most recent checkpoints kept
+            keep_best=1,  # and the best epoch's by validation Δ (the trial's result is read from it)
+            async_save=True,
+            checksums=True,  # a sha256 manifest per checkpoint, verified on resume
+        ),
+        mesh=dict(
+            data=-1,  # -1: every device; the batch's strings are split over "data", parameters replicated
+            model=1,
+        ),
+        distributed=dict(
+            initialize=False,  # jax.distributed.initialize() first (multi-host)
+            coordinator_address=None,
+            num_processes=None,
+            process_id=None,
         ),
     ))

@@ -5,13 +5,14 @@
     tgjax data stats    [--corpus builtin|FILE] [--rule tg] ...   what the pipeline makes of a corpus
     tgjax data export   --split train -o FILE                     write the built-in treebank
     tgjax data show     "<tree>"                                  the paper's Figure 2 table for a tree
+    tgjax data deps     --treebank FILE|builtin -o out.conllu     dependencies from head rules, as CoNLL-U
     tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
     tgjax viz tree      "<tree>" -o tree.png                      a tree as a picture
     tgjax viz curves    --workdir DIR [--workdir DIR2] -o curves.png   training curves of runs
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
     tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
-    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge ...      evaluations (each has its own --help)
+    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge|unsupervised-parse ...   evaluations (own --help)
     tgjax sample --workdir DIR [--num-samples N] ...                      well-formed trees from a trained model
 """
 
@@ -264,14 +265,18 @@ def cmd_train(args) -> int:
 
 
 def _train_cfl(config, args) -> int:
-    """`tgjax train` for configs/stack_cfl.py: tgjax.train.cfl (no resumption; a fresh run in --workdir)."""
+    """`tgjax train` for configs/stack_cfl.py: the trials of tgjax.train.cfl, each a run of the shared trainer
+    (resumes: finished trials are read back, the current one continues from its checkpoints)."""
     from tgjax.train.cfl import train_cfl
+    from tgjax.train.loop import TrainingDiverged
 
     try:
         result = train_cfl(config, args.workdir, quiet=args.quiet)
-    except FloatingPointError as error:
+    except TrainingDiverged as error:
         print(f"tgjax: error: {error}", file=sys.stderr)
         return 1
+    if not result.complete:  # stopped by SIGTERM: the trainer said so; the same command resumes
+        return 0
     if args.quiet:
         best = result.best
         print(f"{result.task} {result.model}: cross-entropy difference validation "
@@ -283,7 +288,7 @@ def _train_cfl(config, args) -> int:
 def cmd_info(args) -> int:
     """The model's parameter count, its settings, and the resolved config."""
     from tgjax.train.config import to_json_dict, trainer_of
-    from tgjax.train.loop import describe
+    from tgjax.train.tasks.treebank_lm import describe
 
     config = _load_train_config(args)
     if trainer_of(config) == "cfl":
@@ -323,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = data.add_parser("show", help="the Figure 2 table (input, type, attention, label) of a tree")
     p.add_argument("tree", help='a bracketed tree, e.g. "(S (NP the blue bird) (VP sings))"')
     p.set_defaults(func=cmd_data_show)
+    data.add_parser("deps", help="dependency trees from a treebank by head rules, written as CoNLL-U: "
+                                 "--treebank FILE|builtin -o OUT [--heads collins|builtin] [--keep all|words]")
 
     viz = commands.add_parser("viz", help="pictures").add_subparsers(dest="what", required=True)
     p = viz.add_parser("mask", help="draw the STACK/COMPOSE mask of a tree (Figure 2b)")
@@ -364,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "right-branching: --workdir W [--treebank FILE]")
     evaluate.add_parser("sg", help="SyntaxGym suites: accuracy per suite, circuits, SG score: --workdir W")
     evaluate.add_parser("blimp", help="BLiMP minimal pairs: accuracy per paradigm/field/overall: --workdir W")
+    evaluate.add_parser("unsupervised-parse", help="ON-LSTM trees from master-forget distances, per layer, F1 beside "
+                                                   "right/left-branching and balanced: --workdir W --treebank FILE")
     commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) on the built-in "
                                      "treebank; table of perplexity, parse F1, agreement accuracy")
     commands.add_parser("sample", help="sample well-formed trees from a trained TG / TXL (CC): --workdir W "
@@ -387,12 +396,17 @@ def main(argv: list[str] | None = None) -> int:
     # The scoring commands have their own parsers too.
     eval_commands = {"score": ("commands", "main_score"), "ppl": ("commands", "main_ppl"),
                      "rerank": ("commands", "main_rerank"), "merge": ("commands", "main_merge"),
-                     "parse": ("parse", "main_parse"), "sg": ("parse", "main_sg"), "blimp": ("parse", "main_blimp")}
+                     "parse": ("parse", "main_parse"), "sg": ("parse", "main_sg"), "blimp": ("parse", "main_blimp"),
+                     "unsupervised-parse": ("unsupervised", "main_unsupervised_parse")}
     if len(argv) >= 2 and argv[0] == "eval" and argv[1] in eval_commands:
         import importlib
 
         module, function = eval_commands[argv[1]]
         return getattr(importlib.import_module(f"tgjax.eval.{module}"), function)(argv[2:])
+    if argv[:2] == ["data", "deps"]:
+        from tgjax.data.deps import main_deps
+
+        return main_deps(argv[2:])
     if argv[:1] == ["demo"]:
         from tgjax.demo import main as main_demo
 

@@ -7,7 +7,7 @@ import pytest
 from tgjax.data.pipeline import Pipeline, PipelineConfig
 from tgjax.train.config import (ConfigError, apply_overrides, default_config, load_config, parse_override_args,
                                 UNSET_PATH)
-from tgjax.train.loop import resolve_model_config, validate_config
+from tgjax.train.tasks.treebank_lm import resolve_model_config, validate_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))

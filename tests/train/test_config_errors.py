@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tgjax.train.config import ConfigError, apply_overrides, default_config
-from tgjax.train.loop import validate_config
+from tgjax.train.tasks.treebank_lm import validate_config
 
 from .helpers import TEST_OVERRIDES
 

@@ -1,4 +1,4 @@
-"""Trains Tf / Tf+Sup / Tf+Nd language models on the CFL tasks (DuSell & Chiang, ICLR 2024, §6, Appendix D).
+"""Stack-attention language models on the CFL tasks (DuSell & Chiang, ICLR 2024, §6, Appendix D): the trials.
 
     tgjax train --config configs/stack_cfl.py --config.task=dyck --config.model=tf_nd --workdir runs/dyck_nd
 
@@ -6,36 +6,36 @@
     from tgjax.train.cfl import train_cfl
     result = train_cfl(load_config("configs/stack_cfl.py", ["task=dyck", "model=tf_nd"]), "runs/dyck_nd")
 
-One trial (Appendix D.3): sample a training and a validation set (fresh for
-every seed), make minibatches of `training.batch_size` strings of one length
-once, shuffle their order every epoch; jitted steps of Adam on the
-cross-entropy summed over time steps (averaged over the batch's strings),
-after clipping the gradient's global L2 norm to `training.clip_grad_norm`.
-After every epoch the validation split is scored; its cross-entropy per
-symbol (EOS included) is the early-stopping criterion, reported as the
-cross-entropy difference Δ from the true distribution
-(`tgjax.data.cfl_metric.cross_entropy_difference`, 0 is optimal). The learning rate
-is multiplied by `lr_decay` after `lr_patience` epochs without improvement
-(then the count restarts), and training stops after
-`early_stopping_patience` epochs without improvement or `epochs` epochs.
-The parameters of the best epoch are kept (`best_params.npz`) and scored on
-the validation and test splits, overall and per length bin.
+One trial (Appendix D.3) is one run of the shared trainer (`tgjax.train.loop`)
+with the CFL task (`tgjax.train.tasks.cfl`): a fresh training and validation
+sample, minibatches of `training.batch_size` strings of one length made once
+and shuffled every epoch, Adam on the cross-entropy summed over time (mean
+over the batch's strings) after clipping the gradient norm, validation Δ
+(`tgjax.data.cfl_metric.cross_entropy_difference`) after every epoch, the
+learning rate times `lr_decay` after `lr_patience` epochs without improvement,
+early stopping after `early_stopping_patience`. The trainer keeps orbax
+checkpoints (the best epoch's by validation Δ among them), so a trial resumes
+where it stopped, bit for bit.
 
-With `training.num_trials` > 1 (the paper: 10) each trial has its own seed,
-data and (unless fixed) learning rate, and runs in `WORKDIR/trial_K`; the
-trial with the best validation Δ is reported at the top of the workdir.
+This module drives the trials (`training.num_trials`, the paper: 10, each its
+own seed, data and, unless fixed, learning rate): trial k runs in
+`WORKDIR/trial_<k>/`; a trial whose `results.json` exists is finished and read
+back, the first unfinished one resumes from its checkpoints. Then the best
+trial by validation Δ is scored on the test set, per length.
 
-Writes into the (trial's) workdir:
-  metrics.jsonl   {"split": "train", "step", "epoch", "loss" (nats per symbol), "learning_rate",
-                   "steps_per_second", "tokens_per_second", "grad_norm"} every `logging.interval_steps`;
-                  {"split": "valid", "step", "epoch", "cross_entropy_difference", "cross_entropy",
-                   "true_cross_entropy", "learning_rate", "best"} every epoch;
-                  {"split": "test_by_length", "step": LENGTH, "cross_entropy_difference", ...} at the end
-                  (TensorBoard then draws Δ against length).
-  tensorboard/    the same scalars.
-  best_params.npz the best epoch's parameters (`load_model(workdir)` rebuilds the model).
-  results.json    overall and per-bin numbers on valid and test, the run's settings and history.
-  cross_entropy_difference.png   validation Δ by epoch (left), test Δ by length (right), as the paper's Fig. 2.
+Writes:
+  trial_<k>/checkpoints/          orbax, every epoch (the newest `checkpointing.max_to_keep` and the best)
+  trial_<k>/metrics.jsonl         {"split": "train", "step", "epoch", "loss" (nats per symbol), "learning_rate",
+                                   "steps_per_second", "tokens_per_second", "grad_norm"} every
+                                  `logging.interval_steps`; {"split": "valid", "step", "epoch",
+                                  "cross_entropy_difference", "cross_entropy", "true_cross_entropy",
+                                  "learning_rate", "best"} every epoch; in the best trial
+                                  {"split": "test_by_length", "step": LENGTH, "cross_entropy_difference", ...}
+                                  (TensorBoard then draws Δ against length) and {"split": "test", ...}
+  trial_<k>/results.json          the trial: settings, validation history, the best epoch per bin
+  results.json                    the best trial's numbers on validation and test, overall and per bin, and
+                                  every trial's summary (`load_model(WORKDIR)` rebuilds the best model)
+  cross_entropy_difference.png    validation Δ by epoch of every trial, the best's test Δ by length (Fig. 2)
 
 Padding: every batch's time axis is padded up to a multiple of
 `data.length_bucket` (weights 0). All three models are causal (the stacks
@@ -49,7 +49,6 @@ import dataclasses
 import functools
 import json
 import math
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -64,13 +63,14 @@ from flax import nnx
 
 from tgjax.data.cfl import SPLITS, TASK_NAMES, CFLTask, cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference, cross_entropy_difference
-from tgjax.models.stack_lm import MODEL_KINDS, StackLMConfig, StackTransformerLM, stack_cfl_config
+from tgjax.models.stack_lm import StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.train.config import ConfigError, to_json_dict
-from tgjax.train.metrics import MetricsWriter, Progress, format_duration
+from tgjax.train.metrics import MetricsWriter, format_duration, read_metrics
 from tgjax.train.schedules import Plateau
 
 __all__ = [
     "CFLResult",
+    "CFLState",
     "MODEL_NAMES",
     "Plateau",
     "ShuffledBatches",
@@ -81,6 +81,7 @@ __all__ = [
     "make_batches",
     "make_steps",
     "plot_results",
+    "read_params",
     "resolve_model_config",
     "selected_test_lengths",
     "string_log_probs_of",
@@ -89,10 +90,14 @@ __all__ = [
 
 # Config names -> `tgjax.models.stack_lm` names.
 MODEL_NAMES = {"tf": "tf", "tf_sup": "tf+sup", "tf_nd": "tf+nd"}
-_DISPLAY = {"tf": "Tf", "tf_sup": "Tf+Sup", "tf_nd": "Tf+Nd"}
+DISPLAY_NAMES = {"tf": "Tf", "tf_sup": "Tf+Sup", "tf_nd": "Tf+Nd"}
 _ARCHITECTURE_KEYS = ("num_layers", "d_model", "num_heads", "feedforward_size", "dropout_rate",
                       "stack_embedding_size", "num_states", "stack_alphabet_size", "pushed_vectors")
 MAX_TRAIN_LENGTH = SPLITS["train"].max_length
+# The shared trainer's sections and the keys it reads from them (configs/stack_cfl.py has them all).
+_TRAINER_KEYS = {"checkpointing": ("interval_steps", "max_to_keep", "keep_best", "async_save", "checksums"),
+                 "mesh": ("data", "model"),
+                 "distributed": ("initialize", "coordinator_address", "num_processes", "process_id")}
 
 
 # -----------------------------------------------------------------------------
@@ -153,6 +158,16 @@ def check_config(config) -> tuple[str, str]:
         if len(lr_range) != 2 or not 0 < lr_range[0] <= lr_range[1]:
             raise ConfigError(f"config key 'training.learning_rate_range' must be (low, high) with "
                               f"0 < low <= high, got {t.learning_rate_range!r}")
+    for section, keys in _TRAINER_KEYS.items():
+        missing = [k for k in keys if section not in config or k not in config[section]]
+        if missing:
+            raise ConfigError(f"config section {section!r} lacks {', '.join(missing)}: the shared trainer reads "
+                              f"them (configs/stack_cfl.py has the defaults)")
+    ck = config.checkpointing
+    if ck.interval_steps is not None:
+        integer("checkpointing.interval_steps", ck.interval_steps)
+    integer("checkpointing.max_to_keep", ck.max_to_keep)
+    integer("checkpointing.keep_best", ck.keep_best)  # the best epoch's parameters are read back from it
     selected_test_lengths(config, cfl_task(task))  # checks data.test_lengths
     resolve_model_config(config, cfl_task(task).vocabulary.size)  # checks architecture.*
     return task, model
@@ -278,21 +293,56 @@ class ShuffledBatches:
 
 
 # -----------------------------------------------------------------------------
-# Steps.
+# The state and the steps.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class CFLState:
+    """What a CFL train step reads and writes (checkpointed whole).
+
+    params: pure dict of parameter arrays (`nnx.to_pure_dict` layout).
+    opt_state: the optax state (clipping's and Adam's, moments shaped like `params`).
+    step: int32 scalar, updates done so far.
+    rng: uint32 [2], raw key data of the dropout key; step k (1-based) reseeds dropout from `fold_in(rng, k)`.
+    """
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
 
 
 @dataclasses.dataclass
-class _Steps:
-    train: Any  # (params, opt_state, rest, inputs, targets, weights, lr, key) -> (params, opt_state, metrics)
+class Steps:
+    train: Any  # (state, rest, inputs, targets, weights, lr) -> (state, metrics); `state` is donated
     score: Any  # (params, rest, inputs, targets, weights) -> [B] log-probabilities of the rows
+
+
+def make_optimizer(clip_grad_norm: float | None, b1: float, b2: float, eps: float) -> optax.GradientTransformation:
+    """The global gradient norm clipped to `clip_grad_norm` (None: not clipped), then Adam's scaling; the
+    step multiplies by −learning rate itself, so the rate can decay on the host without recompiling."""
+    return optax.chain(optax.clip_by_global_norm(clip_grad_norm) if clip_grad_norm else optax.identity(),
+                       optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
+
+
+def make_steps(model_cfg: StackLMConfig, training) -> tuple[Steps, optax.GradientTransformation]:
+    """The jitted `train` and `score` steps, and the optimiser (`make_optimizer`).
+
+    train: the loss is the cross-entropy summed over time steps, averaged over
+    the batch's strings (rows with any weight); dropout's key for the step
+    being taken (state.step + 1) is `fold_in(state.rng, state.step + 1)`.
+    Metrics: `loss`, `sum_nll`, `num_symbols`, `grad_norm` (before clipping),
+    `learning_rate`. Cached: the trials of a run (and its test) share their compiled programs.
+    """
+    clip, adam = training.clip_grad_norm, training.adam
+    return _make_steps(model_cfg, float(clip) if clip else None, float(adam.b1), float(adam.b2), float(adam.eps))
 
 
 @functools.lru_cache(maxsize=8)
 def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: float, b2: float,
-                eps: float) -> tuple[_Steps, optax.GradientTransformation]:
-    """The jitted steps and the optimiser (cached: the trials of a run share their compiled programs)."""
-    tx = optax.chain(optax.clip_by_global_norm(clip_grad_norm) if clip_grad_norm else optax.identity(),
-                     optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
+                eps: float) -> tuple[Steps, optax.GradientTransformation]:
+    tx = make_optimizer(clip_grad_norm, b1, b2, eps)
     template = nnx.eval_shape(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
     train_def, _, _ = nnx.split(template, nnx.Param, ...)
     template.eval()
@@ -302,38 +352,49 @@ def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: floa
         log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
         return jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
 
-    def train_step(params, opt_state, rest, inputs, targets, weights, lr, key):
+    def train_step(state: CFLState, rest, inputs, targets, weights, lr):
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
+
         def loss_fn(p):
-            model = nnx.merge(train_def, p, jax.tree.map(lambda x: x, rest))
+            model = nnx.merge(train_def, p, jax.tree.map(lambda x: x, rest))  # fresh RNG variables in this trace
             nnx.reseed(model, dropout=key)
             token_lp = token_log_probs(model(inputs), targets)
             nll = -jnp.where(weights > 0, token_lp, 0.0).sum()
             rows = jnp.maximum(jnp.sum(weights.sum(-1) > 0), 1)
             return nll / rows, nll  # summed over time, mean over the batch's strings
 
-        (loss, nll), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {"loss": loss, "sum_nll": nll, "num_symbols": weights.sum(), "grad_norm": optax.tree.norm(grads)}
-        return params, opt_state, metrics
+        (loss, nll), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
+        metrics = {"loss": loss, "sum_nll": nll, "num_symbols": weights.sum(), "grad_norm": optax.tree.norm(grads),
+                   "learning_rate": lr}
+        return CFLState(params, opt_state, state.step + 1, state.rng), metrics
 
     def score_step(params, rest, inputs, targets, weights):
         model = nnx.merge(eval_def, params, rest)
         return jnp.where(weights > 0, token_log_probs(model(inputs), targets), 0.0).sum(-1)
 
-    return _Steps(jax.jit(train_step, donate_argnums=(0, 1)), jax.jit(score_step)), tx
+    return Steps(jax.jit(train_step, donate_argnums=(0,)), jax.jit(score_step)), tx
 
 
-def make_steps(model_cfg: StackLMConfig, training) -> tuple[_Steps, optax.GradientTransformation]:
-    """Jitted `train` and `score` steps, and the optimiser: the global norm clipped to
-    `training.clip_grad_norm`, then Adam's scaling (`training.adam`); the step multiplies by
-    −learning rate itself, so the rate can decay without recompiling."""
-    clip = training.clip_grad_norm
-    adam = training.adam
-    return _make_steps(model_cfg, float(clip) if clip else None, float(adam.b1), float(adam.b2), float(adam.eps))
+def initial_learning_rate(training, seed: int) -> float:
+    """`training.learning_rate`, or the trial's log-uniform draw from `training.learning_rate_range`."""
+    if training.learning_rate is not None:
+        return float(training.learning_rate)
+    low, high = (float(x) for x in training.learning_rate_range)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7,)))
+    return float(math.exp(rng.uniform(math.log(low), math.log(high))))
 
 
-def string_log_probs_of(steps: _Steps, params, rest, batches: list[dict[str, np.ndarray]],
+def init_model(model_cfg: StackLMConfig, seed: int) -> tuple[dict, nnx.State, jax.Array]:
+    """(parameters as a pure dict, the model's other variables, the dropout key) of a trial's seed."""
+    param_key, dropout_key = jax.random.split(jax.random.key(seed))
+    model = StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=param_key, dropout=0))
+    _, params, rest = nnx.split(model, nnx.Param, ...)
+    return nnx.to_pure_dict(params), rest, dropout_key
+
+
+def string_log_probs_of(steps: Steps, params, rest, batches: list[dict[str, np.ndarray]],
                         num_strings: int) -> np.ndarray:
     """[num_strings] log p_model(w) (EOS included) from scoring batches (`make_batches(..., same_length=False)`)."""
     out = np.full(num_strings, np.nan)
@@ -350,7 +411,8 @@ def string_log_probs_of(steps: _Steps, params, rest, batches: list[dict[str, np.
 # Results.
 
 
-def _difference_dict(d: CrossEntropyDifference, strings: Sequence[Sequence[str]]) -> dict[str, Any]:
+def difference_dict(d: CrossEntropyDifference, strings: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """A `CrossEntropyDifference` as results.json writes it: overall, the lengths, and "bins"."""
     def one(b, lo=None, hi=None):
         return {"cross_entropy_difference": b.difference, "model_cross_entropy": b.model_cross_entropy,
                 "true_cross_entropy": b.true_cross_entropy, "num_strings": b.num_strings,
@@ -372,28 +434,50 @@ class TrialResult:
     epochs_run: int
     best_epoch: int
     best_step: int
-    stopped_early: bool
+    stopped_early: bool  # by early stopping, before training.epochs
     num_parameters: int
     valid_history: list[float]  # validation Δ after each epoch
-    valid: dict[str, Any]  # best parameters on the validation split: overall and "bins"
-    test: dict[str, Any]  # ... on the test split
-    seconds: float
+    valid: dict[str, Any]  # the best epoch's parameters on the validation split: overall and "bins"
+    test: dict[str, Any] | None  # ... on the test split (the best trial's; None for the others)
+    seconds: float  # training and validation, over every call that ran the trial
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)  # the facts a resume checks (CFLTask.run_facts)
 
     @property
     def best_valid_difference(self) -> float:
         return self.valid["cross_entropy_difference"]
 
+    def summary(self) -> dict[str, Any]:
+        return {"workdir": str(self.workdir), "seed": self.seed, "learning_rate": self.learning_rate,
+                "final_learning_rate": self.final_learning_rate, "epochs_run": self.epochs_run,
+                "best_epoch": self.best_epoch, "best_step": self.best_step, "stopped_early": self.stopped_early,
+                "seconds": self.seconds, "valid_cross_entropy_difference": self.valid["cross_entropy_difference"],
+                "test_cross_entropy_difference": None if self.test is None else self.test["cross_entropy_difference"]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.summary(), "num_parameters": self.num_parameters, "valid_history": self.valid_history,
+                "valid": self.valid, "test": self.test, "run": self.run}
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> "TrialResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in saved.items() if k in names}
+        return cls(**{**fields, "workdir": Path(saved["workdir"])})
+
 
 @dataclasses.dataclass
 class CFLResult:
-    """What `train_cfl` did: the trials, and the best one by validation Δ."""
+    """What `train_cfl` did: the trials, and the best one by validation Δ (None when it stopped before the end)."""
 
     workdir: Path
     task: str
     model: str
     trials: list[TrialResult]
-    best: TrialResult
+    best: TrialResult | None
     seconds: float
+
+    @property
+    def complete(self) -> bool:
+        return self.best is not None
 
 
 def plot_results(path: str | Path, *, title: str, valid_history: dict[str, list[float]],
@@ -430,225 +514,76 @@ def plot_results(path: str | Path, *, title: str, valid_history: dict[str, list[
     plt.close(fig)
 
 
-def _save_params(path: Path, params) -> None:
-    flat = {"/".join(str(getattr(k, "key", k)) for k in key_path): np.asarray(v)
-            for key_path, v in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(params))[0]}
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **flat)
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    """`value` as JSON, replacing `path` whole (a crash leaves the old file or the new one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=2))
     tmp.replace(path)
 
 
+# -----------------------------------------------------------------------------
+# Reading a trained model back.
+
+
+def read_params(workdir: str | Path, step: int, model_cfg: StackLMConfig) -> dict:
+    """The parameters (a pure dict) of checkpoint `step` in a trial's workdir, read alone (no optimiser state).
+
+    Read-only: no orbax `CheckpointManager` is opened on the workdir.
+    """
+    import orbax.checkpoint as ocp
+
+    from tgjax.workdir import check_step, local_workdir
+
+    workdir = local_workdir(workdir)
+    path = workdir / "checkpoints" / str(step) / "state"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no checkpoint step {step} in {workdir} (was the run finished?)")
+    problem = check_step(workdir, step)
+    if problem:
+        raise ValueError(f"checkpoint step {step} in {workdir} is corrupt or incomplete: {problem}")
+    abstract = nnx.eval_shape(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
+    shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                          nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = {"params": shapes}
+    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
+    restored = ocp.PyTreeCheckpointer().restore(
+        path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
+    return restored["params"]
+
+
 def load_model(workdir: str | Path) -> tuple[StackTransformerLM, CFLTask]:
-    """The best model of a finished run (`results.json` + `best_params.npz` of the best trial), in eval mode."""
+    """The best model of a finished run (or of one trial's workdir), in eval mode, and its CFL task.
+
+    `WORKDIR/results.json` names the best trial and its best step; the
+    parameters are read from that trial's orbax checkpoint of that step.
+    """
     workdir = Path(workdir)
-    results = json.loads((workdir / "results.json").read_text())
+    results_path = workdir / "results.json"
+    if not results_path.exists():
+        raise FileNotFoundError(f"{results_path}: no such file (a finished `tgjax train --config "
+                                f"configs/stack_cfl.py` run writes it)")
+    results = json.loads(results_path.read_text())
     model_cfg = StackLMConfig(**results["model_config"])
     model = StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    pure = nnx.to_pure_dict(params)
-    with np.load(workdir / "best_params.npz") as saved:
-        leaves = []
-        for key_path, v in jax.tree_util.tree_flatten_with_path(pure)[0]:
-            name = "/".join(str(getattr(k, "key", k)) for k in key_path)
-            leaves.append(jnp.asarray(saved[name], v.dtype))
-    nnx.replace_by_pure_dict(params, jax.tree.unflatten(jax.tree.structure(pure), leaves))
+    trial_dir = Path(results.get("best_trial_workdir", results["workdir"]))
+    nnx.replace_by_pure_dict(params, read_params(trial_dir, int(results["best_step"]), model_cfg))
     model = nnx.merge(graphdef, params, rest)
     model.eval()
     return model, cfl_task(results["task"])
 
 
 # -----------------------------------------------------------------------------
-# Training.
+# The trials.
 
 
-class _Reporter:
-    def __init__(self, stream: TextIO | None, quiet: bool):
-        self.stream = stream or sys.stderr
-        self.quiet = quiet
-        self.progress: Progress | None = None
-
-    def say(self, text: str) -> None:
-        if self.quiet:
-            return
-        if self.progress is not None:
-            self.progress.message(text)
-        else:
-            print(text, file=self.stream, flush=True)
-
-
-class _Window:
-    """The steps since the last train record: their metrics (fetched from the device only when logged) and time."""
-
-    def __init__(self):
-        self.metrics: list[dict] = []
-        self.tokens = 0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict, tokens: int) -> None:
-        self.metrics.append(metrics)
-        self.tokens += tokens
-
-    def record(self, step: int, epoch: int, lr: float) -> dict[str, Any]:
-        metrics = jax.device_get(self.metrics)
-        nll = sum(float(m["sum_nll"]) for m in metrics)
-        symbols = sum(float(m["num_symbols"]) for m in metrics)
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return {"split": "train", "step": step, "epoch": epoch, "loss": nll / max(symbols, 1.0),
-                "learning_rate": lr, "steps_per_second": len(metrics) / elapsed,
-                "tokens_per_second": self.tokens / elapsed, "grad_norm": float(metrics[-1]["grad_norm"])}
-
-
-def _initial_learning_rate(training, seed: int) -> float:
-    if training.learning_rate is not None:
-        return float(training.learning_rate)
-    low, high = (float(x) for x in training.learning_rate_range)
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7,)))
-    return float(math.exp(rng.uniform(math.log(low), math.log(high))))
-
-
-def _run_trial(config, task: CFLTask, model_name: str, workdir: Path, seed: int, test_strings, test_batches,
-               reporter: _Reporter, label: str) -> TrialResult:
-    started = time.perf_counter()
-    workdir.mkdir(parents=True, exist_ok=True)
-    t, d, e = config.training, config.data, config.evaluation
-    model_cfg = resolve_model_config(config, task.vocabulary.size)
-    num_parameters = count_parameters(model_cfg)
-    data_seed = seed if d.seed is None else int(d.seed) + (seed - int(t.seed))
-    lr = initial_lr = _initial_learning_rate(t, seed)
-
-    reporter.say(f"{label}sampling {d.train_size} training and {d.valid_size} validation strings of {task.name} "
-                 f"(seed {data_seed})")
-    train_strings = task.sample_split("train", seed=data_seed, size=d.train_size)
-    valid_strings = task.sample_split("valid", seed=data_seed, size=d.valid_size)
-    train_batches = make_batches(task, train_strings, t.batch_size, length_bucket=d.length_bucket)
-    valid_batches = make_batches(task, valid_strings, e.batch_size, length_bucket=d.length_bucket, same_length=False)
-    reporter.say(f"{label}computing the true probabilities of the validation strings (inside algorithm)")
-    task.log_probs_true(valid_strings, "valid")  # cached on the task: every epoch's Δ is then cheap
-
-    steps, tx = make_steps(model_cfg, t)
-    param_key, dropout_key = jax.random.split(jax.random.key(seed))
-    model = StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=param_key, dropout=0))
-    _, params, rest = nnx.split(model, nnx.Param, ...)
-    del model
-    opt_state = tx.init(params)
-    reporter.say(f"{label}{task.display_name} {_DISPLAY[model_name]}: {num_parameters:,} parameters "
-                 f"(d_model {model_cfg.d_model}, {model_cfg.num_layers} layers, stack {model_cfg.stack}"
-                 + (f", m {model_cfg.stack_embedding_size}" if model_cfg.stack != "none" else "")
-                 + (f", |Q| {model_cfg.num_states}, |Γ| {model_cfg.stack_alphabet_size}"
-                    if model_cfg.stack == "nondeterministic" else "")
-                 + f"); {len(train_batches)} batches of {t.batch_size} per epoch; learning rate {lr:.3g}"
-                 + (" (log-uniform draw)" if t.learning_rate is None else ""))
-
-    writer = MetricsWriter(workdir, start_step=0, tensorboard=config.logging.tensorboard)
-    total_steps = t.epochs * len(train_batches)
-    progress = Progress(total_steps, 0, stream=reporter.stream, enabled=not reporter.quiet)
-    reporter.progress = progress
-    batches = ShuffledBatches(train_batches, seed)
-    best = {"difference": math.inf, "epoch": 0, "step": 0, "params": None}
-    history: list[float] = []
-    plateau = Plateau(t.lr_patience, t.early_stopping_patience)
-    step = 0
-    stopped_early = False
-    window = _Window()
-    try:
-        for epoch in range(1, t.epochs + 1):
-            for _ in range(len(train_batches)):
-                batch = next(batches)
-                step += 1
-                key = jax.random.fold_in(dropout_key, step)
-                params, opt_state, metrics = steps.train(params, opt_state, rest, batch["inputs"], batch["targets"],
-                                                         batch["weights"], jnp.float32(lr), key)
-                window.add(metrics, int(batch["weights"].sum()))
-                if step % config.logging.interval_steps == 0 or step == total_steps:
-                    record = window.record(step, epoch, lr)
-                    if not math.isfinite(record["loss"]):
-                        raise FloatingPointError(f"{label}training loss is {record['loss']} at step {step} "
-                                                 f"(epoch {epoch})")
-                    writer.write(record)
-                    progress.update(step, loss=record["loss"], learning_rate=lr,
-                                    steps_per_second=record["steps_per_second"],
-                                    tokens_per_second=record["tokens_per_second"])
-                    window = _Window()
-            paused = time.perf_counter()
-            model_lp = string_log_probs_of(steps, params, rest, valid_batches, len(valid_strings))
-            valid = cross_entropy_difference(model_lp, valid_strings, task, "valid")
-            difference = valid.difference
-            if not math.isfinite(difference):
-                raise FloatingPointError(f"{label}validation cross-entropy is {valid.overall.model_cross_entropy} "
-                                         f"after epoch {epoch}")
-            history.append(difference)
-            improved, decay, stop = plateau.update(difference)
-            if improved:
-                best = {"difference": difference, "epoch": epoch, "step": step,
-                        "params": jax.tree.map(lambda x: np.array(x, copy=True), params)}  # a copy: params are donated
-                _save_params(workdir / "best_params.npz", best["params"])
-            writer.write({"split": "valid", "step": step, "epoch": epoch, "cross_entropy_difference": difference,
-                          "cross_entropy": valid.overall.model_cross_entropy,
-                          "true_cross_entropy": valid.overall.true_cross_entropy, "learning_rate": lr,
-                          "best": improved})
-            reporter.say(f"{label}epoch {epoch}: validation cross-entropy difference {difference:.4f} "
-                         f"(model {valid.overall.model_cross_entropy:.4f}, true "
-                         f"{valid.overall.true_cross_entropy:.4f} nats/symbol); best {best['difference']:.4f} "
-                         f"at epoch {best['epoch']}")
-            if stop:
-                stopped_early = epoch < t.epochs
-                reporter.say(f"{label}no improvement for {plateau.since_best} epochs: stopping early")
-                break
-            if decay:
-                lr *= float(t.lr_decay)
-                reporter.say(f"{label}no improvement for {t.lr_patience} epochs: learning rate -> {lr:.3g}")
-            window.start += time.perf_counter() - paused  # validation does not count towards steps/s
-        progress.close()
-        reporter.progress = None
-
-        # The best epoch's parameters on validation (per bin) and test.
-        params = jax.tree.map(jnp.asarray, best["params"])
-        bins_kw = dict(bin_width=e.bin_width, bins_condition_on_length=e.bins_condition_on_length)
-        valid = cross_entropy_difference(string_log_probs_of(steps, params, rest, valid_batches, len(valid_strings)),
-                                         valid_strings, task, "valid", **bins_kw)
-        reporter.say(f"{label}computing the true probabilities of {len(test_strings)} test strings")
-        test = cross_entropy_difference(string_log_probs_of(steps, params, rest, test_batches, len(test_strings)),
-                                        test_strings, task, "test", **bins_kw)
-        for start, b in test.bins.items():
-            writer.write({"split": "test_by_length", "step": start, "cross_entropy_difference": b.difference,
-                          "cross_entropy": b.model_cross_entropy, "true_cross_entropy": b.true_cross_entropy})
-        writer.write({"split": "test", "step": best["step"], "epoch": best["epoch"],
-                      "cross_entropy_difference": test.difference,
-                      "cross_entropy": test.overall.model_cross_entropy})
-    finally:
-        progress.close()
-        reporter.progress = None
-        writer.close()
-
-    result = TrialResult(workdir=workdir, seed=seed, learning_rate=initial_lr, final_learning_rate=lr,
-                         epochs_run=len(history), best_epoch=best["epoch"], best_step=best["step"],
-                         stopped_early=stopped_early, num_parameters=num_parameters, valid_history=history,
-                         valid=_difference_dict(valid, valid_strings), test=_difference_dict(test, test_strings),
-                         seconds=time.perf_counter() - started)
-    _write_results(workdir / "results.json", config, task, model_name, model_cfg, result)
-    plot_results(workdir / "cross_entropy_difference.png",
-                 title=f"{task.display_name}, {_DISPLAY[model_name]} (lr {initial_lr:.2g}, best epoch {best['epoch']})",
-                 valid_history={"validation": history}, test_bins=test.per_bin(), valid_bins=valid.per_bin())
-    reporter.say(f"{label}best epoch {best['epoch']} of {len(history)}: cross-entropy difference validation "
-                 f"{valid.difference:.4f}, test {test.difference:.4f} nats/symbol "
-                 f"({format_duration(result.seconds)})")
-    return result
-
-
-def _trial_summary(r: TrialResult) -> dict[str, Any]:
-    return {"workdir": str(r.workdir), "seed": r.seed, "learning_rate": r.learning_rate,
-            "final_learning_rate": r.final_learning_rate, "epochs_run": r.epochs_run, "best_epoch": r.best_epoch,
-            "best_step": r.best_step, "stopped_early": r.stopped_early, "seconds": r.seconds,
-            "valid_cross_entropy_difference": r.valid["cross_entropy_difference"],
-            "test_cross_entropy_difference": r.test["cross_entropy_difference"]}
-
-
-def _write_results(path: Path, config, task: CFLTask, model_name: str, model_cfg: StackLMConfig, best: TrialResult,
-                   trials: list[TrialResult] | None = None) -> None:
-    results = {
+def _results_json(config, task: CFLTask, model_name: str, model_cfg: StackLMConfig, best: TrialResult,
+                  trials: list[TrialResult]) -> dict[str, Any]:
+    return {
         "task": task.name, "task_display_name": task.display_name, "model": model_name,
         "num_parameters": best.num_parameters, "model_config": dataclasses.asdict(model_cfg),
-        **_trial_summary(best),
+        **best.summary(),
         "bins_condition_on_length": bool(config.evaluation.bins_condition_on_length),
         "bin_width": int(config.evaluation.bin_width),
         "max_train_length": MAX_TRAIN_LENGTH,
@@ -656,62 +591,124 @@ def _write_results(path: Path, config, task: CFLTask, model_name: str, model_cfg
         "valid": best.valid,
         "test": best.test,
         "config": to_json_dict(config),
+        "best_trial_workdir": str(best.workdir),
+        "trials": [r.summary() for r in trials],
     }
-    if trials is not None:
-        results["best_trial_workdir"] = str(best.workdir)
-        results["trials"] = [_trial_summary(r) for r in trials]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    tmp.replace(path)
 
 
-def train_cfl(config, workdir: str | Path, *, stream: TextIO | None = None, quiet: bool = False) -> CFLResult:
-    """Trains `config.model` on `config.task` as `configs/stack_cfl.py` describes; see the module docstring.
+def _finished_trial(trial_dir: Path, facts: dict[str, Any]) -> TrialResult | None:
+    """The trial read back from its results.json, or None when it has not finished; another run's is refused."""
+    path = trial_dir / "results.json"
+    if not path.exists():
+        return None
+    result = TrialResult.from_json(json.loads(path.read_text()))
+    changed = [f"{k}: {result.run.get(k)!r} there, {v!r} now" for k, v in facts.items() if result.run.get(k) != v]
+    if changed:
+        raise ConfigError(f"{path} is a finished trial of another run ({'; '.join(changed)}); use the original "
+                          f"config or a new --workdir")
+    return result
 
-    A fresh run every time (no resumption): an existing metrics.jsonl in the
-    workdir is replaced.
+
+def _write_test_records(trial_dir: Path, best: TrialResult, test: CrossEntropyDifference, tensorboard: bool) -> None:
+    """The test numbers into the trial's metrics.jsonl, replacing those of an earlier attempt."""
+    records, _ = read_metrics(trial_dir) if (trial_dir / "metrics.jsonl").exists() else ([], [])
+    kept = [r for r in records if r.get("split") not in ("test", "test_by_length")]
+    (trial_dir / "metrics.jsonl").write_text("".join(json.dumps(r, allow_nan=True) + "\n" for r in kept))
+    writer = MetricsWriter(trial_dir, start_step=max([r.get("step", 0) for r in kept] + [best.best_step]),
+                           tensorboard=tensorboard)
+    try:
+        for start, b in test.bins.items():
+            writer.write({"split": "test_by_length", "step": start, "cross_entropy_difference": b.difference,
+                          "cross_entropy": b.model_cross_entropy, "true_cross_entropy": b.true_cross_entropy})
+        writer.write({"split": "test", "step": best.best_step, "epoch": best.best_epoch,
+                      "cross_entropy_difference": test.difference, "cross_entropy": test.overall.model_cross_entropy})
+    finally:
+        writer.close()
+
+
+def train_cfl(config, workdir: str | Path, *, stream: TextIO | None = None, quiet: bool = False,
+              stop_after_step: int | None = None, devices: list | None = None) -> CFLResult:
+    """Runs (or resumes) the trials `config` asks for, then tests the best; see the module docstring.
+
+    Args:
+      stop_after_step: stop the trial being trained once this (trial) step is done, as a preemption
+        would; `result.complete` is then False and calling again resumes.
+      devices: the devices of each trial's mesh (default: all).
 
     Raises:
-      ConfigError: an unknown task, model or key value (named, with the choices).
-      FloatingPointError: the loss became NaN or infinite.
+      ConfigError: an unknown task, model or key value (named, with the choices); a workdir of another run.
+      TrainingDiverged: the loss (or a validation cross-entropy) became NaN or infinite.
     """
+    from tgjax.train.loop import Trainer
+    from tgjax.train.tasks.cfl import CFLTask
+
     started = time.perf_counter()
     task_name, model_name = check_config(config)
     task = cfl_task(task_name)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    reporter = _Reporter(stream, quiet)
     t, d, e = config.training, config.data, config.evaluation
-    (workdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2))
 
+    def say(text: str) -> None:
+        if not quiet and jax.process_index() == 0:
+            print(text, file=stream or sys.stderr, flush=True)
+
+    if jax.process_index() == 0:
+        write_json(workdir / "config.json", to_json_dict(config))
     lengths = set(selected_test_lengths(config, task))
     test_strings = [s for s in task.sample_split("test", size=d.test_per_length) if len(s) in lengths]
-    test_batches = make_batches(task, test_strings, e.batch_size, length_bucket=d.length_bucket, same_length=False)
-    reporter.say(f"{task.display_name} ({task.name}), model {model_name}: test set of {len(test_strings)} strings, "
-                 f"{d.test_per_length} per length for {len(lengths)} lengths ({min(lengths)}–{max(lengths)})")
+    say(f"{task.display_name} ({task.name}), model {model_name}: test set of {len(test_strings)} strings, "
+        f"{d.test_per_length} per length for {len(lengths)} lengths ({min(lengths)}–{max(lengths)})")
 
-    trials = []
+    trials: list[TrialResult] = []
     for k in range(t.num_trials):
-        trial_dir = workdir if t.num_trials == 1 else workdir / f"trial_{k}"
-        label = "" if t.num_trials == 1 else f"[trial {k + 1}/{t.num_trials}] "
-        trials.append(_run_trial(config, task, model_name, trial_dir, int(t.seed) + k, test_strings, test_batches,
-                                 reporter, label))
+        trial = CFLTask(config, trial=k)
+        trial_dir = workdir / f"trial_{k}"
+        finished = _finished_trial(trial_dir, trial.run_facts())
+        if finished is not None:
+            say(f"{trial.label}finished earlier: best epoch {finished.best_epoch} of {finished.epochs_run}, "
+                f"validation {finished.best_valid_difference:.4f} ({trial_dir / 'results.json'})")
+            trials.append(finished)
+            continue
+        trainer = Trainer(config, trial_dir, task=trial, devices=devices, stream=stream, quiet=quiet)
+        try:
+            run = trainer.run(stop_after_step=stop_after_step)
+        finally:
+            trainer.close()
+        if run.stop_reason in ("sigterm", "stop_after_step"):
+            return CFLResult(workdir, task_name, model_name, trials, None, time.perf_counter() - started)
+        trials.append(trial.finish(run))
+
     best = min(trials, key=lambda r: r.best_valid_difference)
-    if t.num_trials > 1:
-        model_cfg = resolve_model_config(config, task.vocabulary.size)
-        _write_results(workdir / "results.json", config, task, model_name, model_cfg, best, trials)
-        shutil.copyfile(best.workdir / "best_params.npz", workdir / "best_params.npz")
-        plot_results(workdir / "cross_entropy_difference.png",
-                     title=f"{task.display_name}, {_DISPLAY[model_name]}: best of {len(trials)} by validation "
-                           f"(trial {trials.index(best)}, lr {best.learning_rate:.2g})",
-                     valid_history={f"trial {i}" + (" (best)" if r is best else ""): r.valid_history
-                                    for i, r in enumerate(trials)},
-                     test_bins={int(k): v["cross_entropy_difference"] for k, v in best.test["bins"].items()},
-                     valid_bins={int(k): v["cross_entropy_difference"] for k, v in best.valid["bins"].items()})
-        reporter.say(f"best of {len(trials)} trials by validation: trial {trials.index(best)} "
-                     f"(lr {best.learning_rate:.3g}): validation {best.best_valid_difference:.4f}, "
-                     f"test {best.test['cross_entropy_difference']:.4f}")
+    k = trials.index(best)
+    model_cfg = resolve_model_config(config, task.vocabulary.size)
+    say(f"computing the true probabilities of {len(test_strings)} test strings")
+    steps, _ = make_steps(model_cfg, t)
+    _, rest, _ = init_model(model_cfg, best.seed)
+    params = read_params(best.workdir, best.best_step, model_cfg)
+    test_batches = make_batches(task, test_strings, e.batch_size, length_bucket=d.length_bucket, same_length=False)
+    test = cross_entropy_difference(string_log_probs_of(steps, params, rest, test_batches, len(test_strings)),
+                                    test_strings, task, "test", bin_width=e.bin_width,
+                                    bins_condition_on_length=e.bins_condition_on_length)
+    best.test = difference_dict(test, test_strings)
+    if jax.process_index() == 0:
+        _write_test_records(best.workdir, best, test, bool(config.logging.tensorboard))
+        write_json(best.workdir / "results.json", best.to_json())
+        write_json(workdir / "results.json", _results_json(config, task, model_name, model_cfg, best, trials))
+        title = (f"{task.display_name}, {DISPLAY_NAMES[model_name]} (lr {best.learning_rate:.2g}, best epoch "
+                 f"{best.best_epoch})" if len(trials) == 1 else
+                 f"{task.display_name}, {DISPLAY_NAMES[model_name]}: best of {len(trials)} by validation "
+                 f"(trial {k}, lr {best.learning_rate:.2g})")
+        plot_results(workdir / "cross_entropy_difference.png", title=title,
+                     valid_history={(f"trial {i}" + (" (best)" if r is best else "") if len(trials) > 1
+                                     else "validation"): r.valid_history for i, r in enumerate(trials)},
+                     test_bins=test.per_bin(),
+                     valid_bins={int(b): v["cross_entropy_difference"] for b, v in best.valid["bins"].items()})
+    what = f"best of {len(trials)} trials by validation: trial {k} (lr {best.learning_rate:.3g}): " if len(
+        trials) > 1 else f"best epoch {best.best_epoch} of {best.epochs_run}: "
+    say(f"{what}cross-entropy difference validation {best.best_valid_difference:.4f}, "
+        f"test {test.difference:.4f} nats/symbol")
     result = CFLResult(workdir, task_name, model_name, trials, best, time.perf_counter() - started)
-    reporter.say(f"done in {format_duration(result.seconds)}: {workdir / 'results.json'}, "
-                 f"{workdir / 'cross_entropy_difference.png'}")
+    say(f"done in {format_duration(result.seconds)}: {workdir / 'results.json'}, "
+        f"{workdir / 'cross_entropy_difference.png'}")
     return result

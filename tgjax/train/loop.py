@@ -37,18 +37,13 @@ from tgjax.train import sharding as shd
 from tgjax.train import state as st
 from tgjax.train.checkpoint import CheckpointStore, Problem
 from tgjax.train.metrics import MetricsWriter, Progress
-from tgjax.train.task import RunContext, Task
+from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
 from tgjax.workdir import local_workdir
-# The treebank LM task's config helpers, importable from here as before.
-from tgjax.train.tasks.treebank_lm import (MODEL_FIELDS, check_same_run, count_model_parameters,  # noqa: F401
-                                           describe, resolve_model_config, validate_config)
 
 log = logging.getLogger(__name__)
 
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and the last good checkpoint."""
+__all__ = ["TrainResult", "Trainer", "TrainingDiverged", "setup_distributed", "train"]
 
 
 @dataclasses.dataclass
@@ -69,6 +64,9 @@ class TrainResult:
     checkpoint_problems: list[Problem]
     dropped_stack: list[inputs.DroppedStackReport]
     stopped_early: bool = False  # by `stop_after_step`, SIGTERM or the schedule's early stopping
+    # Why it stopped before num_steps: "stop_after_step", "sigterm" (both resume on the next call) or
+    # "schedule" (early stopping: the run is over, and a later call does nothing).
+    stop_reason: str | None = None
 
 
 def setup_distributed(config) -> None:
@@ -126,7 +124,8 @@ class Trainer:
         self.task.check_mesh(self.mesh)
         ck = config.checkpointing
         self.store = CheckpointStore(self.workdir, max_to_keep=ck.max_to_keep, keep_best=ck.keep_best,
-                                     async_save=ck.async_save, checksums=ck.checksums, save_memory=ck.save_memory,
+                                     async_save=ck.async_save, checksums=ck.checksums,
+                                     save_memory=ck.get("save_memory", True),  # a task without memory may omit it
                                      best_mode=self.task.selection.mode)
         try:
             self.resuming = self.store.latest_step() is not None
@@ -136,6 +135,7 @@ class Trainer:
             self.store.close()
             raise
         self.best: dict[str, Any] = {"value": None, "step": None}
+        self.schedule_stopped = False  # the schedule ended the run (early stopping), here or before a resume
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -171,6 +171,7 @@ class Trainer:
         rest = task.restored_rest()
         task.resume_from(restored.meta)
         self.best = {"value": restored.meta.get("best_valid_loss"), "step": restored.meta.get("best_step")}
+        self.schedule_stopped = bool(restored.meta.get("schedule_stopped", False))
         where = "the newest usable checkpoint" if problems else str(self.store.directory / str(restored.step))
         self.say(f"resuming from step {restored.step}, {where}" if problems
                  else f"resuming from step {restored.step} ({where})")
@@ -178,7 +179,8 @@ class Trainer:
 
     def checkpoint_meta(self) -> dict[str, Any]:
         """The task's run facts (checked on resume) and the best selection value so far."""
-        return {**self.task.checkpoint_meta(), "best_valid_loss": self.best["value"], "best_step": self.best["step"]}
+        return {**self.task.checkpoint_meta(), "best_valid_loss": self.best["value"], "best_step": self.best["step"],
+                "schedule_stopped": self.schedule_stopped}
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -193,8 +195,12 @@ class Trainer:
         result = TrainResult(self.workdir, start_step, start_step, {}, {}, fields.get("unigram_loss"),
                              self.best["value"], self.best["step"], fields.get("num_parameters", 0),
                              fields.get("vocab_size", 0), 0.0, problems, fields.get("dropped_stack", []))
-        if start_step >= num_steps:
+        if self.schedule_stopped:
+            self.say(f"already stopped early at step {start_step} (no improvement); nothing to do")
+            result.stopped_early, result.stop_reason = True, "schedule"
+        elif start_step >= num_steps:
             self.say(f"already trained to step {start_step} (training.num_steps={num_steps}); nothing to do")
+        if self.schedule_stopped or start_step >= num_steps:
             result.seconds = time.perf_counter() - self.started
             return result
 
@@ -241,6 +247,7 @@ class Trainer:
                 if task.has_validation() and ((interval and step % interval == 0) or step == num_steps):
                     value, schedule_stop = self._validate(step, state, rest, result)
 
+                self.schedule_stopped = schedule_stop
                 stopping = (stop.requested or schedule_stop
                             or (stop_after_step is not None and step >= stop_after_step))
                 if (value is not None or step % task.checkpoint_interval == 0 or step == num_steps or stopping):
@@ -249,6 +256,8 @@ class Trainer:
                 window.start += time.perf_counter() - paused_at
                 if stopping:
                     result.stopped_early = True
+                    result.stop_reason = ("sigterm" if stop.requested else "schedule" if schedule_stop
+                                          else "stop_after_step")
                     why = ("SIGTERM" if stop.requested else "no improvement: early stopping" if schedule_stop
                            else "stop_after_step")
                     self.say(f"stopped after step {step} ({why}); checkpoint saved"
@@ -276,8 +285,10 @@ class Trainer:
         result.valid_losses[step] = value
         result.best_valid_loss, result.best_step = self.best["value"], self.best["step"]
         self.writer.write({"split": "valid", "step": step, **evaluation.record, "best": improved})
-        self.say(f"validation at step {step}: {evaluation.message}, "
-                 f"best {self.best['value']:.4f} at step {self.best['step']}")
+        line = getattr(task, "validation_message", None)  # optional (tgjax.train.task)
+        self.say(line(step, evaluation, self.best["value"], self.best["step"]) if line is not None
+                 else f"validation at step {step}: {evaluation.message}, "
+                      f"best {self.best['value']:.4f} at step {self.best['step']}")
         _, decay, schedule_stop = task.schedule.update(value)
         if decay:
             self.say(f"no improvement: learning rate -> {task.decay_learning_rate():.3g}")

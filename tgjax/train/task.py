@@ -30,6 +30,9 @@ best checkpoint. A task owns what differs between families:
                                     parameters evaluates those (the averaged-parameters hook)
     result_fields()                 the task's facts for `TrainResult` (parameter count, ...)
     summary(result)                 the closing lines, or None
+    validation_message(step, evaluation, best_value, best_step)
+                                    optional: the console line of a validation (default:
+                                    "validation at step S: <message>, best V at step B")
 
 and plain attributes: `name`, `num_steps`, `validation_interval` (steps
 between validations, 0 = only at the end), `checkpoint_interval`,
@@ -51,6 +54,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jax.sharding import Mesh
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or a validation number a task needs finite) became NaN or infinite; the message names the step."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ integer > 0, got 0"). It reads nothing but the config: no file, device or
 thread, so `tgjax train` can refuse a bad value before it opens a checkpoint
 manager. What depends on several keys at once (heads dividing d_model, a
 model's switches, the optimiser's kwargs) is checked by
-`tgjax.train.loop.validate_config` with the code that uses them.
+`tgjax.train.tasks.treebank_lm.validate_config` with the code that uses them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A config's top-level `trainer` key names its task ("lm" when absent,
 `tgjax.train.config.trainer_of`). A new family adds its module and one line
 to `_TASKS`; the trainer (`tgjax.train.loop`) is not edited. The CFL task
-(`trainer="cfl"`) still runs its own loop, `tgjax.train.cfl.train_cfl`.
+(`trainer="cfl"`) is one trial; `tgjax.train.cfl.train_cfl` runs the trials.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from tgjax.train.config import trainer_of
 # trainer name -> "module:class" (imported on use, so one family's imports do not load the others').
 _TASKS = {
     "lm": "tgjax.train.tasks.treebank_lm:TreebankLMTask",
+    "cfl": "tgjax.train.tasks.cfl:CFLTask",
+    "classification": "tgjax.train.tasks.classification:ClassificationTask",
+    "onlstm_lm": "tgjax.train.tasks.onlstm_lm:OnLSTMLMTask",
 }
 
 

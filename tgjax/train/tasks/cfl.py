@@ -1,0 +1,312 @@
+"""The CFL task: one trial of a stack-attention language model on a CFL (DuSell & Chiang, ICLR 2024, App. D.3).
+
+What it hands the trainer (`tgjax.train.task`): the config's checks
+(`tgjax.train.cfl.check_config`), the trial's fresh training and validation
+sample, `StackTransformerLM` parameters (replicated over the mesh; the model
+is small), the resumable shuffled batches (`ShuffledBatches`: the same batches
+in a new order every epoch), the jitted step of `tgjax.train.cfl.make_steps`
+(cross-entropy summed over time, mean over strings; the learning rate is an
+argument, so a plateau decay recompiles nothing), validation after every
+epoch with the cross-entropy difference Δ as the selection (lower is better),
+and the `Plateau` schedule (decay by `training.lr_decay`, early stopping).
+The learning rate, the plateau's counters and the validation history go into
+every checkpoint's meta and come back on resume.
+
+`finish(train_result)` reads the best epoch's parameters back from the
+trial's checkpoints, scores the validation split per length bin and writes
+the trial's results.json; the trials driver (`tgjax.train.cfl.train_cfl`)
+tests the best trial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from tgjax.data.cfl import cfl_task
+from tgjax.data.cfl_metric import cross_entropy_difference
+from tgjax.train import cfl
+from tgjax.train import sharding as shd
+from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.metrics import format_duration
+from tgjax.train.schedules import Plateau
+from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged
+
+_MODEL_FIELDS = ("inputs", "targets", "weights")
+
+
+class _TrialBatches:
+    """`ShuffledBatches` yielding this process's rows of the model's fields; `get_state()` is theirs."""
+
+    def __init__(self, batches: cfl.ShuffledBatches, process_index: int, process_count: int):
+        self._batches = batches
+        self._process_index, self._process_count = process_index, process_count
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = next(self._batches)
+        rows = batch["inputs"].shape[0] // self._process_count
+        start = self._process_index * rows
+        return {name: batch[name][start:start + rows] for name in _MODEL_FIELDS}
+
+    def get_state(self) -> dict[str, int]:
+        return self._batches.get_state()
+
+
+class SymbolWindow:
+    """The steps since the last train record: nats and symbols summed, and the time they took."""
+
+    def __init__(self, steps_per_epoch: int):
+        self.steps_per_epoch = steps_per_epoch
+        self.steps, self.nll, self.symbols = 0, 0.0, 0.0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        self.nll += float(metrics["sum_nll"])
+        self.symbols += float(metrics["num_symbols"])
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return {"split": "train", "step": step, "epoch": -(-step // self.steps_per_epoch),
+                "loss": self.nll / max(self.symbols, 1.0),  # nats per symbol over the window
+                "learning_rate": float(metrics["learning_rate"]), "steps_per_second": self.steps / elapsed,
+                "tokens_per_second": self.symbols / elapsed, "grad_norm": float(metrics["grad_norm"])}
+
+
+def _json_value(value):
+    """`value` as it reads back from JSON (tuples become lists), for comparing run facts."""
+    return json.loads(json.dumps(value))
+
+
+class CFLTask:
+    """One trial of `configs/stack_cfl.py` (`trainer="cfl"`); see the module docstring.
+
+    `trial` k uses seed `training.seed + k` (data, initialisation, dropout,
+    batch order, and the learning-rate draw when `training.learning_rate` is None).
+    """
+
+    name = "cfl"
+    selection = Selection("cross_entropy_difference", "min")
+
+    def __init__(self, config, trial: int = 0):
+        self.config = config
+        self.trial = trial
+        t = config.training
+        self.seed = int(t.seed) + trial
+        self.label = f"[trial {trial + 1}/{t.num_trials}] " if t.num_trials > 1 else ""
+        self.learning_rate = self.initial_learning_rate = cfl.initial_learning_rate(t, self.seed)
+        self.schedule = Plateau(t.lr_patience, t.early_stopping_patience)
+        self.valid_history: list[float] = []
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+        self.num_steps = self.validation_interval = self.checkpoint_interval = 0  # set by `setup` (the data's)
+        self.seconds_before = 0.0  # training time of earlier calls (from the checkpoint's meta)
+
+    # -- before anything runs ----------------------------------------------------------------
+
+    def validate_config(self, config) -> None:
+        self.task_name, self.model_name = cfl.check_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        shd.check_batch_divides(self.config.training.batch_size, mesh, "training.batch_size")
+
+    def run_facts(self) -> dict[str, Any]:
+        """What a checkpoint or a finished trial must share with this config to be resumed or read back."""
+        config, t, d = self.config, self.config.training, self.config.data
+        task_name, model_name = cfl.check_config(config)
+        task = cfl_task(task_name)
+        return _json_value({
+            "task": task_name, "model": model_name, "trial": self.trial, "seed": self.seed,
+            "data_seed": self._data_seed(), "train_size": d.train_size, "valid_size": d.valid_size,
+            "length_bucket": d.length_bucket, "batch_size": t.batch_size, "learning_rate": self.initial_learning_rate,
+            "lr_decay": t.lr_decay, "lr_patience": t.lr_patience, "early_stopping_patience": t.early_stopping_patience,
+            "epochs": t.epochs, "clip_grad_norm": t.clip_grad_norm, "adam": t.adam.to_dict(),
+            "model_config": dataclasses.asdict(cfl.resolve_model_config(config, task.vocabulary.size)),
+        })
+
+    def _data_seed(self) -> int:
+        d, t = self.config.data, self.config.training
+        return self.seed if d.seed is None else int(d.seed) + (self.seed - int(t.seed))
+
+    def setup(self, run: RunContext) -> None:
+        """The trial's data (sampled from its seed), the true validation probabilities, steps, shardings."""
+        config, t, d, e = self.config, self.config.training, self.config.data, self.config.evaluation
+        self.run = run
+        self.task = cfl_task(self.task_name)
+        self.model_config = cfl.resolve_model_config(config, self.task.vocabulary.size)
+        self.num_parameters = cfl.count_parameters(self.model_config)
+        self.facts = self.run_facts()
+        data_seed = self._data_seed()
+        run.say(f"{self.label}sampling {d.train_size} training and {d.valid_size} validation strings of "
+                f"{self.task.name} (seed {data_seed})")
+        train_strings = self.task.sample_split("train", seed=data_seed, size=d.train_size)
+        self.valid_strings = self.task.sample_split("valid", seed=data_seed, size=d.valid_size)
+        self.train_batches = cfl.make_batches(self.task, train_strings, t.batch_size, length_bucket=d.length_bucket)
+        self.valid_batches = cfl.make_batches(self.task, self.valid_strings, e.batch_size,
+                                              length_bucket=d.length_bucket, same_length=False)
+        run.say(f"{self.label}computing the true probabilities of the validation strings (inside algorithm)")
+        self.task.log_probs_true(self.valid_strings, "valid")  # cached on the task: every epoch's Δ is then cheap
+        self.steps_per_epoch = len(self.train_batches)
+        self.num_steps = t.epochs * self.steps_per_epoch
+        self.validation_interval = self.steps_per_epoch
+        interval = config.checkpointing.interval_steps
+        self.checkpoint_interval = int(interval) if interval else self.steps_per_epoch
+        self.steps, self.tx = cfl.make_steps(self.model_config, t)
+        self.replicated = NamedSharding(run.mesh, PartitionSpec())
+        self.started = time.perf_counter()
+
+    def describe_run(self) -> list[str]:
+        c, t = self.model_config, self.config.training
+        return [f"{self.label}{self.task.display_name} {cfl.DISPLAY_NAMES[self.model_name]}: "
+                f"{self.num_parameters:,} parameters (d_model {c.d_model}, {c.num_layers} layers, stack {c.stack}"
+                + (f", m {c.stack_embedding_size}" if c.stack != "none" else "")
+                + (f", |Q| {c.num_states}, |Γ| {c.stack_alphabet_size}" if c.stack == "nondeterministic" else "")
+                + f"); {self.steps_per_epoch} batches of {t.batch_size} per epoch; learning rate "
+                f"{self.initial_learning_rate:.3g}" + (" (log-uniform draw)" if t.learning_rate is None else "")]
+
+    # -- state and checkpoints ---------------------------------------------------------------
+
+    def _fresh(self) -> tuple[cfl.CFLState, Any]:
+        params, rest, dropout_key = cfl.init_model(self.model_config, self.seed)
+        state = cfl.CFLState(params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32),
+                             rng=jax.random.key_data(dropout_key))
+        return state, rest
+
+    def init_state(self):
+        state, rest = self._fresh()
+        return jax.device_put(state, self.replicated), jax.device_put(rest, self.replicated)
+
+    def abstract_state(self):
+        shapes = jax.eval_shape(lambda: self._fresh()[0])
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+
+    def restored_rest(self):
+        # The parameters come from the checkpoint; the rest (dropout streams, reseeded every step) is the seed's.
+        return jax.device_put(cfl.init_model(self.model_config, self.seed)[1], self.replicated)
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        plateau = self.schedule.state_dict()
+        if not math.isfinite(plateau["best"]):
+            plateau["best"] = None  # before the first validation (JSON has no infinity)
+        return {"run": self.facts, "learning_rate": self.learning_rate, "plateau": plateau,
+                "valid_history": list(self.valid_history),
+                "seconds": self.seconds_before + time.perf_counter() - self.started,
+                "model": dataclasses.asdict(self.model_config), "config": to_json_dict(self.config)}
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        saved = meta.get("run", {})
+        changed = [f"{k}: {saved.get(k)!r} in the checkpoint, {v!r} now" for k, v in self.facts.items()
+                   if saved.get(k) != v]
+        if changed:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another trial or run: "
+                              + "; ".join(changed) + ". Use the original config or a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        self.learning_rate = float(meta["learning_rate"])
+        plateau = dict(meta["plateau"])
+        if plateau["best"] is None:
+            plateau["best"] = math.inf
+        self.schedule.load_state_dict(plateau)
+        self.valid_history = [float(v) for v in meta["valid_history"]]
+        self.seconds_before = float(meta.get("seconds", 0.0))
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def batches(self, position: dict | None):
+        return _TrialBatches(cfl.ShuffledBatches(self.train_batches, self.seed, position),
+                             self.run.process_index, self.run.process_count)
+
+    def make_train_step(self):
+        step = self.steps.train
+
+        def train_step(state, rest, batch):
+            return step(state, rest, batch["inputs"], batch["targets"], batch["weights"],
+                        jnp.float32(self.learning_rate))
+
+        return train_step
+
+    def new_window(self) -> SymbolWindow:
+        return SymbolWindow(self.steps_per_epoch)
+
+    def decay_learning_rate(self) -> float:
+        self.learning_rate *= float(self.config.training.lr_decay)
+        return self.learning_rate
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def has_validation(self) -> bool:
+        return True
+
+    def evaluate(self, state, rest) -> Evaluation:
+        """Δ on the validation split after an epoch (cross-entropy per symbol, EOS included, minus the true one)."""
+        epoch = -(-int(state.step) // self.steps_per_epoch)
+        model_lp = cfl.string_log_probs_of(self.steps, state.params, rest, self.valid_batches,
+                                           len(self.valid_strings))
+        valid = cross_entropy_difference(model_lp, self.valid_strings, self.task, "valid")
+        difference = valid.difference
+        if not math.isfinite(difference):
+            raise TrainingDiverged(f"{self.label}validation cross-entropy is {valid.overall.model_cross_entropy} "
+                                   f"after epoch {epoch} (step {int(state.step)})")
+        self.valid_history.append(difference)
+        return Evaluation(
+            values={"cross_entropy_difference": difference},
+            record={"epoch": epoch, "cross_entropy_difference": difference,
+                    "cross_entropy": valid.overall.model_cross_entropy,
+                    "true_cross_entropy": valid.overall.true_cross_entropy, "learning_rate": self.learning_rate},
+            message=(f"epoch {epoch}: validation cross-entropy difference {difference:.4f} (model "
+                     f"{valid.overall.model_cross_entropy:.4f}, true {valid.overall.true_cross_entropy:.4f} "
+                     f"nats/symbol)"))
+
+    def validation_message(self, step: int, evaluation: Evaluation, best_value: float, best_step: int) -> str:
+        """The per-epoch console line: the evaluation's message and the best epoch so far."""
+        return (f"{self.label}{evaluation.message}; best {best_value:.4f} at epoch "
+                f"{-(-best_step // self.steps_per_epoch)}")
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"num_parameters": self.num_parameters, "vocab_size": self.task.vocabulary.size}
+
+    def summary(self, result) -> str | None:
+        return None  # `finish` (after the trainer has closed its checkpoints) reports the trial
+
+    # -- after training ------------------------------------------------------------------------
+
+    def finish(self, result) -> cfl.TrialResult:
+        """The trial's result: the best epoch's parameters (from its checkpoint) on validation, per length bin;
+        written to the trial's results.json. `result` is the trainer's `TrainResult` of a finished trial."""
+        e = self.config.evaluation
+        if result.best_step is None:
+            raise RuntimeError(f"{self.run.workdir}: the trial finished without a validation")
+        params = cfl.read_params(self.run.workdir, result.best_step, self.model_config)
+        valid = cross_entropy_difference(
+            cfl.string_log_probs_of(self.steps, params, self.restored_rest(), self.valid_batches,
+                                    len(self.valid_strings)),
+            self.valid_strings, self.task, "valid", bin_width=e.bin_width,
+            bins_condition_on_length=e.bins_condition_on_length)
+        epochs_run = len(self.valid_history)
+        trial = cfl.TrialResult(
+            workdir=self.run.workdir, seed=self.seed, learning_rate=self.initial_learning_rate,
+            final_learning_rate=self.learning_rate, epochs_run=epochs_run,
+            best_epoch=-(-result.best_step // self.steps_per_epoch), best_step=result.best_step,
+            stopped_early=result.stop_reason == "schedule" and epochs_run < self.config.training.epochs,
+            num_parameters=self.num_parameters, valid_history=list(self.valid_history),
+            valid=cfl.difference_dict(valid, self.valid_strings), test=None,
+            seconds=self.seconds_before + (time.perf_counter() - self.started if result.final_step > result.start_step
+                                           else 0.0),
+            run=self.facts)
+        if self.run.process_index == 0:
+            cfl.write_json(self.run.workdir / "results.json", trial.to_json())
+        self.run.say(f"{self.label}best epoch {trial.best_epoch} of {epochs_run}: cross-entropy difference "
+                     f"validation {valid.difference:.4f} nats/symbol ({format_duration(trial.seconds)})")
+        return trial
