@@ -31,6 +31,18 @@ Splits:
     The thesis does not say which test files it drew the unseen pairs from;
     here all of test0..test12 (A 2,472, B 17,544, C 27,232 pairs).
 
+Generator (`generate_pairs`, released-code.md §3.4, the release's
+`generate_neg_set_data.py` restated): each pair draws a sub-universe of 4 of
+the 6 variables; a formula with length budget m (12 at the root) is a binary
+`and` / `or` node with probability 4/9 when m >= 2 (children get m // 2),
+else a variable of the sub-universe; every node is then negated with
+probability 1/3. Tautologies and contradictions are redrawn, pairs are kept
+unique, and the label is `relation_of` over the truth table.
+`split_generated` buckets pairs by operator count and splits each bucket
+85/15 into train / test; `write_logic_files` writes them in the file format.
+The original files stay the data of record: this generator makes more of
+the same kind (and fresh data where the files are absent).
+
 Malformed lines raise `LogicFormatError` naming file:line:column.
 """
 
@@ -395,6 +407,93 @@ def systematicity_split(
     train, valid = _hold_out(pooled, validation_every)
     test = {n: [e for e in files.bucket("test", n) if contains_pattern(e, name)] for n in test_counts}
     return LogicSplits(train, valid, test)
+
+
+# --------------------------------------------------------------------------
+# Generator
+# --------------------------------------------------------------------------
+
+ROOT_LENGTH = 12  # the release's length budget at the root
+BINARY_PROBABILITY = 4 / 9  # an operator drawn from [and, or, and, or, 0 x 5]
+NEGATION_PROBABILITY = 1 / 3
+UNIVERSE_SIZE = 4  # variables per pair
+
+
+def sample_formula(rng: np.random.Generator, variables: Sequence[str], max_length: int = ROOT_LENGTH) -> Formula:
+    """One formula over `variables` from the release's distribution (see the module docstring)."""
+    if max_length >= 2 and rng.random() < BINARY_PROBABILITY:
+        operator = BINARY_OPERATORS[int(rng.integers(len(BINARY_OPERATORS)))]
+        node: Formula = Binary(operator, sample_formula(rng, variables, max_length // 2),
+                               sample_formula(rng, variables, max_length // 2))
+    else:
+        node = variables[int(rng.integers(len(variables)))]
+    if rng.random() < NEGATION_PROBABILITY:
+        node = Not(node)
+    return node
+
+
+def _contingent(formula: Formula) -> bool:
+    return satisfying_worlds(formula) not in (0, _ALL_WORLDS)
+
+
+def generate_pairs(num_pairs: int, *, seed: int, universe_size: int = UNIVERSE_SIZE,
+                   max_attempts: int | None = None) -> list[LogicExample]:
+    """`num_pairs` distinct labelled pairs, deterministic per seed.
+
+    Raises RuntimeError after `max_attempts` draws (default 100 * num_pairs + 10,000).
+    """
+    if num_pairs < 0:
+        raise ValueError(f"num_pairs must be >= 0, not {num_pairs}")
+    if not 1 <= universe_size <= len(VARIABLES):
+        raise ValueError(f"universe_size must be in 1..{len(VARIABLES)}, not {universe_size}")
+    rng = np.random.default_rng(seed)
+    seen: set[tuple[Formula, Formula]] = set()
+    pairs: list[LogicExample] = []
+    attempts_left = max_attempts if max_attempts is not None else 100 * num_pairs + 10_000
+    while len(pairs) < num_pairs:
+        if attempts_left == 0:
+            raise RuntimeError(f"found only {len(pairs)} of {num_pairs} distinct pairs")
+        attempts_left -= 1
+        # A sorted list, not a set: the release's random.sample(set) fails on Python >= 3.11 (quirk 4).
+        chosen = sorted(rng.choice(len(VARIABLES), universe_size, replace=False))
+        variables = [VARIABLES[i] for i in chosen]
+        left, right = sample_formula(rng, variables), sample_formula(rng, variables)
+        if not (_contingent(left) and _contingent(right)) or (left, right) in seen:
+            continue
+        seen.add((left, right))
+        pairs.append(LogicExample(relation_of(left, right), left, right))
+    return pairs
+
+
+def split_generated(pairs: Sequence[LogicExample], *, seed: int, test_fraction: float = 0.15
+                    ) -> tuple[dict[int, list[LogicExample]], dict[int, list[LogicExample]]]:
+    """Per operator-count bucket, a seeded `test_fraction` of its pairs to test: (train[n], test[n])."""
+    rng = np.random.default_rng(seed)
+    train: dict[int, list[LogicExample]] = {}
+    test: dict[int, list[LogicExample]] = {}
+    for n in range(MAX_OPERATOR_COUNT + 1):
+        bucket = [p for p in pairs if p.operator_count == n]
+        order = rng.permutation(len(bucket))
+        num_test = int(round(test_fraction * len(bucket)))
+        test[n] = [bucket[i] for i in sorted(order[:num_test])]
+        train[n] = [bucket[i] for i in sorted(order[num_test:])]
+    return train, test
+
+
+def format_line(example: LogicExample) -> str:
+    """`relation<TAB>left<TAB>right`, the files' form."""
+    return f"{example.relation}\t{' '.join(tokens_of(example.left))}\t{' '.join(tokens_of(example.right))}"
+
+
+def write_logic_files(directory: str | os.PathLike, train: dict[int, list[LogicExample]],
+                      test: dict[int, list[LogicExample]]) -> None:
+    """`directory/trainN` and `testN` for every N in 0..12 (empty files where a bucket is empty)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, by_count in (("train", train), ("test", test)):
+        for n in range(MAX_OPERATOR_COUNT + 1):
+            lines = [format_line(e) + "\n" for e in by_count.get(n, [])]
+            (directory / f"{split}{n}").write_text("".join(lines), encoding="utf-8")
 
 
 # --------------------------------------------------------------------------
