@@ -150,6 +150,19 @@ def test_bad_words_and_empty_sentences_name_the_sentence():
         device.search([["(A"]])
 
 
+def test_too_little_room_is_retried_with_more_and_gives_the_host_results():
+    vocab = tiny_vocab()
+    host = searches(("tg",), "bound")[0]
+    device = DeviceBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIGS["bound"], positions_per_piece=1,
+                              max_capacity=64)
+    sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"], ["c", "a"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = device.search(sentences)
+    assert device.last_stats["retried"] > 0 and not device.last_stats["capacity_pruned"]
+    assert_same(host.search(sentences), results)
+
+
 def test_successors_refused_for_capacity_are_counted_and_reported():
     """A tight capacity: hypotheses that would not fit are pruned, counted per sentence, and warned about."""
     vocab = tiny_vocab()

@@ -57,12 +57,17 @@ log-probabilities are mixed per action (and per word piece), as
 `tgjax.infer.ensemble.score_mixed` does, before the beam sees them.
 
 Capacity. A hypothesis may use `capacity` layout positions (BOS, actions,
-TG's doubled closes). By default a batch gets `6 * pieces + 8` rounded up
-to 32 for its longest sentence, at most `max_capacity`: a hypothesis that
-would outgrow it cannot take the action (the search then differs from the
-host's; such pruned successors are counted per sentence in `last_stats`
-and reported with a warning). A sentence that cannot fit at all (its words
-and the root's open and close above `max_capacity`) is an error naming it.
+TG's doubled closes); the caches, and so memory and time, grow with it. By
+default a batch gets `6 * pieces + 8` rounded up to 32 for its longest
+sentence. A hypothesis that would outgrow it cannot take the action; when
+that happened to a sentence, it is searched again with twice the room, up
+to `max_capacity` (counted in `last_stats["retried"]`), so the result is
+the host search's. Only at `max_capacity` (or a fixed `capacity`) do the
+refused successors stay refused: they are counted per sentence in
+`last_stats["capacity_pruned"]` and reported with a warning, the search
+then differing from the host's. A sentence that cannot fit at all (its
+pieces, BOS and the root's open and close above the limit) is an error
+naming it.
 
 Numerics: float32 scores (the host search sums in float64): log p(x)
 agrees to ~1e-5 on sentences of tens of words.
@@ -367,11 +372,13 @@ class DeviceBeamSearch:
       capacity: layout positions per hypothesis; None: per batch, from its
         longest sentence (module docstring).
       max_capacity: the most positions a hypothesis may ever take.
+      positions_per_piece: the first capacity of a batch is this many
+        positions per piece of its longest sentence, plus 8 (doubled when short).
     """
 
     def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary,
                  rule: str | Sequence[str], config: BeamConfig = BeamConfig(), *, capacity: int | None = None,
-                 max_capacity: int = 1024):
+                 max_capacity: int = 1024, positions_per_piece: int = 6):
         members = member_list(model, rule)
         for _, member_rule in members:
             if member_rule not in ("tg", "txl_cc"):
@@ -390,6 +397,7 @@ class DeviceBeamSearch:
         self.config = config
         self.capacity = capacity
         self.max_capacity = int(max_capacity)
+        self.positions_per_piece = int(positions_per_piece)
         self.vocab = vocab
         self._family = ChoeCharniakDevice(members, self.space, vocab.bos_id,
                                           ds.Caps(self.space.num_labels, config.max_open_nts,
@@ -417,7 +425,7 @@ class DeviceBeamSearch:
         if self.capacity is not None:
             return self.capacity
         longest = max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence)
-        return min(self.max_capacity, _round_up(6 * longest + 8, 32))
+        return min(self.max_capacity, _round_up(self.positions_per_piece * longest + 8, 16))
 
     def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
         sentences = [list(s) for s in sentences]
@@ -432,24 +440,35 @@ class DeviceBeamSearch:
         results: list[BeamResult | None] = [None] * len(sentences)
         order = sorted(range(len(sentences)), key=lambda i: sum(len(p) for p in encoded[i][0]))
         B = self.config.batch_sentences
-        self.last_stats = {"capacity_pruned": {}, "iterations": 0, "max_positions": 0}
+        self.last_stats = {"capacity_pruned": {}, "iterations": 0, "max_positions": 0, "retried": 0}
         for start in range(0, len(order), B):
-            chunk = order[start:start + B]
-            for i, result in zip(chunk, self._search_batch([sentences[i] for i in chunk],
-                                                           [encoded[i] for i in chunk], chunk)):
-                results[i] = result
+            todo = order[start:start + B]
+            capacity = self._capacity([encoded[i][0] for i in todo])
+            while todo:
+                pruned = {}
+                for i, result, count in zip(todo, *self._search_batch([sentences[i] for i in todo],
+                                                                      [encoded[i] for i in todo], todo, capacity)):
+                    results[i] = result
+                    if count:
+                        pruned[i] = count
+                # Fallback: sentences whose search refused successors for room run again with twice the room.
+                if not pruned or capacity >= limit or self.capacity is not None:
+                    self.last_stats["capacity_pruned"].update(pruned)
+                    break
+                self.last_stats["retried"] += len(pruned)
+                todo, capacity = sorted(pruned), min(limit, 2 * capacity)
         pruned = self.last_stats["capacity_pruned"]
         if pruned:
             warnings.warn(f"device beam: {len(pruned)} sentence(s) had successors refused for lack of cache capacity "
                           f"(sentence: count) {pruned}; raise capacity for the host search's results", stacklevel=2)
         return results  # type: ignore[return-value]
 
-    def _search_batch(self, sentences, encoded, indices) -> list[BeamResult]:
+    def _search_batch(self, sentences, encoded, indices, C: int) -> tuple[list[BeamResult], list[int]]:
+        """One compiled search of up to `batch_sentences` sentences with capacity C: results, successors pruned."""
         config = self.config
         num = len(sentences)
         B = min(config.batch_sentences, _next_power_of_two(num))
         max_pieces = max(len(p) for pieces, _ in encoded for p in pieces)
-        C = self._capacity([pieces for pieces, _ in encoded])
         N = _round_up(max(len(s) for s in sentences), 8)
         caps = ds.Caps(self.space.num_labels, config.max_open_nts, config.max_consecutive_opens, C, max_pieces)
         ids = np.zeros((B, N, max_pieces), np.int32)
@@ -485,8 +504,6 @@ class DeviceBeamSearch:
             if int(out.phase[b]) != DONE:  # pragma: no cover
                 raise RuntimeError(f"sentence {indices[b]}: the device search did not finish")
             self.steps += int(out.steps[b])
-            if int(out.pruned[b]):
-                self.last_stats["capacity_pruned"][indices[b]] = int(out.pruned[b])
             complete = np.flatnonzero(out.status[b] == COMPLETE)
             if not complete.size:
                 raise RuntimeError(f"sentence {indices[b]}: no complete tree within the device beam's capacity {C}")
@@ -502,7 +519,7 @@ class DeviceBeamSearch:
                 words=list(words), prefix_log_probs=prefix, surprisals=prefix[:-1] - prefix[1:], log_prob=log_prob,
                 end_surprisal=float(prefix[-1] - log_prob), best_actions=hypotheses[0][0],
                 best_log_prob=hypotheses[0][1], hypotheses=hypotheses, num_unknown=encoded[b][1]))
-        return results
+        return results, [int(out.pruned[b]) for b in range(num)]
 
     # Convenience for the drivers (as the host search).
     def word_surprisals(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
