@@ -294,3 +294,41 @@ def test_real_treebank_baselines(name, capsys):
     printed = capsys.readouterr().out
     assert "293 trees, 293 scored" in printed
     assert "HYPH" in printed  # non-PTB tags are dropped and reported
+
+
+@pytest.mark.slow
+def test_command_on_a_tiny_trained_onlstm(tmp_path, capsys):
+    """End to end: train onlstm_tiny for a few steps, then parse.
+
+    Small data, validation every 3 steps so that NT-ASGD switches (at step 9 with these settings) and the
+    latest checkpoint holds averaged parameters.
+    """
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    from tgjax.cli import main
+    from tgjax.infer.onlstm import load_parser
+
+    workdir = tmp_path / "onlstm"
+    assert main(["train", "--config", "configs/onlstm_tiny.py", "--workdir", str(workdir), "--quiet",
+                 "--config.training.num_epochs=2", "--config.data.num_train_sentences=150",
+                 "--config.data.num_valid_sentences=20", "--config.training.batch_size=4",
+                 "--config.evaluation.every_epoch=False", "--config.evaluation.interval_steps=3"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "scores.json"
+    assert main(["eval", "unsupervised-parse", "--workdir", str(workdir), "--limit", "30", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "30 trees, 30 scored" in printed and "words not in the vocabulary, read as <unk>" in printed
+    scores = json.loads(out.read_text())["scores"]
+    layers = [f"layer {i}" for i in range(1, load_parser(workdir).num_layers + 1)]
+    assert list(scores) == [*layers, "right-branching", "left-branching", "balanced"]
+    for row in scores.values():
+        assert 0.0 <= row["sentence_f1"] <= 100.0 and 0.0 <= row["corpus_f1"] <= 100.0
+    # The parameters read are the checkpoint's: the ASGD average once it ran, else the iterate.
+    parser = load_parser(workdir, "latest")
+    step_dir = workdir / "checkpoints" / str(parser.step) / "state"
+    saved = ocp.PyTreeCheckpointer().restore(step_dir)
+    chosen = saved["average"]
+    assert parser.averaged and int(saved["num_averaged"]) > 0
+    loaded = nnx.to_pure_dict(nnx.state(parser.model, nnx.Param))
+    np.testing.assert_array_equal(np.asarray(loaded["embedding"]), np.asarray(chosen["embedding"]))
