@@ -128,6 +128,24 @@ def test_data_deps_command_on_a_file(tmp_path, capsys):
     assert back[0].heads.tolist() == [1, 2, 2, 4, 2]
 
 
+def test_data_deps_command_on_the_shared_treebanks(shared_data, tmp_path, capsys):
+    """Tale of Two Cities and one CRAFT file: every sentence written is a tree; NML is counted
+    unless --nml-as-np. Skips when ../shared/data is absent."""
+    out = tmp_path / "ttc.conllu"
+    assert main_deps(["--treebank", str(shared_data / "tale_of_two_cities" / "test.txt"), "-o", str(out),
+                      "--keep", "words"]) == 0
+    back, report = conllu.read_conllu(out)  # the reader checks every sentence is a tree
+    assert report.num_sentences == 293 and not report.errors
+    assert "wrote 293 sentences" in capsys.readouterr().out
+    craft = sorted((shared_data / "craft_treebank" / "penn").glob("*.tree"))[0]
+    assert main_deps(["--treebank", str(craft), "-o", str(out)]) == 0
+    assert "NML x" in capsys.readouterr().out
+    assert main_deps(["--treebank", str(craft), "-o", str(out), "--nml-as-np"]) == 0
+    printed = capsys.readouterr().out
+    assert "NML x" not in printed and "collins with NML as NP" in printed
+    conllu.read_conllu(out)
+
+
 def test_data_deps_command_on_the_builtin_treebank(tmp_path, capsys):
     out = tmp_path / "b.conllu"
     assert main_deps(["--treebank", "builtin", "--split", "valid", "--num-sentences", "20", "-o", str(out)]) == 0

@@ -90,6 +90,16 @@ def test_unknown_label_is_counted_and_takes_the_leftmost_child():
     assert "FOO x1" in report.summary()
 
 
+def test_nml_is_unknown_to_collins_unless_read_as_np():
+    text = "(NP (NML (NN Complex) (NN trait)) (NN analysis))"
+    _, heads, report = collins(text)
+    # NML unknown: leftmost child, "Complex" heads "trait". NP: rightdis NN -> "analysis".
+    assert heads == [3, 1, 0] and report.unknown_labels == {"NML": 1}
+    finder = H.CollinsHeadFinder(H.collins_rules(nml_as_np=True))
+    deps = H.dependencies(parse(text), finder)
+    assert conll_heads(deps) == [2, 3, 0] and not finder.report.unknown_labels
+
+
 def test_filtered_head_climbs_and_punctuation_is_dropped():
     # PRN: left, no categories -> leftmost child, the "-LRB-" pre-terminal; so "grain"
     # depends on "-LRB-", which depends on "rice" (outer NP: rightdis sees NP, PRN: none;

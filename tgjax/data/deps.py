@@ -22,7 +22,16 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from tgjax.syntax.heads import WORD_TAGS, Dependencies, HeadReport, TableHeadFinder, dependencies, grammar_head_table
+from tgjax.syntax.heads import (
+    WORD_TAGS,
+    CollinsHeadFinder,
+    Dependencies,
+    HeadReport,
+    TableHeadFinder,
+    collins_rules,
+    dependencies,
+    grammar_head_table,
+)
 from tgjax.syntax.trees import Tree
 
 __all__ = ["builtin_head_finder", "main_deps", "treebank_dependencies"]
@@ -39,13 +48,20 @@ def builtin_head_finder(report: HeadReport | None = None) -> TableHeadFinder:
 
 
 def treebank_dependencies(
-    trees: Iterable[Tree], *, heads: str = "collins", keep_tags=None, report: HeadReport | None = None
+    trees: Iterable[Tree], *, heads: str = "collins", keep_tags=None, report: HeadReport | None = None,
+    nml_as_np: bool = False,
 ) -> list[Dependencies]:
-    """One `Dependencies` per tree; sentences left empty by `keep_tags` are skipped and counted in `report`."""
+    """One `Dependencies` per tree; sentences left empty by `keep_tags` are skipped and counted in `report`.
+
+    `nml_as_np`: with `collins`, NML takes NP's rule (`tgjax.syntax.heads.collins_rules`).
+    """
     if heads not in HEAD_SCHEMES:
         raise ValueError(f"unknown head scheme {heads!r}; expected one of {HEAD_SCHEMES}")
     report = report if report is not None else HeadReport()
-    finder = builtin_head_finder(report) if heads == "builtin" else None
+    if heads == "builtin":
+        finder = builtin_head_finder(report)
+    else:
+        finder = CollinsHeadFinder(collins_rules(nml_as_np=nml_as_np), report=report)
     out = []
     for tree in trees:
         deps = dependencies(tree, finder, keep_tags=keep_tags, report=report)
@@ -65,6 +81,9 @@ def main_deps(argv: list[str] | None = None) -> int:
                         help="head scheme: auto = builtin for the built-in treebank, collins for files")
     parser.add_argument("--keep", default="all", choices=("all", "words"),
                         help="all tokens, or only the release's WORD_TAGS (punctuation and traces dropped)")
+    parser.add_argument("--nml-as-np", action="store_true",
+                        help="collins: give NML (CRAFT's nominal modifiers) NP's rule, as CoreNLP's "
+                             "ModCollinsHeadFinder; by default NML is unknown to the table (leftmost child, counted)")
     parser.add_argument("--split", default="test", help="split of the built-in treebank")
     parser.add_argument("--num-sentences", type=int, default=None, help="built-in treebank size")
     parser.add_argument("--seed", type=int, default=0)
@@ -85,12 +104,14 @@ def main_deps(argv: list[str] | None = None) -> int:
         scheme = args.heads if args.heads != "auto" else ("builtin" if args.treebank == "builtin" else "collins")
         report = HeadReport()
         sentences = treebank_dependencies(
-            trees, heads=scheme, keep_tags=WORD_TAGS if args.keep == "words" else None, report=report
+            trees, heads=scheme, keep_tags=WORD_TAGS if args.keep == "words" else None, report=report,
+            nml_as_np=args.nml_as_np,
         )
         count = conllu.write_conllu(args.output, sentences)
     except (ValueError, OSError) as error:
         print(f"tgjax data deps: error: {error}", file=sys.stderr)
         return 2
     print(f"{source}: {report.summary()}")
+    scheme += " with NML as NP" if args.nml_as_np and scheme == "collins" else ""
     print(f"wrote {count} sentences to {args.output} (head scheme: {scheme}, tokens kept: {args.keep})")
     return 0

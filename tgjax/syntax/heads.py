@@ -59,6 +59,7 @@ __all__ = [
     "HeadReport",
     "TableHeadFinder",
     "check_heads",
+    "collins_rules",
     "dependencies",
     "grammar_head_table",
     "is_projective",
@@ -121,6 +122,16 @@ COLLINS_HEAD_RULES: Mapping[str, HeadRule] = {
 
 # A label the table does not know: the leftmost child (counted).
 UNKNOWN_LABEL_RULE: HeadRule = _rule("left")
+
+
+def collins_rules(*, nml_as_np: bool = False) -> dict[str, HeadRule]:
+    """The Collins table; `nml_as_np=True` adds NML (nominal modifiers, as in CRAFT and
+    OntoNotes-style trees) with NP's rule, as CoreNLP's ModCollinsHeadFinder does. Collins'
+    table has no NML, so by default NML is an unknown label (counted, leftmost child)."""
+    rules = dict(COLLINS_HEAD_RULES)
+    if nml_as_np:
+        rules["NML"] = COLLINS_HEAD_RULES["NP"]
+    return rules
 
 _DIRECTIONS = ("left", "right", "leftdis", "rightdis")
 
