@@ -160,3 +160,14 @@ def test_data_deps_command_reports_a_bad_treebank(tmp_path, capsys):
     treebank.write_text("(S (NP (DT a)\n")
     assert main_deps(["--treebank", str(treebank), "-o", str(tmp_path / "o.conllu")]) == 2
     assert "bad.mrg:" in capsys.readouterr().err
+
+
+def test_data_deps_runs_from_the_tgjax_command(tmp_path, capsys):
+    from tgjax.cli import main
+
+    treebank = tmp_path / "t.mrg"
+    treebank.write_text("(S (NP (PRP it)) (VP (VBZ works)) (. .))\n")
+    out = tmp_path / "o.conllu"
+    assert main(["data", "deps", "--treebank", str(treebank), "-o", str(out)]) == 0
+    (sentence,), _ = conllu.read_conllu(out)
+    assert sentence.words == ["it", "works", "."] and sentence.heads.tolist() == [1, 1, 1]
