@@ -12,7 +12,8 @@ eps 1e-9, weight decay 1.2e-6), clip 1, batch 128, ReduceLROnPlateau(max, 0.5,
 patience 2) on validation accuracy (every 10th training pair held out), 50
 epochs (121,977 pairs / 128 = 953 steps an epoch). Data: ../shared/data/
 ordered_memory/propositionallogic (`data.logic_dir`). Arguments: "cpu" = the
-small run of the README (D = 48, a 30k-pair training subset).
+small run of the README (D = 48, a 30k-pair training subset, 800 steps of
+64 pairs).
 """
 
 from tgjax.train.tasks.classification import default_config
@@ -34,8 +35,8 @@ def get_config(arg: str | None = None):
         config.data.max_valid_examples = 2_000
         m.embedding_size = m.slot_size = m.mlp_hidden_size = 48
         config.training.batch_size = 64
-        config.training.num_steps = 2_000
-        config.evaluation.interval_steps = config.checkpointing.interval_steps = 250
+        config.training.num_steps = 800
+        config.evaluation.interval_steps = config.checkpointing.interval_steps = 200
         config.evaluation.batch_size = 256
         config.logging.interval_steps = 25
     elif arg:

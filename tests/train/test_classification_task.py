@@ -15,7 +15,8 @@ from tgjax.eval.evalb import evalb
 from tgjax.models.ordered_memory import tree_spans
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
-from tgjax.train.tasks.classification import (TrainBatches, encode_batch, epoch_batches, make_split, span_f1)
+from tgjax.train.tasks.classification import (TrainBatches, encode_batch, epoch_batches, make_split, span_f1,
+                                              evaluate_best_checkpoint)
 
 from .helpers import read_metrics
 
@@ -95,6 +96,12 @@ def test_a_separable_toy_is_learnt_and_tested_at_the_end(uninterrupted):
 def test_stop_and_resume_is_bit_identical_with_the_plateau_schedule(tmp_path, toy_dir, uninterrupted):
     first = train(toy_config(toy_dir), tmp_path, stop_after_step=20, quiet=True)
     assert first.stopped_early and first.final_step == 20
+    assert not (tmp_path / "test_results.json").exists()  # a pause is not the end: no test yet
+    # A stopped run can still be scored: its best checkpoint so far, on the test splits.
+    lines = evaluate_best_checkpoint(toy_config(toy_dir), tmp_path, say=lambda text: None)
+    paused = json.loads((tmp_path / "test_results.json").read_text())
+    best_so_far = max((s for s in (10, 20)), key=lambda s: (uninterrupted.valid_losses[s], -s))
+    assert paused["best_step"] == best_so_far and paused["final_step"] == 20 and "ops7" in lines
     second = train(toy_config(toy_dir), tmp_path, quiet=True)
     assert second.start_step == 20 and second.final_step == NUM_STEPS
     for step in range(1, 21):
@@ -233,3 +240,35 @@ def test_listops_gold_spans_score_100_against_themselves():
     # The model's left-branching reading of `[SM 6 5 ]`: ((([SM 6) 5) ]) is the file's bracketing.
     expression = listops.parse_expression("[SM 6 5 ]")
     assert tree_spans([[[0, 1], 2], 3]) == set(listops.gold_spans(expression))
+
+
+# -- the ListOps path ----------------------------------------------------------------------
+
+
+@pytest.mark.slow  # about a minute on a loaded 2-core machine (four compilations)
+def test_listops_run_reports_parse_f1_and_length_generalisation(tmp_path):
+    pool = listops.generate(400, seed=9, max_tokens=30)
+    short = [e for e in pool if listops.num_tokens(e.expression) <= 20][:10]
+    long = [e for e in pool if 20 < listops.num_tokens(e.expression) <= 30][:4]
+    too_long = listops.generate(30, seed=10, max_tokens=None)
+    too_long = [e for e in too_long if listops.num_tokens(e.expression) > 30][:2]
+    assert len(long) == 4 and len(too_long) == 2
+    test_path = tmp_path / "test.tsv"
+    listops.write_listops(test_path, short + long + too_long)
+    config = load_config("configs/om_listops.py", [
+        "data.train_size=64", "data.valid_size=16", "data.max_train_tokens=20", "data.length_bucket=32",
+        f"data.test_path={test_path}", "data.test_max_tokens=30", "model.embedding_size=8", "model.slot_size=8",
+        "model.n_slots=4", "model.test_n_slots=6", "training.batch_size=16", "training.num_steps=4",
+        "evaluation.batch_size=16", "evaluation.interval_steps=2", "logging.interval_steps=1"])
+    result = train(config, tmp_path / "run", quiet=True)
+    assert sorted(result.valid_losses) == [2, 4]
+    valid = [r for r in read_metrics(tmp_path / "run") if r["split"] == "valid"]
+    assert all(0 <= r["parse_f1"] <= 100 and r["count"] == 16 for r in valid)
+    report = json.loads((tmp_path / "run" / "test_results.json").read_text())
+    assert report["skipped"] == {"test": 2}  # the two over data.test_max_tokens, counted
+    tests = report["test"]
+    assert tests["test"]["count"] == 14 and tests["test_le20"]["count"] == 10 and tests["test_gt20"]["count"] == 4
+    both = tests["test_le20"]["accuracy"] * 10 + tests["test_gt20"]["accuracy"] * 4
+    assert both == pytest.approx(tests["test"]["accuracy"] * 14)
+    gold_spans = sum(len(listops.gold_spans(e.expression)) for e in short + long)
+    assert tests["test"]["gold_spans"] == gold_spans and 0 <= tests["test"]["parse_f1"] <= 100

@@ -282,12 +282,15 @@ class TrainBatches:
 
 
 def eval_batches(dataset: str, split: Split, batch_size: int) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-    """(example indices, batch) over a whole split, sorted by length, widths rounded up to a power of two >= 8."""
+    """(example indices, batch) over a whole split, sorted by length, widths rounded up to a power of two >= 32.
+
+    Few widths, few compilations; the recurrence carries its state over padding, so width changes nothing.
+    """
     order = np.argsort(split.lengths, kind="stable")
     out = []
     for start in range(0, len(order), batch_size):
         indices = order[start:start + batch_size]
-        width = max(8, 1 << int(math.ceil(math.log2(max(int(split.lengths[indices].max()), 1)))))
+        width = max(32, 1 << int(math.ceil(math.log2(max(int(split.lengths[indices].max()), 1)))))
         out.append((indices, encode_batch(dataset, [split.examples[i] for i in indices], batch_size, width)))
     return out
 
@@ -649,14 +652,15 @@ class ClassificationTask:
         return tree["params"]
 
     def test(self, params) -> dict[str, dict[str, float]]:
-        """Every test split's accuracy (ListOps: also parse F1, and accuracy by length <= / > 50 tokens)."""
+        """Every test split's accuracy (ListOps: also parse F1, and accuracy by length <= / > the training cap)."""
         results = {}
         for name, split in self.test_splits.items():
             results[name] = self.accuracy(params, split, parse=self.dataset == "listops")
         if self.dataset == "listops" and "test" in self.test_splits:
             split = self.test_splits["test"]
-            short = split.lengths <= self.config.data.max_train_tokens
-            for label, mask in (("test_le50", short), ("test_gt50", ~short)):
+            cap = self.config.data.max_train_tokens  # the training length: longer is length generalisation
+            short = split.lengths <= cap
+            for label, mask in ((f"test_le{cap}", short), (f"test_gt{cap}", ~short)):
                 subset = Split([e for e, m in zip(split.examples, mask) if m], split.lengths[mask])
                 if len(subset.examples):
                     results[label] = self.accuracy(params, subset)
@@ -669,26 +673,56 @@ class ClassificationTask:
     def result_fields(self) -> dict[str, Any]:
         return {"num_parameters": self.num_parameters, "vocab_size": self.model_config.vocab_size}
 
-    def summary(self, result) -> str | None:
-        """Test accuracy per split with the best validation parameters, when the run ended (not a pause)."""
-        plateau_stop = (isinstance(self.schedule, Plateau)
-                        and self.schedule.since_best >= self.schedule.early_stopping_patience)
-        if result.final_step != self.num_steps and not plateau_stop:
-            return None
-        params = self.best_params()
-        if params is None or not self.test_splits:
-            return None
-        results = self.test(params)
+    def report(self, results: dict, *, final_step: int, seconds: float) -> str:
+        """Writes WORKDIR/test_results.json and returns the closing lines."""
         report = {"dataset": self.dataset, "split": self.config.data.split if self.dataset == "logic" else None,
                   "best_step": self.best["step"], "valid_accuracy": self.best["value"],
-                  "final_step": result.final_step, "skipped": self.skipped, "test": results,
-                  "num_parameters": self.num_parameters, "seconds": result.seconds}
+                  "final_step": final_step, "skipped": self.skipped, "test": results,
+                  "num_parameters": self.num_parameters, "seconds": seconds}
         if self.run.process_index == 0:
             (self.run.workdir / "test_results.json").write_text(json.dumps(report, indent=2) + "\n")
-        lines = [f"done: step {result.final_step} in {format_duration(result.seconds)}; best validation accuracy "
+        lines = [f"done: step {final_step} in {format_duration(seconds)}; best validation accuracy "
                  f"{100 * self.best['value']:.2f}% at step {self.best['step']}; test with those parameters:"]
         for name, r in results.items():
             extra = f", parse F1 {r['parse_f1']:.1f}" if "parse_f1" in r else ""
             lines.append(f"  {name:>10}: accuracy {100 * r['accuracy']:.2f}% ({r['count']:,} examples){extra}")
         lines.append(f"  written to {self.run.workdir / 'test_results.json'}")
         return "\n".join(lines)
+
+    def summary(self, result) -> str | None:
+        """Test accuracy per split with the best validation parameters, when the run ended (not a pause)."""
+        plateau_stop = getattr(result, "stop_reason", None) == "schedule" or (
+            isinstance(self.schedule, Plateau) and self.schedule.since_best >= self.schedule.early_stopping_patience)
+        if result.final_step != self.num_steps and not plateau_stop:
+            return None
+        params = self.best_params()
+        if params is None or not self.test_splits:
+            return None
+        return self.report(self.test(params), final_step=result.final_step, seconds=result.seconds)
+
+
+def evaluate_best_checkpoint(config, workdir: str | Path, *, say=print) -> str:
+    """Scores the best validation checkpoint of `workdir` on the test splits, without training.
+
+    For a run that was stopped (SIGTERM, `stop_after_step`) and will not be
+    resumed: what `summary` prints at the end of a finished run, and the same
+    WORKDIR/test_results.json.
+    """
+    from tgjax.train.checkpoint import CheckpointStore
+
+    started = time.perf_counter()
+    task = ClassificationTask(config)
+    task.validate_config(config)
+    store = CheckpointStore(workdir, best_mode="max")
+    try:
+        step = store.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {Path(workdir) / 'checkpoints'}")
+        meta = store.read_meta(step)
+    finally:
+        store.close()
+    mesh = shd.make_mesh(config.mesh.data, config.mesh.model)
+    task.setup(RunContext(Path(workdir), mesh, True, jax.process_index(), jax.process_count(), say))
+    task.check_checkpoint(meta, step, Path(workdir))
+    task.resume_from(meta)
+    return task.report(task.test(task.best_params()), final_step=step, seconds=time.perf_counter() - started)
