@@ -148,3 +148,13 @@ def test_metrics_writer_drops_records_after_the_resumed_step(tmp_path):
     assert [(r["split"], r["step"]) for r in records] == [("train", 1), ("train", 2), ("train", 3), ("valid", 3),
                                                           ("train", 4)]
     assert records[-1]["loss"] == 9.0
+
+
+def test_an_early_stopped_trial_stays_stopped(tmp_path):
+    # Seed 2 at lr 0.1: epoch 2 is worse than epoch 1, so patience 1 stops the trial after step 6 of 12.
+    config = load_config(CONFIG, [*SMALL, "training.early_stopping_patience=1"])
+    first = train(config, tmp_path, task=CFLTask(config), quiet=True)
+    assert (first.stop_reason, first.final_step, first.best_step) == ("schedule", 6, 3)
+    again = train(config, tmp_path, task=CFLTask(config), quiet=True)
+    assert (again.stop_reason, again.start_step, again.losses) == ("schedule", 6, {})
+    assert again.best_step == 3

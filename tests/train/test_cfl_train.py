@@ -14,7 +14,6 @@ from tgjax.eval.cfl import cross_entropy_difference, string_log_probs
 from tgjax.models.stack_lm import StackTransformerLM
 from tgjax.train.cfl import (
     MODEL_NAMES,
-    Plateau,
     ShuffledBatches,
     check_config,
     count_parameters,
@@ -26,6 +25,7 @@ from tgjax.train.cfl import (
     train_cfl,
 )
 from tgjax.train.config import ConfigError, load_config
+from tgjax.train.schedules import Plateau
 
 from .helpers import read_metrics
 

@@ -9,8 +9,8 @@ Modules, one concern each: `config` (ml_collections files and overrides),
 (orbax, integrity, fallback), `inputs` (pipelines, vocabulary checks, unigram
 baseline), `metrics` (metrics.jsonl, TensorBoard, progress line), `schedules`
 (step-based; plateau decay and early stopping), `task` (what a task hands the
-trainer), `tasks` (one module per family: `treebank_lm`), `loop` (the trainer).
-`cfl` trains the CFL task with its own loop (not yet a task of the trainer).
+trainer), `tasks` (one module per family: `treebank_lm`, `cfl`, ...), `loop` (the trainer).
+`cfl` runs the CFL trials (each a run of the trainer with `tasks.cfl`) and tests the best.
 """
 
 from tgjax.train.checkpoint import CheckpointStore

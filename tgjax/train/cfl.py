@@ -66,13 +66,11 @@ from tgjax.data.cfl_metric import CrossEntropyDifference, cross_entropy_differen
 from tgjax.models.stack_lm import StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import MetricsWriter, format_duration, read_metrics
-from tgjax.train.schedules import Plateau
 
 __all__ = [
     "CFLResult",
     "CFLState",
     "MODEL_NAMES",
-    "Plateau",
     "ShuffledBatches",
     "TrialResult",
     "check_config",
