@@ -104,19 +104,20 @@ class DependencyGraphLayer(nnx.Module):
     def channel_weights(self, x: jax.Array, mask: jax.Array, valid: jax.Array | None = None) -> jax.Array:
         """w [B, T(i), T(j), K] before attention dropout; Σ_c w_ijc = A_ij + 1e-6 on valid keys, 0 on padding."""
         q, k, _, _ = self._projections(x)
-        return self._weights(q, k, mask, valid)
+        return jnp.transpose(self._weights(q, k, mask, valid), (0, 2, 3, 1))
 
     def _weights(self, q, k, mask, valid):
+        """w [B, K, T(i), T(j)]: channel-major, so that the positions are the minor axes (as in attention)."""
         length = q.shape[1]
         left, right = direction_features(length, q.dtype)
         bias = self.direction_bias[...]
-        scores = jnp.einsum("bikc,bjkc->bijk", q, k)
-        scores = scores + left[None, :, :, None] * bias[0] + right[None, :, :, None] * bias[1]
+        scores = jnp.einsum("bikc,bjkc->bkij", q, k)
+        scores = scores + bias[0][:, None, None] * left + bias[1][:, None, None] * right
         scores = scores / np.sqrt(self.channel_size)
         # exp(log_softmax_c + log(A + eps)) as the release writes it: softmax over channels times the mask.
-        weights = jax.nn.softmax(scores, axis=-1) * (mask.astype(q.dtype) + MASK_EPSILON)[..., None]
+        weights = jax.nn.softmax(scores, axis=1) * (mask.astype(q.dtype) + MASK_EPSILON)[:, None]
         if valid is not None:
-            weights = jnp.where(valid[:, None, :, None], weights, 0.0)
+            weights = jnp.where(valid[:, None, None, :], weights, 0.0)
         return weights
 
     def __call__(self, x: jax.Array, mask: jax.Array, valid: jax.Array | None = None, *,
@@ -129,7 +130,7 @@ class DependencyGraphLayer(nnx.Module):
         if use_dropout and self.attention_dropout > 0.0:
             weights = _dropout(weights, self.attention_dropout, self.rngs())
         values = jnp.tanh(v) if self.nonlinear else v
-        channels = jnp.einsum("bijk,bjkc->bikc", weights, values)
+        channels = jnp.einsum("bkij,bjkc->bikc", weights, values)
         if self.gated:
             channels = jax.nn.sigmoid(g) * channels
         if use_dropout and self.dropout > 0.0:
