@@ -9,6 +9,7 @@
 - `ensemble`: the uniform mixture of several models, per action or per sequence;
 - `sampling`: well-formed trees sampled from a model;
 - `perplexity`: proposal files and the word-perplexity bound over them.
+- `onlstm`: a trained ON-LSTM LM back from its workdir, and its per-layer syntactic distances.
 
 The metrics and commands that use these live in `tgjax.eval`; nothing here
 imports it (the arrow runs eval → infer → models, data, syntax).
