@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.conftest import shared_data_dir
 from tgjax.eval import unsupervised as U
 from tgjax.syntax import distance as D
+from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import parse
 
 # ---------------------------------------------------------------------------
@@ -285,15 +286,28 @@ def test_tgjax_cli_dispatches(capsys):
     assert "right-branching" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["tale_of_two_cities/test.txt"])
-def test_real_treebank_baselines(name, capsys):
+def test_real_treebank_baselines(capsys):
     data = shared_data_dir()
-    if data is None or not (data / name).exists():
-        pytest.skip(f"../shared/data/{name} is absent")
-    assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(data / name)]) == 0
+    if data is None or not (data / "tale_of_two_cities" / "test.txt").exists():
+        pytest.skip("../shared/data/tale_of_two_cities is absent")
+    assert U.main_unsupervised_parse(["--baselines-only", "--treebank",
+                                      str(data / "tale_of_two_cities" / "test.txt")]) == 0
     printed = capsys.readouterr().out
-    assert "293 trees, 293 scored" in printed
-    assert "HYPH" in printed  # non-PTB tags are dropped and reported
+    assert "293 trees, 293 scored (107 with <= 10 words)" in printed
+    assert "HYPH 18" in printed  # non-PTB tags are dropped and reported
+    assert "right-branching    42.88    64.50     35.01     66.82" in printed  # the README's numbers
+
+
+def test_craft_articles_read_as_one_treebank(capsys):
+    data = shared_data_dir()
+    penn = data / "craft_treebank" / "penn" if data is not None else None
+    if penn is None or not (penn / "11319941.tree").exists():
+        pytest.skip("../shared/data/craft_treebank is absent")
+    files = [penn / "11319941.tree", penn / "14624252.tree"]
+    expected = sum(len(trees_lib.read_treebank(f)) for f in files)
+    args = ["--baselines-only"] + [a for f in files for a in ("--treebank", str(f))]
+    assert U.main_unsupervised_parse(args) == 0
+    assert f"2 files ({files[0]}, ...): {expected} trees" in capsys.readouterr().out
 
 
 @pytest.mark.slow
