@@ -43,6 +43,18 @@ def test_padding_content_does_not_change_real_positions():
     np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
 
 
+def test_sentences_of_length_zero_and_one_give_finite_outputs():
+    """A one-word sentence has no edge (A = 0: only the 1e-6 floor); an all-padding row stays finite."""
+    model = UDGN(CONFIG, rngs=nnx.Rngs(3))
+    tokens = jnp.array([[5, 0, 0], [0, 0, 0]])
+    valid = jnp.array([[True, False, False], [False, False, False]])
+    out = nnx.jit(lambda m: m(tokens, valid, deterministic=True))(model)
+    for array in out:
+        assert np.all(np.isfinite(np.asarray(array)))
+    assert np.asarray(out.head_probs)[0, 0, 0] == 1.0  # its only possible head is itself
+    assert np.asarray(out.mask)[0, 0, 0] == 0.0  # entries with padding are never read (keys masked)
+
+
 def test_detach_parser_stops_the_mlm_gradient_at_the_parser():
     def parser_grad(detach):
         model = UDGN(dataclasses_replace(CONFIG, detach_parser=detach), rngs=nnx.Rngs(2))

@@ -139,6 +139,11 @@ def test_sentence_with_no_word_left_is_counted():
     assert report.empty_sentences == 1
 
 
+def test_constituent_without_children_is_refused():
+    with pytest.raises(ValueError, match=r"\(NP\) has no children"):
+        H.dependencies(Tree("S", [Tree("NP", []), Tree("VP", [Tree("VBZ", ["go"])])]))
+
+
 def test_one_word_sentence_heads_itself():
     deps = H.dependencies(parse("(NN word)"))
     assert deps.heads.tolist() == [0] and deps.root == 0

@@ -10,7 +10,8 @@ masked language model (thesis ch. 4; the release's model restated in
 - `out.logits` [B, T, V]: E x_i -> Drop -> L DGN layers (one mask A for all
   layers) -> LayerNorm(d) -> Drop -> tied output x E^T + b (b zero-initialised).
 - `out.head_probs` [B, T, T]: the parser's p(head of i = j); `out.mask` [B, T, T]:
-  A = H + H^T - H*H^T (`tgjax.nn.dgn.dependency_mask`).
+  A = H + H^T - H*H^T (`tgjax.nn.dgn.dependency_mask`). Entries in padded rows or
+  columns are computed but meaningless (the layers mask padded keys).
 
 `detach_parser=True` stops the MLM gradient at the parser (the release's
 `--parser_loss` mode, which also adds a supervised head loss: a task's
