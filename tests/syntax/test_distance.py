@@ -134,6 +134,18 @@ def test_syntactic_distance_and_word_alignment():
     assert D.syntactic_distance(np.ones((2, 3, 4))).shape == (2, 3)
 
 
+def test_gate_alignment_decides_the_tree_by_hand():
+    # `<eos> the dog barks <eos>`, one layer, 2 chunks. The step reading "barks" erases most (f~ = [0, 0.2],
+    # d = 0.9): "barks" starts the right constituent -> [[the, dog], barks]. Taking the gate of the step
+    # that *predicts* each word instead (one step early: .2 .1 .2) splits "the" off first -> [the, [dog, barks]].
+    gates = np.array([[0.6, 1.0], [0.8, 1.0], [0.6, 1.0], [0.0, 0.2], [0.8, 1.0]])  # d = .2 .1 .2 .9 .1
+    words = ["the", "dog", "barks"]
+    steps = D.syntactic_distance(gates)
+    np.testing.assert_allclose(D.word_distances(steps, 3), [0.1, 0.2, 0.9])
+    assert D.tree_from_distances(D.word_distances(steps, 3), words) == [["the", "dog"], "barks"]
+    assert D.tree_from_distances(D.word_distances(steps, 3, num_leading=0), words) == ["the", ["dog", "barks"]]
+
+
 # ---------------------------------------------------------------------------
 # Baselines
 # ---------------------------------------------------------------------------
