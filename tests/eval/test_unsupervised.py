@@ -268,9 +268,15 @@ def test_command_errors(tmp_path, capsys):
     assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(tmp_path / "missing.txt")]) == 2
     assert "error" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"
-    bad.write_text("(S (DT a) b)\n")
+    bad.write_text("(S (DT a) (NN c))\n\n(S (DT a) b)\n")
     assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(bad)]) == 2
-    assert "the word 'b' is not under a POS tag" in capsys.readouterr().err
+    assert f"{bad}:3: the word 'b' is not under a POS tag" in capsys.readouterr().err
+    malformed = tmp_path / "malformed.txt"
+    malformed.write_text("(S (DT a) (NN c))\n(S (DT a) (NN c)\n(S (DT the) (NN end))\n")
+    assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(malformed)]) == 0
+    captured = capsys.readouterr()
+    assert "2 trees, 2 scored" in captured.out and "1 malformed (skipped by the reader)" in captured.out
+    assert f"{malformed}:3:1: expected ')'" in captured.err
     punct = tmp_path / "punct.txt"
     punct.write_text("(S (. .))\n")
     assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(punct)]) == 2

@@ -14,7 +14,8 @@ leaves with one of the release's 36 lexical POS tags are kept (punctuation,
 `-NONE-`, `$`, `#` and non-PTB tags are dropped, and counted per tag); gold
 constituents lose their labels, empty ones vanish and unary chains collapse.
 A sentence left with no word is left out of every score (counted and
-reported; the release would fail on it). The LM reads each sentence alone,
+reported; the release would fail on it). (`-NONE-` elements are removed by
+the tree reader before the filter, so they are not among the counted tags.) The LM reads each sentence alone,
 from a zero state, with the words in the release's form (lower-cased, digit
 runs -> N) unless `--word-form raw`.
 
@@ -322,12 +323,16 @@ def _read_treebanks(paths: Sequence[str], split: str, limit: int | None
     located: list[tuple[Tree, str]] = []
     num_malformed, errors = 0, []
     for path in paths:
-        gold, report = trees_lib.read_treebank(path, on_error="skip")
-        if not gold and not report.errors:
+        try:  # well-formed files: every tree located by its line
+            found = [(tree, f"{path}:{line}") for tree, line in trees_lib.iter_treebank_lines(path)]
+        except trees_lib.TreeSyntaxError:  # else read again, skipping (and reporting) the malformed trees
+            gold, report = trees_lib.read_treebank(path, on_error="skip")
+            num_malformed += report.num_skipped
+            errors.extend(str(e) for e in report.errors)
+            found = [(tree, f"{path}: tree {i}") for i, tree in enumerate(gold, start=1)]
+        if not found and not errors:
             raise trees_lib.TreeSyntaxError(path, 1, 1, "expected at least one tree, found an empty file")
-        num_malformed += report.num_skipped
-        errors.extend(str(e) for e in report.errors)
-        located.extend((tree, f"{path}: tree {i}") for i, tree in enumerate(gold, start=1))
+        located.extend(found)
     if not located:
         raise ValueError(f"{errors[0]} (no well-formed tree: {num_malformed} malformed)")
     source = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
