@@ -7,7 +7,10 @@ Every sentence is read alone from the zero state in eval mode (dropouts off,
 DropConnect's W_hh * (1 - p)), as the release's parsing script does, framed by
 the training stream's boundary token: `<eos> w_1 .. w_n <eos>` (the LM was
 trained on sentences each followed by `<eos>`, so `<eos>` is what precedes a
-sentence). Word i's distance is that of the step whose *input* is w_i, i.e.
+sentence; released-code.md §2.4 restates the release's framing as `<eos>` too,
+while the snapshot of its data_ptb.py read for this writes `<s>` .. `</s>`,
+which a Mikolov-PTB dictionary lacks, so there they would read as `<unk>`).
+Word i's distance is that of the step whose *input* is w_i, i.e.
 step i + 1 (`tgjax.syntax.distance.word_distances(..., num_leading=1)`), with
 d_t = 1 − mean over chunks of the master forget gate f̃_t of that layer.
 Words outside the vocabulary are read as `<unk>` and counted (`num_unknown`).
