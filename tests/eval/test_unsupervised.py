@@ -154,6 +154,19 @@ def test_baselines_on_a_hand_made_gold_tree():
     assert short.corpus_f1_short == pytest.approx(100.0)
 
 
+def test_corpus_f1_equals_evalb_on_the_treebank_tree_itself():
+    # EVALB run directly on the PTB tree (labels kept, COLLINS deletes the '.' leaf) against a written-out
+    # right-branching tree agrees with corpus_f1 on the preprocessed nested lists: 3 of 4 brackets, 75.
+    from tgjax.eval.evalb import evalb
+
+    gold_text = GOLD_TEXT[0]
+    predicted = "(X (XX the) (X (XX dog) (X (XX saw) (X (XX a) (XX cat)))))"
+    direct = evalb([gold_text], [predicted], "collins", unlabeled=True).all.bracketing_fmeasure
+    sentence = U.prepare_treebank([parse(gold_text)]).sentences[0]
+    assert direct == pytest.approx(75.0)
+    assert U.corpus_f1([D.right_branching(sentence.words)], [sentence.tree]) == pytest.approx(direct)
+
+
 def test_release_quirks_documented():
     # One- and two-word sentences: no span on either side -> 2 / (2 + 1e-8).
     assert U.sentence_f1("w", "w") == 2 / (2 + 1e-8)
