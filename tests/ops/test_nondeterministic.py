@@ -449,8 +449,6 @@ def test_box_outside_its_array_raises():
         lambda nd: ("_block_sizes", lambda T, L0, L1, f=nd._block_sizes: (f(T, L0, L1)[0], f(T, L0, L1)[1] + 1)),
         # a block that reads one span start more
         lambda nd: ("_block_sizes", lambda T, L0, L1, f=nd._block_sizes: (f(T, L0, L1)[0] + 1, f(T, L0, L1)[1])),
-        # one split point too few for the backward's replace share (l = L - 1)
-        lambda nd: ("_block_sizes", lambda T, L0, L1, f=nd._block_sizes: (f(T, L0, L1)[0], f(T, L0, L1)[1] - 1)),
     ],
 )
 def test_index_slips_raise_instead_of_clamping(monkeypatch, slip):

@@ -243,7 +243,9 @@ def _blocks(T: int, num_blocks: int):
 def _block_sizes(T: int, L0: int, L1: int):
     """Rows (span starts) and pop splits that the lengths L0 <= L < L1 can touch."""
     rows = T - L0 + 1  # spans of length L start at rows 0..T-L
-    splits = L1 - 1  # the pop sum uses splits l = 1..L-2; the backward also touches l = L-1
+    # The pop sum uses splits l = 1..L-2; one more (l = L1 - 2, -inf for every L of the block)
+    # makes G's right box as wide as G' has room for, so that a slip of one is caught.
+    splits = L1 - 1
     return rows, splits
 
 
@@ -338,8 +340,23 @@ def _inside(push_t, repl_t, pop_t, num_blocks):
         rep = _lse(prev[:, :, :, :, None, None] + re, (2, 3))  # [b, p, r, y, i]
         # Pop (eq. 24, 3rd line): sum over splits l and states u of
         # gamma[i, l][p -> u,y] gamma'[i + l, L - l][u,y -> r]; y is a batch index.
-        left, right = _pop_operands(G, Gp, L, rows, splits, lengths)
-        pop_sum = _lse(left + right, (4,))  # [b, p, y, r, i]
+        size, count = _row_chunks(rows, B * QS * S * Q * Q * splits)
+        last = rows - size
+
+        def pop_chunk(row0):  # [b, p, y, r, i] for the span starts row0 .. row0 + size - 1
+            return _lse(jnp.add(*_pop_operands(G, Gp, L, row0, size, splits, lengths, last)), (4,))
+
+        if count == 1:
+            pop_sum = pop_chunk(0)
+        else:  # a loop, so that one chunk's terms are alive at a time; the last chunk overlaps its neighbour
+            pop_sum = lax.fori_loop(
+                0,
+                count,
+                lambda c, acc: lax.dynamic_update_slice_in_dim(
+                    acc, pop_chunk(jnp.minimum(c * size, last)), jnp.minimum(c * size, last), axis=4
+                ),
+                jnp.zeros((B, QS, S, Q, rows), dt),
+            )
         new = _lse(jnp.stack([jnp.swapaxes(rep, 2, 3), pop_sum]), (0,))
         G = _put("G", G, new[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
         # gamma' of length L + 1 (eq. 25): gamma[i, L] (x) pop at time i + L.
@@ -361,21 +378,65 @@ def _column(G, L, rows, lengths):
     return _box("G", G, lambda L: (0, 0, 0, L, 0, 0), (B, QS, S, 1, Q, rows), L, lengths)[:, :, :, 0]
 
 
-def _pop_operands(G, Gp, L, rows, splits, lengths):
-    """The operands of the pop sum of step L, broadcastable to [b, p, y, r, (l, u), i].
+def _pop_operands(G, Gp, L, row0, rows, splits, lengths, last_row0=0):
+    """The operands of the pop sum of step L for span starts row0 <= i < row0 + rows,
 
+    broadcastable to [b, p, y, r, (l, u), i]:
     left[b, p, y, 0, l*Q+u, i] = log gamma[i, l][p -> u,y];
     right[b, 0, y, r, l*Q+u, i] = log gamma'[i + l, L - l][u,y -> r].
+    row0 may be traced; it is checked statically over 0..last_row0.
     """
     B, QS, S, _, Q, T = G.shape
-    left = _box("G", G, lambda L: (0,) * 6, (B, QS, S, splits, Q, rows), L, lengths)
-    right = _box("G'", Gp, _pop_box(T), (B, S, Q, splits, Q, rows), L, lengths)
+    left_at = lambda L, r: (0,) * 5 + (r,)  # noqa: E731
+    right_at = lambda L, r: _pop_box(T, r)(L)  # noqa: E731
+    left = _row_box("G", G, left_at, (B, QS, S, splits, Q, rows), L, row0, lengths, last_row0)
+    right = _row_box("G'", Gp, right_at, (B, S, Q, splits, Q, rows), L, row0, lengths, last_row0)
     return left.reshape(B, QS, S, 1, splits * Q, rows), right.reshape(B, 1, S, Q, splits * Q, rows)
 
 
-def _pop_box(T):
-    """Where gamma'[i + l, L - l] (l = 0.., i = 0..) starts in G': (length column, end time)."""
-    return lambda L: (0, 0, 0, T + 1 - L, 0, L - 1)
+def _check_rows(name, shape, start_of, size, lengths, last_row0):
+    """_check_box for start_of(L, r) at both ends of r in 0..last_row0 (starts are affine in r too)."""
+    for r in sorted({0, last_row0}):
+        _check_box(name, shape, lambda L, r=r: start_of(L, r), size, lengths)
+
+
+def _row_box(name, x, start_of, size, L, row0, lengths, last_row0):
+    """lax.dynamic_slice(x, start_of(L, row0), size), checked over L in lengths and row0 in 0..last_row0."""
+    size = tuple(size)
+    _check_rows(name, x.shape, start_of, size, lengths, last_row0)
+    return lax.dynamic_slice(x, start_of(L, row0), size)
+
+
+def _row_add(name, x, update, start_of, L, row0, lengths, last_row0):
+    """x with `update` added into the box at start_of(L, row0) (same box read and written: in place)."""
+    _check_rows(name, x.shape, start_of, update.shape, lengths, last_row0)
+    at = start_of(L, row0)
+    return lax.dynamic_update_slice(x, lax.dynamic_slice(x, at, update.shape) + update, at)
+
+
+# The pop sum's terms [b, p, y, r, (l, u), i] are the largest temporary of a
+# step (forward: their log-sum-exp; backward: each term's share, summed
+# along two axes, so XLA materialises it): ~140 MB per step at n = 256,
+# batch 8. Rows (span starts) are independent, so a step works through
+# them in chunks of at most this many terms, one chunk at a time (a loop:
+# unrolled chunks are scheduled side by side and their buffers overlap).
+_POP_CHUNK_TERMS = 2**22
+
+
+def _row_chunks(rows: int, terms_per_row: int):
+    """(size, count): `count` equal chunks of `size` rows covering range(rows), each with at most
+
+    _POP_CHUNK_TERMS terms; chunk c starts at min(c * size, rows - size), so the last one may
+    overlap its neighbour (the backward counts each row once).
+    """
+    size = max(1, min(rows, _POP_CHUNK_TERMS // max(1, terms_per_row)))
+    count = -(-rows // size)
+    return -(-rows // count), count
+
+
+def _pop_box(T, row0=0):
+    """Where gamma'[i + l, L - l] (l = 0.., i = row0..) starts in G': (length column, end time)."""
+    return lambda L: (0, 0, 0, T + 1 - L, 0, L - 1 + row0)
 
 
 def _gamma_prime_cell(T):
@@ -446,11 +507,29 @@ def _chart_bwd(num_blocks, res, g_bar):
         mu_l = _column(mu, L, rows, lengths) + jnp.sum(flow, axis=4)  # complete: [b, p, y, r, i]
         if first:  # L = 1: the pushes, whose marginals are mu_l itself.
             return (mu, mu_p, d_repl, d_pop), mu_l
-        # 2. Pop terms: the share of each (l, u) in gamma[i, L][p -> r,y].
-        left, right = _pop_operands(G, Gp, L, rows, splits, lengths)
-        flow = mu_l[:, :, :, :, None] * _share(left + right, g_l[:, :, :, :, None])  # [b,p,y,r,(l,u),i]
-        to_left = jnp.sum(flow, axis=3).reshape(B, QS, S, splits, Q, rows)  # onto gamma[i, l]
-        to_right = jnp.sum(flow, axis=1).reshape(B, S, Q, splits, Q, rows)  # onto gamma'[i+l, L-l]
+        # 2. Pop terms: the share of each (l, u) in gamma[i, L][p -> r,y], by chunks of span starts.
+        size, count = _row_chunks(rows, B * QS * S * Q * Q * splits)
+        last = rows - size
+
+        def pop_chunk(c, mus):
+            mu, mu_p = mus
+            row0 = jnp.minimum(c * size, last)
+            left, right = _pop_operands(G, Gp, L, row0, size, splits, lengths, last)
+            g_c = lax.dynamic_slice_in_dim(g_l, row0, size, axis=4)[:, :, :, :, None]
+            mu_c = lax.dynamic_slice_in_dim(mu_l, row0, size, axis=4)
+            if count > 1:  # the last chunk's rows that its neighbour already did
+                mu_c = jnp.where(row0 + jnp.arange(size) >= c * size, mu_c, 0.0)
+            flow = mu_c[:, :, :, :, None] * _share(left + right, g_c)  # [b, p, y, r, (l, u), i]
+            to_left = jnp.sum(flow, axis=3).reshape(B, QS, S, splits, Q, size)  # onto gamma[i, l]
+            to_right = jnp.sum(flow, axis=1).reshape(B, S, Q, splits, Q, size)  # onto gamma'[i+l, L-l]
+            mu = _row_add("mu", mu, to_left, lambda L, r: (0,) * 5 + (r,), L, row0, lengths, last)
+            mu_p = _row_add("mu'", mu_p, to_right, lambda L, r: _pop_box(T, r)(L), L, row0, lengths, last)
+            return mu, mu_p
+
+        if count == 1:
+            mu, mu_p = pop_chunk(0, (mu, mu_p))
+        else:
+            mu, mu_p = lax.fori_loop(0, count, pop_chunk, (mu, mu_p))
         # 3. Replace terms: gamma[i, L-1][p -> s,z] Delta_t[s,z -> r,y], t = i + L - 1.
         prev = jnp.swapaxes(_column(G, L - 1, rows, lengths), 2, 3)  # [b, p, s, z, i]
         re = _time_slice("repl_t", repl_t, lambda L: L - 1, rows, L, lengths).reshape(B, 1, Q, S, Q, S, rows)
@@ -459,10 +538,7 @@ def _chart_bwd(num_blocks, res, g_bar):
         d_repl_l = jnp.sum(flow, axis=1).reshape(B, QS, QS, rows)
         d_repl = _add("d_repl", d_repl, d_repl_l, lambda L: (0, 0, 0, L - 1), L, lengths)
         to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)  # onto gamma[i, L-1]: [b, p, y, r, i]
-        # gamma[i, L-1] is split l = L - 1 of to_left: add the replace share into that column.
-        to_left = _add("to_left", to_left, to_prev[:, :, :, None], lambda L: (0, 0, 0, L - 1, 0, 0), L, lengths)
-        mu = _add("mu", mu, to_left, lambda L: (0,) * 6, L, lengths)
-        mu_p = _add("mu'", mu_p, to_right, _pop_box(T), L, lengths)
+        mu = _add("mu", mu, to_prev[:, :, :, None], lambda L: (0, 0, 0, L - 1, 0, 0), L, lengths)
         return (mu, mu_p, d_repl, d_pop), None
 
     carry = (mu, mu_p, d_repl, d_pop)
@@ -489,12 +565,19 @@ def _forward_weights(log_gamma):
     adds A[i] (x) gamma[i, L] into A[i + L] for every L.
     Returns log A [B, T+1, QS] (A[e] is the paper's alpha[e - 1]) and
     beta [B, T, T+1, QS]: beta[b, i, L, r*S+y] = log sum_{q,x} A[i][q,x] gamma[i, L][q,x -> r,y].
+
+    Memory: the step reads row i of the chart in place (not a transposed
+    copy as scan input) and is rematerialised in the backward pass
+    (`jax.checkpoint`), so reverse-mode AD keeps only the running A per step
+    ([T, B, 2T+1, QS]) instead of every step's log-sum-exp shares, which
+    are chart-sized ([T, B, QS, S, T+1, Q]: ~0.35 GB at n = 256, batch 8).
     """
     B, QS, S, _, Q, T = log_gamma.shape
     acc = jnp.full((B, 2 * T + 1, QS), -jnp.inf, log_gamma.dtype).at[:, 0, 0].set(0.0)  # eq. (23)
 
-    def step(acc, xs):
-        i, row = xs  # row: [b, p, y, L, r]
+    @jax.checkpoint
+    def step(acc, i):
+        row = lax.dynamic_index_in_dim(log_gamma, i, axis=5, keepdims=False)  # [b, p, y, L, r]
         a_i = lax.dynamic_index_in_dim(acc, i, axis=1, keepdims=False)
         beta = _lse(a_i[:, :, None, None, None] + row, (1,))  # [b, y, L, r]
         beta = beta.transpose(0, 2, 3, 1).reshape(B, T + 1, QS)  # [b, L, r*S+y]
@@ -502,7 +585,7 @@ def _forward_weights(log_gamma):
         acc = lax.dynamic_update_slice_in_dim(acc, _lse(jnp.stack([window, beta]), (0,)), i, axis=1)
         return acc, beta
 
-    acc, beta = lax.scan(step, acc, (jnp.arange(T), jnp.moveaxis(log_gamma, -1, 0)))
+    acc, beta = lax.scan(step, acc, jnp.arange(T))
     return acc[:, : T + 1], jnp.moveaxis(beta, 0, 1)
 
 
