@@ -45,8 +45,8 @@ def numpy_head_probs(parser, tokens, length):
     return np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
 
 
-def make_parser(**kwargs):
-    parser = DependencyParser(11, embedding_size=6, hidden_size=5, num_layers=2, rngs=nnx.Rngs(0), **kwargs)
+def make_parser(num_layers=2, **kwargs):
+    parser = DependencyParser(11, embedding_size=6, hidden_size=5, num_layers=num_layers, rngs=nnx.Rngs(0), **kwargs)
     parser.b_f[...] = jnp.asarray(np.random.default_rng(1).normal(size=parser.b_f.shape), jnp.float32)
     return parser
 
@@ -87,7 +87,7 @@ def test_reverse_valid_reverses_only_the_real_tokens():
 
 
 def test_tag_mixture_starts_uniform_and_changes_the_embedding():
-    parser = make_parser(num_tags=3)
+    parser = make_parser(num_layers=1, num_tags=3)
     tokens = jnp.asarray(TOKENS)
     e = np.asarray(parser.embed(tokens))
     # T = 0: softmax over 4 entries is 1/4 each; the null tag is dropped, so 1/4 of each tag vector.
@@ -102,7 +102,7 @@ def test_tag_mixture_starts_uniform_and_changes_the_embedding():
 
 
 def test_gradients_reach_the_parser_and_dropout_follows_the_mode():
-    parser = make_parser(dropout=0.5)
+    parser = make_parser(num_layers=1, dropout=0.5)
     tokens, valid = jnp.asarray(TOKENS), jnp.asarray(VALID)
 
     @nnx.jit

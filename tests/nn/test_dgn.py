@@ -140,12 +140,13 @@ def test_initialisation_and_shapes():
 def test_zero_mask_gives_the_residual_up_to_the_floor_and_dropout_is_off_in_eval():
     x = jnp.asarray(np.random.default_rng(5).normal(size=(1, 4, 6)), jnp.float32)
     layer = DependencyGraphLayer(6, 2, 3, rngs=nnx.Rngs(1), dropout=0.5, attention_dropout=0.5)
-    y = layer(x, jnp.zeros((1, 4, 4)), deterministic=True)
+    run = nnx.jit(lambda layer, A, deterministic: layer(x, A, deterministic=deterministic), static_argnums=2)
+    y = run(layer, jnp.zeros((1, 4, 4)), True)
     # With A = 0 only the 1e-6 floor passes: y = x + b_out (= x) up to ~1e-5.
     np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=1e-4)
     A = jnp.ones((1, 4, 4))
-    assert np.allclose(layer(x, A, deterministic=True), layer(x, A, deterministic=True))
-    assert not np.allclose(layer(x, A), layer(x, A))  # training mode draws new dropout masks
+    assert np.allclose(run(layer, A, True), run(layer, A, True))
+    assert not np.allclose(run(layer, A, False), run(layer, A, False))  # training mode: new dropout masks
 
 
 def test_gradients_reach_every_parameter_and_the_mask():
@@ -155,7 +156,7 @@ def test_gradients_reach_every_parameter_and_the_mask():
     def loss(layer, head_probs):
         return jnp.sum(layer(jnp.asarray(x, jnp.float32), dependency_mask(head_probs), jnp.asarray(valid)) ** 2)
 
-    grads, mask_grad = nnx.grad(loss, argnums=(0, 1))(layer, jnp.asarray(P, jnp.float32))
+    grads, mask_grad = nnx.jit(nnx.grad(loss, argnums=(0, 1)))(layer, jnp.asarray(P, jnp.float32))
     for name in ("w_in", "b_in", "direction_bias", "w_out", "b_out"):
         assert np.all(np.isfinite(np.asarray(grads[name][...]))) and np.any(np.asarray(grads[name][...]))
     assert np.any(np.asarray(mask_grad))
