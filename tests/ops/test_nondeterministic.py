@@ -145,6 +145,50 @@ def test_several_blocks_match_oracle(num_blocks):
     np.testing.assert_allclose(have, want, rtol=1e-6)
 
 
+def test_row_chunks_change_nothing(monkeypatch):
+    """The pop sum worked through span starts in chunks (forward and backward) equals one chunk.
+
+    A small chunk budget makes every block loop over several chunks, and
+    some blocks' rows are not a multiple of the chunk size, so their last
+    chunk overlaps its neighbour (which the backward must count once).
+    """
+    import tgjax.ops.nondeterministic as nd
+
+    n, Q, S, m, B, num_blocks = 20, 2, 2, 2, 2, 3
+    rng = np.random.default_rng(7)
+    with jax.enable_x64(True):
+        args = random_inputs(rng, B, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
+        weights = rng.normal(size=(B, n, Q, S, m))
+
+        def value_and_grads():
+            kernel = functools.partial(nondeterministic_stack, num_blocks=num_blocks)
+            return jax.jit(jax.value_and_grad(loss_fn(kernel, weights), argnums=ARGNUMS))(*args)
+
+        whole = value_and_grads()
+        monkeypatch.setattr(nd, "_POP_CHUNK_TERMS", 3 * B * Q * S * S * Q * Q * 8)  # ~3 rows at 8 splits
+        chunkings = []
+        for L0, L1 in nd._blocks(n + 1, num_blocks):
+            rows, splits = nd._block_sizes(n + 1, L0, L1)
+            chunkings.append((rows,) + nd._row_chunks(rows, B * Q * S * S * Q * Q * splits))
+        assert all(count > 1 for _, _, count in chunkings), chunkings
+        assert any(size * count > rows for rows, size, count in chunkings), chunkings  # an overlap
+        chunked = value_and_grads()
+    np.testing.assert_allclose(chunked[0], whole[0], rtol=1e-12)
+    assert_grads_close(chunked[1], whole[1], rtol=1e-10, atol=1e-12)
+
+
+def test_row_chunks_cover_every_row_within_budget():
+    from tgjax.ops.nondeterministic import _POP_CHUNK_TERMS, _row_chunks
+
+    for rows, per_row in [(1, 10), (7, 10), (150, 2**16), (257, 3**5 * 8 * 100), (5, 2 * _POP_CHUNK_TERMS)]:
+        size, count = _row_chunks(rows, per_row)
+        starts = [min(c * size, rows - size) for c in range(count)]
+        covered = set().union(*(range(a, a + size) for a in starts))
+        assert covered == set(range(rows)) and 1 <= size <= rows, (rows, per_row, size, count)
+        assert size * per_row <= _POP_CHUNK_TERMS or size == 1, (rows, per_row, size)
+        assert (count - 1) * size < rows, (rows, size, count)  # no chunk is wholly redundant
+
+
 # --------------------------------------------------------------------------- gradients
 
 
