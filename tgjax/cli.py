@@ -265,9 +265,9 @@ def cmd_train(args) -> int:
 
 
 def _train_cfl(config, args) -> int:
-    """`tgjax train` for configs/stack_cfl.py: the trials of tgjax.train.cfl, each a run of the shared trainer
+    """`tgjax train` for configs/stack_cfl.py: the trials of tgjax.train.cfl_trials, each a run of the trainer
     (resumes: finished trials are read back, the current one continues from its checkpoints)."""
-    from tgjax.train.cfl import train_cfl
+    from tgjax.train.cfl_trials import train_cfl
     from tgjax.train.loop import TrainingDiverged
 
     try:

@@ -5,10 +5,11 @@ per group of 10 strings of one length, batch order shuffled each epoch;
 Adam on the cross-entropy summed over time (mean over the batch's strings)
 after clipping the gradient norm; after each epoch Δ on validation, the
 learning rate halved after one epoch without improvement, the best epoch's
-parameters scored on test. It shares with `tgjax.train.cfl` only the model,
-the task's sampling and the metric, and pins what moving the CFL task onto
-the shared trainer must keep: the per-epoch validation Δ, the best epoch,
-the final learning rate and the test Δ on the same seed.
+parameters scored on test. It shares with the CFL trials on the shared
+trainer (`tgjax.train.cfl_trials`, `tgjax.train.tasks.cfl`) only the model,
+the task's sampling and the metric, and pins what the move onto the shared
+trainer had to keep: the per-epoch validation Δ, the best epoch, the final
+learning rate and the test Δ on the same seed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from flax import nnx
 from tgjax.data.cfl import cfl_task
 from tgjax.data.cfl_metric import cross_entropy_difference, string_log_probs
 from tgjax.models.stack_lm import StackTransformerLM
-from tgjax.train.cfl import resolve_model_config, train_cfl
+from tgjax.train.cfl import resolve_model_config
+from tgjax.train.cfl_trials import train_cfl
 from tgjax.train.config import load_config
 
 SETTINGS = ["task=dyck", "model=tf", "architecture.num_layers=2", "training.epochs=8", "data.train_size=40",

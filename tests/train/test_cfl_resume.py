@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 
 from tgjax import cli
-from tgjax.train.cfl import load_model, read_params, train_cfl
+from tgjax.train.cfl import load_model, read_params
+from tgjax.train.cfl_trials import train_cfl
 from tgjax.train.config import load_config
 from tgjax.train.loop import TrainingDiverged, train
 from tgjax.train.metrics import MetricsWriter

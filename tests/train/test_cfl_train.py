@@ -1,4 +1,4 @@
-"""configs/stack_cfl.py and the CFL trials on the shared trainer (tgjax.train.cfl, tgjax.train.tasks.cfl):
+"""configs/stack_cfl.py and the CFL trials on the shared trainer (tgjax.train.cfl_trials, tasks.cfl, cfl):
 the paper's set-up, a tiny run, trials, resume, errors."""
 
 import json
@@ -22,8 +22,8 @@ from tgjax.train.cfl import (
     make_steps,
     resolve_model_config,
     string_log_probs_of,
-    train_cfl,
 )
+from tgjax.train.cfl_trials import train_cfl
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.schedules import Plateau
 

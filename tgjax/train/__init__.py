@@ -10,7 +10,8 @@ Modules, one concern each: `config` (ml_collections files and overrides),
 baseline), `metrics` (metrics.jsonl, TensorBoard, progress line), `schedules`
 (step-based; plateau decay and early stopping), `task` (what a task hands the
 trainer), `tasks` (one module per family: `treebank_lm`, `cfl`, ...), `loop` (the trainer).
-`cfl` runs the CFL trials (each a run of the trainer with `tasks.cfl`) and tests the best.
+`cfl` holds the CFL experiments' pieces (batches, steps, plot, `load_model`); `cfl_trials` runs the
+trials (each a run of the trainer with `tasks.cfl`) and tests the best.
 """
 
 from tgjax.train.checkpoint import CheckpointStore

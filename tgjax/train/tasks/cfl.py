@@ -14,8 +14,8 @@ every checkpoint's meta and come back on resume.
 
 `finish(train_result)` reads the best epoch's parameters back from the
 trial's checkpoints, scores the validation split per length bin and writes
-the trial's results.json; the trials driver (`tgjax.train.cfl.train_cfl`)
-tests the best trial.
+the trial's results.json (`TrialResult`); the trials driver
+(`tgjax.train.cfl_trials.train_cfl`) tests the best trial.
 """
 
 from __future__ import annotations
@@ -88,6 +88,47 @@ class SymbolWindow:
 def _json_value(value):
     """`value` as it reads back from JSON (tuples become lists), for comparing run facts."""
     return json.loads(json.dumps(value))
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """One trained model: its settings, history and scores (all also in the trial's results.json)."""
+
+    workdir: Path
+    seed: int
+    learning_rate: float
+    final_learning_rate: float
+    epochs_run: int
+    best_epoch: int
+    best_step: int
+    stopped_early: bool  # by early stopping, before training.epochs
+    num_parameters: int
+    valid_history: list[float]  # validation Δ after each epoch
+    valid: dict[str, Any]  # the best epoch's parameters on the validation split: overall and "bins"
+    test: dict[str, Any] | None  # ... on the test split (the best trial's; None for the others)
+    seconds: float  # training and validation, over every call that ran the trial
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)  # the facts a resume checks (CFLTask.run_facts)
+
+    @property
+    def best_valid_difference(self) -> float:
+        return self.valid["cross_entropy_difference"]
+
+    def summary(self) -> dict[str, Any]:
+        return {"workdir": str(self.workdir), "seed": self.seed, "learning_rate": self.learning_rate,
+                "final_learning_rate": self.final_learning_rate, "epochs_run": self.epochs_run,
+                "best_epoch": self.best_epoch, "best_step": self.best_step, "stopped_early": self.stopped_early,
+                "seconds": self.seconds, "valid_cross_entropy_difference": self.valid["cross_entropy_difference"],
+                "test_cross_entropy_difference": None if self.test is None else self.test["cross_entropy_difference"]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.summary(), "num_parameters": self.num_parameters, "valid_history": self.valid_history,
+                "valid": self.valid, "test": self.test, "run": self.run}
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> "TrialResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in saved.items() if k in names}
+        return cls(**{**fields, "workdir": Path(saved["workdir"])})
 
 
 class CFLTask:
@@ -282,7 +323,7 @@ class CFLTask:
 
     # -- after training ------------------------------------------------------------------------
 
-    def finish(self, result) -> cfl.TrialResult:
+    def finish(self, result) -> TrialResult:
         """The trial's result: the best epoch's parameters (from its checkpoint) on validation, per length bin;
         written to the trial's results.json. `result` is the trainer's `TrainResult` of a finished trial."""
         e = self.config.evaluation
@@ -295,7 +336,7 @@ class CFLTask:
             self.valid_strings, self.task, "valid", bin_width=e.bin_width,
             bins_condition_on_length=e.bins_condition_on_length)
         epochs_run = len(self.valid_history)
-        trial = cfl.TrialResult(
+        trial = TrialResult(
             workdir=self.run.workdir, seed=self.seed, learning_rate=self.initial_learning_rate,
             final_learning_rate=self.learning_rate, epochs_run=epochs_run,
             best_epoch=-(-result.best_step // self.steps_per_epoch), best_step=result.best_step,
