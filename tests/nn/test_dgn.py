@@ -30,7 +30,7 @@ def oracle_mask(P):
     return A
 
 
-def oracle_layer(x, A, valid, p, gated=True, nonlinear=True):
+def oracle_layer(x, A, valid, p, gated=True, nonlinear=True, competition="channels", direction_bias=True):
     """The released layer's equations, looping over batch, i, j and channel (float64)."""
     B, T, d = x.shape
     K, dc = p["direction_bias"].shape[1], p["w_in"].shape[-1]
@@ -48,12 +48,15 @@ def oracle_layer(x, A, valid, p, gated=True, nonlinear=True):
                 s = np.empty(K)
                 for c in range(K):
                     s[c] = q[i, c] @ k[j, c]
-                    if j < i:
+                    if j < i and direction_bias:
                         s[c] += p["direction_bias"][0, c]
-                    if j > i:
+                    if j > i and direction_bias:
                         s[c] += p["direction_bias"][1, c]
                     s[c] /= math.sqrt(dc)
-                soft = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+                if competition == "channels":
+                    soft = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+                else:
+                    soft = 1.0 / (1.0 + np.exp(-s))
                 for c in range(K):
                     w = soft[c] * (A[b, i, j] + 1e-6)
                     o[c] += w * (np.tanh(v[j, c]) if nonlinear else v[j, c])
@@ -96,17 +99,21 @@ def test_direction_features():
     assert np.asarray(R).tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]
 
 
-@pytest.mark.parametrize("gated, nonlinear", [(True, True), (False, True), (True, False)])
-def test_layer_matches_the_loop_oracle(gated, nonlinear):
+ABLATIONS = [dict(), dict(gated=False), dict(nonlinear=False), dict(competition="sigmoid"),
+             dict(direction_bias=False)]
+
+
+@pytest.mark.parametrize("switches", ABLATIONS, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()) or "model")
+def test_layer_matches_the_loop_oracle(switches):
     x, P, valid = random_inputs(1)
-    layer = DependencyGraphLayer(6, 3, 4, rngs=nnx.Rngs(0), gated=gated, nonlinear=nonlinear)
+    layer = DependencyGraphLayer(6, 3, 4, rngs=nnx.Rngs(0), **switches)
     # Non-zero biases so that a wrong split or a missing bias shows.
     layer.b_in[...] = jnp.asarray(np.random.default_rng(2).normal(size=layer.b_in.shape), jnp.float32)
     layer.b_out[...] = jnp.asarray(np.random.default_rng(3).normal(size=layer.b_out.shape), jnp.float32)
     layer.direction_bias[...] = jnp.asarray(np.random.default_rng(4).normal(size=(2, 3)), jnp.float32)
     A = oracle_mask(P)
     got = layer(jnp.asarray(x, jnp.float32), jnp.asarray(A, jnp.float32), jnp.asarray(valid))
-    want = oracle_layer(x, A, valid, params_of(layer), gated, nonlinear)
+    want = oracle_layer(x, A, valid, params_of(layer), **switches)
     np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
 
 

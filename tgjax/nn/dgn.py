@@ -25,7 +25,10 @@ Initialisation as the release: W_in, W_out xavier-uniform, biases 0,
 b^L, b^R uniform in ±0.1.
 
 Switches for the thesis' ablations (Table 4.4): `gated=False` drops σ(g),
-`nonlinear=False` drops the tanh on v. The mask is the caller's: any
+`nonlinear=False` drops the tanh on v, `competition="sigmoid"` replaces the
+softmax over channels by an independent σ(s_ijc) per channel,
+`direction_bias=False` drops b^L, b^R (the thesis then adds position
+encodings, a model's business); a single channel is `num_channels=1`. The mask is the caller's: any
 [B, T, T] array in [0, 1] works, so the layer can sit in another model.
 """
 
@@ -75,13 +78,19 @@ class DependencyGraphLayer(nnx.Module):
       dropout: on concat_c o and on the output projection (release 0.2).
       attention_dropout: on w (the release's `dropatt`, 0.1).
       gated, nonlinear: the σ(g) gate and the tanh on v (ablations when False).
+      competition: "channels" (softmax over channels, the model) or "sigmoid" (ablation).
+      direction_bias: the b^L, b^R biases (ablation when False).
     """
 
     def __init__(self, d_model: int, num_channels: int, channel_size: int, *, rngs: nnx.Rngs,
                  dropout: float = 0.0, attention_dropout: float = 0.0, gated: bool = True,
-                 nonlinear: bool = True, dtype=jnp.float32):
+                 nonlinear: bool = True, competition: str = "channels", direction_bias: bool = True,
+                 dtype=jnp.float32):
+        if competition not in ("channels", "sigmoid"):
+            raise ValueError(f"competition must be 'channels' (softmax over channels) or 'sigmoid', got {competition!r}")
         self.d_model, self.num_channels, self.channel_size = d_model, num_channels, channel_size
         self.gated, self.nonlinear = gated, nonlinear
+        self.competition, self.use_direction_bias = competition, direction_bias
         self.dropout, self.attention_dropout = dropout, attention_dropout
         hidden = num_channels * channel_size
         xavier = nnx.initializers.xavier_uniform()
@@ -112,10 +121,12 @@ class DependencyGraphLayer(nnx.Module):
         left, right = direction_features(length, q.dtype)
         bias = self.direction_bias[...]
         scores = jnp.einsum("bikc,bjkc->bkij", q, k)
-        scores = scores + bias[0][:, None, None] * left + bias[1][:, None, None] * right
+        if self.use_direction_bias:
+            scores = scores + bias[0][:, None, None] * left + bias[1][:, None, None] * right
         scores = scores / np.sqrt(self.channel_size)
         # exp(log_softmax_c + log(A + eps)) as the release writes it: softmax over channels times the mask.
-        weights = jax.nn.softmax(scores, axis=1) * (mask.astype(q.dtype) + MASK_EPSILON)[:, None]
+        compete = jax.nn.softmax(scores, axis=1) if self.competition == "channels" else jax.nn.sigmoid(scores)
+        weights = compete * (mask.astype(q.dtype) + MASK_EPSILON)[:, None]
         if valid is not None:
             weights = jnp.where(valid[:, None, None, :], weights, 0.0)
         return weights
