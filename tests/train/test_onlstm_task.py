@@ -78,14 +78,8 @@ def test_seq_len_draws_follow_the_release_formula_and_distribution():
     assert tiny.min() == 5  # the release's floor
 
 
-def test_epoch_plan_is_the_release_loop():
-    settings = BPTTSettings(bptt=10, std=3.0, min_length=5)
-    rows = 97
-    plan = epoch_plan(rows, settings, seed=3, epoch=2)
-    # The release's loop, with the same draws.
-    rng = np.random.default_rng([0x0B77, 3, 2])
-    n = rows // 5 + 2
-    draws = _release_lengths(rng.random(n), rng.standard_normal(n), 10, 3.0, 5)
+def _release_plan(rows, draws):
+    """main.py's loop: `while i < rows - 1 - 1`, segment [i, i + min(seq_len, rows - 1 - i)), i += seq_len."""
     i, k, starts, lengths = 0, 0, [], []
     while i < rows - 1 - 1:
         seq_len = draws[k]
@@ -93,11 +87,28 @@ def test_epoch_plan_is_the_release_loop():
         lengths.append(min(seq_len, rows - 1 - i))
         i += seq_len
         k += 1
-    assert plan.starts.tolist() == starts and plan.lengths.tolist() == lengths
-    assert plan.sampled.tolist() == draws[:k]
-    assert plan.starts[-1] + plan.lengths[-1] <= rows - 1
+    return starts, lengths, draws[:k]
+
+
+def test_epoch_plan_is_the_release_loop():
+    settings = BPTTSettings(bptt=10, std=3.0, min_length=5)
+    ends_at_rows_minus_2 = 0
+    for rows in range(3, 160):  # every way the last segment can end, including a start at exactly rows - 2
+        plan = epoch_plan(rows, settings, seed=3, epoch=2)
+        rng = np.random.default_rng([0x0B77, 3, 2])
+        n = rows // 5 + 2
+        draws = _release_lengths(rng.random(n), rng.standard_normal(n), 10, 3.0, 5)
+        starts, lengths, sampled = _release_plan(rows, draws)
+        assert plan.starts.tolist() == starts and plan.lengths.tolist() == lengths, rows
+        assert plan.sampled.tolist() == sampled
+        assert plan.starts[-1] + plan.lengths[-1] <= rows - 1
+        ends_at_rows_minus_2 += int(np.sum(np.cumsum(sampled)) == rows - 2)
+    assert ends_at_rows_minus_2 > 0  # the boundary case occurred
     # Another epoch draws other lengths.
-    assert epoch_plan(rows, settings, seed=3, epoch=3).sampled.tolist() != plan.sampled.tolist()
+    assert (epoch_plan(97, settings, seed=3, epoch=3).sampled.tolist()
+            != epoch_plan(97, settings, seed=3, epoch=2).sampled.tolist())
+    with pytest.raises(ValueError, match="at least 3 are needed"):
+        epoch_plan(2, settings, seed=0, epoch=0)
 
 
 def test_batches_cover_the_stream_and_resume_from_a_position():
@@ -353,3 +364,26 @@ def test_tale_of_two_cities_words():
     assert config.data.source == "treebank" and Path(config.data.train_path).is_file()
     first = read_sentences("treebank", config.data.train_path, "train", num_sentences=1)[0]
     assert first[:6] == ["It", "was", "the", "best", "of", "times"]
+
+
+def test_validation_uses_the_averaged_parameters_once_asgd_runs(tmp_path):
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+
+    config = tiny_config(**{"training.num_epochs": 1})
+    task = OnLSTMLMTask(config)
+    task.validate_config(config)
+    task.setup(RunContext(tmp_path, shd.make_mesh(), False, 0, 1, lambda text: None))
+    state, rest = task.init_state()
+    shifted = jax.tree.map(lambda p: p * 0.5 + 0.01, state.params)
+    state = OnLSTMTrainState(state.params, shifted, state.num_averaged, state.step, state.rng, state.hidden)
+    on_params, _ = task.validation_loss(state.params)
+    on_average, _ = task.validation_loss(shifted)
+    assert on_params != on_average
+    sgd = task.evaluate(state, rest)
+    assert sgd.values["valid_loss"] == on_params and not sgd.record["averaged"]
+    task.asgd_start_step = 5
+    asgd = task.evaluate(state, rest)
+    assert asgd.values["valid_loss"] == on_average and asgd.record["averaged"]
+    assert asgd.values["valid_perplexity"] == pytest.approx(math.exp(on_average))
+    assert task.valid_history == [on_params]  # the trigger's history stops growing under ASGD
