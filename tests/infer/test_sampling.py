@@ -192,7 +192,9 @@ PINNED = {  # (model, seed, prompt, extra config) -> the first samples drawn
     ("tg", 1, None, (("temperature", 2.0), ("top_k", 3))): [
         ("(B (B c c b <XXX> <XXX> <XXX> <XXX> <XXX> (A <XXX> <XXX> A) B) B)", -31.572540432214737),
         ("(A b (A (A b <XXX> c A) A) A)", -25.490728497505188),
-        ("(A (A b <XXX> b b (A c A) A) (A b b b A) A)", -34.93881045281887)],
+        ("(A (A b <XXX> b b (A c A) A) (A b b b A) A)", -34.93881045281887),
+        ("(B c (A <XXX> <XXX> <XXX> (A c c c c c b A) A) B)", -33.12883850932121),  # after a finished sample
+        ("(A (A b (A c c b b b <XXX> <XXX> <XXX> <XXX> A) A) A)", -26.756888434290886)],
 }
 
 
