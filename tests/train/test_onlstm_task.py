@@ -208,6 +208,15 @@ def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
     assert float(metrics["learning_rate"]) == pytest.approx(lr)
     assert float(metrics["grad_norm"]) == pytest.approx(norm, rel=1e-4)
     assert int(new_state.num_averaged) == 0 and int(new_state.step) == 1
+    # The carried state: where this segment's last real step left it (same dropout masks, pre-update weights).
+    model = nnx.merge(graphdef, state.params)
+    hidden = [(hidden0[f"layer_{l}"]["h"], hidden0[f"layer_{l}"]["c"]) for l in range(2)]
+    _, want_hidden, _ = model(batch["inputs"], hidden, deterministic=False, key=key, mask=batch["mask"])
+    for l in range(2):
+        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{l}"]["h"]), np.asarray(want_hidden[l][0]),
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{l}"]["c"]), np.asarray(want_hidden[l][1]),
+                                   rtol=1e-5, atol=1e-6)
     # Before ASGD the average is untouched.
     assert all(not np.asarray(a).any() for a in jax.tree.leaves(new_state.average))
 
