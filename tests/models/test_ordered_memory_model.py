@@ -3,6 +3,8 @@ padding invariance, dropout, and trees / spans read off the pointers."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,17 @@ from hypothesis import strategies as st
 from tgjax.models.ordered_memory import (OMClassifierConfig, OrderedMemoryClassifier, pair_features, pointer_trees,
                                          tree_spans)
 from tgjax.ops.ordered_memory import pointer_tree
+
+
+# Jitted calls: an eager call recompiles the scan every time (slow on a shared CPU); these compile once per shape.
+@functools.partial(nnx.jit, static_argnames=("n_slots",))
+def forward(model, inputs, valid, key=None, n_slots=None):
+    return model(inputs, valid, dropout_key=key, n_slots=n_slots)
+
+
+@nnx.jit
+def encode_alone(layer, x, valid):
+    return layer(x, valid)
 
 
 def small(kind: str, **overrides) -> OMClassifierConfig:
@@ -40,18 +53,18 @@ def test_siamese_head_equals_the_formula_on_separately_encoded_sides():
     right = rng.integers(0, 11, size=(3, 5)).astype(np.int32)
     left_valid = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], bool)
     right_valid = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], bool)
-    logits, (left_pointer, right_pointer) = model((left, right), (left_valid, right_valid))
+    logits, (left_pointer, right_pointer) = forward(model, (left, right), (left_valid, right_valid))
     # Each side alone through the layer module, then the release's head written out in NumPy.
     embed = np.asarray(model.embedding[...])
-    u = np.asarray(model.encoder(jnp.asarray(embed[left]), left_valid).final_output, np.float64)
-    v = np.asarray(model.encoder(jnp.asarray(embed[right]), right_valid).final_output, np.float64)
+    u = np.asarray(encode_alone(model.encoder, jnp.asarray(embed[left]), left_valid).final_output, np.float64)
+    v = np.asarray(encode_alone(model.encoder, jnp.asarray(embed[right]), right_valid).final_output, np.float64)
     features = np.concatenate([u, v, u * v, np.abs(u - v)], axis=1)
     hidden = _elu(features @ np.asarray(model.w_hidden[...]) + np.asarray(model.b_hidden[...]))
     want = hidden @ np.asarray(model.w_out[...]) + np.asarray(model.b_out[...])
     assert logits.shape == (3, 7)
     np.testing.assert_allclose(np.asarray(logits), want, rtol=1e-4, atol=1e-5)
     # The premise's pointers are its own: those of encoding it alone.
-    alone = model.encoder(jnp.asarray(embed[left]), left_valid).pointer
+    alone = encode_alone(model.encoder, jnp.asarray(embed[left]), left_valid).pointer
     np.testing.assert_allclose(np.asarray(left_pointer), np.asarray(alone), atol=1e-6)
     assert right_pointer.shape == (3, 5, 4)
 
@@ -60,9 +73,9 @@ def test_sequence_head_is_a_linear_map_of_the_root_output_at_the_last_token():
     model = OrderedMemoryClassifier(small("sequence"), rngs=nnx.Rngs(1))
     inputs = np.array([[0, 0, 3, 5, 19 % 12], [4, 2, 7, 1, 9]], np.int32)
     valid = inputs != 0
-    logits, pointer = model(inputs, valid)
+    logits, pointer = forward(model, inputs, valid)
     embed = np.asarray(model.embedding[...])
-    root = np.asarray(model.encoder(jnp.asarray(embed[inputs]), valid).final_output)
+    root = np.asarray(encode_alone(model.encoder, jnp.asarray(embed[inputs]), valid).final_output)
     want = root @ np.asarray(model.w_out[...]) + np.asarray(model.b_out[...])
     np.testing.assert_allclose(np.asarray(logits), want, rtol=1e-5, atol=1e-6)
     assert pointer.shape == (2, 5, 4)
@@ -73,8 +86,8 @@ def test_left_padding_changes_nothing_in_the_thesis_form_and_something_in_the_re
     padded = np.array([[0, 0, 3, 5, 2, 7]], np.int32)
     for release, same in ((False, True), (True, False)):
         model = OrderedMemoryClassifier(small("sequence", release_switches=release), rngs=nnx.Rngs(2))
-        a, _ = model(tokens, tokens != 0)
-        b, _ = model(padded, padded != 0)
+        a, _ = forward(model, tokens, tokens != 0)
+        b, _ = forward(model, padded, padded != 0)
         assert np.allclose(np.asarray(a), np.asarray(b), atol=1e-5) == same, release
 
 
@@ -82,20 +95,20 @@ def test_dropout_only_with_a_key_and_reproducible_per_key():
     model = OrderedMemoryClassifier(small("pair"), rngs=nnx.Rngs(0))
     x = np.array([[1, 2, 3, 11]], np.int32)
     args = ((x, x[:, ::-1].copy()), (x != 11, x[:, ::-1] != 11))
-    plain = np.asarray(model(*args)[0])
-    np.testing.assert_array_equal(plain, np.asarray(model(*args)[0]))
-    one = np.asarray(model(*args, dropout_key=jax.random.key(5))[0])
-    np.testing.assert_array_equal(one, np.asarray(model(*args, dropout_key=jax.random.key(5))[0]))
+    plain = np.asarray(forward(model, *args)[0])
+    np.testing.assert_array_equal(plain, np.asarray(forward(model, *args)[0]))
+    one = np.asarray(forward(model, *args, jax.random.key(5))[0])
+    np.testing.assert_array_equal(one, np.asarray(forward(model, *args, jax.random.key(5))[0]))
     assert not np.allclose(one, plain)
-    assert not np.allclose(one, np.asarray(model(*args, dropout_key=jax.random.key(6))[0]))
+    assert not np.allclose(one, np.asarray(forward(model, *args, jax.random.key(6))[0]))
 
 
 def test_slot_counts_training_and_test():
     model = OrderedMemoryClassifier(small("sequence", n_slots=3, test_n_slots=7), rngs=nnx.Rngs(0))
     x = np.array([[1, 2, 3]], np.int32)
-    assert model(x, x != 0)[1].shape == (1, 3, 7)  # no key: evaluation, test_n_slots
-    assert model(x, x != 0, dropout_key=jax.random.key(0))[1].shape == (1, 3, 3)
-    assert model(x, x != 0, n_slots=5)[1].shape == (1, 3, 5)
+    assert forward(model, x, x != 0)[1].shape == (1, 3, 7)  # no key: evaluation, test_n_slots
+    assert forward(model, x, x != 0, jax.random.key(0))[1].shape == (1, 3, 3)
+    assert forward(model, x, x != 0, n_slots=5)[1].shape == (1, 3, 5)
 
 
 def test_initialisation_as_the_release():
