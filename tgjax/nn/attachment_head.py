@@ -1,0 +1,198 @@
+"""The Pushdown attachment head (Murty et al., EMNLP 2023, §3.2 eq. 5 and Fig. 8).
+
+At position i the LM has read tokens 0..i and predicts token i+1; the head
+then predicts r_{i+1}, which stack element token i+1 reduces with, by
+attention from the new token to the prefix. Its scores live in ``T + 1``
+slots per position: slot ``c <= i`` is "attach to the constituent whose
+rightmost token is c", slot ``i + 1`` is "shift only", and slots beyond are
+never valid. So the slot index *is* the attachment label of
+`tgjax.syntax.stack_tape` (``attach[k] == k`` is a shift), and the target at
+position i is ``attach[i + 1]``.
+
+Paper (Fig. 8), with h_j the final-layer states `[B, T, d]`, e the embedding of
+the next token `[B, T, d_e]` and W_i the stack tape row of position i:
+
+    q'_i, k_j = A_q h_i, A_k h_j                       (one d -> 2·key_dim projection)
+    q_i       = MLP_q([q'_i; e_{i+1}])
+    k_self_i  = MLP_k([q'_i; e_{i+1}])
+    k~_ij     = MLP_c([k_j; β[W_i[j]]])
+    s_ij      = q_i · k~_ij / sqrt(key_dim)   (j <= i),     s_i,shift = q_i · k_self_i / sqrt(key_dim)
+
+each MLP `Linear, ReLU, Dropout, Linear` (the release's shape). The authors'
+release differs, and each difference is a named switch here (paper default):
+
+* ``scaled=False``: no 1/sqrt(key_dim) on the scores (release quirk §1.10.3);
+* ``self_key_input="query"``: k_self = MLP_k([q_i; e]) from the already
+  transformed query rather than q' (release);
+* ``relative_positions=True``: the release adds q_i · B_pos PE(i + 1 − c) to
+  every slot (the shift slot at distance 0);
+* masking (`attachment_log_probs`): the paper normalises over the legal slots
+  only (the rightmost tokens of stack elements and shift; Fig. 2's dashed
+  lines); the release normalises over all causal slots in training and, at
+  inference, sets the illegal ones to −inf after the log-softmax without
+  renormalising.
+
+k~_ij depends on j and on the depth value only, so MLP_c is evaluated once per
+(token, depth value) `[B, T, D, key_dim]` and the scores per depth value
+`[B, T, T, D]` are gathered by the tape, instead of forming `[T, T, key_dim]`
+keys. (Dropout inside MLP_c is therefore drawn per (j, depth), not per (i, j)
+pair as in the release; the same in expectation.)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tgjax.nn.attention import sinusoidal_encoding
+from tgjax.nn.params import dense_init, param
+
+
+def legal_attachments(attach: jax.Array) -> jax.Array:
+    """Which tokens token k may attach to, from the labels `[B, N]`: `[B, N, N]` bool.
+
+    ``mask[k, j]``: ``j == k`` (shift), or j is the rightmost token of an
+    element on the stack before token k. Token j's element is pushed at step
+    j and popped by the first later step k' with ``attach[k'] <= j``, so j is
+    a candidate for ``j < k <= pop[j]`` (the device twin of
+    `tgjax.syntax.stack_tape.attachment_candidates`).
+    """
+    n = attach.shape[-1]
+    steps = jnp.arange(n)
+    pops = (steps[:, None] > steps[None, :]) & (attach[..., :, None] <= steps[None, :])  # [B, k', j]
+    pop_step = jnp.where(pops.any(axis=-2), jnp.argmax(pops, axis=-2), n)  # [B, j]
+    k, j = steps[:, None], steps[None, :]
+    return ((j < k) & (k <= pop_step[..., None, :])) | (j == k)
+
+
+def slot_legality(attach: jax.Array) -> jax.Array:
+    """Legal slots `[B, T, T + 1]` of positions 0..T-1 from the labels of tokens 0..T, `attach [B, T + 1]`."""
+    return legal_attachments(attach)[..., 1:, :]
+
+
+def causal_slots(length: int) -> jax.Array:
+    """`[T, T + 1]`: slot c exists at position i iff c <= i + 1."""
+    return jnp.arange(length + 1)[None, :] <= jnp.arange(length)[:, None] + 1
+
+
+def attachment_log_probs(logits: jax.Array, legal: jax.Array | None, *,
+                         normalise_over: Literal["legal", "causal"] = "legal",
+                         mask_illegal: bool = True) -> jax.Array:
+    """Log-probabilities `[B, T, T + 1]` of the slots; −inf where a slot is excluded.
+
+    Args:
+      logits: `[B, T, T + 1]` from `AttachmentHead`.
+      legal: `[B, T, T + 1]` bool (see `slot_legality`), or None for causal only.
+      normalise_over: ``"legal"`` (paper): softmax over the legal slots;
+        ``"causal"`` (release): over every slot c <= i + 1.
+      mask_illegal: with ``normalise_over="causal"``, set illegal slots to −inf
+        after the log-softmax without renormalising (release inference);
+        False leaves them (release training).
+    """
+    if normalise_over not in ("legal", "causal"):
+        raise ValueError(f"normalise_over must be 'legal' or 'causal', got {normalise_over!r}")
+    allowed = jnp.broadcast_to(causal_slots(logits.shape[-2]), logits.shape)
+    if legal is not None and normalise_over == "legal":
+        allowed = allowed & legal
+    neg = jnp.finfo(logits.dtype).min
+    log_probs = jax.nn.log_softmax(jnp.where(allowed, logits, neg), axis=-1)
+    keep = allowed if legal is None or normalise_over == "legal" or not mask_illegal else allowed & legal
+    return jnp.where(keep, log_probs, -jnp.inf)
+
+
+def attachment_loss(log_probs: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:
+    """Mean attachment cross-entropy: `log_probs [B, T, T + 1]`, `labels [B, T]` slots, `weights [B, T]` (0 = ignore)."""
+    picked = jnp.take_along_axis(log_probs, jnp.clip(labels, 0, log_probs.shape[-1] - 1)[..., None], axis=-1)[..., 0]
+    weights = weights.astype(log_probs.dtype)
+    picked = jnp.where(weights > 0, picked, 0.0)  # an ignored −inf must not turn the sum into nan
+    return -(picked * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+
+
+class _MLP(nnx.Module):
+    """`Linear(d_in -> d_out), ReLU, Dropout, Linear(d_out -> d_out)` on the last axis."""
+
+    def __init__(self, d_in: int, d_out: int, dropout: float, rngs: nnx.Rngs):
+        self.w1 = param(rngs, dense_init(), (d_in, d_out), (None, "mlp"))
+        self.b1 = param(rngs, nnx.initializers.zeros, (d_out,), ("mlp",))
+        self.w2 = param(rngs, dense_init(), (d_out, d_out), ("mlp", None))
+        self.b2 = param(rngs, nnx.initializers.zeros, (d_out,), (None,))
+        self.dropout = nnx.Dropout(dropout, rngs=rngs)
+
+    def hidden(self, pre: jax.Array, deterministic: bool) -> jax.Array:
+        """The rest of the MLP given the first layer's pre-activation (bias included)."""
+        return self.dropout(jax.nn.relu(pre), deterministic=deterministic) @ self.w2[...] + self.b2[...]
+
+    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+        return self.hidden(x @ self.w1[...] + self.b1[...], deterministic)
+
+
+class AttachmentHead(nnx.Module):
+    """Scores `[B, T, T + 1]` over (attach to rightmost token c <= i, shift) for each position i."""
+
+    def __init__(self, d_model: int, embed_dim: int, *, num_depths: int, depth_dim: int | None = None,
+                 key_dim: int | None = None, dropout: float = 0.0, scaled: bool = True,
+                 self_key_input: Literal["projection", "query"] = "projection",
+                 relative_positions: bool = False, max_relative_position: int = 512, rngs: nnx.Rngs):
+        if self_key_input not in ("projection", "query"):
+            raise ValueError(f"self_key_input must be 'projection' (paper) or 'query' (release), got {self_key_input!r}")
+        if num_depths < 1:
+            raise ValueError(f"num_depths must be >= 1, got {num_depths}")
+        self.key_dim = key_dim or 2 * d_model
+        self.num_depths = int(num_depths)
+        depth_dim = depth_dim or self.key_dim
+        self.scaled, self.self_key_input = scaled, self_key_input
+        self.max_relative_position = int(max_relative_position)
+        self.query_proj = param(rngs, dense_init(), (d_model, self.key_dim), ("embed", "mlp"))  # A_q
+        self.key_proj = param(rngs, dense_init(), (d_model, self.key_dim), ("embed", "mlp"))  # A_k
+        self.query_mlp = _MLP(self.key_dim + embed_dim, self.key_dim, dropout, rngs)
+        self.self_key_mlp = _MLP(self.key_dim + embed_dim, self.key_dim, dropout, rngs)
+        self.key_depth_mlp = _MLP(self.key_dim + depth_dim, self.key_dim, dropout, rngs)
+        self.depth_embedding = param(rngs, nnx.initializers.normal(1.0), (self.num_depths, depth_dim), (None, None))
+        if relative_positions:
+            self.rel_key = param(rngs, dense_init(), (d_model, self.key_dim), ("embed", "mlp"))  # B_pos
+            self.position_table = nnx.Cache(
+                jnp.asarray(sinusoidal_encoding(np.arange(self.max_relative_position + 1), d_model)))
+        else:
+            self.rel_key = None
+
+    def __call__(self, hidden: jax.Array, next_embedding: jax.Array, tape: jax.Array, *,
+                 deterministic: bool = True) -> jax.Array:
+        """Slot logits `[B, T, T + 1]` (unmasked; see `attachment_log_probs`).
+
+        Args:
+          hidden: `[B, T, d]` final-layer states h_0..h_{T-1}.
+          next_embedding: `[B, T, d_e]`, row i the embedding of token i + 1.
+          tape: `[B, T, T]` integer stack tape, row i = W_i (clipped to the table).
+        """
+        B, T, _ = hidden.shape
+        projected_q = hidden @ self.query_proj[...]  # q' [B, T, kd]
+        keys = hidden @ self.key_proj[...]  # k [B, T, kd]
+        query = self.query_mlp(jnp.concatenate([projected_q, next_embedding], -1), deterministic)
+        self_source = projected_q if self.self_key_input == "projection" else query
+        self_key = self.self_key_mlp(jnp.concatenate([self_source, next_embedding], -1), deterministic)
+        # MLP_c([k_j; beta_e]) for every token j and depth value e: split the first layer.
+        w1 = self.key_depth_mlp.w1[...]
+        pre = ((keys @ w1[: self.key_dim])[:, :, None, :]
+               + (self.depth_embedding[...] @ w1[self.key_dim:])[None, None] + self.key_depth_mlp.b1[...])
+        depth_keys = self.key_depth_mlp.hidden(pre, deterministic)  # [B, T(j), D, kd]
+        by_depth = jnp.einsum("bik,bjek->bije", query, depth_keys)  # [B, T(i), T(j), D]
+        depth_index = jnp.clip(tape, 0, self.num_depths - 1).astype(jnp.int32)[..., None]
+        token_scores = jnp.take_along_axis(by_depth, depth_index, axis=-1)[..., 0]  # [B, T, T]
+        self_scores = jnp.einsum("bik,bik->bi", query, self_key)  # [B, T]
+        # Slot i + 1 of row i holds the shift score; slots beyond are masked later.
+        steps = jnp.arange(T + 1)
+        is_shift = steps[None, :] == jnp.arange(T)[:, None] + 1  # [T, T + 1]
+        padded = jnp.concatenate([token_scores, jnp.zeros((B, T, 1), token_scores.dtype)], axis=-1)
+        logits = jnp.where(is_shift, self_scores[..., None], padded)
+        if self.rel_key is not None:
+            rel_keys = self.position_table[...] @ self.rel_key[...]  # [P, kd]
+            by_distance = query @ rel_keys.T  # [B, T, P]
+            distance = jnp.clip(jnp.arange(T)[:, None] + 1 - steps[None, :], 0, self.max_relative_position)
+            logits = logits + jnp.take_along_axis(by_distance, jnp.broadcast_to(distance, (B, T, T + 1)), axis=-1)
+        if self.scaled:
+            logits = logits / np.sqrt(self.key_dim)
+        return logits
