@@ -293,6 +293,8 @@ def cmd_info(args) -> int:
     config = _load_train_config(args)
     if trainer_of(config) == "cfl":
         from tgjax.train.cfl import describe_cfl as describe
+    elif trainer_of(config) == "onlstm_lm":
+        from tgjax.train.tasks.onlstm_lm import describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))

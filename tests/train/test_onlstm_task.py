@@ -396,3 +396,25 @@ def test_validation_uses_the_averaged_parameters_once_asgd_runs(tmp_path):
     assert asgd.values["valid_loss"] == on_average and asgd.record["averaged"]
     assert asgd.values["valid_perplexity"] == pytest.approx(math.exp(on_average))
     assert task.valid_history == [on_params]  # the trigger's history stops growing under ASGD
+
+
+def test_cli_info_and_train_on_the_tiny_config(tmp_path, capsys):
+    from tgjax import cli
+
+    assert cli.main(["info", "--config", "configs/onlstm_tiny.py"]) == 0
+    out = capsys.readouterr().out
+    config = load_config(str(REPO / "configs" / "onlstm_tiny.py"))
+    words = build_vocabulary(read_sentences("builtin", None, "train", num_sentences=2000))
+    model = nnx.eval_shape(lambda: OnLSTMLM(OnLSTMLMConfig(
+        vocab_size=len(words), **{k: config.model[k] for k in config.model}), rngs=nnx.Rngs(0)))
+    count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert f"onlstm_lm: {count:,} parameters" in out and f"vocabulary   {len(words)} ids" in out
+    # One epoch from the command line: its loss goes down from the uniform log(vocabulary size).
+    workdir = tmp_path / "run"
+    assert cli.main(["train", "--config", "configs/onlstm_tiny.py", "--workdir", str(workdir),
+                     "--config.training.num_epochs=1", "--config.logging.interval_steps=1"]) == 0
+    err = capsys.readouterr().err
+    assert "validation at step 60: perplexity" in err
+    losses = [r["loss"] for r in _read(workdir) if r["split"] == "train"]
+    assert len(losses) == 60 and losses[0] == pytest.approx(math.log(len(words)), abs=0.1)
+    assert np.mean(losses[-10:]) < losses[0] - 0.5

@@ -57,7 +57,7 @@ shared trainer:
 - When to validate: `evaluation.every_epoch = True` validates at the end of
   every epoch (the release). The trainer asks for validation at steps
   multiple of `validation_interval`; this task sets that attribute to the
-  step that ends the current epoch (`_EpochEnds`), known in advance.
+  step that ends the current epoch (`EpochEnds`), known in advance.
   `every_epoch = False` validates every `evaluation.interval_steps` steps
   instead.
 - Length of the run: `training.num_epochs` (the release counts epochs), or
@@ -113,7 +113,7 @@ def read_sentences(source: str, path: str | None, split: str, *, num_sentences=N
         return [tree.leaves() for tree in builtin_treebank(split, num_sentences, seed=corpus_seed)]
     if not path or not Path(path).is_file():
         raise FileNotFoundError(f"{key}: {path!r} is not a file ({split} split, data.source={source!r}); "
-                                f"set it to your {split} file, e.g. `tgjax train --config ... {key}=/path/{split}.txt`")
+                                f"give your {split} file: `--config.{key}=FILE` on the command line")
     if source == "text":
         from tgjax.syntax.trees import text_lines
 
@@ -494,6 +494,24 @@ def validate_config(config) -> None:
     for k in ("data", "model"):
         need(f"mesh.{k}")
     need("distributed.initialize")
+
+
+def describe(config) -> dict[str, Any]:
+    """What `tgjax info` prints: parameters, the vocabulary (built from the training data) and the model's sizes."""
+    validate_config(config)
+    d = config.data
+    train = read_sentences(d.source, d.train_path, "train", num_sentences=d.num_train_sentences,
+                           corpus_seed=d.corpus_seed, key="data.train_path")
+    splits = [train]
+    if d.vocabulary_from == "all" and d.valid_path:
+        splits.append(read_sentences(d.source, d.valid_path, "valid", num_sentences=d.num_valid_sentences,
+                                     corpus_seed=d.corpus_seed, key="data.valid_path"))
+    words = build_vocabulary(*splits, min_count=d.min_word_count)
+    model_cfg = model_config(config, len(words))
+    abstract = nnx.eval_shape(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
+    count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    return {"model_name": "onlstm_lm", "num_parameters": count, "vocab_size": len(words),
+            "vocab_source": f"built from {d.train_path}", "model": dataclasses.asdict(model_cfg)}
 
 
 def _fingerprint(words: list[str]) -> str:
