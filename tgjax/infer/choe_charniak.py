@@ -324,7 +324,14 @@ class ChoeCharniakFamily:
         return TokenScores(scored.next_log_probs, list(scored.caches))
 
     def advance_token(self, state: CCState, token: int, memory) -> CCState:
-        """The successor by one id (the caller keeps to `allowed_tokens`; this does not check)."""
+        """The successor by one id (the caller keeps to `allowed_tokens`; this does not check).
+
+        A word is one word action however many pieces it has, its pieces
+        following a word-start piece (or UNK). `decode`, not `tokens`, turns a
+        sampled state into tokens: the vocabulary's decoding is what delimits
+        words (a continuation piece sampled right after UNK decodes as a word
+        of its own).
+        """
         L = self.space.num_labels
         if token in self._label_of_open:
             return self.advance(state, self._label_of_open[token], (), memory)
