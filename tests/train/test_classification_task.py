@@ -118,6 +118,11 @@ def test_stop_and_resume_is_bit_identical_with_the_plateau_schedule(tmp_path, to
     resumed = json.loads((tmp_path / "test_results.json").read_text())
     reference = json.loads((uninterrupted.workdir / "test_results.json").read_text())
     assert resumed["best_step"] == reference["best_step"] and resumed["test"] == reference["test"]
+    # A checkpoint of another model or other training data is refused, naming what changed.
+    for override, message in (("model.slot_size=8", "model.slot_size: 16 in the checkpoint, 8 now"),
+                              ("data.max_train_examples=100", "the training examples differ")):
+        with pytest.raises(ConfigError, match=message):
+            train(toy_config(toy_dir, f"training.num_steps={NUM_STEPS + 10}", override), tmp_path, quiet=True)
 
 
 def test_a_malformed_line_reaches_the_user_as_file_and_line(tmp_path, capsys):
