@@ -92,9 +92,10 @@ from tgjax.infer import device_syntax as ds
 from tgjax.infer.beam import BeamConfig, BeamResult, logsumexp
 from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.ensemble import member_list
-from tgjax.infer.incremental import hidden_states, project
-from tgjax.models.transformer_lm import TransformerLM
+from tgjax.infer.incremental import project
+from tgjax.models.transformer_lm import TransformerLM, attention_inputs
 from tgjax.syntax import actions as cc
+from tgjax.syntax import token_types as tt
 
 EMPTY, FRONTIER, WORD, COMPLETE = 0, 1, 2, 3
 IN_WORDS, FINISHING, DONE = 0, 1, 2
@@ -113,6 +114,101 @@ class WordInfo(NamedTuple):
     types: jnp.ndarray
     num: jnp.ndarray
     later: jnp.ndarray
+
+
+# -----------------------------------------------------------------------------
+# One step of a TransformerLM from cached keys and values.
+#
+# `hidden_states` (what `PrefixScorer` runs) takes the memory as layer inputs and projects every memory slot
+# to keys and values again at each call: with a pool of hypotheses and hundreds of slots that projection is
+# nearly all of a step's work. The keys and values of a position never change once computed (every mask is
+# causal), so the engine caches them instead, per layer (and per attention module: `tg_distinct_mha` has
+# two), and runs the layers below on the new positions only, with the model's own weights and its own
+# masks and relative positions (`attention_inputs`). The tests check it against the host search, which
+# runs `hidden_states`.
+
+
+def _attention_modules(layer) -> list:
+    return [layer.attention] + ([layer.compose_attention] if layer.compose_attention is not None else [])
+
+
+def _keys_values(attention, x):
+    """`[2, N, T, H, dk]`: the keys and values of positions `x [N, T, d]` (no bias, as the model)."""
+    return jnp.stack([jnp.einsum("btd,dhk->bthk", x, attention.key[...]),
+                      jnp.einsum("btd,dhk->bthk", x, attention.value[...])])
+
+
+def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
+    """`RelativeMultiHeadAttention.__call__` with the keys and values of `[memory, segment]` given.
+
+    x `[N, S, d]`; memory_kv `[2, N, H, M, dk]` (heads before slots: the
+    contractions batch over (row, head) without transposing the cache) and
+    fresh_kv `[2, N, S, H, dk]`
+    (keys, values; memory and segment apart, so that the cache is read in
+    place, never concatenated); mask, relpos `[N, (H,) S, M + S]`.
+    """
+    q = jnp.einsum("btd,dhk->bthk", x, attention.query[...])
+    q_content = q + attention.content_bias[...]
+    content = jnp.concatenate([jnp.einsum("bthk,bhsk->bhts", q_content, memory_kv[0]),
+                               jnp.einsum("bthk,bshk->bhts", q_content, fresh_kv[0])], axis=-1)
+    rel_keys = jnp.einsum("pd,dhk->phk", attention.position_table[...], attention.rel_key[...])
+    by_position = jnp.einsum("bthk,phk->bhtp", q + attention.position_bias[...], rel_keys)
+    if mask.ndim == 3:
+        mask, relpos = mask[:, None], relpos[:, None]
+    index = jnp.clip(relpos, attention.rel_min, attention.rel_max) - attention.rel_min
+    index = jnp.broadcast_to(index, content.shape).astype(jnp.int32)
+    scores = (content + jnp.take_along_axis(by_position, index, axis=-1)) / np.sqrt(attention.head_dim)
+    mask = jnp.broadcast_to(mask, scores.shape)
+    scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    weights = jnp.where(mask.any(axis=-1, keepdims=True), weights, 0.0)
+    M = memory_kv.shape[3]
+    attended = (jnp.einsum("bhts,bhsk->bthk", weights[..., :M], memory_kv[1])
+                + jnp.einsum("bhts,bshk->bthk", weights[..., M:], fresh_kv[1]))
+    return jnp.einsum("bthk,hkd->btd", attended, attention.out[...]) + attention.out_bias[...]
+
+
+def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
+    """Final hidden states `[N, S, d]` of the new positions, and their keys/values `[N, S, K, A, 2, H, dk]`.
+
+    `batch`: the new positions' fields `[N, S]` and the memory keys' `[N, M]`
+    (as `hidden_states`); `kv [N, K, A, 2, H, M, dk]`: the cached keys and
+    values of the memory slots per layer (K) and attention module (A).
+    Mirrors `hidden_states` (eval mode) with the memory's projections read
+    from the cache.
+    """
+    c = model.config
+    attn = attention_inputs(c, batch)
+    mask, relpos = attn["mask"], attn["relpos"]
+    if c.tg and c.num_unrestricted_heads:
+        heads_tg = c.num_heads - c.num_unrestricted_heads
+
+        def per_head(tg_part, causal_part):
+            return jnp.concatenate([jnp.repeat(tg_part[:, None], heads_tg, 1),
+                                    jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
+
+        mask = per_head(attn["mask"], attn["causal_mask"])
+        relpos = per_head(attn["relpos"], attn["causal_relpos"])
+    compose = batch["inputs_ttypes"] == tt.CNT1
+    x = model.embedding[...][batch["inputs"]] * jnp.sqrt(float(c.d_model))
+    first_unrestricted = c.num_layers - c.num_unrestricted_layers
+    new_kv = []
+    for index, layer in enumerate(model.layers):
+        if c.tg and index >= first_unrestricted:
+            m, r = attn["causal_mask"], attn["causal_relpos"]
+        else:
+            m, r = mask, relpos
+        outputs, layer_kv = [], []
+        for a, attention in enumerate(_attention_modules(layer)):
+            fresh = _keys_values(attention, x)  # [2, N, S, H, dk]
+            layer_kv.append(fresh)
+            memory_kv = jnp.moveaxis(kv[:, index, a], 1, 0)  # [2, N, H, M, dk] (a view of whole rows)
+            outputs.append(_attend(attention, x, memory_kv, fresh, m, r))
+        attended = outputs[0] if len(outputs) == 1 else jnp.where(compose[..., None], outputs[1], outputs[0])
+        x = layer.attention_norm(x + attended)
+        x = layer.feed_forward_norm(x + layer.feed_forward(x))
+        new_kv.append(jnp.stack(layer_kv))  # [A, 2, N, S, H, dk]
+    return x, jnp.transpose(jnp.stack(new_kv), (3, 4, 0, 1, 2, 5, 6))  # [K, A, 2, N, S, H, dk] -> [N, S, K, A, 2, H, dk]
 
 
 # -----------------------------------------------------------------------------
@@ -161,11 +257,16 @@ class ChoeCharniakDevice:
                              tuple(ds.initial_layout(self.caps, self.bos_id) for _ in self.rules))
 
     def init_cache(self, batch: int, pool: int) -> tuple:
+        """Per member, keys and values `[batch, pool, K, A, 2, H, C, dk]` (K layers, A attention modules)."""
         C = self.caps.capacity
-        return tuple(jnp.zeros((c.num_layers, batch, pool, C, c.d_model), jnp.float32) for c in self.configs)
+        return tuple(jnp.zeros((batch, pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads, C,
+                                c.d_model // c.num_heads), jnp.float32) for c in self.configs)
 
     def take(self, cache: tuple, src: jnp.ndarray) -> tuple:
-        return tuple(jnp.take_along_axis(c, src[None, :, :, None, None], axis=2) for c in cache)
+        """Whole rows gathered by parent (each row one contiguous block)."""
+        B, P = src.shape
+        rows = (jnp.arange(B)[:, None] * P + src).reshape(-1)
+        return tuple(jnp.take(c.reshape((B * P,) + c.shape[2:]), rows, axis=0).reshape(c.shape) for c in cache)
 
     def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, run: jnp.ndarray):
         """log p of every action `[B, P, A]` for the rows `run`, the committed states, the written caches."""
@@ -182,9 +283,9 @@ class ChoeCharniakDevice:
             fields, reads, targets = jax.vmap(
                 lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num)
             )(layout, tree, w.ids, w.types, w.num)
-            memory = cache[k].reshape((cache[k].shape[0], N) + cache[k].shape[3:])
+            kv = cache[k].reshape((N,) + cache[k].shape[2:])
             model = nnx.merge(graphdef, params[k])
-            x, layer_inputs = hidden_states(model, fields, memory, with_layer_inputs=True)
+            x, fresh = cached_forward(model, fields, kv)
             read = jnp.take_along_axis(x, reads[..., None], axis=1)  # [N, P_max, d]
             log_probs = jax.nn.log_softmax(project(model, read).astype(jnp.float32), axis=-1)  # [N, P_max, V]
             next_lps.append(log_probs[:, 0][:, self.candidates])  # [N, 2L]
@@ -193,8 +294,9 @@ class ChoeCharniakDevice:
             s = jnp.arange(S)
             write = (s[None, :] < layout.num_pending[:, None]) & run_flat[:, None]
             at = jnp.where(write, layout.length[:, None] + s[None, :], caps.capacity)
-            memory = memory.at[:, jnp.arange(N)[:, None], at].set(layer_inputs, mode="drop")
-            caches.append(memory.reshape(cache[k].shape))
+            # fresh [N, S, K, A, 2, H, dk] into the slots `at` of each row (index dims first, as fresh is laid out).
+            kv = kv.at[jnp.arange(N)[:, None], :, :, :, :, at].set(fresh, mode="drop")
+            caches.append(kv.reshape(cache[k].shape))
             layouts.append(jax.tree.map(lambda x: x.reshape((B, P) + x.shape[1:]), ds.commit(layout, run_flat)))
         next_lp = _mix(next_lps)
         piece_lp = _mix(piece_lps)
