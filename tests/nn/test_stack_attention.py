@@ -228,21 +228,26 @@ def kernel(linear) -> np.ndarray:
     return np.asarray(linear.kernel[...], np.float64)
 
 
-def test_superposition_sublayer_with_real_kernel_equals_hand_rolled_loop():
+@pytest.mark.parametrize("pushed_vectors", [None, "paper"])  # None: the default, the release's raw W_v x
+def test_superposition_sublayer_with_real_kernel_equals_hand_rolled_loop(pushed_vectors):
     real_op("superposition_stack")
-    layer = SuperpositionStackAttention(8, 3, rngs=nnx.Rngs(3))  # default kernel: tgjax.ops
+    switch = {} if pushed_vectors is None else {"pushed_vectors": pushed_vectors}
+    layer = SuperpositionStackAttention(8, 3, rngs=nnx.Rngs(3), **switch)  # default kernel: tgjax.ops
     layer.eval()
     x = random_inputs(4)
     # Eqs. (14)–(18), (20), (16) by hand, from the sublayer's weights (dropout off, layer norm at init).
     f = layer.function
     x_norm = layer_norm(x.astype(np.float64))
     actions = softmax(x_norm @ kernel(f.action_layer))
-    pushed = sigmoid(x_norm @ kernel(f.pushed_layer))
+    pushed = x_norm @ kernel(f.pushed_layer)
+    if pushed_vectors == "paper":
+        pushed = sigmoid(pushed)  # eq. (17) as printed
     expected = x + reference_superposition_stack(actions, pushed, xp=np) @ kernel(f.output_layer)
     np.testing.assert_allclose(apply_layer(layer, jnp.asarray(x)), expected, atol=1e-5)
 
 
-def test_nondeterministic_sublayer_passes_the_paper_quantities_to_the_kernel():
+@pytest.mark.parametrize("pushed_vectors", [None, "paper"])  # None: the default, the release's log v = W_v x
+def test_nondeterministic_sublayer_passes_the_paper_quantities_to_the_kernel(pushed_vectors):
     q, s, m = 2, 2, 3
     seen = {}
 
@@ -250,7 +255,8 @@ def test_nondeterministic_sublayer_passes_the_paper_quantities_to_the_kernel():
         seen.update(zip(("push", "repl", "pop", "pushed", "bottom"), (np.asarray(a, np.float64) for a in args)))
         return jnp.asarray(reference_nondeterministic_stack(*seen.values(), xp=np), jnp.float32)
 
-    layer = NondeterministicStackAttention(8, q, s, m, stack_op=spy, rngs=nnx.Rngs(5))
+    switch = {} if pushed_vectors is None else {"pushed_vectors": pushed_vectors}
+    layer = NondeterministicStackAttention(8, q, s, m, stack_op=spy, rngs=nnx.Rngs(5), **switch)
     layer.eval()
     x = random_inputs(6)
     y = layer(jnp.asarray(x))
@@ -262,7 +268,10 @@ def test_nondeterministic_sublayer_passes_the_paper_quantities_to_the_kernel():
     np.testing.assert_allclose(seen["push"], logits[..., :block].reshape(2, 5, q, s, q, s), atol=1e-5)
     np.testing.assert_allclose(seen["repl"], logits[..., block : 2 * block].reshape(2, 5, q, s, q, s), atol=1e-5)
     np.testing.assert_allclose(seen["pop"], logits[..., 2 * block :].reshape(2, 5, q, s, q), atol=1e-5)
-    np.testing.assert_allclose(seen["pushed"], np.log(sigmoid(x_norm @ kernel(f.pushed_layer))), atol=1e-5)
+    log_pushed = x_norm @ kernel(f.pushed_layer)
+    if pushed_vectors == "paper":
+        log_pushed = np.log(sigmoid(log_pushed))  # eq. (17) as printed
+    np.testing.assert_allclose(seen["pushed"], log_pushed, atol=1e-5)
     bottom_logits = np.asarray(f.bottom_logits[...], np.float64)
     np.testing.assert_allclose(seen["bottom"], np.log(sigmoid(bottom_logits)), atol=1e-6)  # v_0 = σ(w_v)
     assert np.all(np.abs(bottom_logits) <= 0.1)  # w_v ~ U[−0.1, 0.1] (Appendix D.2)
@@ -290,7 +299,7 @@ def test_released_variant_uses_raw_pushed_vectors():
     actions, pushed = sup.stack_inputs(x)
     np.testing.assert_allclose(actions.sum(-1), 1.0, atol=1e-6)
     np.testing.assert_allclose(pushed, np.asarray(x) @ kernel(sup.pushed_layer), atol=1e-5)  # no activation
-    paper = SuperpositionStackFunction(8, 3, rngs=nnx.Rngs(0))
+    paper = SuperpositionStackFunction(8, 3, pushed_vectors="paper", rngs=nnx.Rngs(0))
     np.testing.assert_allclose(paper.stack_inputs(x)[1], sigmoid(np.asarray(pushed, np.float64)), atol=1e-6)
     nd = NondeterministicStackFunction(8, 2, 2, 3, pushed_vectors="released", rngs=nnx.Rngs(0))
     inputs = nd.stack_inputs(x)
@@ -390,7 +399,8 @@ def test_sinusoidal_positions():
     np.testing.assert_allclose(table[3, 5], np.cos(3 / 10000 ** (4 / 6)), atol=1e-6)
 
 
-# Table 5 of the paper: parameter counts with the authors' vocabularies (|Σ| + 1 in and out).
+# Table 5 of the paper: parameter counts with the authors' vocabularies (|Σ| + 1 in and out);
+# the first number is |Σ| + 1. stack_cfl_config takes the CFL vocabulary size, |Σ| + 3 (PAD, BOS, EOS).
 TABLE_5 = {
     "marked_reversal": (4, {"tf": 43_044, "tf+sup": 40_964, "tf+nd": 33_273}),
     "unmarked_reversal": (3, {"tf": 42_979, "tf+sup": 40_899, "tf+nd": 33_216}),
@@ -405,7 +415,7 @@ def test_parameter_counts_match_table_5(task):
     vocab_size, counts = TABLE_5[task]
     assert set(STACK_CFL_SIZES[task]) == set(MODEL_KINDS)
     for model_name, expected in counts.items():
-        model = nnx.eval_shape(lambda: StackTransformerLM(stack_cfl_config(task, model_name, vocab_size),
+        model = nnx.eval_shape(lambda: StackTransformerLM(stack_cfl_config(task, model_name, vocab_size + 2),
                                                           rngs=nnx.Rngs(0)))
         count = sum(p.size for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
         assert count == expected, (task, model_name)

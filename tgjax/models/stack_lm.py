@@ -14,14 +14,35 @@ the self-attention sublayer of the middle layer — layer ⌈L/2⌉ counting fro
 sequence. Stack attention is causal by construction in both modes, as in the
 paper's translation encoders.
 
-With `input_vocab_size = output_vocab_size = |Σ| + 1` (symbols + BOS in,
-symbols + EOS out, as the authors' code) the parameter counts are exactly
-those of the paper's Table 5; with the one-id-space vocabulary of
-`tgjax.data.cfl` (PAD, BOS, EOS, symbols) both are |Σ| + 3.
+Vocabulary. The authors' models embed the symbols and BOS (|Σ| + 1 rows)
+and their softmax covers the symbols and EOS (|Σ| + 1 classes); PAD is never
+a class. With the one-id-space vocabulary of `tgjax.data.cfl` (PAD, BOS,
+EOS, symbols: |Σ| + 3 ids), `input_ids` and `output_ids` name the ids that
+get an embedding row and an output class: `stack_cfl_config` sets them to
+(BOS, symbols) and (EOS, symbols), so the parameter counts are exactly those
+of the paper's Table 5 and no probability goes to PAD or BOS. The logits
+keep the full id width [B, n, V] (a target id indexes them directly); ids
+outside `output_ids` get the constant `EXCLUDED_LOGIT` (probability exactly
+0 after the softmax, in float32 and float64). Ids outside `input_ids` embed
+as the zero vector (they occur only as PAD after a string's end, which no
+real position sees in a causal model). `input_ids = output_ids = None`
+(the `StackLMConfig` default) gives every id a row and a class.
 
-Initialisation (Appendix D.2 as we read it): Xavier-uniform weight matrices,
-embeddings and feedforward biases uniform in [−init_scale, init_scale]
-(0.1), attention biases 0, layer norm scale 1 and bias 0.
+Initialisation (`init`; layer norms always scale 1, bias 0):
+
+* "released" (default; Appendix D.2 as the authors' code does it, which
+  produced the paper's numbers): every SDPA layer's attention and
+  feedforward weights *and* biases ~ U[−init_scale, init_scale] (the release
+  uses library encoder layers, which fall to its uniform default, as D.2's
+  "except ... fully-connected layers in SDPA layers" says); the stack
+  layer's feedforward and the output layer: Xavier-uniform weights, biases 0
+  (the release's own linear layers); embeddings U[−init_scale, init_scale].
+* "xavier" (tgjax before issue 11): Xavier-uniform weights everywhere,
+  attention biases 0, feedforward and output biases and embeddings
+  U[−init_scale, init_scale].
+
+The stack sublayer's own maps (W_a, W_v, W_y: bias-free, Xavier) and w_v
+(U[−init_scale, init_scale]) are the same under both.
 """
 
 from __future__ import annotations
@@ -33,6 +54,7 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from tgjax.nn.stack_attention import (
@@ -43,6 +65,8 @@ from tgjax.nn.stack_attention import (
 )
 
 __all__ = [
+    "CFL_SPECIAL_IDS",
+    "EXCLUDED_LOGIT",
     "FeedForward",
     "MODEL_KINDS",
     "STACK_CFL_SIZES",
@@ -54,6 +78,13 @@ __all__ = [
 ]
 
 StackKind = Literal["none", "superposition", "nondeterministic"]
+InitScheme = Literal["released", "xavier"]
+# The logit of an id outside `output_ids`: exp underflows to exactly 0 against any real logit,
+# while staying finite (0 * log p is 0, not NaN, in an entropy over the full width).
+EXCLUDED_LOGIT = -1e9
+# PAD, BOS, EOS ids of the CFL vocabulary (tgjax.data.cfl, via tgjax.data.vocab; a test checks they
+# agree). Models do not import the data package, so the layout is restated here.
+CFL_SPECIAL_IDS = {"pad": 0, "bos": 1, "eos": 2}
 MODEL_KINDS = {"tf": "none", "tf+sup": "superposition", "tf+nd": "nondeterministic"}
 
 # §6 and Appendix D: 5 layers, 4 heads, feedforward 2·d_model, dropout 0.1 for
@@ -102,13 +133,27 @@ class StackLMConfig:
     stack_embedding_size: int = 32  # m
     num_states: int = 2  # |Q| (nondeterministic)
     stack_alphabet_size: int = 3  # |Γ| (nondeterministic)
-    pushed_vectors: PushedVectors = "paper"
+    pushed_vectors: PushedVectors = "released"  # the authors' code; "paper": σ of eq. (17)
     causal: bool = True
     init_scale: float = 0.1
+    init: InitScheme = "released"
+    input_ids: tuple[int, ...] | None = None  # ids with an embedding row (None: every id)
+    output_ids: tuple[int, ...] | None = None  # ids the softmax covers (None: every id)
 
     def __post_init__(self):
         if self.stack not in ("none", "superposition", "nondeterministic"):
             raise ValueError(f"stack must be 'none', 'superposition' or 'nondeterministic', got {self.stack!r}")
+        if self.init not in ("released", "xavier"):
+            raise ValueError(f"init must be 'released' or 'xavier', got {self.init!r}")
+        for name, ids, size in (("input_ids", self.input_ids, self.input_vocab_size),
+                                ("output_ids", self.output_ids, self.resolved_output_vocab_size)):
+            if ids is None:
+                continue
+            ids = tuple(ids)
+            if not ids or len(set(ids)) != len(ids) or not all(
+                    isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < size for i in ids):
+                raise ValueError(f"{name} must be distinct ids in 0..{size - 1} (the vocabulary), got {ids!r}")
+            object.__setattr__(self, name, tuple(int(i) for i in ids))  # hashable, whatever came in
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if not 0 <= self.resolved_stack_layer < self.num_layers:
@@ -124,13 +169,25 @@ class StackLMConfig:
 
 
 def stack_cfl_config(task: str, model: str, vocab_size: int, **overrides) -> StackLMConfig:
-    """The paper's config of `model` ("tf", "tf+sup", "tf+nd") on a CFL task, for a vocabulary size."""
+    """The paper's config of `model` ("tf", "tf+sup", "tf+nd") on a CFL task, for a vocabulary size.
+
+    `vocab_size` counts the ids of `tgjax.data.cfl` (PAD, BOS, EOS, then the |Σ| symbols); the
+    embedding covers BOS and the symbols and the softmax EOS and the symbols, as the authors'
+    models (Table 5's counts). `input_ids=None` / `output_ids=None` in `overrides` give every id
+    a row / a class instead; any other key overrides the paper's value.
+    """
     task = task.replace("-", "_")
     if task not in STACK_CFL_SIZES:
         raise ValueError(f"unknown CFL task {task!r}; expected one of {sorted(STACK_CFL_SIZES)}")
     if model not in MODEL_KINDS:
         raise ValueError(f"unknown model {model!r}; expected one of {sorted(MODEL_KINDS)}")
-    return StackLMConfig(input_vocab_size=vocab_size, **{**STACK_CFL_SIZES[task][model], **overrides})
+    special = CFL_SPECIAL_IDS
+    if vocab_size <= max(special.values()) + 1:
+        raise ValueError(f"a CFL vocabulary has PAD, BOS, EOS (ids {sorted(special.values())}) and at least one "
+                         f"symbol, got vocab_size={vocab_size}")
+    symbols = tuple(range(max(special.values()) + 1, vocab_size))
+    ids = {"input_ids": (special["bos"],) + symbols, "output_ids": (special["eos"],) + symbols}
+    return StackLMConfig(input_vocab_size=vocab_size, **{**STACK_CFL_SIZES[task][model], **ids, **overrides})
 
 
 def sinusoidal_positions(length: int, d_model: int) -> jax.Array:
@@ -161,7 +218,9 @@ class SelfAttention(nnx.Module):
       dropout_rate: dropout on the attention probabilities (in `train()` mode).
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, causal: bool, dropout_rate: float, rngs: nnx.Rngs):
+    def __init__(self, d_model: int, num_heads: int, *, causal: bool, dropout_rate: float, rngs: nnx.Rngs,
+                 kernel_init: Callable = nnx.initializers.xavier_uniform(),
+                 bias_init: Callable = nnx.initializers.zeros_init()):
         self.causal = causal
         self.attention = nnx.MultiHeadAttention(
             num_heads=num_heads,
@@ -169,7 +228,8 @@ class SelfAttention(nnx.Module):
             dropout_rate=dropout_rate,
             broadcast_dropout=False,  # independent masks per example and head, as PyTorch
             deterministic=False,  # train mode until `eval()`, like nnx.Dropout
-            kernel_init=nnx.initializers.xavier_uniform(),
+            kernel_init=kernel_init,
+            bias_init=bias_init,
             decode=False,
             rngs=rngs,
         )
@@ -189,10 +249,10 @@ class SelfAttention(nnx.Module):
 class FeedForward(nnx.Module):
     """Linear(d → h) → ReLU → dropout → Linear(h → d), with biases: x [B, n, d] -> [B, n, d]."""
 
-    def __init__(self, d_model: int, hidden_size: int, *, dropout_rate: float, init_scale: float, rngs: nnx.Rngs):
+    def __init__(self, d_model: int, hidden_size: int, *, dropout_rate: float, rngs: nnx.Rngs,
+                 kernel_init: Callable, bias_init: Callable):
         def linear(i, o):
-            return nnx.Linear(i, o, kernel_init=nnx.initializers.xavier_uniform(),
-                              bias_init=_centered_uniform(init_scale), rngs=rngs)
+            return nnx.Linear(i, o, kernel_init=kernel_init, bias_init=bias_init, rngs=rngs)
 
         self.hidden = linear(d_model, hidden_size)
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
@@ -207,8 +267,16 @@ class TransformerLayer(nnx.Module):
 
     def __init__(self, config: StackLMConfig, stack: StackKind, *, stack_op: Callable | None, rngs: nnx.Rngs):
         c = config
+        xavier, uniform, zeros = (nnx.initializers.xavier_uniform(), _centered_uniform(c.init_scale),
+                                  nnx.initializers.zeros_init())
+        if c.init == "released":  # library SDPA layers: all uniform; the release's own layers: Xavier, bias 0
+            attention_init = (uniform, uniform)
+            feedforward_init = (uniform, uniform) if stack == "none" else (xavier, zeros)
+        else:
+            attention_init, feedforward_init = (xavier, zeros), (xavier, uniform)
         if stack == "none":
-            attention = SelfAttention(c.d_model, c.num_heads, causal=c.causal, dropout_rate=c.dropout_rate, rngs=rngs)
+            attention = SelfAttention(c.d_model, c.num_heads, causal=c.causal, dropout_rate=c.dropout_rate, rngs=rngs,
+                                      kernel_init=attention_init[0], bias_init=attention_init[1])
             self.attention = PreNormResidual(c.d_model, attention, dropout_rate=c.dropout_rate, rngs=rngs)
         elif stack == "superposition":
             self.attention = SuperpositionStackAttention(
@@ -222,8 +290,8 @@ class TransformerLayer(nnx.Module):
                 init_scale=c.init_scale, rngs=rngs,
             )
         self.uses_padding_mask = stack == "none"
-        feedforward = FeedForward(c.d_model, c.feedforward_size, dropout_rate=c.dropout_rate,
-                                  init_scale=c.init_scale, rngs=rngs)
+        feedforward = FeedForward(c.d_model, c.feedforward_size, dropout_rate=c.dropout_rate, rngs=rngs,
+                                  kernel_init=feedforward_init[0], bias_init=feedforward_init[1])
         self.feedforward = PreNormResidual(c.d_model, feedforward, dropout_rate=c.dropout_rate, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, padding_mask: jax.Array | None = None) -> jax.Array:
@@ -251,17 +319,18 @@ class StackTransformerLM(nnx.Module):
     def __init__(self, config: StackLMConfig, *, stack_op: Callable | None = None, rngs: nnx.Rngs):
         c = config
         self.config = c
-        self.embedding = nnx.Embed(c.input_vocab_size, c.d_model, embedding_init=_centered_uniform(c.init_scale),
-                                   rngs=rngs)
+        num_rows = c.input_vocab_size if c.input_ids is None else len(c.input_ids)
+        self.embedding = nnx.Embed(num_rows, c.d_model, embedding_init=_centered_uniform(c.init_scale), rngs=rngs)
         self.embedding_dropout = nnx.Dropout(c.dropout_rate, rngs=rngs)
         self.layers = nnx.List([
             TransformerLayer(c, c.stack if i == c.resolved_stack_layer else "none", stack_op=stack_op, rngs=rngs)
             for i in range(c.num_layers)
         ])
         self.final_norm = nnx.LayerNorm(c.d_model, epsilon=1e-5, rngs=rngs)
-        self.output = nnx.Linear(c.d_model, c.resolved_output_vocab_size,
-                                 kernel_init=nnx.initializers.xavier_uniform(),
-                                 bias_init=_centered_uniform(c.init_scale), rngs=rngs)
+        num_classes = c.resolved_output_vocab_size if c.output_ids is None else len(c.output_ids)
+        output_bias = nnx.initializers.zeros_init() if c.init == "released" else _centered_uniform(c.init_scale)
+        self.output = nnx.Linear(c.d_model, num_classes, kernel_init=nnx.initializers.xavier_uniform(),
+                                 bias_init=output_bias, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, padding_mask: jax.Array | None = None) -> jax.Array:
         """tokens [B, n] int (BOS first for a language model) -> logits [B, n, V_out].
@@ -272,8 +341,27 @@ class StackTransformerLM(nnx.Module):
         """
         n = tokens.shape[1]
         c = self.config
-        x = self.embedding(tokens) * math.sqrt(c.d_model) + sinusoidal_positions(n, c.d_model)[None]
-        x = self.embedding_dropout(x)
+        x = self.embedding(self._embedding_rows(tokens)) * math.sqrt(c.d_model)
+        if c.input_ids is not None:  # ids without a row (PAD) embed as zero
+            x = jnp.where(self._has_row(tokens)[..., None], x, 0.0)
+        x = self.embedding_dropout(x + sinusoidal_positions(n, c.d_model)[None])
         for layer in self.layers:
             x = layer(x, padding_mask=padding_mask)
-        return self.output(self.final_norm(x))
+        logits = self.output(self.final_norm(x))  # [B, n, |output_ids|]
+        if c.output_ids is None:
+            return logits
+        full = jnp.full(logits.shape[:-1] + (c.resolved_output_vocab_size,), EXCLUDED_LOGIT, logits.dtype)
+        return full.at[..., np.asarray(c.output_ids)].set(logits)  # [B, n, V_out], target ids index it
+
+    def _embedding_rows(self, tokens: jax.Array) -> jax.Array:
+        """Token ids [B, n] -> embedding rows [B, n] (0 for ids without a row; masked by `_has_row`)."""
+        if self.config.input_ids is None:
+            return tokens
+        row_of_id = np.zeros(self.config.input_vocab_size, np.int32)
+        row_of_id[np.asarray(self.config.input_ids)] = np.arange(len(self.config.input_ids))
+        return jnp.asarray(row_of_id)[tokens]
+
+    def _has_row(self, tokens: jax.Array) -> jax.Array:
+        has_row = np.zeros(self.config.input_vocab_size, bool)
+        has_row[np.asarray(self.config.input_ids)] = True
+        return jnp.asarray(has_row)[tokens]

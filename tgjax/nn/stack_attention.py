@@ -15,10 +15,15 @@ W_v, W_a and W_y are bias-free. The stack only looks back in time, so the
 sublayer is causal with no mask, in decoders and encoders alike. For the
 nondeterministic stack the bottom vector is v_0 = σ(w_v) with w_v learned.
 
-`pushed_vectors="released"` follows the authors' released code instead of
-eq. (17): the raw linear output W_v x'_t is the pushed vector of the
-superposition stack (no activation), and the *log* pushed vector of the
-nondeterministic stack (so v_t = exp(W_v x'_t)). v_0 = σ(w_v) either way.
+Pushed vectors (`pushed_vectors`, both sublayers):
+
+* "released" (default): the authors' released code, which produced the
+  paper's numbers: the raw linear output W_v x'_t is the pushed vector of
+  the superposition stack (no activation), and the *log* pushed vector of
+  the nondeterministic stack (so v_t = exp(W_v x'_t));
+* "paper": eq. (17) as printed, v_t = σ(W_v x'_t) (log σ for the dVPDA).
+
+v_0 = σ(w_v) either way.
 
 The stacks themselves are the kernels of `tgjax.ops` (imported when first
 called, so this module loads without them); any function with the same
@@ -100,7 +105,8 @@ class SuperpositionStackFunction(nnx.Module):
     Args:
       d_model: input and output size.
       stack_embedding_size: m, the size of the pushed vectors and readings.
-      pushed_vectors: "paper" (v_t = σ(W_v x)) or "released" (v_t = W_v x).
+      pushed_vectors: "released" (v_t = W_v x, the authors' code; default) or
+        "paper" (v_t = σ(W_v x), eq. 17).
       stack_op: `(actions [B, n, 3], pushed [B, n, m]) -> readings [B, n, m]`,
         actions being (push, pop, no-op) probabilities; default
         `tgjax.ops.superposition_stack`.
@@ -111,7 +117,7 @@ class SuperpositionStackFunction(nnx.Module):
         d_model: int,
         stack_embedding_size: int,
         *,
-        pushed_vectors: PushedVectors = "paper",
+        pushed_vectors: PushedVectors = "released",
         stack_op: Callable | None = None,
         rngs: nnx.Rngs,
     ):
@@ -150,8 +156,8 @@ class NondeterministicStackFunction(nnx.Module):
       num_states: |Q|.
       stack_alphabet_size: |Γ|.
       stack_embedding_size: m.
-      pushed_vectors: "paper" (log v_t = log σ(W_v x)) or "released"
-        (log v_t = W_v x).
+      pushed_vectors: "released" (log v_t = W_v x, the authors' code; default)
+        or "paper" (log v_t = log σ(W_v x), eq. 17).
       stack_op: `(push, repl, pop, log_pushed, log_bottom) -> readings` with
         the shapes of `tgjax.ops.nondeterministic_stack` (its default).
     """
@@ -163,7 +169,7 @@ class NondeterministicStackFunction(nnx.Module):
         stack_alphabet_size: int,
         stack_embedding_size: int,
         *,
-        pushed_vectors: PushedVectors = "paper",
+        pushed_vectors: PushedVectors = "released",
         stack_op: Callable | None = None,
         init_scale: float = 0.1,
         rngs: nnx.Rngs,
@@ -222,7 +228,7 @@ class SuperpositionStackAttention(PreNormResidual):
         stack_embedding_size: int,
         *,
         dropout_rate: float = 0.1,
-        pushed_vectors: PushedVectors = "paper",
+        pushed_vectors: PushedVectors = "released",
         stack_op: Callable | None = None,
         rngs: nnx.Rngs,
     ):
@@ -247,7 +253,7 @@ class NondeterministicStackAttention(PreNormResidual):
         stack_embedding_size: int,
         *,
         dropout_rate: float = 0.1,
-        pushed_vectors: PushedVectors = "paper",
+        pushed_vectors: PushedVectors = "released",
         stack_op: Callable | None = None,
         init_scale: float = 0.1,
         rngs: nnx.Rngs,
