@@ -4,7 +4,7 @@
     tgjax train --config configs/om_listops.py:cpu --workdir runs/om_listops_cpu   # the README's CPU scale
 
 Model: Embedding(20, 128) -> Dropout(0.1) -> OM(128, 128, 21 slots) ->
-Dropout(0.2) -> Linear(128 -> 10); dropoutm 0.3, dropout 0.1. Adam (lr 1e-3,
+Dropout(0.2) -> Linear(128 -> 10), 448,011 parameters; dropoutm 0.3, dropout 0.1. Adam (lr 1e-3,
 betas (0, 0.999), eps 1e-9, weight decay 1.2e-6), clip 1.0, batch 128,
 ReduceLROnPlateau(max, 0.5, patience 2) on validation accuracy, 50 epochs of
 90k generated trees of <= 50 tokens (90,000 / 128 = 704 steps an epoch).

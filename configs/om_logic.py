@@ -7,7 +7,7 @@
 Model: Embedding(12, 200, U(+-0.1)) -> Dropout(0.1) -> OM(200, 200, 12 slots;
 24 at test, as the release doubles them) on premise and hypothesis, then
 [u; v; u*v; |u-v|] -> Dropout(0.3) -> Linear(800 -> 200) -> ELU -> Dropout(0.3)
--> Linear(200 -> 7); dropout 0.2, dropoutm 0.2. Adam (1e-3, betas (0, 0.999),
+-> Linear(200 -> 7), 1,246,808 parameters; dropout 0.2, dropoutm 0.2. Adam (1e-3, betas (0, 0.999),
 eps 1e-9, weight decay 1.2e-6), clip 1, batch 128, ReduceLROnPlateau(max, 0.5,
 patience 2) on validation accuracy (every 10th training pair held out), 50
 epochs (121,977 pairs / 128 = 953 steps an epoch). Data: ../shared/data/
