@@ -259,8 +259,11 @@ def cmd_train(args) -> int:
         return 1
     if args.quiet and result.valid_losses:
         step = max(result.valid_losses)
-        print(f"step {result.final_step}: validation loss {result.valid_losses[step]:.4f} "
-              f"(unigram {result.unigram_loss:.4f})")
+        if result.unigram_loss is None:  # a task without a unigram baseline (classification: accuracy)
+            print(f"step {result.final_step}: validation {result.valid_losses[step]:.4f}")
+        else:
+            print(f"step {result.final_step}: validation loss {result.valid_losses[step]:.4f} "
+                  f"(unigram {result.unigram_loss:.4f})")
     return 0
 
 
@@ -295,6 +298,8 @@ def cmd_info(args) -> int:
         from tgjax.train.cfl import describe_cfl as describe
     elif trainer_of(config) == "onlstm_lm":
         from tgjax.train.tasks.onlstm_lm import describe
+    elif trainer_of(config) == "classification":
+        from tgjax.train.tasks.classification import describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))

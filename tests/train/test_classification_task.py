@@ -134,6 +134,14 @@ def test_a_malformed_line_reaches_the_user_as_file_and_line(tmp_path, capsys):
     assert f"{bad / 'train0'}:3:" in err and "expected an operator 'and' or 'or', found 'nand'" in err
 
 
+def test_info_prints_the_release_sizes(capsys):
+    assert cli.main(["info", "--config", "configs/om_logic.py"]) == 0
+    out = capsys.readouterr().out
+    assert "ordered_memory_logic: 1,246,808 parameters" in out and "vocabulary   12 ids" in out
+    assert cli.main(["info", "--config", "configs/om_listops.py", "--config.model.slot_size=64"]) == 0
+    assert "ordered_memory_listops: " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("override, message", [
     ("dataset=trees", "config key 'dataset'"),
     ("data.split=D", "config key 'data.split'"),

@@ -175,6 +175,17 @@ def model_config(config) -> OMClassifierConfig:
         embedding_init_range=m.embedding_init_range or None)
 
 
+def describe(config) -> dict[str, Any]:
+    """What `tgjax info` prints: the classifier, its parameter count, its fixed vocabulary (no data read)."""
+    check_config(config)
+    model_cfg = model_config(config)
+    abstract = nnx.eval_shape(lambda: OrderedMemoryClassifier(model_cfg, rngs=nnx.Rngs(0)))
+    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
+    source = "tgjax.data.listops.TOKENS" if config.dataset == "listops" else "tgjax.data.logic.TOKENS + padding"
+    return {"model_name": f"ordered_memory_{config.dataset}", "num_parameters": count,
+            "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg)}
+
+
 # -----------------------------------------------------------------------------
 # Data: examples -> padded batches.
 
