@@ -14,7 +14,10 @@ is saved with its selection value (keep-best); every checkpoint interval,
 and at the end, a checkpoint is saved. A NaN or infinite loss stops the run
 naming the step; the checkpoints on disk are all from before it. SIGTERM
 (preemption) saves a checkpoint after the current step and stops. A plateau
-schedule may decay the learning rate or stop the run after a validation.
+schedule may decay the learning rate or stop the run after a validation; a
+run it stopped is recorded so (checkpoint meta `schedule_stopped`) and stays
+stopped when called again. `TrainResult.stop_reason` says why a run ended
+early.
 """
 
 from __future__ import annotations
