@@ -259,10 +259,11 @@ def test_averaged_parameters_are_the_mean_of_the_iterates_since_the_trigger(rele
         active = k >= 2  # SGD for 2 steps, then ASGD for 4
         state, _ = step_fn(state, _batch(10 + k, 0.9 + 0.05 * k), jnp.asarray(active))
         iterates.append(jax.tree.map(lambda p: np.asarray(p, np.float64), state.params))
-    # Paper/default: the mean of the 4 ASGD iterates; release (PyTorch ASGD's lagging mu): the first is dropped.
-    averaged = iterates[3:] if release_average else iterates[2:]
+    # Paper (AWD Algorithm 1): w_T (the parameters when ASGD began, after step 2) and the 4 ASGD iterates.
+    # Release (PyTorch ASGD's lagging mu): the ASGD iterates from the second on.
+    averaged = iterates[3:] if release_average else iterates[1:]
     expected = jax.tree.map(lambda *ps: sum(ps) / len(ps), *averaged)
-    assert int(state.num_averaged) == 4
+    assert int(state.num_averaged) == (4 if release_average else 5)
     for got, want in zip(jax.tree.leaves(state.average), jax.tree.leaves(expected)):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
 

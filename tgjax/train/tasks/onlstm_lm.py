@@ -40,12 +40,15 @@ shared trainer:
   still on SGD: switch to averaged SGD when more than `nonmono` validations
   came before and this one is worse than the best of all but the last
   `nonmono` of them. ASGD with t0 = 0 and lambda = 0 is the same SGD step
-  plus an average of the iterates: `average` = the arithmetic mean of the
-  parameters after each ASGD step. From then on validation (and the
-  selection of the best checkpoint) uses the averaged parameters.
-  `training.asgd_release_average = True` reproduces PyTorch's ASGD of the
-  release's era, whose averaging weight lags one step (mu = 1 / max(1, n - 1)
-  at the n-th ASGD step): the first ASGD iterate is dropped from the mean.
+  plus an average of the iterates. By default the average is AWD-LSTM's
+  Algorithm 1 (Merity et al. 2018, which the ON-LSTM paper follows):
+  (1 / (k - T + 1)) sum_{i=T..k} w_i, the mean of the parameters w_T at the
+  validation that triggered and of every iterate after it. From then on
+  validation (and the selection of the best checkpoint) uses the averaged
+  parameters. `training.asgd_release_average = True` is the release instead:
+  PyTorch's ASGD of its era, whose averaging weight lags one step (mu =
+  1 / max(1, n - 1) at the n-th ASGD step), so the mean holds the iterates
+  from the second ASGD step on (neither w_T nor the first ASGD iterate).
   Not reproduced: that ASGD's step size also lags one step behind the
   seq_len rescale (it uses the previous step's lr * seq_len / bptt).
 - Validation: the validation stream batchified at `evaluation.batch_size`
@@ -297,10 +300,25 @@ def nt_asgd_triggered(history: list[float], value: float, nonmono: int) -> bool:
     return len(history) > nonmono and value > min(history[:-nonmono])
 
 
-def asgd_weight(num_averaged, release_lag: bool):
-    """Weight of the newest iterate in the running mean after `num_averaged` ASGD steps (1-based)."""
-    n = num_averaged.astype(jnp.float32)
-    return 1.0 / jnp.maximum(1.0, n - 1.0) if release_lag else 1.0 / jnp.maximum(1.0, n)
+def asgd_average(average, num_averaged, params_before, params_after, active, release_lag: bool):
+    """One step of ASGD's running mean: (new average, new count).
+
+    Paper (AWD Algorithm 1): the first active step seeds the mean with the
+    parameters before it (w_T) and counts iterates in the mean. Release
+    (`release_lag`): PyTorch's ASGD, counting ASGD steps n and weighting the
+    newest iterate by 1 / max(1, n - 1).
+    """
+    if release_lag:
+        count = num_averaged + active.astype(jnp.int32)
+        weight = 1.0 / jnp.maximum(1.0, count.astype(jnp.float32) - 1.0)
+        new = jax.tree.map(lambda a, p: jnp.where(active, a + (p - a) * weight, a), average, params_after)
+        return new, count
+    first = active & (num_averaged == 0)
+    base = jax.tree.map(lambda a, p: jnp.where(first, p, a), average, params_before)
+    count = jnp.where(first, 1, num_averaged) + 1
+    weight = 1.0 / count.astype(jnp.float32)
+    new = jax.tree.map(lambda a, p: jnp.where(active, a + (p - a) * weight, a), base, params_after)
+    return new, jnp.where(active, count, num_averaged)
 
 
 # -----------------------------------------------------------------------------
@@ -314,7 +332,7 @@ class OnLSTMTrainState:
 
     params: pure dict of the model's parameters.
     average: ASGD's running mean of the iterates (the release's `ax`), shaped like params; zeros before ASGD.
-    num_averaged: int32, ASGD steps so far.
+    num_averaged: int32, iterates in that mean (paper) or ASGD steps so far (release); 0 before ASGD.
     step: int32, updates done.
     rng: uint32 [2], the base key; step k's dropout key is fold_in(rng, k).
     hidden: {"layer_l": {"h": [batch, H_l], "c": [batch, H_l]}}, the state carried to the next segment.
@@ -384,9 +402,8 @@ def make_step_fn(graphdef, recipe: Recipe):
         grads, grad_norm = clip_like_torch(grads, recipe.clip)
         lr = recipe.lr * batch["lr_scale"][0]
         params = jax.tree.map(lambda p, g: p - lr * (g + recipe.weight_decay * p), state.params, grads)
-        num_averaged = state.num_averaged + asgd_active.astype(jnp.int32)
-        weight = asgd_weight(num_averaged, recipe.asgd_release_average)
-        average = jax.tree.map(lambda a, p: jnp.where(asgd_active, a + (p - a) * weight, a), state.average, params)
+        average, num_averaged = asgd_average(state.average, state.num_averaged, state.params, params, asgd_active,
+                                             recipe.asgd_release_average)
         new_state = OnLSTMTrainState(params=params, average=average, num_averaged=num_averaged,
                                      step=state.step + 1, rng=state.rng,
                                      hidden=jax.lax.stop_gradient(_hidden_dict(new_hidden)))
