@@ -167,3 +167,24 @@ class PushdownLayer(nnx.Module):
         x = self.attention_norm(x + drop(self.attention(x, tape, valid)))
         hidden = drop(jax.nn.relu(x @ self.w_in[...] + self.b_in[...]))
         return self.feed_forward_norm(x + drop(hidden @ self.w_out[...] + self.b_out[...]))
+
+
+def stack_tape_from_nodes(node_start: jax.Array, node_end: jax.Array, length: int, *,
+                          binary: bool = False) -> jax.Array:
+    """The stack tape `[B, T, T]` from binary-node spans `[B, K]` (-1 padding), on device.
+
+    ``W[k, j] = #{nodes (s, e): s <= j <= e <= k}``: each node adds 1 to the
+    block ``[e:, s:e+1]``, written as a 2-D difference array (a scatter-add)
+    and two cumulative sums. ``binary``: the Dyck tape, 1 where a token has
+    taken part in any reduce. Nodes ending at or beyond T touch no row.
+    """
+    batch = node_start.shape[0]
+    valid = (node_start >= 0) & (node_end >= node_start) & (node_end < length)
+    out_of_range = length + 2  # a scatter index that `mode="drop"` discards
+    rows = jnp.where(valid, node_end, out_of_range)
+    batch_index = jnp.broadcast_to(jnp.arange(batch)[:, None], node_start.shape)
+    diff = jnp.zeros((batch, length + 1, length + 1), jnp.int32)
+    diff = diff.at[batch_index, rows, jnp.where(valid, node_start, out_of_range)].add(1, mode="drop")
+    diff = diff.at[batch_index, rows, jnp.where(valid, node_end + 1, out_of_range)].add(-1, mode="drop")
+    tape = jnp.cumsum(jnp.cumsum(diff, axis=2), axis=1)[:, :length, :length]
+    return jnp.minimum(tape, 1) if binary else tape

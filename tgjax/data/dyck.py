@@ -1,0 +1,242 @@
+"""The Dyck task of Pushdown Layers (Murty et al., EMNLP 2023, §4.1; released-code.md §1.8).
+
+Dyck_{k, m}: well-nested strings over k bracket types with nesting depth at
+most m. Training strings come from the release's probabilistic automaton
+(`sample_dyck`): with an empty stack, END with probability 1/2 and each opener
+1/(2k); with a non-empty, non-full stack, close the top with probability 1/2
+and each opener 1/(2k); with a full stack (depth m), close. END before
+``min_length`` tokens is rejected and sampling goes on. The paper trains on
+100k strings of Dyck_{20,10}.
+
+(`tgjax.data.cfl` has a Dyck-2 *grammar* for the CFL tasks of DuSell &
+Chiang, sampled by length from a PCFG; a different distribution, so it is not
+reused here. Its `CFLVocabulary` is: ids PAD 0, BOS 1, EOS 2, then the
+openers and the closers.)
+
+Tokens are ``"(a"`` … and ``"a)"`` …, bracket types a..t for k = 20 (then
+aa, bb, … as the release names them).
+
+Attachment labels (the release's `compute_stack_labels`): every opener shifts
+and every closer attaches to its own opener, so the closer's reduce pops the
+whole constituent back to the opener. With ``<s>`` at position 0 (it shifts).
+The tape is the release's binary "has been reduced" tape: 1 where a token has
+taken part in any reduce (`dyck_tape`).
+
+Evaluation sets (accuracy at choosing the right closing bracket):
+
+* long-range dependencies (`long_range_examples`): from Dyck_{20,40} strings,
+  every prefix that ends just before a closing bracket whose opener is at
+  least L tokens back (prefix at most 600 tokens), until at least 50
+  examples; L in {50, 100, 200, 300};
+* depth generalisation (`depth_generalisation_examples`): for each depth d in
+  15..49, d openers of types a..j, closed in reverse order without the final
+  (outermost) closer, which is the target; one random complete Dyck_{20,10}
+  string inserted at a random token position; three sweeps give 105 examples.
+
+NumPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from collections.abc import Sequence
+
+import numpy as np
+
+from tgjax.data.cfl import CFLVocabulary
+from tgjax.data.pushdown import PushdownSentence, sentence_from_attachments
+from tgjax.syntax import stack_tape as stt
+
+PAPER_TYPES, PAPER_TRAIN_DEPTH, PAPER_LONG_RANGE_DEPTH = 20, 10, 40
+LONG_RANGE_LENGTHS = (50, 100, 200, 300)
+DEPTH_GEN_DEPTHS = tuple(range(15, 50))
+
+
+def bracket_names(num_types: int) -> list[str]:
+    """a, b, …, z, then aa, bb, …: the release's names of the bracket types."""
+    if num_types < 1:
+        raise ValueError(f"num_types must be >= 1, got {num_types}")
+    letters = string.ascii_lowercase
+    return [letters[i % 26] * (i // 26 + 1) for i in range(num_types)]
+
+
+def openers(num_types: int) -> list[str]:
+    return [f"({name}" for name in bracket_names(num_types)]
+
+
+def closers(num_types: int) -> list[str]:
+    return [f"{name})" for name in bracket_names(num_types)]
+
+
+def dyck_vocabulary(num_types: int = PAPER_TYPES) -> CFLVocabulary:
+    """PAD 0, BOS 1, EOS 2, the openers, then the closers (closer of type t at 3 + k + t)."""
+    return CFLVocabulary(tuple(openers(num_types) + closers(num_types)))
+
+
+def sample_dyck(rng: np.random.Generator, *, num_types: int = PAPER_TYPES, max_depth: int = PAPER_TRAIN_DEPTH,
+                min_length: int = 0, max_length: int | None = None) -> list[str]:
+    """One string of the release's automaton (see the module docstring).
+
+    ``max_length``: when reached with an empty stack, the string ends; a
+    string cannot end with an open bracket, so the bound is soft by at most
+    ``max_depth`` closers.
+    """
+    if max_depth < 1:
+        raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+    opens, closes = openers(num_types), closers(num_types)
+    stack: list[int] = []
+    out: list[str] = []
+    while True:
+        if not stack:
+            if max_length is not None and len(out) >= max_length:
+                return out
+            # END with probability 1/2, else an opener; an early END is rejected.
+            if rng.random() < 0.5:
+                if len(out) >= min_length:
+                    return out
+                continue
+            t = int(rng.integers(num_types))
+        elif len(stack) >= max_depth or rng.random() < 0.5:
+            out.append(closes[stack.pop()])
+            continue
+        else:
+            t = int(rng.integers(num_types))
+        stack.append(t)
+        out.append(opens[t])
+
+
+def _bracket_kind(token: str) -> tuple[bool, str]:
+    if token.startswith("(") and len(token) > 1:
+        return True, token[1:]
+    if token.endswith(")") and len(token) > 1:
+        return False, token[:-1]
+    raise ValueError(f"{token!r} is not a bracket token ('(a' or 'a)')")
+
+
+def matching_openers(tokens: Sequence[str], *, name: str = "string", complete: bool = True) -> np.ndarray:
+    """``[n]`` int: for a closer, the index of its opener; for an opener, -1.
+
+    Raises:
+      ValueError (naming the string): a closer without an open bracket, a
+        closer of the wrong type, or (with ``complete``) brackets left open.
+    """
+    stack: list[tuple[int, str]] = []
+    match = np.full(len(tokens), -1, np.int64)
+    for i, token in enumerate(tokens):
+        try:
+            is_open, kind = _bracket_kind(token)
+        except ValueError as error:
+            raise ValueError(f"{name}: token {i}: {error}") from None
+        if is_open:
+            stack.append((i, kind))
+            continue
+        if not stack:
+            raise ValueError(f"{name}: token {i} {token!r} closes nothing (no open bracket)")
+        j, open_kind = stack.pop()
+        if open_kind != kind:
+            raise ValueError(f"{name}: token {i} {token!r} closes '({open_kind}' opened at token {j}")
+        match[i] = j
+    if complete and stack:
+        raise ValueError(f"{name}: {len(stack)} bracket(s) left open, the first at token {stack[0][0]}")
+    return match
+
+
+def dyck_attachments(tokens: Sequence[str], *, bos: bool = True, name: str = "string",
+                     complete: bool = True) -> np.ndarray:
+    """Attachment labels ``[n (+1)]`` int32: openers (and ``<s>``) shift, closers attach to their opener."""
+    match = matching_openers(tokens, name=name, complete=complete)
+    positions = np.arange(len(tokens))
+    labels = np.where(match >= 0, match, positions)
+    if bos:
+        labels = np.concatenate([[0], labels + 1])
+    return labels.astype(np.int32)
+
+
+def dyck_tape(attach: np.ndarray) -> np.ndarray:
+    """The release's binary tape ``[n, n]`` int32: row k, 1 where token j was reduced by step k."""
+    depths, _ = stt.replay(attach)
+    return (depths > 0).astype(np.int32)
+
+
+def max_nesting(tokens: Sequence[str]) -> int:
+    depth = deepest = 0
+    for token in tokens:
+        depth += 1 if _bracket_kind(token)[0] else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+@dataclasses.dataclass(frozen=True)
+class DyckExample:
+    """A prefix and the closing bracket that must come next."""
+
+    prefix: tuple[str, ...]
+    target: str
+    distance: int  # tokens from the target's opener to the target (its dependency length)
+    depth: int  # open brackets at the end of the prefix
+
+
+def long_range_examples(rng: np.random.Generator, min_distance: int, *, num_examples: int = 50,
+                        num_types: int = PAPER_TYPES, max_depth: int = PAPER_LONG_RANGE_DEPTH,
+                        max_prefix: int = 600, max_strings: int = 100_000) -> list[DyckExample]:
+    """Prefixes ending just before a closer whose opener is >= ``min_distance`` tokens back.
+
+    Strings of Dyck_{num_types, max_depth} are drawn (at least ``min_distance``
+    tokens long, at most ``max_prefix``) and every qualifying closer of each
+    contributes an example, until ``num_examples`` are collected (the last
+    string's extras are kept, as the release does: "until >= 50").
+    Raises RuntimeError if ``max_strings`` strings do not give enough.
+    """
+    examples: list[DyckExample] = []
+    for _ in range(max_strings):
+        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_distance + 1,
+                             max_length=max_prefix)
+        match = matching_openers(tokens)
+        depth = 0
+        for i, token in enumerate(tokens[:max_prefix]):
+            if match[i] >= 0:
+                if i - match[i] >= min_distance:
+                    examples.append(DyckExample(tuple(tokens[:i]), token, int(i - match[i]), depth))
+                depth -= 1
+            else:
+                depth += 1
+        if len(examples) >= num_examples:
+            return examples
+    raise RuntimeError(f"{max_strings} strings gave only {len(examples)} examples with distance >= {min_distance}")
+
+
+def depth_generalisation_examples(rng: np.random.Generator, *, depths: Sequence[int] = DEPTH_GEN_DEPTHS,
+                                  sweeps: int = 3, num_types: int = PAPER_TYPES, opener_types: int = 10,
+                                  inserted_depth: int = PAPER_TRAIN_DEPTH) -> list[DyckExample]:
+    """``sweeps × len(depths)`` examples of deep nesting (see the module docstring)."""
+    names = bracket_names(num_types)
+    examples = []
+    for _ in range(sweeps):
+        for d in depths:
+            kinds = [names[int(t)] for t in rng.integers(opener_types, size=d)]
+            body = [f"({k}" for k in kinds] + [f"{k})" for k in reversed(kinds[1:])]
+            inserted = sample_dyck(rng, num_types=num_types, max_depth=inserted_depth, min_length=1)
+            at = int(rng.integers(len(body) + 1))
+            prefix = body[:at] + inserted + body[at:]
+            outermost = 0 if at > 0 else len(inserted)
+            examples.append(DyckExample(tuple(prefix), f"{kinds[0]})", len(prefix) - outermost, 1))
+    return examples
+
+
+def encode_for_pushdown(strings: Sequence[Sequence[str]], vocab: CFLVocabulary | None = None) -> list[PushdownSentence]:
+    """Dyck strings -> `PushdownSentence` rows ``<s> tokens <eos>`` with the Dyck labels.
+
+    The end token shifts and its attachment is not trained (``final_attachment=False``);
+    batch them with ``PushdownBatches(..., binary_tape=True)`` (and `stack_tape_from_nodes(binary=True)`).
+    """
+    vocab = vocab or dyck_vocabulary()
+    rows = []
+    for i, tokens in enumerate(strings):
+        name = f"Dyck string {i}"
+        if not tokens:
+            raise ValueError(f"{name}: empty")
+        ids = [vocab.bos_id] + [vocab.id_of(t) for t in tokens] + [vocab.eos_id]
+        attach = np.r_[dyck_attachments(tokens, name=name, complete=False), len(tokens) + 1]
+        rows.append(sentence_from_attachments(np.asarray(ids), attach, name=name, final_attachment=False))
+    return rows

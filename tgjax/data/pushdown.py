@@ -1,0 +1,284 @@
+"""Pushdown-LM inputs on the host: token ids, attachment labels and compact stack tapes.
+
+One sentence is laid out as the authors' release lays it out
+(released-code.md §1.2): ``<s> w_1 ... w_n <eos>``, with ``<s>`` playing the
+paper's ROOT (Appendix B) and ``<eos>`` attaching to it, so the tree is
+``(<s>, (S, <eos>))`` (`tgjax.syntax.stack_tape.window_stack_tape` with
+``root=True, eos=True``). The model reads positions 0..N-2 (``<s>`` through
+``w_n``) and at position i predicts token i+1 and its attachment
+``attach[i+1]`` (the slot index of `tgjax.nn.attachment_head`); row i of the
+tape is the depths after token i, so the ``<eos>`` reduce is never in a tape
+the model reads (as in the release).
+
+Trees: labels dropped, unary chains (and pre-terminals) collapsed, n-ary
+nodes right-binarised as the release's nltk ``chomsky_normal_form`` does;
+each n-ary node is counted (`PushdownReport.num_binarised`). Sub-word
+vocabularies: each word's pieces form a right-branching subtree (Appendix C;
+the word map comes from `Vocabulary.encode_with_alignment`).
+
+Compact form. A binary tree over N tokens has N − 1 nodes, and the tape is
+``W[k, j] = #{nodes (s, e): s <= j <= e <= k}``; batches carry the node spans
+``node_start, node_end [B, T]`` and `tgjax.nn.pushdown_attention.
+stack_tape_from_nodes` rebuilds ``[B, T, T]`` on device (a scatter and two
+cumulative sums), instead of shipping T² integers per row. ``dense=True``
+adds the host-built tape for interoperability and tests.
+
+Depth table. Depths at or beyond ``num_depths`` are clipped by the model to
+``num_depths - 1``; the batcher counts the tape entries (of the rows a model
+reads) that will be clipped, in `PushdownReport.num_clipped_entries`. Nothing
+here imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from tgjax.syntax import stack_tape as stt
+from tgjax.syntax.trees import Tree
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PushdownSentence:
+    """One encoded sentence of N = (tokens) + 2 positions.
+
+    Attributes:
+      tokens: ``[N]`` int32 ids, ``<s> ... <eos>``.
+      attach: ``[N]`` int32 attachment labels (``attach[k] == k``: shift).
+      node_start, node_end: ``[N - 1]`` int32 inclusive spans of the binary
+        nodes, sorted by (end, start).
+      num_binarised: n-ary nodes of the source tree that were right-binarised.
+      final_attachment: whether the last input position's attachment target
+        (that of the final token) is trained: True for text (``<eos>`` to
+        ``<s>``), False for Dyck (the end token's label is not in the release).
+    """
+
+    tokens: np.ndarray
+    attach: np.ndarray
+    node_start: np.ndarray
+    node_end: np.ndarray
+    num_binarised: int = 0
+    final_attachment: bool = True
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def depths(self) -> np.ndarray:
+        """``[N, N]`` int32 tape, row k = depths after token k (built from the nodes; not stored)."""
+        return tape_from_nodes(self.node_start, self.node_end, len(self))
+
+
+def tape_from_nodes(node_start: np.ndarray, node_end: np.ndarray, length: int) -> np.ndarray:
+    """``[T, T]`` int32 tape ``W[k, j] = #{nodes: s <= j <= e <= k}`` from node spans (-1 padding ignored)."""
+    diff = np.zeros((length + 1, length + 1), np.int32)
+    keep = (np.asarray(node_start) >= 0) & (np.asarray(node_end) < length)
+    starts, ends = np.asarray(node_start)[keep], np.asarray(node_end)[keep]
+    np.add.at(diff, (ends, starts), 1)
+    np.add.at(diff, (ends, ends + 1), -1)
+    return np.cumsum(np.cumsum(diff, axis=1), axis=0)[:length, :length].astype(np.int32)
+
+
+def sentence_from_attachments(tokens: np.ndarray, attach: np.ndarray, *, name: str = "sentence",
+                              final_attachment: bool = True) -> PushdownSentence:
+    """A `PushdownSentence` from ids and labels (replayed through the stack, which checks them)."""
+    tokens, attach = np.asarray(tokens, np.int32), np.asarray(attach, np.int32)
+    if tokens.shape != attach.shape:
+        raise ValueError(f"{name}: {attach.size} attachment labels for {tokens.size} tokens")
+    try:
+        _, forest = stt.replay(attach)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    ordered = sorted(stt.bracketing_spans(forest), key=lambda span: (span[1], span[0]))
+    starts = np.asarray([s for s, _ in ordered], np.int32).reshape(-1)
+    ends = np.asarray([e for _, e in ordered], np.int32).reshape(-1)
+    return PushdownSentence(tokens, attach, starts, ends, final_attachment=final_attachment)
+
+
+@dataclasses.dataclass
+class PushdownReport:
+    """What the data side changed or dropped, for the user."""
+
+    num_sentences: int = 0
+    num_binarised: int = 0  # n-ary nodes right-binarised
+    num_skipped_too_long: int = 0
+    num_clipped_entries: int = 0  # tape entries (read by the model) at or beyond the depth table
+
+    def summary(self) -> str:
+        return (f"{self.num_sentences} sentences; {self.num_binarised} n-ary nodes right-binarised; "
+                f"{self.num_skipped_too_long} skipped as too long; "
+                f"{self.num_clipped_entries} tape entries clipped to the depth table")
+
+
+def count_nary(tree: Tree) -> int:
+    """Nodes of `tree` with more than two children (each becomes a right-branching chain)."""
+    count, todo = 0, [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Tree):
+            count += len(node.children) > 2
+            todo.extend(node.children)
+    return count
+
+
+def encode_bracketing(words: Sequence[int], bracketing: stt.Bracketing, *, bos_id: int, eos_id: int,
+                      word_index: np.ndarray | None = None, name: str = "sentence",
+                      num_binarised: int = 0) -> PushdownSentence:
+    """Ids and a word-level bracketing -> `PushdownSentence`.
+
+    Args:
+      words: ``[n]`` token ids (sub-word pieces when ``word_index`` is given).
+      bracketing: binary bracketing over the sentence's words 0..m-1.
+      word_index: ``[n]`` the word of each token (sub-words), or None (one token per word).
+      name: names the sentence in errors (e.g. ``"train.mrg: tree 17"``).
+    Raises:
+      ValueError: an empty sentence, or a tree whose words do not match the tokens.
+    """
+    words = np.asarray(words, np.int32)
+    if words.size == 0:
+        raise ValueError(f"{name}: empty sentence (no tokens); a Pushdown sentence needs at least one word")
+    num_words = stt.num_leaves(bracketing)
+    if word_index is None:
+        if num_words != words.size:
+            raise ValueError(f"{name}: the tree has {num_words} words but the sentence has {words.size} tokens; "
+                             f"expected one token per word (or pass word_index for sub-words)")
+    else:
+        word_index = np.asarray(word_index)
+        if word_index.shape != words.shape:
+            raise ValueError(f"{name}: word_index has {word_index.size} entries for {words.size} tokens")
+        try:
+            bracketing = stt.expand_subwords(bracketing, word_index, branching="right")
+        except ValueError as error:
+            raise ValueError(f"{name}: the tokens do not match the tree's {num_words} words: {error}") from None
+    window_attach = stt.window_stack_tape([bracketing], root=True, eos=True).attach
+    n = words.size + 2
+    # The window's forest is (<s>, (S, <eos>)): its nodes are S's shifted by one, plus two.
+    spans = {(s + 1, e + 1) for s, e in stt.bracketing_spans(bracketing)} | {(1, n - 1), (0, n - 1)}
+    ordered = sorted(spans, key=lambda span: (span[1], span[0]))
+    starts = np.asarray([s for s, _ in ordered], np.int32)
+    ends = np.asarray([e for _, e in ordered], np.int32)
+    tokens = np.concatenate([[bos_id], words, [eos_id]]).astype(np.int32)
+    return PushdownSentence(tokens, window_attach, starts, ends, num_binarised)
+
+
+def encode_tree(tree: Tree, vocab, *, name: str = "sentence") -> PushdownSentence:
+    """A tree -> `PushdownSentence` with `vocab` (words, or sub-word pieces forming right-branching subtrees)."""
+    words = tree.leaves()
+    if not words:
+        raise ValueError(f"{name}: empty sentence (the tree has no words)")
+    try:
+        ids, word_index = vocab.encode_with_alignment(words)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    bracketing = stt.tree_to_bracketing(tree, nary="right")
+    subwords = ids.size != len(words)
+    return encode_bracketing(ids, bracketing, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+                             word_index=word_index if subwords else None, name=name,
+                             num_binarised=count_nary(tree))
+
+
+def encode_trees(tree_list: Sequence[Tree], vocab, *, source: str = "corpus") -> tuple[list[PushdownSentence], PushdownReport]:
+    sentences = [encode_tree(tree, vocab, name=f"{source}: tree {i}") for i, tree in enumerate(tree_list)]
+    report = PushdownReport(num_sentences=len(sentences), num_binarised=sum(s.num_binarised for s in sentences))
+    if report.num_binarised:
+        log.info("%s: right-binarised %d n-ary nodes", source, report.num_binarised)
+    return sentences, report
+
+
+def make_batch(sentences: Sequence[PushdownSentence | None], seq_len: int, *, num_depths: int | None = None,
+               binary_tape: bool = False, dense: bool = False) -> tuple[dict[str, np.ndarray], int]:
+    """Fixed-shape arrays for up to B sentences (None: an idle row); each needs ``len <= seq_len + 1``.
+
+    Returns ``(batch, num_clipped)``, batch fields (T = seq_len):
+      inputs ``[B, T]`` ids of positions 0..N-2; targets ``[B, T]`` ids of tokens 1..N-1 (0 padding);
+      attach ``[B, T + 1]`` labels of tokens 0..T (padding shifts); attach_targets ``[B, T]`` = attach[:, 1:];
+      weights ``[B, T]`` float32 (1 on real positions); attach_weights ``[B, T]`` (0 also where the
+      final attachment is not trained); node_start, node_end ``[B, T]`` int32 (-1 padding);
+      with ``dense``: tape ``[B, T, T]`` int16 (binary or clipped to the table).
+    ``num_clipped``: tape entries of the read rows at or beyond ``num_depths``.
+    """
+    B, T = len(sentences), seq_len
+    batch = {
+        "inputs": np.zeros((B, T), np.int32),
+        "targets": np.zeros((B, T), np.int32),
+        "attach": np.tile(np.arange(T + 1, dtype=np.int32), (B, 1)),
+        "weights": np.zeros((B, T), np.float32),
+        "attach_weights": np.zeros((B, T), np.float32),
+        "node_start": np.full((B, T), -1, np.int32),
+        "node_end": np.full((B, T), -1, np.int32),
+    }
+    if dense:
+        batch["tape"] = np.zeros((B, T, T), np.int16)
+    clipped = 0
+    for b, sentence in enumerate(sentences):
+        if sentence is None:
+            continue
+        n = len(sentence)
+        if n - 1 > T:
+            raise ValueError(f"row {b}: a sentence of {n} positions does not fit seq_len={T} (needs {n - 1})")
+        batch["inputs"][b, : n - 1] = sentence.tokens[:-1]
+        batch["targets"][b, : n - 1] = sentence.tokens[1:]
+        batch["attach"][b, :n] = sentence.attach
+        batch["weights"][b, : n - 1] = 1.0
+        batch["attach_weights"][b, : n - 1 if sentence.final_attachment else n - 2] = 1.0
+        # A forest (Dyck) has fewer than N - 1 nodes; the rest stay -1.
+        batch["node_start"][b, : sentence.node_start.size] = sentence.node_start
+        batch["node_end"][b, : sentence.node_end.size] = sentence.node_end
+        read = sentence.depths[: n - 1, : n - 1]
+        if num_depths is not None and not binary_tape:
+            clipped += int(np.count_nonzero(np.tril(read) >= num_depths))
+        if dense:
+            tape = (read > 0) if binary_tape else np.minimum(read, (num_depths or read.max() + 1) - 1)
+            batch["tape"][b, : n - 1, : n - 1] = tape
+    batch["attach_targets"] = batch["attach"][:, 1:].copy()
+    return batch, clipped
+
+
+class PushdownBatches:
+    """Epochs of fixed-shape batches of whole sentences, seeded shuffles; reports what it skipped and clipped.
+
+    Sentences longer than ``seq_len + 1`` positions raise, or with
+    ``on_too_long="skip"`` are skipped and counted in `report`.
+    """
+
+    def __init__(self, sentences: Sequence[PushdownSentence], *, seq_len: int, batch_size: int, num_depths: int,
+                 binary_tape: bool = False, dense: bool = False, on_too_long: str = "error", seed: int = 0,
+                 report: PushdownReport | None = None, source: str = "corpus"):
+        if on_too_long not in ("error", "skip"):
+            raise ValueError(f"on_too_long: expected 'error' or 'skip', got {on_too_long!r}")
+        self.report = report or PushdownReport(num_sentences=len(sentences))
+        kept = []
+        for i, sentence in enumerate(sentences):
+            if len(sentence) - 1 > seq_len:
+                if on_too_long == "error":
+                    raise ValueError(f"{source}: sentence {i} has {len(sentence) - 2} tokens; seq_len={seq_len} "
+                                     f"holds at most {seq_len - 1} (set on_too_long='skip' to skip and count)")
+                self.report.num_skipped_too_long += 1
+                continue
+            kept.append(sentence)
+        if not kept:
+            raise ValueError(f"{source}: no sentences left to batch ({self.report.num_skipped_too_long} too long)")
+        self.sentences = kept
+        self.seq_len, self.batch_size, self.num_depths = seq_len, batch_size, num_depths
+        self.binary_tape, self.dense, self.seed = binary_tape, dense, seed
+        if self.report.num_skipped_too_long:
+            log.warning("%s: %s", source, self.report.summary())
+
+    def __len__(self) -> int:
+        return -(-len(self.sentences) // self.batch_size)
+
+    def epoch(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
+        """The epoch's batches; the last is filled with idle rows. Clipped entries accumulate in `report`."""
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.sentences))
+        for start in range(0, len(order), self.batch_size):
+            rows: list[PushdownSentence | None] = [self.sentences[i] for i in order[start:start + self.batch_size]]
+            rows += [None] * (self.batch_size - len(rows))
+            batch, clipped = make_batch(rows, self.seq_len, num_depths=self.num_depths,
+                                        binary_tape=self.binary_tape, dense=self.dense)
+            self.report.num_clipped_entries += clipped
+            yield batch
