@@ -204,7 +204,7 @@ class EpochPlan:
 
 
 def epoch_plan(num_rows: int, settings: BPTTSettings, seed: int, epoch: int) -> EpochPlan:
-    """The release's loop `while i < rows - 2: seq_len = draw(); segment [i, i + min(seq_len, rows - 1 - i)); i += seq_len`."""
+    """The release's loop: while i < rows - 2, segment [i, i + min(seq_len, rows - 1 - i)) and i += seq_len."""
     if num_rows < 3:
         raise ValueError(f"the training stream has {num_rows} rows per batch column; at least 3 are needed "
                          f"(fewer sentences than the batch size?)")
@@ -266,7 +266,7 @@ class BPTTBatches:
 
 
 class EpochEnds:
-    """Global step numbers: where each epoch ends, and the step of a data position (epochs' lengths from their plans)."""
+    """Global step numbers: where each epoch ends, and the step of a data position (from the epochs' plans)."""
 
     def __init__(self, plans):
         self.plans = plans
@@ -721,7 +721,8 @@ class OnLSTMLMTask:
                     if k in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "chunk_size")
                     and saved.get(k) != v]
         if meta.get("batch_size") != self.config.training.batch_size:
-            changed.append(f"training.batch_size: {meta.get('batch_size')} there, {self.config.training.batch_size} now")
+            changed.append(f"training.batch_size: {meta.get('batch_size')} there, "
+                           f"{self.config.training.batch_size} now")
         if changed:
             raise ConfigError(f"checkpoint step {step} in {directory} is of another run: " + "; ".join(changed)
                               + ". Use the original config and data, or a new --workdir")
