@@ -57,7 +57,7 @@ TINY = ["training.epochs=1", "data.train_size=50", "data.valid_size=20", "data.t
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_config_is_the_papers_setup_for_every_task_and_model(task):
-    vocab_size, counts = TABLE_5[task]
+    _, counts = TABLE_5[task]
     for model in MODEL_NAMES:
         config = load_config(CONFIG, [f"task={task}", f"model={model}"])
         assert check_config(config) == (task, model)
@@ -70,8 +70,9 @@ def test_config_is_the_papers_setup_for_every_task_and_model(task):
             assert getattr(cfg, key) == value, (task, model, key)
         if model == "tf_nd":
             assert (cfg.num_states, cfg.stack_alphabet_size) == PAPER_PDA[task]
-        # With the authors' vocabulary the parameter count is Table 5's.
-        assert count_parameters(resolve_model_config(config, vocab_size)) == counts[model], (task, model)
+        # The CFL vocabulary (PAD, BOS, EOS, symbols) with the authors' embedding (BOS + symbols) and
+        # softmax (EOS + symbols): the parameter count is Table 5's.
+        assert count_parameters(cfg) == counts[model], (task, model)
     t, d = config.training, config.data
     assert (t.batch_size, t.clip_grad_norm, t.learning_rate) == (10, 5.0, None)
     assert tuple(t.learning_rate_range) == (5e-4, 1e-2)
