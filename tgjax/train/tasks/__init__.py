@@ -18,6 +18,7 @@ _TASKS = {
     "cfl": "tgjax.train.tasks.cfl:CFLTask",
     "classification": "tgjax.train.tasks.classification:ClassificationTask",
     "onlstm_lm": "tgjax.train.tasks.onlstm_lm:OnLSTMLMTask",
+    "mlm": "tgjax.train.tasks.mlm:MLMTask",
 }
 
 

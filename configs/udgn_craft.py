@@ -1,0 +1,39 @@
+"""udgn_craft: a UDGN masked LM on CRAFT's training articles, at a size 2 CPU cores train in minutes.
+
+CRAFT (../shared/data/craft_treebank: penn/<id>.tree, ids/craft-ids-{train,dev,test}.txt,
+60 / 7 / 30 articles) is read by its id lists: train = the train ids, validation = the dev ids.
+Words: the release's WORD_TAGS only (punctuation, traces, `$`, `#` dropped), lower-cased,
+digit runs -> N; words seen fewer than 3 times read as `<unk>` (the release: 5 on PTB).
+The release's recipe (mask 0.3, Adam 1e-3 eps 1e-9 wd 1.2e-6, clip 0.25, plateau halving,
+token budget 4096, dropouts 0.2 / 0.1 / 0.2) at a smaller size: d 128, 4 DGN layers of 8 x 32
+channels, a 2-layer BiLSTM parser of 128 (the release: 512, 8 layers of 8 x 128, 3 x 512).
+
+    tgjax train --config configs/udgn_craft.py --workdir runs/udgn_craft
+    tgjax eval dependency --workdir runs/udgn_craft --craft test
+"""
+
+from pathlib import Path
+
+import ml_collections
+
+CRAFT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "craft_treebank"
+
+
+def get_config():
+    return ml_collections.ConfigDict(dict(
+        trainer="mlm",
+        model=dict(d_model=128, num_layers=4, num_channels=8, channel_size=32, parser_hidden=128,
+                   parser_layers=2, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
+        data=dict(source="craft", train_path="", valid_path="", test_path="", craft_dir=str(CRAFT),
+                  num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
+                  min_word_count=3),
+        training=dict(num_steps=3000, token_budget=4096, length_bucket=16, mask_rate=0.3, seed=1111,
+                      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
+                      schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
+        evaluation=dict(interval_steps=150, runs=5, seed=0),
+        checkpointing=dict(interval_steps=150, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
+                           save_memory=False),
+        logging=dict(interval_steps=25, tensorboard=False),
+        mesh=dict(data=-1, model=1),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))

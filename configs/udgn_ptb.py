@@ -1,0 +1,40 @@
+"""udgn_ptb: UDGN at the thesis' / release's PTB sizes (released-code.md §4.3-4.4), on user-supplied files.
+
+PTB is not shipped: give the release's word files, one sentence per line, words
+separated by spaces, punctuation and traces already removed, lower-cased, digit
+runs -> N (WSJ 00-20 train, 21-22 valid):
+
+    tgjax train --config configs/udgn_ptb.py --config.data.train_path=TRAIN --config.data.valid_path=VALID \
+        --workdir runs/udgn_ptb
+
+or a bracketed treebank per split with `--config.data.source=treebank` (the
+release's WORD_TAGS filtering is then applied here). A missing file stops the
+run with its path and the key to set. Sizes: nemb 512, 8 DGN layers of 8 x 128
+channels, 3-layer BiLSTM parser of 512 per direction, no tag mixture (the
+release; the thesis used 5 tags: `--config.model.num_tags=5`); dropout 0.2,
+parser dropout 0.2, dropatt 0.1; dictionary threshold 5; mask rate 0.3; Adam
+1e-3, eps 1e-9, wd 1.2e-6, clip 0.25, ReduceLROnPlateau(0.5, patience 2);
+batches < 4096 tokens; seed 1111; 100 epochs (about 40 000 steps on WSJ 00-20).
+"""
+
+import ml_collections
+
+
+def get_config():
+    return ml_collections.ConfigDict(dict(
+        trainer="mlm",
+        model=dict(d_model=512, num_layers=8, num_channels=8, channel_size=128, parser_hidden=512,
+                   parser_layers=3, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
+        data=dict(source="text", train_path="", valid_path="", test_path="", craft_dir="",
+                  num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
+                  min_word_count=5),
+        training=dict(num_steps=40_000, token_budget=4096, length_bucket=8, mask_rate=0.3, seed=1111,
+                      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
+                      schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
+        evaluation=dict(interval_steps=400, runs=5, seed=0),
+        checkpointing=dict(interval_steps=400, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
+                           save_memory=False),
+        logging=dict(interval_steps=50, tensorboard=True),
+        mesh=dict(data=-1, model=1),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))

@@ -1,0 +1,188 @@
+"""The UDGN masked-LM task (tgjax.train.tasks.mlm): masking, batching, vocabulary, a run, resume, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tgjax.train.config import ConfigError, load_config
+from tgjax.train.loop import train
+from tgjax.train.tasks import mlm
+
+from .helpers import read_metrics
+
+NUM_STEPS = 40
+TINY = [
+    "model.d_model=16", "model.num_layers=1", "model.num_channels=2", "model.channel_size=8",
+    "model.parser_hidden=8", "model.parser_layers=1", "data.num_train_sentences=200", "data.num_valid_sentences=30",
+    "training.token_budget=256", "training.length_bucket=32", f"training.num_steps={NUM_STEPS}",
+    "training.learning_rate=0.01", "training.lr_patience=1", "evaluation.interval_steps=10", "evaluation.runs=2",
+    "checkpointing.interval_steps=10", "checkpointing.max_to_keep=10", "logging.interval_steps=1",
+]
+
+
+def tiny_config(*extra):
+    return load_config("configs/udgn_tiny.py", [*TINY, *extra])
+
+
+# -- masking ---------------------------------------------------------------------------------------
+
+
+def test_masking_rate_eligibility_and_replacement_on_a_large_sample():
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 50, size=(200, 100)).astype(np.int32)  # includes <unk>=0, <pad>=1, <mask>=2 ids
+    valid = rng.random((200, 100)) < 0.8
+    tokens = np.where(valid, tokens, mlm.PAD_ID)
+    inputs, masked = jax.device_get(mlm.mask_tokens(jax.random.key(3), jnp.asarray(tokens), jnp.asarray(valid), 0.3))
+    eligible = valid & (tokens != mlm.UNK_ID)
+    assert not np.any(masked & ~eligible)  # padding and <unk> are never masked
+    rate = masked.sum() / eligible.sum()
+    n = eligible.sum()
+    assert abs(rate - 0.3) < 4 * math.sqrt(0.3 * 0.7 / n)  # within 4 standard deviations
+    assert np.all(inputs[masked] == mlm.MASK_ID)  # 100% replaced by <mask>, no 80/10/10
+    assert np.array_equal(inputs[~masked], tokens[~masked])
+
+
+def test_the_loss_counts_exactly_the_masked_positions():
+    # Logits that predict every target perfectly except at two unmasked positions, where they are
+    # badly wrong: if unmasked positions counted, the total would be huge.
+    targets = jnp.array([[3, 4, 5, 6]])
+    masked = jnp.array([[True, False, True, False]])
+    logits = jnp.where(jax.nn.one_hot(targets, 8) > 0, 0.0, -1e4)
+    logits = logits.at[0, 1].set(jnp.where(jnp.arange(8) == 7, 0.0, -1e4))  # wrong at unmasked 1
+    logits = logits.at[0, 0].set(jnp.zeros(8))  # uniform at masked 0: nll = log 8
+    total, count = mlm.masked_nll(logits, targets, masked)
+    assert int(count) == 2
+    assert float(total) == pytest.approx(math.log(8), abs=1e-5)
+
+
+# -- vocabulary and words --------------------------------------------------------------------------
+
+
+def test_vocabulary_by_count_then_alphabet_with_specials_first():
+    sentences = [["b", "a", "c"], ["a", "c"], ["d"], ["c"]]
+    assert mlm.build_vocabulary(sentences, 1) == ["<unk>", "<pad>", "<mask>", "c", "a", "b", "d"]
+    assert mlm.build_vocabulary(sentences, 2) == ["<unk>", "<pad>", "<mask>", "c", "a"]
+    ids, unknown = mlm.encode([["a", "zzz", "c"]], mlm.build_vocabulary(sentences, 2))
+    assert ids[0].tolist() == [4, 0, 3] and unknown == 1
+
+
+def test_release_words_drop_punctuation_and_normalise():
+    from tgjax.syntax.trees import parse
+
+    tree = parse("(S (NP (DT The) (NNS Mice)) (VP (VBD ate) (CD 1,250) (NP (-NONE- *T*)) ($ $)) (. .))")
+    assert mlm.release_words(tree) == ["the", "mice", "ate", "N,N"]
+
+
+# -- batching --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=80), st.sampled_from([64, 100, 256]),
+       st.sampled_from([1, 4, 8]), st.sampled_from([1, 2]))
+def test_token_budget_batches_cover_every_sentence_once_within_budget(lengths, budget, bucket, rows_multiple):
+    lengths = np.array(lengths)
+    if mlm.rows_for(mlm._round_up(int(lengths.max()), bucket), budget, rows_multiple) < 1:
+        with pytest.raises(ValueError, match="does not fit the token budget"):
+            mlm.token_budget_batches(lengths, budget, bucket, rows_multiple)
+        return
+    batches = mlm.token_budget_batches(lengths, budget, bucket, rows_multiple)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    sentences = [np.full(n, 7, np.int32) for n in lengths]
+    previous_max = 0
+    for indices in batches:
+        batch = mlm.make_batch(sentences, indices, budget, bucket, rows_multiple)
+        rows, width = batch["tokens"].shape
+        assert rows * width <= budget and rows % rows_multiple == 0 and width % bucket == 0
+        assert batch["valid"].sum() == lengths[indices].sum()
+        assert np.all(batch["tokens"][~batch["valid"]] == mlm.PAD_ID)
+        assert lengths[indices].min() >= previous_max  # packed in length order
+        previous_max = lengths[indices].max()
+    # Greedy: a batch is closed only when the next sentence would not fit.
+    for a, b in zip(batches, batches[1:]):
+        width = mlm._round_up(int(lengths[np.concatenate([a, b[:1]])].max()), bucket)
+        assert len(a) + 1 > mlm.rows_for(width, budget, rows_multiple)
+
+
+def test_batch_iterator_resumes_from_its_position():
+    sentences = [np.arange(3, 3 + n, dtype=np.int32) for n in [2, 5, 3, 9, 4, 4, 1, 7, 6, 2]]
+    batches = mlm.token_budget_batches(np.array([len(s) for s in sentences]), 16, 4)
+    it = mlm.MLMBatches(sentences, batches, 16, 4, seed=5)
+    seen = [next(it) for _ in range(7)]  # crosses an epoch boundary
+    position = {"epoch": 0, "step": 3}
+    again = mlm.MLMBatches(sentences, batches, 16, 4, seed=5)
+    for _ in range(3):
+        next(again)
+    assert again.get_state() == position
+    resumed = mlm.MLMBatches(sentences, batches, 16, 4, seed=5, position=position)
+    for expected in seen[3:]:
+        got = next(resumed)
+        assert np.array_equal(got["tokens"], expected["tokens"])
+
+
+# -- a run -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return train(tiny_config(), tmp_path_factory.mktemp("mlm_run"), quiet=True)
+
+
+def test_a_short_run_lowers_the_masked_lm_loss(uninterrupted):
+    losses = uninterrupted.losses
+    vocab = len((uninterrupted.workdir / "vocab.txt").read_text().splitlines())
+    first, last = np.mean([losses[s] for s in range(1, 6)]), np.mean([losses[s] for s in range(36, 41)])
+    assert first == pytest.approx(math.log(vocab), abs=0.5)  # starts near uniform
+    assert last < first - 0.3
+    valid = [r for r in read_metrics(uninterrupted.workdir) if r["split"] == "valid"]
+    assert [r["step"] for r in valid] == [10, 20, 30, 40]
+    assert valid[-1]["loss"] < valid[0]["loss"]
+    assert all(r["perplexity"] == pytest.approx(math.exp(r["loss"])) for r in valid)
+
+
+def test_stop_and_resume_is_bit_identical(tmp_path, uninterrupted):
+    first = train(tiny_config(), tmp_path, stop_after_step=20, quiet=True)
+    assert first.final_step == 20
+    second = train(tiny_config(), tmp_path, quiet=True)
+    assert second.start_step == 20 and second.final_step == NUM_STEPS
+    for step in range(1, 21):
+        assert first.losses[step] == uninterrupted.losses[step], step
+    for step in range(21, NUM_STEPS + 1):
+        assert second.losses[step] == uninterrupted.losses[step], step  # exact float equality
+    assert second.valid_losses == {s: v for s, v in uninterrupted.valid_losses.items() if s > 20}
+    with pytest.raises(ConfigError, match="model.d_model: 16 in the checkpoint, 8 now"):
+        train(tiny_config("model.d_model=8", f"training.num_steps={NUM_STEPS + 5}"), tmp_path, quiet=True)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+def test_missing_text_files_are_named(tmp_path):
+    config = load_config("configs/udgn_ptb.py", [f"data.train_path={tmp_path / 'nope.txt'}",
+                                                 f"data.valid_path={tmp_path / 'nope2.txt'}"])
+    with pytest.raises(FileNotFoundError, match=r"nope\.txt.*data\.train_path"):
+        train(config, tmp_path / "run", quiet=True)
+
+
+def test_missing_craft_directory_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="craft-ids-train.txt"):
+        train(load_config("configs/udgn_craft.py", [f"data.craft_dir={tmp_path}"]), tmp_path / "run", quiet=True)
+
+
+@pytest.mark.parametrize("override, message", [("training.mask_rate=1.5", "mask_rate"),
+                                               ("data.source='web'", "data.source"),
+                                               ("training.token_budget=0", "token_budget")])
+def test_bad_config_values_are_named(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        train(tiny_config(override), tmp_path, quiet=True)
+
+
+def test_a_sentence_longer_than_the_budget_is_an_error():
+    with pytest.raises(ValueError, match="40 words .* does not fit the token budget 32"):
+        mlm.token_budget_batches(np.array([3, 40]), 32, 8)

@@ -1,0 +1,586 @@
+"""UDGN's masked language modelling task (`trainer="mlm"`): the release's recipe on the shared trainer.
+
+    tgjax train --config configs/udgn_tiny.py --workdir runs/udgn_tiny
+
+What the release does (../shared/reference/released-code.md §4.4-4.5) and how it maps here:
+
+- Words: from a treebank (`data.source = "builtin"`, `"treebank"` files or
+  `"craft"`, CRAFT's id lists) only the tokens whose POS tag is one of the
+  release's WORD_TAGS are kept (punctuation, traces, `$`, `#` dropped), in
+  the release's form (lower-cased, digit runs -> `N`); `"text"` files are one
+  sentence per line, already filtered (PTB as the release prepared it).
+  Sentences left empty are skipped and counted (reported at the start).
+- Vocabulary: `<unk>` 0, `<pad>` 1, `<mask>` 2, then the training words seen
+  at least `data.min_word_count` times (the release's `dict_thd`, 5 on PTB),
+  most frequent first (ties alphabetical). Written to WORKDIR/vocab.txt.
+- Masking (`mask_tokens`, on device, keyed by the step): every token that is
+  neither padding nor `<unk>` is masked independently with probability
+  `training.mask_rate` (0.3) and then always replaced by `<mask>` (no 80/10/10);
+  the loss is the mean cross-entropy over the masked positions only.
+- Batches (`token_budget_batches`): sentences sorted by length and packed
+  greedily so that a batch's padded size rows x width stays within
+  `training.token_budget` (the release: < 4096 tokens), the width rounded up
+  to a multiple of `training.length_bucket` and every batch of one width
+  padded to the same number of rows (empty rows, no loss) so that XLA
+  compiles one program per width. The batches are fixed; each epoch shuffles
+  their order from (seed, epoch), so the position {"epoch", "step"} is all a
+  checkpoint needs and a resumed run is bit-exact.
+- Update: gradient clipped to global norm `training.clip` (0.25), PyTorch
+  Adam's L2 `weight_decay` added to the gradient, Adam (eps 1e-9), the
+  learning rate applied from the host so that the plateau schedule (the
+  release's ReduceLROnPlateau, factor 0.5, PyTorch patience 2 = 3
+  validations without improvement here) can halve it.
+- Validation: MLM loss over the validation split averaged over
+  `evaluation.runs` (5) fixed random maskings (pooled: total NLL / total
+  masked tokens); perplexity = exp(loss). The lowest loss picks the best
+  checkpoint (`tgjax eval dependency` reads it).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from tgjax.models.udgn import UDGN, UDGNConfig
+from tgjax.train import sharding as shd
+from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.schedules import Plateau, StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection
+
+UNK, PAD, MASK = "<unk>", "<pad>", "<mask>"
+SPECIALS = (UNK, PAD, MASK)
+UNK_ID, PAD_ID, MASK_ID = 0, 1, 2
+VOCABULARY_FILE = "vocab.txt"
+SOURCES = ("builtin", "treebank", "craft", "text")
+CRAFT_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
+DEFAULT_CRAFT_DIR = str(Path(__file__).resolve().parents[3].parent / "shared" / "data" / "craft_treebank")
+
+
+# -----------------------------------------------------------------------------
+# Words.
+
+
+def release_words(tree) -> list[str]:
+    """The words the release keeps from a tree: WORD_TAGS only, lower-cased, digit runs -> N."""
+    from tgjax.syntax.distance import release_word_form
+    from tgjax.syntax.heads import WORD_TAGS
+    from tgjax.syntax.trees import tagged_words
+
+    return [release_word_form(word) for word, tag in tagged_words(tree) if tag in WORD_TAGS]
+
+
+def craft_files(craft_dir: str, split: str) -> list[Path]:
+    """CRAFT's `penn/<id>.tree` files of a split ("train", "valid" = dev, "test"), from `ids/craft-ids-*.txt`."""
+    root = Path(craft_dir)
+    ids_path = root / "ids" / f"craft-ids-{CRAFT_SPLITS[split]}.txt"
+    if not ids_path.is_file():
+        raise FileNotFoundError(f"no CRAFT id list at {ids_path}: expected the CRAFT treebank (ids/, penn/) in "
+                                f"{root}; set data.craft_dir")
+    ids = [line.strip() for line in ids_path.read_text().splitlines() if line.strip()]
+    files = [root / "penn" / f"{i}.tree" for i in ids]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{ids_path} names {len(missing)} articles with no tree file, e.g. {missing[0]}")
+    return files
+
+
+def split_trees(data, split: str) -> list:
+    """The trees of a split for the treebank sources ("builtin", "treebank", "craft")."""
+    from tgjax.syntax.trees import read_treebank
+
+    if data.source == "builtin":
+        from tgjax.data.corpora import get_corpus
+
+        count = {"train": data.num_train_sentences, "valid": data.num_valid_sentences,
+                 "test": data.get("num_test_sentences", None)}[split]
+        return get_corpus("builtin", split, num_sentences=count, seed=data.corpus_seed)
+    if data.source == "craft":
+        return [tree for path in craft_files(data.craft_dir, split) for tree in read_treebank(path)]
+    path = {"train": data.train_path, "valid": data.valid_path, "test": data.get("test_path", "")}[split]
+    if not path:
+        return []
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no {split} treebank at {path} (config key data.{split}_path)")
+    return read_treebank(path)
+
+
+def read_split(data, split: str) -> tuple[list[list[str]], int]:
+    """(sentences as word lists, number of sentences skipped because nothing was left)."""
+    if data.source == "text":
+        path = {"train": data.train_path, "valid": data.valid_path}[split]
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no {split} text at {path} (config key data.{split}_path): one sentence per "
+                                    "line, words separated by spaces, punctuation already removed")
+        lines = [line.split() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    else:
+        lines = [release_words(tree) for tree in split_trees(data, split)]
+    kept = [words for words in lines if words]
+    return kept, len(lines) - len(kept)
+
+
+def build_vocabulary(sentences: list[list[str]], min_count: int) -> list[str]:
+    """The specials, then words seen >= min_count times, most frequent first (ties alphabetical)."""
+    counts = collections.Counter(word for words in sentences for word in words)
+    kept = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+                  key=lambda w: (-counts[w], w))
+    return [*SPECIALS, *kept]
+
+
+def encode(sentences: list[list[str]], words: list[str]) -> tuple[list[np.ndarray], int]:
+    """Id arrays per sentence, and how many words became `<unk>`."""
+    index = {w: i for i, w in enumerate(words)}
+    out = [np.array([index.get(w, UNK_ID) for w in s], np.int32) for s in sentences]
+    unknown = sum(int(np.sum(ids == UNK_ID)) for ids in out) - sum(s.count(UNK) for s in sentences)
+    return out, unknown
+
+
+# -----------------------------------------------------------------------------
+# Token-budget batches.
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def rows_for(width: int, budget: int, rows_multiple: int = 1) -> int:
+    """Rows of a batch of `width`: as many as fit in `budget` tokens, a multiple of `rows_multiple`."""
+    return (budget // width) // rows_multiple * rows_multiple
+
+
+def token_budget_batches(lengths: np.ndarray, budget: int, bucket: int, rows_multiple: int = 1
+                         ) -> list[np.ndarray]:
+    """Sentence indices per batch: sorted by length, packed greedily with rows x width <= budget.
+
+    width = the longest sentence rounded up to a multiple of `bucket`. Raises
+    ValueError when a sentence alone does not fit.
+    """
+    order = np.argsort(lengths, kind="stable")
+    batches, current, width = [], [], 0
+    for i in order:
+        w = _round_up(int(lengths[i]), bucket)
+        if rows_for(w, budget, rows_multiple) < 1:
+            raise ValueError(f"a sentence of {int(lengths[i])} words (width {w}) does not fit the token budget "
+                             f"{budget}: raise training.token_budget or drop long sentences")
+        if current and len(current) + 1 > rows_for(max(width, w), budget, rows_multiple):
+            batches.append(np.array(current))
+            current, width = [], 0
+        current.append(int(i))
+        width = max(width, w)
+    if current:
+        batches.append(np.array(current))
+    return batches
+
+
+def make_batch(sentences: list[np.ndarray], indices: np.ndarray, budget: int, bucket: int,
+               rows_multiple: int = 1) -> dict[str, np.ndarray]:
+    """tokens [R, W] int32 (padding `<pad>`), valid [R, W] bool; R fixed by the width W (empty filler rows)."""
+    width = _round_up(max(len(sentences[i]) for i in indices), bucket)
+    rows = rows_for(width, budget, rows_multiple)
+    tokens = np.full((rows, width), PAD_ID, np.int32)
+    for row, i in enumerate(indices):
+        tokens[row, :len(sentences[i])] = sentences[i]
+    valid = np.zeros((rows, width), bool)
+    for row, i in enumerate(indices):
+        valid[row, :len(sentences[i])] = True
+    return {"tokens": tokens, "valid": valid}
+
+
+def epoch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch,)))
+    return rng.permutation(num_batches)
+
+
+class MLMBatches:
+    """Training batches; position {"epoch", "step"} (batches of that epoch already given)."""
+
+    def __init__(self, sentences, batches, budget, bucket, seed, position=None, rows_multiple=1):
+        self.sentences, self.batches, self.budget, self.bucket = sentences, batches, budget, bucket
+        self.seed, self.rows_multiple = seed, rows_multiple
+        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
+        self._order = epoch_order(len(batches), seed, self.epoch)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.step >= len(self._order):
+            self.epoch, self.step = self.epoch + 1, 0
+            self._order = epoch_order(len(self.batches), self.seed, self.epoch)
+        indices = self.batches[self._order[self.step]]
+        self.step += 1
+        return make_batch(self.sentences, indices, self.budget, self.bucket, self.rows_multiple)
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+
+# -----------------------------------------------------------------------------
+# Masking, loss, steps.
+
+
+def mask_tokens(key: jax.Array, tokens: jax.Array, valid: jax.Array, rate: float
+                ) -> tuple[jax.Array, jax.Array]:
+    """(inputs, masked): each valid token that is not `<unk>` is masked with probability `rate` and
+    replaced by `<mask>`; `masked` [B, T] bool marks exactly the positions the loss counts."""
+    eligible = valid & (tokens != UNK_ID)
+    masked = jax.random.bernoulli(key, rate, tokens.shape) & eligible
+    return jnp.where(masked, MASK_ID, tokens), masked
+
+
+def masked_nll(logits: jax.Array, targets: jax.Array, masked: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(summed cross-entropy over the masked positions, their number)."""
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+    return jnp.sum(jnp.where(masked, nll, 0.0)), jnp.sum(masked)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MLMState:
+    """params (pure dict), Adam state, step (int32), rng (uint32 [2]: the base key of masking and dropout)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+
+
+def make_optimizer(training) -> optax.GradientTransformation:
+    """Clip, PyTorch Adam's L2 weight decay into the gradient, Adam's direction (the rate comes from the host)."""
+    parts = []
+    if training.clip:
+        parts.append(optax.clip_by_global_norm(training.clip))
+    if training.weight_decay:
+        parts.append(optax.add_decayed_weights(training.weight_decay))
+    parts.append(optax.scale_by_adam(b1=training.b1, b2=training.b2, eps=training.eps))
+    return optax.chain(*parts)
+
+
+def make_steps(graphdef, tx, mask_rate: float):
+    """train_step(state, rest, batch, lr) -> (state, metrics); eval_step(params, rest, batch, key) -> (nll, count)."""
+
+    def train_step(state: MLMState, rest, batch, learning_rate):
+        base = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
+        mask_key, dropout_key = jax.random.split(base)
+        inputs, masked = mask_tokens(mask_key, batch["tokens"], batch["valid"], mask_rate)
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params, jax.tree.map(lambda x: x, rest))
+            nnx.reseed(model, dropout=dropout_key)
+            out = model(inputs, batch["valid"], deterministic=False)
+            total, count = masked_nll(out.logits, batch["tokens"], masked)
+            return total / jnp.maximum(count, 1), (total, count)
+
+        (loss, (total, count)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = jax.tree.map(lambda p, u: p - learning_rate * u, state.params, updates)
+        metrics = {"loss": loss, "sum_nll": total, "num_masked": count, "num_tokens": jnp.sum(batch["valid"]),
+                   "grad_norm": optax.tree.norm(grads), "learning_rate": learning_rate}
+        return MLMState(params, opt_state, state.step + 1, state.rng), metrics
+
+    def eval_step(params, rest, batch, key):
+        inputs, masked = mask_tokens(key, batch["tokens"], batch["valid"], mask_rate)
+        model = nnx.merge(graphdef, params, rest)
+        out = model(inputs, batch["valid"], deterministic=True)
+        return masked_nll(out.logits, batch["tokens"], masked)
+
+    return train_step, eval_step
+
+
+class MLMWindow:
+    def __init__(self):
+        self.steps, self.nll, self.masked, self.tokens = 0, 0.0, 0.0, 0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        self.nll += float(metrics["sum_nll"])
+        self.masked += float(metrics["num_masked"])
+        self.tokens += int(metrics["num_tokens"])
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        loss = self.nll / max(self.masked, 1.0)
+        return {"split": "train", "step": step, "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
+                "steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed}
+
+
+# -----------------------------------------------------------------------------
+# Config.
+
+
+def model_config(config, vocab_size: int) -> UDGNConfig:
+    m = config.model
+    return UDGNConfig(vocab_size=vocab_size, d_model=m.d_model, num_layers=m.num_layers,
+                      num_channels=m.num_channels, channel_size=m.channel_size, parser_hidden=m.parser_hidden,
+                      parser_layers=m.parser_layers, num_tags=m.num_tags, dropout=m.dropout,
+                      attention_dropout=m.attention_dropout, parser_dropout=m.parser_dropout)
+
+
+def check_config(config) -> None:
+    def need(path: str):
+        node = config
+        for key in path.split("."):
+            if not hasattr(node, "keys") or key not in node:
+                raise ConfigError(f"config key {path!r} is missing (see configs/udgn_tiny.py for every key)")
+            node = node[key]
+        return node
+
+    if need("data.source") not in SOURCES:
+        raise ConfigError(f"config key 'data.source': expected one of {', '.join(SOURCES)}, got {config.data.source!r}")
+    for path in ("model.d_model", "model.num_layers", "model.num_channels", "model.channel_size",
+                 "model.parser_hidden", "model.parser_layers", "training.num_steps", "training.token_budget",
+                 "training.length_bucket", "data.min_word_count", "evaluation.interval_steps", "evaluation.runs",
+                 "checkpointing.interval_steps", "logging.interval_steps"):
+        value = need(path)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
+    if not 0.0 < need("training.mask_rate") < 1.0:
+        raise ConfigError(f"config key 'training.mask_rate' must be in (0, 1), got {config.training.mask_rate!r}")
+    if not need("training.learning_rate") > 0:
+        raise ConfigError(f"config key 'training.learning_rate' must be > 0, got {config.training.learning_rate!r}")
+    if not 0 < need("training.lr_decay") <= 1:
+        raise ConfigError(f"config key 'training.lr_decay' must be in (0, 1], got {config.training.lr_decay!r}")
+    if need("training.schedule") not in ("plateau", "constant"):
+        raise ConfigError(f"config key 'training.schedule': expected 'plateau' or 'constant', "
+                          f"got {config.training.schedule!r}")
+    for path in ("model.num_tags", "model.dropout", "model.attention_dropout", "model.parser_dropout",
+                 "training.seed", "training.clip", "training.weight_decay", "training.b1", "training.b2",
+                 "training.eps", "training.lr_patience", "training.early_stopping_patience", "data.corpus_seed",
+                 "data.train_path", "data.valid_path", "data.craft_dir", "mesh", "checkpointing", "distributed"):
+        need(path)
+
+
+def _fingerprint(parts: list[str]) -> str:
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+# -----------------------------------------------------------------------------
+# The task.
+
+
+class MLMTask:
+    """UDGN as a masked LM; see the module docstring."""
+
+    name = "mlm"
+    selection = Selection("valid_loss", "min")
+
+    def __init__(self, config):
+        self.config = config
+        self.num_steps = config.training.num_steps
+        self.validation_interval = config.evaluation.interval_steps
+        self.checkpoint_interval = config.checkpointing.interval_steps
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+        t = config.training
+        self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="min") if t.schedule == "plateau"
+                         else StepSchedule())
+        self.learning_rate = float(t.learning_rate)
+
+    def validate_config(self, config) -> None:
+        check_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        self.rows_multiple = int(mesh.shape["data"])
+
+    def setup(self, run: RunContext) -> None:
+        self.run = run
+        d, t = self.config.data, self.config.training
+        self.skipped: dict[str, int] = {}
+        train, self.skipped["train"] = read_split(d, "train")
+        valid, self.skipped["valid"] = read_split(d, "valid")
+        if not train:
+            raise ValueError(f"no training sentence left from data.source={d.source!r} (after filtering)")
+        self.words = build_vocabulary(train, d.min_word_count)
+        self.train_ids, self.unknown_train = encode(train, self.words)
+        self.valid_ids, self.unknown_valid = encode(valid, self.words)
+        rows_multiple = getattr(self, "rows_multiple", 1)
+        self.train_batches = token_budget_batches(np.array([len(s) for s in self.train_ids]), t.token_budget,
+                                                  t.length_bucket, rows_multiple)
+        self.valid_batches = (token_budget_batches(np.array([len(s) for s in self.valid_ids]), t.token_budget,
+                                                   t.length_bucket, rows_multiple) if self.valid_ids else [])
+        self.vocab_sha256 = _fingerprint(self.words)
+        self.data_sha256 = _fingerprint([" ".join(s) for s in train])
+        self.model_config = model_config(self.config, len(self.words))
+        if run.process_index == 0:
+            path = run.workdir / VOCABULARY_FILE
+            text = "\n".join(self.words) + "\n"
+            if path.is_file() and path.read_text(encoding="utf-8") != text and run.resuming:
+                raise ConfigError(f"{path} differs from the vocabulary this config builds: use the original "
+                                  "config and data, or a new --workdir")
+            path.write_text(text, encoding="utf-8")
+        abstract = nnx.eval_shape(lambda: UDGN(self.model_config, rngs=nnx.Rngs(params=0, dropout=0)))
+        self.graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
+        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            nnx.to_pure_dict(abstract_params))
+        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.tx = make_optimizer(t)
+        self.replicated = shd.replicated(run.mesh)
+        train_step, eval_step = make_steps(self.graphdef, self.tx, float(t.mask_rate))
+        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._eval_step = jax.jit(eval_step)
+
+    def describe_run(self) -> list[str]:
+        c = self.model_config
+        lines = [f"UDGN masked LM: {self.num_parameters:,} parameters (d={c.d_model}, {c.num_layers} DGN layers of "
+                 f"{c.num_channels}x{c.channel_size} channels, parser BiLSTM {c.parser_layers}x{c.parser_hidden}, "
+                 f"tags {c.num_tags}), vocabulary {len(self.words):,}",
+                 f"data ({self.config.data.source}): {len(self.train_ids):,} training sentences in "
+                 f"{len(self.train_batches)} batches of <= {self.config.training.token_budget} tokens, "
+                 f"{len(self.valid_ids):,} validation; {self.unknown_valid} validation words read as {UNK}"]
+        if any(self.skipped.values()):
+            lines.append("note: sentences with no word left after filtering, skipped: "
+                         + ", ".join(f"{k} {v}" for k, v in self.skipped.items()))
+        return lines
+
+    # -- state and checkpoints
+
+    def _rest(self):
+        model = UDGN(self.model_config, rngs=nnx.Rngs(params=0, dropout=self.config.training.seed))
+        return nnx.split(model, nnx.Param, ...)[2]
+
+    def init_state(self):
+        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
+
+        def init():
+            model = UDGN(self.model_config, rngs=nnx.Rngs(params=param_key, dropout=0))
+            return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
+
+        params = jax.jit(init, out_shardings=self.replicated)()
+        opt_state = jax.jit(self.tx.init, out_shardings=self.replicated)(params)
+        state = MLMState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), self.replicated),
+                         jax.device_put(jax.random.key_data(step_key), self.replicated))
+        return state, self.restored_rest()
+
+    def abstract_state(self):
+        shapes = MLMState(self.abstract_params, jax.eval_shape(self.tx.init, self.abstract_params),
+                          jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((2,), jnp.uint32))
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+
+    def restored_rest(self):
+        # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.
+        return jax.device_put(self._rest(), self.replicated)
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        meta = {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,
+                "vocab_size": len(self.words), "data_sha256": self.data_sha256,
+                "token_budget": self.config.training.token_budget, "learning_rate": self.learning_rate,
+                "config": to_json_dict(self.config)}
+        if isinstance(self.schedule, Plateau):
+            plateau = self.schedule.state_dict()
+            meta["plateau"] = {**plateau, "best": plateau["best"] if math.isfinite(plateau["best"]) else None}
+        return meta
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        changed = []
+        saved = meta.get("model", {})
+        for key, value in dataclasses.asdict(self.model_config).items():
+            if key.endswith("dropout"):
+                continue
+            if saved.get(key) != value:
+                changed.append(f"model.{key}: {saved.get(key)!r} in the checkpoint, {value!r} now")
+        if meta.get("data_sha256") != self.data_sha256:
+            changed.append("the training sentences differ (data.* or the files changed)")
+        if meta.get("token_budget") != self.config.training.token_budget:
+            changed.append(f"training.token_budget: {meta.get('token_budget')} in the checkpoint, "
+                           f"{self.config.training.token_budget} now")
+        if changed:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another run: " + "; ".join(changed)
+                              + ". Use the original config or a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        self.learning_rate = float(meta["learning_rate"])
+        if isinstance(self.schedule, Plateau) and "plateau" in meta:
+            plateau = dict(meta["plateau"])
+            plateau["best"] = math.inf if plateau["best"] is None else plateau["best"]
+            self.schedule.load_state_dict(plateau)
+
+    # -- steps
+
+    def batches(self, position: dict | None) -> MLMBatches:
+        t = self.config.training
+        return MLMBatches(self.train_ids, self.train_batches, t.token_budget, t.length_bucket, t.seed, position,
+                          getattr(self, "rows_multiple", 1))
+
+    def make_train_step(self):
+        step = self._train_step
+
+        def train_step(state, rest, batch):
+            return step(state, rest, batch, jnp.float32(self.learning_rate))
+
+        return train_step
+
+    def new_window(self) -> MLMWindow:
+        return MLMWindow()
+
+    def decay_learning_rate(self) -> float:
+        self.learning_rate *= float(self.config.training.lr_decay)
+        return self.learning_rate
+
+    # -- evaluation
+
+    def has_validation(self) -> bool:
+        return bool(self.valid_ids)
+
+    def mlm_loss(self, params, rest, sentences: list[np.ndarray], batches: list[np.ndarray], runs: int,
+                 seed: int) -> tuple[float, int]:
+        """(pooled masked-token NLL over `runs` fixed maskings, masked tokens counted)."""
+        t = self.config.training
+        total, count = 0.0, 0
+        for run in range(runs):
+            for b, indices in enumerate(batches):
+                key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), run), b)
+                batch = make_batch(sentences, indices, t.token_budget, t.length_bucket,
+                                   getattr(self, "rows_multiple", 1))
+                nll, n = self._eval_step(params, rest, shd.global_batch(batch, self.run.mesh), key)
+                total += float(nll)
+                count += int(n)
+        return total / max(count, 1), count
+
+    def evaluate(self, state, rest) -> Evaluation:
+        loss, count = self.mlm_loss(state.params, rest, self.valid_ids, self.valid_batches,
+                                    self.config.evaluation.runs, self.config.evaluation.seed)
+        ppl = math.exp(min(loss, 50.0))
+        return Evaluation(values={"valid_loss": loss},
+                          record={"loss": loss, "perplexity": ppl, "masked_tokens": count,
+                                  "learning_rate": self.learning_rate},
+                          message=f"MLM loss {loss:.4f}, perplexity {ppl:.2f}")
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"num_parameters": self.num_parameters, "vocab_size": len(self.words)}
+
+    def summary(self, result) -> str | None:
+        return None
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key this task reads, at the release's PTB values (configs/udgn_*.py set their own)."""
+    return ml_collections.ConfigDict(dict(
+        trainer="mlm",
+        model=dict(d_model=512, num_layers=8, num_channels=8, channel_size=128, parser_hidden=512,
+                   parser_layers=3, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
+        data=dict(source="text", train_path="", valid_path="", test_path="", craft_dir=DEFAULT_CRAFT_DIR,
+                  num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
+                  min_word_count=5),
+        training=dict(num_steps=100_000, token_budget=4096, length_bucket=8, mask_rate=0.3, seed=1111,
+                      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
+                      schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
+        evaluation=dict(interval_steps=1000, runs=5, seed=0),
+        checkpointing=dict(interval_steps=1000, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
+                           save_memory=False),
+        logging=dict(interval_steps=50, tensorboard=False),
+        mesh=dict(data=-1, model=1),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))
