@@ -104,13 +104,14 @@ class PushdownAttention(nnx.Module):
         content = jnp.einsum("bthk,bshk->bhts", q, k)
         rel_keys = jnp.einsum("pd,dhk->phk", self.position_table[...], self.rel_key[...])  # [P, H, dh]
         by_distance = jnp.einsum("bthk,phk->bhtp", q, rel_keys)  # [B, H, Tq, P]
-        shape = content.shape
+        # The indices stay [B or 1, 1, Tq, Tk] (take_along_axis broadcasts them over the heads): a
+        # [B, H, Tq, Tk] index array would cost more memory than the scores it gathers.
         distance_index = jnp.clip(distance, 0, self.max_relative_position).astype(jnp.int32)[:, None]
-        logits = content + jnp.take_along_axis(by_distance, jnp.broadcast_to(distance_index, shape), axis=-1)
+        logits = content + jnp.take_along_axis(by_distance, distance_index, axis=-1)
         if self.depth_embedding is not None:
             by_depth = jnp.einsum("bthk,ek->bhte", q, self.depth_embedding[...])  # [B, H, Tq, D]
             depth_index = jnp.clip(tape, 0, self.num_depths - 1).astype(jnp.int32)[:, None]
-            logits = logits + jnp.take_along_axis(by_depth, jnp.broadcast_to(depth_index, shape), axis=-1)
+            logits = logits + jnp.take_along_axis(by_depth, depth_index, axis=-1)
         return logits / np.sqrt(self.head_dim)
 
     def attend(self, scores: jax.Array, mask: jax.Array, v: jax.Array) -> jax.Array:
