@@ -38,7 +38,7 @@ def get_config(data_dir: str | None = None):
             batch_size=20, bptt=70, bptt_short_probability=0.05, bptt_std=5.0, min_seq_len=5,
             length_bucket=16,  # pad segments to a multiple of 16 steps: a few compiled shapes
             lr=30.0, weight_decay=1.2e-6, clip=0.25, alpha=2.0, beta=1.0,
-            asgd=True, nonmono=5, asgd_release_average=False,
+            asgd=True, nonmono=5, asgd_as_released=False,
             num_epochs=1000, num_steps=None, seed=141,
         ),
         evaluation=dict(every_epoch=True, interval_steps=0, batch_size=10, bptt=70),

@@ -31,7 +31,7 @@ def get_config():
             batch_size=16, bptt=20, bptt_short_probability=0.05, bptt_std=5.0, min_seq_len=5,
             length_bucket=48,  # every segment of this recipe fits in 48 steps: one compiled shape
             lr=30.0, weight_decay=1.2e-6, clip=0.25, alpha=2.0, beta=1.0,
-            asgd=True, nonmono=1, asgd_release_average=False,
+            asgd=True, nonmono=1, asgd_as_released=False,
             num_epochs=4, num_steps=None, seed=141,
         ),
         evaluation=dict(every_epoch=True, interval_steps=0, batch_size=10, bptt=40),

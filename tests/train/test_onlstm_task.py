@@ -131,9 +131,10 @@ def test_batches_cover_the_stream_and_resume_from_a_position():
     np.testing.assert_array_equal(inputs, data[:, :last])
     np.testing.assert_array_equal(targets, data[:, 1:last + 1])
     assert all(b["inputs"].shape[1] % 8 == 0 for b in seen)
-    for k in range(len(seen)):  # lr_scale = sampled seq_len / bptt
-        epoch, step = (0, k) if k < len(plans(0)) else (1, k - len(plans(0)))
-        assert seen[k]["lr_scale"][0] == np.float32(plans(epoch).sampled[step] / 6)
+    sampled = np.concatenate([plans(0).sampled, plans(1).sampled])
+    for k in range(len(seen)):  # lr_scale = sampled seq_len / bptt; previous_lr_scale: the segment before's
+        assert seen[k]["lr_scale"][0] == np.float32(sampled[k] / 6)
+        assert seen[k]["previous_lr_scale"][0] == np.float32(sampled[max(k - 1, 0)] / 6)
     # Starting from a saved position gives the same batches.
     resumed = BPTTBatches(data, plans, settings, 8, positions[4])
     for k in range(5, len(seen)):
@@ -161,7 +162,7 @@ def _fresh_state(batch_size=3):
     return graphdef, state
 
 
-def _batch(seed, lr_scale, length=6, padded=8, batch_size=3):
+def _batch(seed, lr_scale, length=6, padded=8, batch_size=3, previous_lr_scale=1.0):
     rng = np.random.default_rng(seed)
     inputs = np.zeros((batch_size, padded), np.int32)
     targets = np.zeros((batch_size, padded), np.int32)
@@ -170,11 +171,13 @@ def _batch(seed, lr_scale, length=6, padded=8, batch_size=3):
     mask = np.zeros((batch_size, padded), np.float32)
     mask[:, :length] = 1
     return {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets), "mask": jnp.asarray(mask),
-            "lr_scale": jnp.full((batch_size,), lr_scale, jnp.float32), "reset": jnp.zeros((batch_size,), bool)}
+            "lr_scale": jnp.full((batch_size,), lr_scale, jnp.float32),
+            "previous_lr_scale": jnp.full((batch_size,), previous_lr_scale, jnp.float32),
+            "reset": jnp.zeros((batch_size,), bool)}
 
 
 def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
-    recipe = Recipe(lr=30.0, weight_decay=0.01, clip=0.05, alpha=2.0, beta=1.0, asgd_release_average=False)
+    recipe = Recipe(lr=30.0, weight_decay=0.01, clip=0.05, alpha=2.0, beta=1.0, asgd_as_released=False)
     graphdef, state = _fresh_state()
     # A carried state from a previous segment: the step must start from it.
     hidden0 = jax.tree.map(lambda a: a + 0.3, state.hidden)
@@ -222,7 +225,7 @@ def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
 
 
 def test_reset_flag_restarts_the_carried_state_from_zero():
-    recipe = Recipe(lr=1.0, weight_decay=0.0, clip=1.0, alpha=0.0, beta=0.0, asgd_release_average=False)
+    recipe = Recipe(lr=1.0, weight_decay=0.0, clip=1.0, alpha=0.0, beta=0.0, asgd_as_released=False)
     graphdef, state = _fresh_state()
     step_fn = jax.jit(make_step_fn(graphdef, recipe))
     batch = _batch(1, 1.0)
@@ -251,14 +254,20 @@ def test_nt_asgd_trigger_on_a_hand_made_validation_sequence():
 
 @pytest.mark.parametrize("release_average", [False, True])
 def test_averaged_parameters_are_the_mean_of_the_iterates_since_the_trigger(release_average):
-    recipe = Recipe(lr=5.0, weight_decay=1e-3, clip=0.5, alpha=2.0, beta=1.0, asgd_release_average=release_average)
+    recipe = Recipe(lr=5.0, weight_decay=1e-3, clip=0.5, alpha=2.0, beta=1.0, asgd_as_released=release_average)
     graphdef, state = _fresh_state()
     step_fn = jax.jit(make_step_fn(graphdef, recipe))
-    iterates = []
+    iterates, rates = [], []
+    scales = [0.9 + 0.05 * k for k in range(6)]
     for k in range(6):
         active = k >= 2  # SGD for 2 steps, then ASGD for 4
-        state, _ = step_fn(state, _batch(10 + k, 0.9 + 0.05 * k), jnp.asarray(active))
+        state, metrics = step_fn(state, _batch(10 + k, scales[k], previous_lr_scale=scales[max(k - 1, 0)]),
+                                 jnp.asarray(active))
         iterates.append(jax.tree.map(lambda p: np.asarray(p, np.float64), state.params))
+        rates.append(float(metrics["learning_rate"]))
+    # The step size: lr * this segment's scale, except PyTorch's ASGD from its second step: the previous one's.
+    used = [scales[k - 1] if release_average and k >= 3 else scales[k] for k in range(6)]
+    np.testing.assert_allclose(rates, [5.0 * u for u in used], rtol=1e-6)
     # Paper (AWD Algorithm 1): w_T (the parameters when ASGD began, after step 2) and the 4 ASGD iterates.
     # Release (PyTorch ASGD's lagging mu): the ASGD iterates from the second on.
     averaged = iterates[3:] if release_average else iterates[1:]

@@ -45,12 +45,14 @@ shared trainer:
   (1 / (k - T + 1)) sum_{i=T..k} w_i, the mean of the parameters w_T at the
   validation that triggered and of every iterate after it. From then on
   validation (and the selection of the best checkpoint) uses the averaged
-  parameters. `training.asgd_release_average = True` is the release instead:
+  parameters. `training.asgd_as_released = True` is the release instead:
   PyTorch's ASGD of its era, whose averaging weight lags one step (mu =
   1 / max(1, n - 1) at the n-th ASGD step), so the mean holds the iterates
-  from the second ASGD step on (neither w_T nor the first ASGD iterate).
-  Not reproduced: that ASGD's step size also lags one step behind the
-  seq_len rescale (it uses the previous step's lr * seq_len / bptt).
+  from the second ASGD step on (neither w_T nor the first ASGD iterate); and
+  whose step size lags one step behind the seq_len rescale (it computes
+  eta for step n + 1 from the rate main.py set for step n), so ASGD step
+  n >= 2 moves by lr * (seq_len of the previous segment) / bptt (batches
+  carry `previous_lr_scale` for it).
 - Validation: the validation stream batchified at `evaluation.batch_size`
   (the release's 10), fixed segments of `evaluation.bptt`, hidden state
   carried from zero, eval-mode dropouts; perplexity = exp(mean per-token
@@ -236,8 +238,9 @@ class BPTTBatches:
     """The training batches of every epoch in turn, from a position {"epoch", "step"} (next segment to yield).
 
     Each batch: inputs, targets, mask [batch, P]; lr_scale [batch] (sampled
-    seq_len / bptt, the same in every row); reset [batch] (1 at an epoch's
-    first segment: the carried state restarts from zeros).
+    seq_len / bptt, the same in every row) and previous_lr_scale [batch] (the
+    previous segment's, for the release's ASGD); reset [batch] (1 at an
+    epoch's first segment: the carried state restarts from zeros).
     """
 
     def __init__(self, data: np.ndarray, plans, settings: BPTTSettings, bucket: int, position: dict | None):
@@ -257,6 +260,12 @@ class BPTTBatches:
         batch = segment_batch(self.data, start, length, padded_length(length, self.bucket))
         rows = self.data.shape[0]
         batch["lr_scale"] = np.full((rows,), sampled / self.settings.bptt, np.float32)
+        # The previous segment's (the last of the previous epoch at an epoch's start; itself at the very first).
+        if self.step > 0:
+            previous = int(plan.sampled[self.step - 1])
+        else:
+            previous = int(self.plans(self.epoch - 1).sampled[-1]) if self.epoch > 0 else sampled
+        batch["previous_lr_scale"] = np.full((rows,), previous / self.settings.bptt, np.float32)
         batch["reset"] = np.full((rows,), self.step == 0, np.bool_)
         self.step += 1
         return batch
@@ -363,7 +372,7 @@ class Recipe:
     clip: float
     alpha: float
     beta: float
-    asgd_release_average: bool
+    asgd_as_released: bool
 
 
 def token_nll(logits, targets, mask):
@@ -400,10 +409,13 @@ def make_step_fn(graphdef, recipe: Recipe):
 
         (objective, (ce, total, count, new_hidden)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         grads, grad_norm = clip_like_torch(grads, recipe.clip)
-        lr = recipe.lr * batch["lr_scale"][0]
+        scale = batch["lr_scale"][0]
+        if recipe.asgd_as_released:  # PyTorch's ASGD: from its second step on, the previous step's rate
+            scale = jnp.where(asgd_active & (state.num_averaged >= 1), batch["previous_lr_scale"][0], scale)
+        lr = recipe.lr * scale
         params = jax.tree.map(lambda p, g: p - lr * (g + recipe.weight_decay * p), state.params, grads)
         average, num_averaged = asgd_average(state.average, state.num_averaged, state.params, params, asgd_active,
-                                             recipe.asgd_release_average)
+                                             recipe.asgd_as_released)
         new_state = OnLSTMTrainState(params=params, average=average, num_averaged=num_averaged,
                                      step=state.step + 1, rng=state.rng,
                                      hidden=jax.lax.stop_gradient(_hidden_dict(new_hidden)))
@@ -488,7 +500,7 @@ def validate_config(config) -> None:
     for k in ("batch_size", "bptt", "length_bucket", "min_seq_len", "nonmono"):
         positive_int(f"training.{k}")
     for k in ("lr", "weight_decay", "clip", "alpha", "beta", "bptt_std", "bptt_short_probability", "seed",
-              "asgd", "asgd_release_average"):
+              "asgd", "asgd_as_released"):
         need(f"training.{k}")
     if not 0.0 <= config.training.bptt_short_probability <= 1.0:
         raise ConfigError(f"training.bptt_short_probability must be in [0, 1], got "
@@ -632,7 +644,7 @@ class OnLSTMLMTask:
         self.num_parameters = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(self.abstract_params))
         self.recipe = Recipe(lr=float(t.lr), weight_decay=float(t.weight_decay), clip=float(t.clip),
                              alpha=float(t.alpha), beta=float(t.beta),
-                             asgd_release_average=bool(t.asgd_release_average))
+                             asgd_as_released=bool(t.asgd_as_released))
         self.replicated = NamedSharding(run.mesh, P())
         self.rows_sharding = NamedSharding(run.mesh, P("data"))
 
@@ -650,6 +662,8 @@ class OnLSTMLMTask:
         """Steps between validations: the end of the current epoch (every_epoch), or the configured interval."""
         if self._fixed_interval is not None:
             return self._fixed_interval
+        if not hasattr(self, "epoch_ends"):  # before setup: no data yet, so no epoch ends
+            return 0
         # The trainer validates at step s when s % interval == 0; s <= the next epoch end E, so only s == E does.
         return self.epoch_ends.next_end(max(self._steps_done, 1))
 
