@@ -305,7 +305,12 @@ class EpochEnds:
 
 
 def nt_asgd_triggered(history: list[float], value: float, nonmono: int) -> bool:
-    """The release's non-monotone trigger: len(history) > nonmono and value > min(history[:-nonmono])."""
+    """The release's non-monotone trigger: len(history) > nonmono and value > min(history[:-nonmono]).
+
+    `nonmono` must be >= 1 (validated with the config): with 0 the release's slice `[:-0]` is empty.
+    """
+    if nonmono < 1:
+        raise ValueError(f"nonmono must be >= 1, got {nonmono}")
     return len(history) > nonmono and value > min(history[:-nonmono])
 
 
