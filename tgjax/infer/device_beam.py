@@ -57,9 +57,11 @@ log-probabilities are mixed per action (and per word piece), as
 `tgjax.infer.ensemble.score_mixed` does, before the beam sees them.
 
 Capacity. A hypothesis may use `capacity` layout positions (BOS, actions,
-TG's doubled closes); the caches, and so memory and time, grow with it. By
-default a batch gets `6 * pieces + 8` rounded up to 32 for its longest
-sentence. A hypothesis that would outgrow it cannot take the action; when
+TG's doubled closes); the caches, and so memory, grow with it (the
+attention and the gathers read only the positions held so far, rounded up
+to a quarter, a half or all of the capacity: one compiled branch each). By
+default a batch gets `positions_per_piece * pieces + 8` (4 per piece)
+rounded up to 16 for its longest sentence. A hypothesis that would outgrow it cannot take the action; when
 that happened to a sentence, it is searched again with twice the room, up
 to `max_capacity` (counted in `last_stats["retried"]`), so the result is
 the host search's. Only at `max_capacity` (or a fixed `capacity`) do the
@@ -262,6 +264,18 @@ class ChoeCharniakDevice:
         return tuple(jnp.zeros((batch, pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads, C,
                                 c.d_model // c.num_heads), jnp.float32) for c in self.configs)
 
+    def used_positions(self, state: CCDeviceState) -> jnp.ndarray:
+        """`[...]`: layout positions a hypothesis holds once its pending ones are run (the most over members)."""
+        return functools.reduce(jnp.maximum, [lay.length + lay.num_pending for lay in state.layouts])
+
+    def prefix(self, cache: tuple, slots: int) -> tuple:
+        """The caches of the first `slots` positions only."""
+        return tuple(c[..., :slots, :] for c in cache)
+
+    def put_prefix(self, cache: tuple, part: tuple) -> tuple:
+        """`cache` with its first positions replaced by `part` (what `prefix` took, updated)."""
+        return tuple(c.at[..., :p.shape[-2], :].set(p) for c, p in zip(cache, part))
+
     def take(self, cache: tuple, src: jnp.ndarray) -> tuple:
         """Whole rows gathered by parent (each row one contiguous block)."""
         B, P = src.shape
@@ -280,8 +294,9 @@ class ChoeCharniakDevice:
         next_lps, piece_lps, layouts, caches = [], [], [], []
         for k, (graphdef, tg) in enumerate(zip(self.graphdefs, self.tg)):
             layout = jax.tree.map(flat, state.layouts[k])
+            M = cache[k].shape[-2]  # the slots given (a prefix of the capacity, see `prefix`)
             fields, reads, targets = jax.vmap(
-                lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num)
+                lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num, M)
             )(layout, tree, w.ids, w.types, w.num)
             kv = cache[k].reshape((N,) + cache[k].shape[2:])
             model = nnx.merge(graphdef, params[k])
@@ -293,7 +308,7 @@ class ChoeCharniakDevice:
             S = caps.window
             s = jnp.arange(S)
             write = (s[None, :] < layout.num_pending[:, None]) & run_flat[:, None]
-            at = jnp.where(write, layout.length[:, None] + s[None, :], caps.capacity)
+            at = jnp.where(write, layout.length[:, None] + s[None, :], M)
             # fresh [N, S, K, A, 2, H, dk] into the slots `at` of each row (index dims first, as fresh is laid out).
             kv = kv.at[jnp.arange(N)[:, None], :, :, :, :, at].set(fresh, mode="drop")
             caches.append(kv.reshape(cache[k].shape))
@@ -480,7 +495,7 @@ class DeviceBeamSearch:
 
     def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary,
                  rule: str | Sequence[str], config: BeamConfig = BeamConfig(), *, capacity: int | None = None,
-                 max_capacity: int = 1024, positions_per_piece: int = 6):
+                 max_capacity: int = 1024, positions_per_piece: int = 4):
         members = member_list(model, rule)
         for _, member_rule in members:
             if member_rule not in ("tg", "txl_cc"):
@@ -650,12 +665,13 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         return WordInfo(ids[rows, tt_], types[rows, tt_], jnp.where(finishing, 0, counts[rows, tt_]),
                         jnp.where(finishing, 0, later[rows, tt_]))
 
-    def body(c: _Carry) -> _Carry:
+    def body(slots: int, c: _Carry) -> _Carry:
+        """One iteration, reading and gathering the caches' first `slots` positions only (all that is held)."""
         finishing = c.phase == FINISHING
         word = word_of(c.t, finishing)
         word_bp = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, P) + x.shape[1:]), word)
         run = (c.status == FRONTIER) & (c.phase != DONE)[:, None]
-        lp, state, cache = family.score(params, c.state, c.cache, word_bp, run)
+        lp, state, cache = family.score(params, c.state, family.prefix(c.cache, slots), word_bp, run)
         fin_bp = jnp.broadcast_to(finishing[:, None], (B, P))
         allowed = _vmap2(family.allowed, state, fin_bp, word_bp) & run[..., None]
         fits = _vmap2(family.fits, state, word_bp)
@@ -682,7 +698,7 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
             c.status, c.score, lp, allowed, c.phase, c.t, num_words, c.prefix)
         gather = lambda x: jnp.take_along_axis(x, src.reshape((B, P) + (1,) * (x.ndim - 2)), axis=1)
         state = jax.tree.map(gather, state)
-        cache = family.take(cache, src)
+        cache = family.put_prefix(c.cache, family.take(cache, src))
         records = gather(c.records)
         num_records = gather(c.num_records)
         # Advance by the chosen actions (the word is the one just generated: the current word of the step).
@@ -700,10 +716,19 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         return _Carry(state, cache, new_status, val, records, num_records, t, new_phase, prefix,
                       c.steps + stepped, pruned, c.iteration + 1)
 
+    # Memory sizes: the attention and the gathers read only the positions held so far, rounded up to one of
+    # a few static sizes (one compiled branch each).
+    buckets = sorted({min(sizes.records, _round_up(max(sizes.records // d, 64), 16)) for d in (4, 2, 1)})
+
+    def switched(c: _Carry) -> _Carry:
+        held = jnp.max(jnp.where(c.status != EMPTY, family.used_positions(c.state), 0))
+        index = jnp.sum(held > jnp.asarray(buckets[:-1]))  # every position read or written is below `held`
+        return jax.lax.switch(index, [functools.partial(body, m) for m in buckets], c)
+
     def cond(c: _Carry):
         return jnp.any(c.phase != DONE) & (c.iteration < sizes.max_iterations)
 
-    return jax.lax.while_loop(cond, body, carry)
+    return jax.lax.while_loop(cond, switched if len(buckets) > 1 else functools.partial(body, buckets[0]), carry)
 
 
 def _round_up(n: int, multiple: int) -> int:

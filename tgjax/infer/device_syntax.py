@@ -232,16 +232,19 @@ def advance_layout(layout: LayoutState, tree: TreeState, action, caps: Caps, tg:
     return LayoutState(p, ids, types, num.astype(jnp.int32), key_depth, key_push, key_pop, open_pos)
 
 
-def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, word_ids, word_types, num_pieces):
+def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, word_ids, word_types, num_pieces,
+                 memory_slots: int | None = None):
     """One step's model inputs for one hypothesis: the window `[S]`, the memory keys `[C]`, and what to read.
 
     The window is the pending positions, then the next word's pieces but the
     last (`num_pieces` of `word_ids [P]`; 0 pieces: none), then padding; the
-    memory slots are the cached positions (`< length`), others empty.
+    memory slots are the cached positions (`< length`), others empty; only
+    the first `memory_slots` (default: all C) are given, when every cached
+    position is below it.
     Returns `(fields, reads [P], targets [P])`: `fields` has `inputs`,
     `inputs_ttypes`, `position`, `depth`, `push_time`, `pop_time` `[S]` and
     `memory_pos`, `memory_depth`, `memory_push_time`, `memory_pop_time`
-    `[C]` (the keys of `TransformerLM`'s compact batch); `reads[k]` is the
+    `[memory_slots]` (the keys of `TransformerLM`'s compact batch); `reads[k]` is the
     window index that predicts piece k (reads[0] predicts the next action),
     `targets[k]` the piece's id.
     """
@@ -263,16 +266,17 @@ def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, wor
     else:
         depth = jnp.zeros(S, jnp.int32)
         push = position
-    j = jnp.arange(C)
+    M = C if memory_slots is None else memory_slots
+    j = jnp.arange(M)
     cached = j < layout.length
     fields = {
         "inputs": inputs.astype(jnp.int32), "inputs_ttypes": ttypes.astype(jnp.int32),
         "position": position.astype(jnp.int32), "depth": depth.astype(jnp.int32), "push_time": push.astype(jnp.int32),
         "pop_time": jnp.full(S, NEVER, jnp.int32),
         "memory_pos": jnp.where(cached, j, -1).astype(jnp.int32),
-        "memory_depth": jnp.where(cached, layout.key_depth, 0),
-        "memory_push_time": jnp.where(cached, layout.key_push, NEVER),
-        "memory_pop_time": jnp.where(cached, layout.key_pop, NEVER),
+        "memory_depth": jnp.where(cached, layout.key_depth[:M], 0),
+        "memory_push_time": jnp.where(cached, layout.key_push[:M], NEVER),
+        "memory_pop_time": jnp.where(cached, layout.key_pop[:M], NEVER),
     }
     reads = jnp.minimum(n - 1 + jnp.arange(P), S - 1).astype(jnp.int32)
     targets = jnp.where(jnp.arange(P) < num_pieces, word_ids, 0).astype(jnp.int32)
