@@ -263,7 +263,7 @@ class Trainer:
                                           else "stop_after_step")
                     why = ("SIGTERM" if stop.requested else "no improvement: early stopping" if schedule_stop
                            else "stop_after_step")
-                    self.say(f"stopped after step {step} ({why}); checkpoint saved"
+                    self.say(f"{getattr(task, 'label', '')}stopped after step {step} ({why}); checkpoint saved"
                              + ("" if schedule_stop else ", re-run the same command to resume"))
                     break
         store.wait()
@@ -294,7 +294,8 @@ class Trainer:
                       f"best {self.best['value']:.4f} at step {self.best['step']}")
         _, decay, schedule_stop = task.schedule.update(value)
         if decay:
-            self.say(f"no improvement: learning rate -> {task.decay_learning_rate():.3g}")
+            # `label`: an optional prefix a task gives its lines (the CFL trials: "[trial 2/10] ").
+            self.say(f"{getattr(task, 'label', '')}no improvement: learning rate -> {task.decay_learning_rate():.3g}")
         return value, schedule_stop
 
     def close(self) -> None:
