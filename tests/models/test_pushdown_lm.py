@@ -1,0 +1,126 @@
+"""Pushdown-LM forward on a small model: shapes, causality, the tape from node spans, the loss by hand, learning."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from tgjax.data import dyck
+from tgjax.data import pushdown as pd
+from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
+from tgjax.nn.attachment_head import slot_legality
+
+BRACKETINGS = [((0, 1), (2, 3)), (0, (1, 2)), (((0, 1), 2), (3, 4))]
+
+
+def text_batch(seq_len=8, dense=False):
+    rng = np.random.default_rng(0)
+    sentences = [pd.encode_bracketing(rng.integers(3, 20, size=pd.stt.num_leaves(b)), b, bos_id=1, eos_id=2,
+                                      name=f"s{i}") for i, b in enumerate(BRACKETINGS)]
+    batch, _ = pd.make_batch(sentences, seq_len, num_depths=4, dense=dense)
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+def small(**kwargs):
+    kwargs = dict(dict(num_depths=4), **kwargs)
+    config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
+                              sequence_length=8, max_relative_position=16, embedding_dropout=0.0,
+                              dropout=0.0, **kwargs)
+    return config, PushdownLM(config, rngs=nnx.Rngs(0))
+
+
+def test_forward_shapes_and_dense_tape_agree():
+    config, model = small()
+    batch = text_batch()
+    out = model(batch)
+    assert out["lm_logits"].shape == (3, 8, 20) and out["attach_logits"].shape == (3, 8, 9)
+    dense = model(text_batch(dense=True))
+    np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(dense["lm_logits"]), rtol=1e-5, atol=1e-5)
+    loss, metrics = pushdown_loss(out, batch, config)
+    assert np.isfinite(float(loss)) and int(metrics["clipped_depths"]) == 0
+    # The loss by hand: mean −log p(target) over real positions, plus the attachment term over legal slots.
+    lm = jax.nn.log_softmax(out["lm_logits"], -1)
+    w = np.asarray(batch["weights"])
+    picked = np.take_along_axis(np.asarray(lm), np.asarray(batch["targets"])[..., None], -1)[..., 0]
+    np.testing.assert_allclose(float(metrics["lm_loss"]), -(picked * w).sum() / w.sum(), rtol=1e-5)
+    logits = np.asarray(out["attach_logits"], np.float64)
+    legal = np.asarray(slot_legality(batch["attach"]))
+    total = 0.0
+    for b, i in zip(*np.nonzero(np.asarray(batch["attach_weights"]))):
+        row = logits[b, i][legal[b, i]]
+        total -= logits[b, i, batch["attach_targets"][b, i]] - np.log(np.exp(row - row.max()).sum()) - row.max()
+    np.testing.assert_allclose(float(metrics["attach_loss"]), total / np.asarray(batch["attach_weights"]).sum(),
+                               rtol=1e-5)
+
+
+def test_causal_in_tokens_and_tape():
+    """Position i sees tokens <= i (and the head token i + 1), tape rows <= i: later changes leave it alone."""
+    _, model = small()
+    batch = text_batch(dense=True)
+    base = model(batch)
+    changed = dict(batch)
+    i = 2
+    changed["inputs"] = batch["inputs"].at[:, i + 1:].set(7)
+    changed["targets"] = batch["targets"].at[:, i + 1:].set(7)
+    changed["tape"] = batch["tape"].at[:, i + 1:, :].set(3)
+    out = model(changed)
+    np.testing.assert_allclose(np.asarray(out["lm_logits"][:, : i + 1]), np.asarray(base["lm_logits"][:, : i + 1]),
+                               rtol=1e-5, atol=1e-5)
+    causal = np.tril(np.ones((i + 1, i + 2), bool), k=1)  # slot c exists at row r iff c <= r + 1
+    np.testing.assert_allclose(np.asarray(out["attach_logits"][:, : i + 1, : i + 2])[:, causal],
+                               np.asarray(base["attach_logits"][:, : i + 1, : i + 2])[:, causal], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.asarray(out["lm_logits"][:, i + 1]), np.asarray(base["lm_logits"][:, i + 1]))
+    # The head at row i reads the embedding of the gold next token (targets[i]); the LM row i does not.
+    nudged = dict(batch, targets=batch["targets"].at[:, i].set(11))
+    out = model(nudged)
+    np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(base["lm_logits"]), rtol=1e-6, atol=1e-6)
+    assert not np.allclose(np.asarray(out["attach_logits"][:, i, : i + 2]), np.asarray(base["attach_logits"][:, i, : i + 2]))
+    np.testing.assert_allclose(np.asarray(out["attach_logits"][:, :i]), np.asarray(base["attach_logits"][:, :i]))
+
+
+def test_clipped_depths_and_partial_pushdown_layers():
+    config, model = small(num_depths=2)  # the (((0 1) 2) (3 4)) sentence reaches depth 3 (plus <s>/<eos> nodes)
+    batch = text_batch()
+    out = model(batch)
+    tape = np.asarray(pd.tape_from_nodes(np.asarray(batch["node_start"][2]), np.asarray(batch["node_end"][2]), 8))
+    w = np.asarray(batch["weights"][2]) > 0
+    want = int((np.tril(tape) >= 2)[np.ix_(w, w)].sum())
+    assert want > 0 and int(out["clipped_depths"]) >= want
+    config, partial = small(pushdown_layers=(1,))
+    assert partial.layers[0].attention.depth_embedding is None and partial.layers[1].attention.depth_embedding is not None
+    with pytest.raises(ValueError, match="pushdown_layers"):
+        PushdownLMConfig(vocab_size=5, num_layers=2, pushdown_layers=(2,))
+    with pytest.raises(ValueError, match="binary_tape"):
+        PushdownLMConfig(vocab_size=5, binary_tape=True)
+
+
+def test_dyck_batch_learns():
+    """A few Adam steps on two Dyck strings lower the loss (the model and loss wire up end to end)."""
+    rows = dyck.encode_for_pushdown([["(a", "(b", "b)", "a)"], ["(c", "c)", "(a", "a)"]], dyck.dyck_vocabulary(3))
+    batch, _ = pd.make_batch(rows, 6, binary_tape=True)
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    config = PushdownLMConfig(vocab_size=9, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
+                              sequence_length=6, num_depths=2, binary_tape=True, max_relative_position=8,
+                              embedding_dropout=0.0, dropout=0.0)
+    model = PushdownLM(config, rngs=nnx.Rngs(1))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    optimizer = optax.adam(1e-2)
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state):
+        def loss_fn(p):
+            return pushdown_loss(nnx.merge(graphdef, p, rest)(batch), batch, config)[0]
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, state = optimizer.update(grads, state)
+        return optax.apply_updates(params, updates), state, loss
+
+    losses = []
+    for _ in range(30):
+        params, state, loss = step(params, state)
+        losses.append(float(loss))
+    assert np.isfinite(losses).all() and losses[-1] < 0.5 * losses[0]

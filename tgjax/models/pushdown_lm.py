@@ -1,0 +1,134 @@
+"""Pushdown-LM (Murty et al., EMNLP 2023): a Transformer LM whose layers are Pushdown layers, plus the attachment head.
+
+Reads the batches of `tgjax.data.pushdown` (`inputs`, `targets`, `attach`,
+`attach_targets`, `weights`, `attach_weights`, `node_start`, `node_end`, or a
+dense `tape`) and returns the next-token logits `[B, T, V]` and the
+attachment-slot logits `[B, T, T + 1]`; `pushdown_loss` adds the LM
+cross-entropy and the attachment cross-entropy (weight 1, as the release).
+
+Wiring, as the release (released-code.md §1.5): token embedding scaled by
+sqrt(d), no absolute positions (relative positions inside attention), post-LN
+blocks, output layer tied to the input embedding with its own bias. The
+attachment head reads the final states and the *raw* (unscaled) embedding of
+the gold next token. `pushdown_layers` chooses which layers carry the depth
+term: all (Dyck, BLLIP), or e.g. the last 6 of 12 (the WikiTrees model);
+the others are the same block without it. The release's head-count slip
+(quirk A: FFN width = n_heads × d, 8 heads always) is not reproduced: sizes
+here are what the config says.
+
+The stack tape is rebuilt on device from the node spans
+(`stack_tape_from_nodes`); entries beyond the depth table are clipped and
+counted (`outputs["clipped_depths"]`), and the Dyck model reads the binary tape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tgjax.nn.attachment_head import AttachmentHead, attachment_log_probs, attachment_loss, slot_legality
+from tgjax.nn.params import param
+from tgjax.nn.pushdown_attention import PushdownLayer, count_clipped_depths, stack_tape_from_nodes
+
+
+@dataclasses.dataclass(frozen=True)
+class PushdownLMConfig:
+    vocab_size: int
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    ffw_hidden_size: int = 256
+    sequence_length: int = 64  # T: positions per row
+    pushdown_layers: tuple[int, ...] | None = None  # None: every layer
+    num_depths: int = 50  # depth table (the release: 50 for text; 2 with binary_tape)
+    binary_tape: bool = False  # Dyck: 1 where a token has been reduced
+    max_relative_position: int = 512
+    embedding_dropout: float = 0.1
+    dropout: float = 0.1
+    # The attachment head (paper defaults; release: head_scaled=False, head_self_key_input="query",
+    # head_relative_positions=True, attachment_normalise="causal").
+    head_key_dim: int | None = None  # None: 2 d
+    head_depth_dim: int | None = None  # None: d / num_heads
+    head_scaled: bool = True
+    head_self_key_input: Literal["projection", "query"] = "projection"
+    head_relative_positions: bool = False
+    attachment_normalise: Literal["legal", "causal"] = "legal"
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size", "sequence_length"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.binary_tape and self.num_depths != 2:
+            raise ValueError(f"model.binary_tape needs num_depths=2 (a 0/1 tape), got {self.num_depths}")
+        bad = [i for i in (self.pushdown_layers or ()) if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"model.pushdown_layers {bad} outside 0..{self.num_layers - 1}")
+
+    def is_pushdown(self, layer: int) -> bool:
+        return self.pushdown_layers is None or layer in self.pushdown_layers
+
+
+class PushdownLM(nnx.Module):
+    def __init__(self, config: PushdownLMConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        d = config.d_model
+        self.embedding = param(rngs, nnx.initializers.xavier_uniform(), (config.vocab_size, d), ("vocab", "embed"))
+        self.output_bias = param(rngs, nnx.initializers.zeros, (config.vocab_size,), ("vocab",))
+        self.layers = nnx.List([
+            PushdownLayer(d, config.num_heads, config.ffw_hidden_size,
+                          num_depths=config.num_depths if config.is_pushdown(i) else 0,
+                          max_relative_position=config.max_relative_position, dropout=config.dropout, rngs=rngs)
+            for i in range(config.num_layers)])
+        self.head = AttachmentHead(
+            d, d, num_depths=config.num_depths, depth_dim=config.head_depth_dim or d // config.num_heads,
+            key_dim=config.head_key_dim, dropout=config.dropout, scaled=config.head_scaled,
+            self_key_input=config.head_self_key_input, relative_positions=config.head_relative_positions,
+            max_relative_position=config.max_relative_position, rngs=rngs)
+        self.embedding_dropout = nnx.Dropout(config.embedding_dropout, rngs=rngs)
+
+    def tape(self, batch: dict[str, jax.Array]) -> jax.Array:
+        """`[B, T, T]` integer tape: the batch's dense `tape`, or rebuilt from its node spans."""
+        length = batch["inputs"].shape[1]
+        if "tape" in batch:
+            tape = batch["tape"].astype(jnp.int32)
+            return jnp.minimum(tape, 1) if self.config.binary_tape else tape
+        return stack_tape_from_nodes(batch["node_start"], batch["node_end"], length, binary=self.config.binary_tape)
+
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+        """`lm_logits [B, T, V]`, `attach_logits [B, T, T + 1]`, `clipped_depths []` (entries beyond the table)."""
+        valid = batch["weights"] > 0
+        tape = self.tape(batch)
+        read = valid[:, :, None] & valid[:, None, :] & jnp.tril(jnp.ones(tape.shape[1:], bool))
+        table = self.embedding[...]
+        x = table[batch["inputs"]] * np.sqrt(self.config.d_model)
+        x = self.embedding_dropout(x, deterministic=deterministic)
+        for layer in self.layers:
+            x = layer(x, tape, valid, deterministic=deterministic)
+        lm_logits = x @ table.T + self.output_bias[...]
+        attach_logits = self.head(x, table[batch["targets"]], tape, deterministic=deterministic)
+        return dict(lm_logits=lm_logits, attach_logits=attach_logits,
+                    clipped_depths=count_clipped_depths(tape, self.config.num_depths, read))
+
+
+def pushdown_loss(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
+                  config: PushdownLMConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """LM cross-entropy + attachment cross-entropy (means over their valid positions); and metrics."""
+    weights = batch["weights"]
+    log_probs = jax.nn.log_softmax(outputs["lm_logits"], axis=-1)
+    token_log_probs = jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
+    lm_loss = -(token_log_probs * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+    legal = slot_legality(batch["attach"])
+    attach_log_probs = attachment_log_probs(outputs["attach_logits"], legal,
+                                            normalise_over=config.attachment_normalise, mask_illegal=False)
+    attach_weights = batch["attach_weights"]
+    attach_loss = attachment_loss(attach_log_probs, batch["attach_targets"], attach_weights)
+    correct = (jnp.argmax(attach_log_probs, axis=-1) == batch["attach_targets"]) * attach_weights
+    metrics = dict(lm_loss=lm_loss, attach_loss=attach_loss,
+                   attach_accuracy=correct.sum() / jnp.maximum(attach_weights.sum(), 1.0),
+                   clipped_depths=outputs["clipped_depths"])
+    return lm_loss + attach_loss, metrics
