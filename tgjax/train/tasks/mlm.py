@@ -53,15 +53,13 @@ import numpy as np
 import optax
 from flax import nnx
 
+from tgjax.models.mlm_masking import MASK, MASK_ID, PAD, PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens, masked_nll  # noqa: F401
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 
-UNK, PAD, MASK = "<unk>", "<pad>", "<mask>"
-SPECIALS = (UNK, PAD, MASK)
-UNK_ID, PAD_ID, MASK_ID = 0, 1, 2
 VOCABULARY_FILE = "vocab.txt"
 SOURCES = ("builtin", "treebank", "craft", "text")
 CRAFT_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
@@ -116,8 +114,13 @@ def split_trees(data, split: str) -> list:
     return read_treebank(path)
 
 
-def read_split(data, split: str) -> tuple[list[list[str]], int]:
-    """(sentences as word lists, number of sentences skipped because nothing was left)."""
+def read_split(data, split: str) -> tuple[list[list[str]], dict[str, int]]:
+    """(sentences as word lists, {"empty": n, "untagged": m}: sentences skipped, counted).
+
+    "empty": nothing left after filtering; "untagged": a tree with a word not
+    under a POS pre-terminal (CRAFT has `(NN Xpd TTD)`), whose words cannot be filtered.
+    """
+    skipped = {"empty": 0, "untagged": 0}
     if data.source == "text":
         path = {"train": data.train_path, "valid": data.valid_path}[split]
         if not Path(path).is_file():
@@ -125,9 +128,15 @@ def read_split(data, split: str) -> tuple[list[list[str]], int]:
                                     "line, words separated by spaces, punctuation already removed")
         lines = [line.split() for line in Path(path).read_text(encoding="utf-8").splitlines()]
     else:
-        lines = [release_words(tree) for tree in split_trees(data, split)]
+        lines = []
+        for tree in split_trees(data, split):
+            try:
+                lines.append(release_words(tree))
+            except ValueError:
+                skipped["untagged"] += 1
     kept = [words for words in lines if words]
-    return kept, len(lines) - len(kept)
+    skipped["empty"] = len(lines) - len(kept)
+    return kept, skipped
 
 
 def build_vocabulary(sentences: list[list[str]], min_count: int) -> list[str]:
@@ -228,21 +237,6 @@ class MLMBatches:
 
 # -----------------------------------------------------------------------------
 # Masking, loss, steps.
-
-
-def mask_tokens(key: jax.Array, tokens: jax.Array, valid: jax.Array, rate: float
-                ) -> tuple[jax.Array, jax.Array]:
-    """(inputs, masked): each valid token that is not `<unk>` is masked with probability `rate` and
-    replaced by `<mask>`; `masked` [B, T] bool marks exactly the positions the loss counts."""
-    eligible = valid & (tokens != UNK_ID)
-    masked = jax.random.bernoulli(key, rate, tokens.shape) & eligible
-    return jnp.where(masked, MASK_ID, tokens), masked
-
-
-def masked_nll(logits: jax.Array, targets: jax.Array, masked: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(summed cross-entropy over the masked positions, their number)."""
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-    return jnp.sum(jnp.where(masked, nll, 0.0)), jnp.sum(masked)
 
 
 @jax.tree_util.register_dataclass
@@ -398,7 +392,7 @@ class MLMTask:
     def setup(self, run: RunContext) -> None:
         self.run = run
         d, t = self.config.data, self.config.training
-        self.skipped: dict[str, int] = {}
+        self.skipped: dict[str, dict[str, int]] = {}
         train, self.skipped["train"] = read_split(d, "train")
         valid, self.skipped["valid"] = read_split(d, "valid")
         if not train:
@@ -440,9 +434,10 @@ class MLMTask:
                  f"data ({self.config.data.source}): {len(self.train_ids):,} training sentences in "
                  f"{len(self.train_batches)} batches of <= {self.config.training.token_budget} tokens, "
                  f"{len(self.valid_ids):,} validation; {self.unknown_valid} validation words read as {UNK}"]
-        if any(self.skipped.values()):
-            lines.append("note: sentences with no word left after filtering, skipped: "
-                         + ", ".join(f"{k} {v}" for k, v in self.skipped.items()))
+        for split, counts in self.skipped.items():
+            if any(counts.values()):
+                lines.append(f"note: {split} sentences skipped: {counts['empty']} with no word left after "
+                             f"filtering, {counts['untagged']} with a word not under a POS tag")
         return lines
 
     # -- state and checkpoints

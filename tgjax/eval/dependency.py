@@ -1,0 +1,289 @@
+"""Unsupervised dependency parsing scores: UDGN's protocol (released-code.md §4.6), and `tgjax eval dependency`.
+
+    tgjax eval dependency --workdir W --treebank FILE [--treebank FILE2 ...]
+    tgjax eval dependency --workdir W --treebank builtin [--split test]
+    tgjax eval dependency --workdir W --craft test
+    tgjax eval dependency --baselines-only --treebank FILE
+
+Gold: dependency trees from the constituency trees by head rules
+(`tgjax.data.deps`: `collins` = Collins (1999) as CoreNLP's CollinsHeadFinder
+for files, `builtin` = the built-in grammar's exact head marks), keeping only
+the release's WORD_TAGS (punctuation, traces, `$`, `#` dropped and heads
+climbed past them; the root heads itself). **Neither scheme is Stanford
+Dependencies**, which the thesis scored against: Collins makes auxiliaries and
+copulas heads, so absolute UAS here is not comparable with the thesis' 52.5.
+The scheme is printed beside every number.
+
+The model reads each kept sentence alone (the release's word form:
+lower-cased, digit runs -> N), and its parser gives H = p(head of i = j) with
+the diagonal set to zero (`tgjax.infer.udgn`). Two decodings:
+
+* **argmax**: pred_i = argmax_j H_ij. It never predicts the root for n >= 2
+  (H_ii = 0), so every root counts as an error, as in the release.
+* **tree** (Chu-Liu/Edmonds, `tgjax.eval.mst.best_single_root_tree`): scores
+  log(H + 1e-9), every word tried as the single root, the best tree kept; the
+  root's prediction is itself.
+
+Scores, over all kept words of all sentences (corpus level):
+UAS = #(pred_i = gold_i) / #words, the root included;
+UUAS = sum over sentences of |{{i, pred_i}} ∩ {{i, gold_i}}| / #words, over
+sets of unordered pairs (duplicates collapse; the root's pair is {i}).
+Baselines scored by the same code: left chain (each word headed by the word
+before it, the first word the root), right chain (by the word after it, the
+last word the root), and random projective trees (`random_projective_heads`:
+a uniformly chosen root in each span, its left and right sub-spans built the
+same way and attached to it), averaged over `--random-seeds` draws.
+MLM perplexity: exp of the masked-token cross-entropy over the same sentences,
+pooled over `--mlm-runs` fixed maskings (mask rate 0.3, as training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tgjax.eval.mst import best_single_root_tree
+
+__all__ = ["argmax_heads", "attachment_scores", "left_chain", "main_dependency", "random_projective_heads",
+           "right_chain", "tree_heads"]
+
+
+# -----------------------------------------------------------------------------
+# Decoding and baselines: heads are 0-based word indices, the root heads itself.
+
+
+def argmax_heads(head_probs: np.ndarray) -> np.ndarray:
+    """pred_i = argmax_j H_ij with the diagonal zeroed (the release's argmax mode): head_probs [n, n] -> [n]."""
+    h = np.array(head_probs, dtype=np.float64)
+    np.fill_diagonal(h, 0.0)
+    return np.argmax(h, axis=1)
+
+
+def tree_heads(head_probs: np.ndarray) -> np.ndarray:
+    """The release's tree mode: Chu-Liu/Edmonds on log(H + 1e-9) (diagonal zeroed), every root tried: [n]."""
+    h = np.array(head_probs, dtype=np.float64)
+    np.fill_diagonal(h, 0.0)
+    return best_single_root_tree(np.log(h + 1e-9))[0]
+
+
+def left_chain(n: int) -> np.ndarray:
+    """Each word headed by the word before it; word 0 is the root."""
+    return np.maximum(np.arange(n) - 1, 0)
+
+
+def right_chain(n: int) -> np.ndarray:
+    """Each word headed by the word after it; the last word is the root."""
+    return np.minimum(np.arange(n) + 1, n - 1)
+
+
+def random_projective_heads(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A random projective tree: a uniform root in [0, n), then each side's span built the same way
+    and its root attached to the span's head (iterative; every projective tree has probability > 0)."""
+    heads = np.empty(n, np.int64)
+    stack = [(0, n, -1)]  # [start, end), the head of the span's root (-1: the sentence root)
+    while stack:
+        start, end, parent = stack.pop()
+        if start >= end:
+            continue
+        root = int(rng.integers(start, end))
+        heads[root] = root if parent < 0 else parent
+        stack.append((start, root, root))
+        stack.append((root + 1, end, root))
+    return heads
+
+
+@dataclasses.dataclass
+class Counts:
+    """Corpus sums: words, correctly headed words, matching unordered pairs."""
+
+    words: int = 0
+    directed: int = 0
+    undirected: int = 0
+
+    def add(self, predicted: np.ndarray, gold: np.ndarray) -> None:
+        predicted, gold = np.asarray(predicted), np.asarray(gold)
+        if predicted.shape != gold.shape:
+            raise ValueError(f"predicted heads for {len(predicted)} words, gold for {len(gold)}")
+        self.words += len(gold)
+        self.directed += int(np.sum(predicted == gold))
+        pairs = lambda heads: {frozenset((i, int(h))) for i, h in enumerate(heads)}  # noqa: E731
+        self.undirected += len(pairs(predicted) & pairs(gold))
+
+    @property
+    def uas(self) -> float:
+        return 100.0 * self.directed / self.words if self.words else float("nan")
+
+    @property
+    def uuas(self) -> float:
+        return 100.0 * self.undirected / self.words if self.words else float("nan")
+
+
+def attachment_scores(predicted: Sequence[np.ndarray], gold: Sequence[np.ndarray]) -> tuple[float, float]:
+    """(UAS, UUAS) in % over a corpus of sentences (module docstring)."""
+    counts = Counts()
+    for p, g in zip(predicted, gold, strict=True):
+        counts.add(p, g)
+    return counts.uas, counts.uuas
+
+
+def baseline_scores(gold: Sequence[np.ndarray], random_seeds: int = 5) -> dict[str, dict[str, float]]:
+    """Left chain, right chain, random projective (mean and sd over `random_seeds` seeded draws)."""
+    out = {}
+    for name, make in (("left chain", left_chain), ("right chain", right_chain)):
+        uas, uuas = attachment_scores([make(len(g)) for g in gold], gold)
+        out[name] = {"uas": uas, "uuas": uuas}
+    draws = []
+    for seed in range(random_seeds):
+        rng = np.random.default_rng(seed)
+        draws.append(attachment_scores([random_projective_heads(len(g), rng) for g in gold], gold))
+    if draws:
+        draws = np.array(draws)
+        out["random projective"] = {"uas": float(draws[:, 0].mean()), "uuas": float(draws[:, 1].mean()),
+                                    "uas_sd": float(draws[:, 0].std()), "uuas_sd": float(draws[:, 1].std()),
+                                    "seeds": random_seeds}
+    return out
+
+
+# -----------------------------------------------------------------------------
+# Reading the gold treebank.
+
+
+@dataclasses.dataclass
+class GoldTreebank:
+    words: list[list[str]]  # the kept words, as in the file
+    heads: list[np.ndarray]
+    source: str
+    scheme: str
+    num_trees: int
+    report: str  # the head finder's counts (unknown labels, filtered tokens, empty sentences)
+
+
+def read_gold(paths: Sequence[str], *, split: str = "test", heads: str = "auto", nml_as_np: bool = False,
+              limit: int | None = None) -> GoldTreebank:
+    """Gold dependencies of files (or "builtin"), WORD_TAGS kept (module docstring)."""
+    from tgjax.data.deps import treebank_dependencies
+    from tgjax.syntax.heads import WORD_TAGS, HeadReport
+    from tgjax.syntax.trees import read_treebank
+
+    if list(paths) == ["builtin"]:
+        from tgjax.data.corpora import get_corpus
+
+        trees, source = get_corpus("builtin", split), f"built-in treebank ({split})"
+    else:
+        trees = []
+        for path in paths:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"no treebank at {path}")
+            trees.extend(read_treebank(path))
+        source = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
+    if limit is not None:
+        trees = trees[:limit]
+    scheme = heads if heads != "auto" else ("builtin" if list(paths) == ["builtin"] else "collins")
+    report = HeadReport()
+    deps = treebank_dependencies(trees, heads=scheme, keep_tags=WORD_TAGS, report=report, nml_as_np=nml_as_np)
+    if nml_as_np and scheme == "collins":
+        scheme += " (NML as NP)"
+    return GoldTreebank([d.words for d in deps], [np.asarray(d.heads) for d in deps], source, scheme, len(trees),
+                        report.summary())
+
+
+def craft_paths(split: str, craft_dir: str | None = None) -> list[str]:
+    """CRAFT's tree files of a split (ids/craft-ids-{train,dev,test}.txt)."""
+    root = Path(craft_dir) if craft_dir else Path(__file__).resolve().parents[2].parent / "shared" / "data" / "craft_treebank"
+    name = {"valid": "dev"}.get(split, split)
+    ids_path = root / "ids" / f"craft-ids-{name}.txt"
+    if not ids_path.is_file():
+        raise FileNotFoundError(f"no CRAFT id list at {ids_path} (pass --craft-dir)")
+    return [str(root / "penn" / f"{i.strip()}.tree") for i in ids_path.read_text().splitlines() if i.strip()]
+
+
+# -----------------------------------------------------------------------------
+# The evaluation.
+
+
+def evaluate(gold: GoldTreebank, parser=None, *, random_seeds: int = 5, mlm_runs: int = 5) -> dict:
+    """Scores of `parser` (an object with `head_probs(sentences)` and `mlm_loss(sentences, runs)`,
+    `tgjax.infer.udgn.UDGNParser`) and the baselines on `gold`."""
+    result = {"source": gold.source, "head_scheme": gold.scheme, "sentences": len(gold.heads),
+              "words": int(sum(len(h) for h in gold.heads)), "trees": gold.num_trees, "head_report": gold.report,
+              "baselines": baseline_scores(gold.heads, random_seeds)}
+    if parser is not None:
+        probs = parser.head_probs(gold.words)
+        for mode, decode in (("argmax", argmax_heads), ("tree", tree_heads)):
+            uas, uuas = attachment_scores([decode(p) for p in probs], gold.heads)
+            result[f"udgn_{mode}"] = {"uas": uas, "uuas": uuas}
+        loss, count = parser.mlm_loss(gold.words, runs=mlm_runs)
+        result["mlm"] = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "masked_tokens": count,
+                         "runs": mlm_runs}
+        result["model"] = parser.describe()
+    return result
+
+
+def format_result(result: dict) -> str:
+    lines = [f"{result['source']}: {result['sentences']} sentences, {result['words']} words (WORD_TAGS kept); "
+             f"gold heads: {result['head_scheme']} head rules, not Stanford Dependencies",
+             f"  {result['head_report']}"]
+    if "model" in result:
+        lines.append(f"  model: {result['model']}")
+    lines.append(f"  {'':<26}{'UAS':>8}{'UUAS':>8}")
+    rows = [(f"UDGN {m}", result[f"udgn_{m}"]) for m in ("argmax", "tree") if f"udgn_{m}" in result]
+    rows += list(result["baselines"].items())
+    for name, r in rows:
+        extra = f"  (sd {r['uas_sd']:.2f} / {r['uuas_sd']:.2f} over {r['seeds']} seeds)" if "uas_sd" in r else ""
+        lines.append(f"  {name:<26}{r['uas']:8.2f}{r['uuas']:8.2f}{extra}")
+    if "mlm" in result:
+        m = result["mlm"]
+        lines.append(f"  MLM perplexity {m['perplexity']:.2f} (loss {m['loss']:.4f}, {m['masked_tokens']} masked "
+                     f"tokens over {m['runs']} maskings at rate 0.3)")
+    return "\n".join(lines)
+
+
+def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> int:
+    parser = argparse.ArgumentParser(prog="tgjax eval dependency", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default=None, help="a trained mlm (UDGN) run")
+    parser.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
+    parser.add_argument("--baselines-only", action="store_true", help="score the baselines only (no --workdir)")
+    parser.add_argument("--treebank", action="append", default=None,
+                        help="bracketed treebank file (repeat for several), or 'builtin'")
+    parser.add_argument("--craft", default=None, choices=("train", "valid", "test"),
+                        help="CRAFT's articles of this split (instead of --treebank)")
+    parser.add_argument("--craft-dir", default=None, help="the CRAFT treebank (default ../shared/data/craft_treebank)")
+    parser.add_argument("--split", default="test", help="split of the built-in treebank (default test)")
+    parser.add_argument("--heads", default="auto", choices=("auto", "collins", "builtin"),
+                        help="gold head scheme: auto = builtin for the built-in treebank, collins for files")
+    parser.add_argument("--nml-as-np", action="store_true", help="collins: NML takes NP's rule (CRAFT)")
+    parser.add_argument("--limit", type=int, default=None, help="first N trees only")
+    parser.add_argument("--random-seeds", type=int, default=5, help="draws of the random projective baseline")
+    parser.add_argument("--mlm-runs", type=int, default=5, help="random maskings for the MLM perplexity")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
+    parser.add_argument("--output", "-o", default=None, help="write the scores as one JSON object here")
+    args = parser.parse_args(argv)
+    if (args.workdir is None) == (not args.baselines_only):
+        parser.error("give --workdir, or --baselines-only")
+    if (args.treebank is None) == (args.craft is None):
+        parser.error("give --treebank FILE (or builtin), or --craft SPLIT")
+    try:
+        paths = args.treebank if args.treebank else craft_paths(args.craft, args.craft_dir)
+        gold = read_gold(paths, split=args.split, heads=args.heads, nml_as_np=args.nml_as_np, limit=args.limit)
+        if args.craft:
+            gold.source = f"CRAFT {args.craft} ({len(paths)} articles)"
+        model = None
+        if args.workdir:
+            if load_parser is None:
+                from tgjax.infer.udgn import load_parser
+            model = load_parser(args.workdir, args.step, batch_size=args.batch_size)
+        result = evaluate(gold, model, random_seeds=args.random_seeds, mlm_runs=args.mlm_runs)
+    except (ValueError, OSError) as error:
+        print(f"tgjax eval dependency: error: {error}", file=sys.stderr)
+        return 2
+    print(format_result(result))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
