@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tgjax.extras import require_extra
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import token_types as tt
 
@@ -28,7 +29,7 @@ def tg_mask(tree: trees.Tree, *, pos_tags: bool) -> tuple[list[str], np.ndarray,
 
 def draw_mask(tree: trees.Tree, path: str, *, pos_tags: bool) -> None:
     """Writes the mask as a PNG: rows attend to columns, STACK rows blue, COMPOSE rows orange."""
-    import matplotlib
+    matplotlib = require_extra("matplotlib", extra="plots", purpose="drawing")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -76,7 +77,7 @@ def loss_curves(workdir) -> dict:
 def draw_curves(workdirs, path: str, labels=None) -> list[dict]:
     """Writes training (thin) and validation (dots) loss against step for one or more runs as a PNG,
     with each run's unigram baseline dashed; returns the curves drawn (`loss_curves` of each run)."""
-    import matplotlib
+    matplotlib = require_extra("matplotlib", extra="plots", purpose="drawing")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -145,7 +146,7 @@ def tree_layout(tree: trees.Tree) -> tuple[list[tuple[str, float, int, bool]], l
 
 def draw_tree(tree: trees.Tree, path: str) -> None:
     """Writes a picture of the tree as a PNG: constituents above, words in a row at the bottom."""
-    import matplotlib
+    matplotlib = require_extra("matplotlib", extra="plots", purpose="drawing")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -41,6 +41,7 @@ from flax import nnx
 
 from tgjax.data.cfl import SPLITS, TASK_NAMES, CFLTask, cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference
+from tgjax.extras import require_extra
 from tgjax.models.stack_lm import StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.train.config import ConfigError
 
@@ -403,7 +404,7 @@ def plot_results(path: str | Path, *, title: str, valid_history: dict[str, list[
                  test_bins: dict[int, float], valid_bins: dict[int, float] | None = None,
                  max_train_length: int = MAX_TRAIN_LENGTH) -> None:
     """The paper's Fig. 2 for one model: validation Δ by epoch (left) and test Δ by length (right)."""
-    import matplotlib
+    matplotlib = require_extra("matplotlib", extra="plots", purpose="drawing")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -24,7 +24,9 @@ from typing import Any
 
 import ml_collections
 
-# Where `--config NAME` (no ".py", no path) is looked up: the repository's configs/.
+# Where `--config NAME` (no ".py", no path) is looked up: the configs/ directory ships in the wheel as the
+# package `tgjax_configs` (setup.py maps it); a source checkout without that mapping uses its configs/ directly.
+SHIPPED_CONFIGS_PACKAGE = "tgjax_configs"
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 # Placeholder for data paths a config cannot know (licensed treebanks).
@@ -150,17 +152,54 @@ def set_data_paths(config: ml_collections.ConfigDict, arg: str | None) -> ml_col
 # Loading.
 
 
+def shipped_config_dir() -> Path:
+    """The directory of the configs that ship with tgjax (installed package, else the checkout's configs/)."""
+    try:
+        spec = importlib.util.find_spec(SHIPPED_CONFIGS_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            if Path(location).is_dir():
+                return Path(location)
+    return CONFIG_DIR
+
+
+def shipped_config_names() -> list[str]:
+    """Names `--config NAME` accepts (`tiny`, `tg_ptb`, ...)."""
+    directory = shipped_config_dir()
+    return sorted(p.stem for p in directory.glob("*.py") if not p.name.startswith("_"))
+
+
 def resolve_config_path(spec: str) -> tuple[Path, str | None]:
-    """`"configs/x.py[:arg]"` or a bare name (`"tiny"`) -> (file, arg)."""
+    """`"path/x.py[:arg]"` or a shipped config's name (`"tiny"`, `"tg_ptb:TRAIN,VALID"`) -> (file, arg).
+
+    A relative `configs/NAME.py` that does not exist from the current directory
+    is the shipped config NAME too, so the README's commands run from anywhere.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(f"config {spec!r}: expected a config file path or a name such as 'tiny'")
     path_text, arg = spec, None
     if ":" in spec and not os.path.exists(spec):
         path_text, arg = spec.split(":", 1)
     path = Path(path_text)
-    if not path.exists() and path.suffix != ".py" and os.sep not in path_text:
-        path = CONFIG_DIR / f"{path_text}.py"
-    if not path.is_file():
-        raise ConfigError(f"config file {path_text!r} not found (give a path, or a name in {CONFIG_DIR})")
-    return path, arg
+    if path.is_file():
+        return path, arg
+    shipped = shipped_config_dir()
+    is_bare_name = path.suffix != ".py" and "/" not in path_text and os.sep not in path_text
+    if is_bare_name:
+        candidate = shipped / f"{path_text}.py"
+    elif not path.is_absolute() and path.parent.name == "configs" and path.suffix == ".py":
+        candidate = shipped / path.name  # `configs/tiny.py` typed outside the checkout
+    else:
+        candidate = None
+    if candidate is not None and candidate.is_file():
+        return candidate, arg
+    names = shipped_config_names()
+    close = difflib.get_close_matches(path.stem, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"config file {path_text!r} not found, nor a shipped config of that name{hint}; "
+                      f"give a path to a .py config or one of: {', '.join(names) or '(none found)'} (in {shipped})")
 
 
 def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.ConfigDict:

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from tgjax.extras import MissingExtra, require_extra
+
 
 class MetricsWriter:
     """Appends records to `metrics.jsonl` and scalars to TensorBoard (`WORKDIR/tensorboard`)."""
@@ -33,11 +35,15 @@ class MetricsWriter:
         self._truncate_after(start_step)
         self._file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
-            from tensorboardX import SummaryWriter
-
+            try:
+                tensorboardx = require_extra("tensorboardX", extra="tensorboard", purpose="TensorBoard events")
+            except MissingExtra as e:  # the default config asks for events: train on, with metrics.jsonl only
+                print(f"tgjax: no TensorBoard events ({e}); set logging.tensorboard=false to silence this",
+                      file=sys.stderr)
+                return
             # purge_step: events from a previous attempt past the resumed step are hidden.
-            self._writer = SummaryWriter(str(Path(workdir) / "tensorboard"),
-                                         purge_step=start_step + 1 if start_step else None)
+            self._writer = tensorboardx.SummaryWriter(str(Path(workdir) / "tensorboard"),
+                                                      purge_step=start_step + 1 if start_step else None)
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():

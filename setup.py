@@ -1,0 +1,15 @@
+"""Package discovery only (everything else is in pyproject.toml).
+
+configs/ stays at the top of the repository and ships in the wheel as the
+package `tgjax_configs`, so `tgjax train --config tiny` works from an
+installed package; pyproject's `packages.find` cannot map a directory to
+another package name, hence this file.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    packages=find_packages(include=["tgjax", "tgjax.*"]) + ["tgjax_configs"],
+    package_dir={"tgjax_configs": "configs"},
+    package_data={"tgjax_configs": ["*.py"]},
+)
