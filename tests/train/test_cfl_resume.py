@@ -179,3 +179,47 @@ def test_an_early_stopped_trial_stays_stopped(tmp_path):
     again = train(config, tmp_path, task=CFLTask(config), quiet=True)
     assert (again.stop_reason, again.start_step, again.losses) == ("schedule", 6, {})
     assert again.best_step == 3
+
+
+_MESH_RUN = """
+import json, sys
+import jax
+from tgjax.train.config import load_config
+from tgjax.train.loop import train
+from tgjax.train.tasks.cfl import CFLTask
+
+out = {"devices": jax.device_count()}
+for data in (1, 2):
+    config = load_config("configs/stack_cfl.py", json.loads(sys.argv[2]) + [f"mesh.data={data}"])
+    shardings = []
+    result = train(config, f"{sys.argv[1]}/{data}", task=CFLTask(config), devices=jax.devices()[:data], quiet=True,
+                   callback=lambda step, state, metrics: shardings.append(
+                       repr(jax.tree.leaves(state.params)[0].sharding)))
+    out[data] = {"losses": [result.losses[s] for s in sorted(result.losses)],
+                 "valid": [result.valid_losses[s] for s in sorted(result.valid_losses)], "sharding": shardings[0]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # two runs in a fresh process: ~25 s on 2 cores
+def test_a_two_device_data_mesh_gives_the_numbers_of_one_device(tmp_path, compilation_cache):
+    """Two simulated CPU devices (a subprocess: XLA_FLAGS must be set before JAX starts); the batch's strings
+    are split over "data", the parameters replicated."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(repo)}
+    settings = [*SMALL, "training.epochs=2"]
+    done = subprocess.run([sys.executable, "-c", _MESH_RUN, str(tmp_path), json.dumps(settings)], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    one, two = runs["1"], runs["2"]
+    assert runs["devices"] == 2 and "'data': 2" in two["sharding"] and "spec=P()" in two["sharding"]
+    assert len(one["losses"]) == len(two["losses"]) == 6 and len(one["valid"]) == len(two["valid"]) == 2
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
+    np.testing.assert_allclose(two["valid"], one["valid"], rtol=1e-5)
