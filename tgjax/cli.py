@@ -337,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_data_show)
     data.add_parser("deps", help="dependency trees from a treebank by head rules, written as CoNLL-U: "
                                  "--treebank FILE|builtin -o OUT [--heads collins|builtin] [--keep all|words]")
+    data.add_parser("craft-demos", help="bot demonstrations of a Craft task with subtask boundaries: "
+                                        "--task NAME [--num 6000] -o FILE")
 
     viz = commands.add_parser("viz", help="pictures").add_subparsers(dest="what", required=True)
     p = viz.add_parser("mask", help="draw the STACK/COMPOSE mask of a tree (Figure 2b)")
@@ -417,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         from tgjax.data.deps import main_deps
 
         return main_deps(argv[2:])
+    if argv[:2] == ["data", "craft-demos"]:
+        from tgjax.envs.craft_demos_command import main_craft_demos
+
+        return main_craft_demos(argv[2:])
     if argv[:1] == ["demo"]:
         from tgjax.demo import main as main_demo
 

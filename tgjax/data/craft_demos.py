@@ -1,0 +1,125 @@
+"""Craft demonstration files: the container, the writer and the checked reader (no JAX).
+
+A file (``.npz``, compressed) holds the demonstrations of one task, made by
+`tgjax.envs.craft_bot.generate_demos` (``tgjax data craft-demos``):
+
+* ``observations`` [total, 1075] uint8 (every value of the Craft observation
+  is a small count), ``actions`` [total] uint8, ``offsets`` [num + 1] int64:
+  episode i is rows offsets[i]:offsets[i+1]; its last row is the final
+  observation paired with DONE;
+* ``boundaries`` [num, num_subtasks] int32: the in-episode step of the action
+  that completed each subtask (the environment's report);
+* ``subtasks`` [num_subtasks] kind ids; ``task``, ``env_version``,
+  ``max_steps``, ``dense_reward``, ``full_view``, ``seed``.
+
+The reader refuses a file whose ``env_version`` is not the environment's
+current `craft_rules.ENV_VERSION`, naming the file: demonstrations from other
+rules would silently teach the wrong world.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from tgjax.envs import craft_rules as rules
+
+FIELDS = ("observations", "actions", "offsets", "boundaries", "subtasks", "task", "env_version", "max_steps",
+          "dense_reward", "full_view", "seed")
+
+
+class CraftDemoError(ValueError):
+    """A demonstration file that cannot be used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CraftDemos:
+    """Demonstrations of one task; shapes in the module docstring."""
+    observations: np.ndarray
+    actions: np.ndarray
+    offsets: np.ndarray
+    boundaries: np.ndarray
+    subtasks: np.ndarray
+    task: str
+    env_version: str
+    max_steps: int
+    dense_reward: bool
+    full_view: bool
+    seed: int
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def episode(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(observations [T + 1, 1075] float32, actions [T + 1] int32, boundaries [num_subtasks]) of one episode."""
+        rows = slice(int(self.offsets[index]), int(self.offsets[index + 1]))
+        return (self.observations[rows].astype(np.float32), self.actions[rows].astype(np.int32),
+                self.boundaries[index])
+
+    @classmethod
+    def from_episodes(cls, episodes, **meta) -> "CraftDemos":
+        """From (observations [T+1, 1075], actions [T+1], boundaries [S]) triples and the metadata fields."""
+        observations = np.concatenate([obs for obs, _, _ in episodes])
+        if observations.min() < 0 or observations.max() > 255 or not np.array_equal(observations,
+                                                                                    np.round(observations)):
+            raise CraftDemoError("observations must be integers in 0..255 to be stored as uint8")
+        lengths = [len(actions) for _, actions, _ in episodes]
+        return cls(observations=observations.astype(np.uint8),
+                   actions=np.concatenate([actions for _, actions, _ in episodes]).astype(np.uint8),
+                   offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                   boundaries=np.stack([b for _, _, b in episodes]).astype(np.int32), **meta)
+
+
+def write_craft_demos(path: str | Path, demos: CraftDemos) -> None:
+    """Write `demos` to `path` (compressed .npz; the name is kept as given)."""
+    with open(path, "wb") as handle:
+        np.savez_compressed(handle, **{name: np.asarray(getattr(demos, name)) for name in FIELDS})
+
+
+def read_craft_demos(path: str | Path, expected_version: str = rules.ENV_VERSION) -> CraftDemos:
+    """Read and check a demonstration file; `CraftDemoError` naming the file on any mismatch."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [name for name in FIELDS if name not in archive.files]
+            if missing:
+                raise CraftDemoError(f"{path}: not a Craft demonstration file: missing fields {missing} "
+                                     f"(expected {list(FIELDS)})")
+            raw = {name: archive[name] for name in FIELDS}
+    except FileNotFoundError:
+        raise CraftDemoError(f"{path}: no such demonstration file") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        if isinstance(error, CraftDemoError):
+            raise
+        raise CraftDemoError(f"{path}: not a Craft demonstration file (expected a .npz archive): {error}") from None
+    version = str(raw["env_version"])
+    if version != expected_version:
+        raise CraftDemoError(f"{path}: made by Craft environment version {version!r}, but this environment is "
+                             f"{expected_version!r}; regenerate it with `tgjax data craft-demos`")
+    demos = CraftDemos(
+        observations=raw["observations"], actions=raw["actions"], offsets=raw["offsets"],
+        boundaries=raw["boundaries"], subtasks=raw["subtasks"], task=str(raw["task"]), env_version=version,
+        max_steps=int(raw["max_steps"]), dense_reward=bool(raw["dense_reward"]),
+        full_view=bool(raw["full_view"]), seed=int(raw["seed"]))
+    _check_shapes(path, demos)
+    return demos
+
+
+def _check_shapes(path: Path, demos: CraftDemos) -> None:
+    total = len(demos.actions)
+    problems = []
+    if demos.observations.ndim != 2 or demos.observations.shape != (total, rules.OBS_SIZE):
+        problems.append(f"observations have shape {demos.observations.shape}, expected ({total}, {rules.OBS_SIZE})")
+    offsets = demos.offsets
+    if offsets.ndim != 1 or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != total or np.any(np.diff(offsets) < 2):
+        problems.append(f"offsets must rise from 0 to {total} by at least 2 per episode")
+    elif demos.boundaries.shape != (len(offsets) - 1, len(demos.subtasks)):
+        problems.append(f"boundaries have shape {demos.boundaries.shape}, expected "
+                        f"({len(offsets) - 1}, {len(demos.subtasks)})")
+    elif np.any(demos.actions >= rules.NUM_ACTIONS):
+        problems.append(f"actions must be below {rules.NUM_ACTIONS}")
+    if problems:
+        raise CraftDemoError(f"{path}: inconsistent demonstration file: {'; '.join(problems)}")
