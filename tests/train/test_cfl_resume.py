@@ -4,8 +4,8 @@ duplicate steps after a resume."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -124,11 +124,12 @@ def test_the_best_checkpoint_restores_into_the_model(tmp_path):
     other = dict(jax.tree_util.tree_leaves_with_path(params_by_step[9 - result.best_step]))
     assert any(not np.array_equal(np.asarray(value), other[path]) for path, value in flat_restored)
 
-    # The trials driver's results.json + load_model: the model holds those parameters.
-    trial = task.finish(result)
-    results = {**trial.to_json(), "model_config": dataclasses.asdict(task.model_config), "task": "marked_reversal"}
-    (tmp_path / "results.json").write_text(json.dumps(results))
-    model, cfl = load_model(tmp_path)
+    # The trial's results.json (written by `finish`) + load_model: the model holds those parameters, also
+    # after the directory has moved.
+    task.finish(result)
+    moved = tmp_path.parent / f"{tmp_path.name}_moved"
+    shutil.move(tmp_path, moved)
+    model, cfl = load_model(moved)
     loaded = dict(jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(nnx.state(model, nnx.Param))))
     for path, value in flat_restored:
         np.testing.assert_array_equal(np.asarray(loaded[path]), np.asarray(value))

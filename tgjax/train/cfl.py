@@ -473,10 +473,11 @@ def read_params(workdir: str | Path, step: int, model_cfg: StackLMConfig) -> dic
 
 
 def load_model(workdir: str | Path) -> tuple[StackTransformerLM, CFLTask]:
-    """The best model of a finished run (or of one trial's workdir), in eval mode, and its CFL task.
+    """The best model of a finished run (or of one finished trial's workdir), in eval mode, and its CFL task.
 
     `WORKDIR/results.json` names the best trial and its best step; the
-    parameters are read from that trial's orbax checkpoint of that step.
+    parameters are read from that trial's orbax checkpoint of that step
+    (found under WORKDIR when the run has been moved since).
     """
     workdir = Path(workdir)
     results_path = workdir / "results.json"
@@ -484,11 +485,16 @@ def load_model(workdir: str | Path) -> tuple[StackTransformerLM, CFLTask]:
         raise FileNotFoundError(f"{results_path}: no such file (a finished `tgjax train --config "
                                 f"configs/stack_cfl.py` run writes it)")
     results = json.loads(results_path.read_text())
-    model_cfg = StackLMConfig(**results["model_config"])
+    facts = results.get("run", {})  # a trial's results.json keeps the model and task among its run facts
+    model_cfg = StackLMConfig(**results.get("model_config", facts.get("model_config", {})))
     model = StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     trial_dir = Path(results.get("best_trial_workdir", results["workdir"]))
+    if (workdir / trial_dir.name / "checkpoints").is_dir():  # the run's directory may have moved since
+        trial_dir = workdir / trial_dir.name
+    elif (workdir / "checkpoints").is_dir():  # a trial's own workdir
+        trial_dir = workdir
     nnx.replace_by_pure_dict(params, read_params(trial_dir, int(results["best_step"]), model_cfg))
     model = nnx.merge(graphdef, params, rest)
     model.eval()
-    return model, cfl_task(results["task"])
+    return model, cfl_task(results.get("task", facts.get("task")))

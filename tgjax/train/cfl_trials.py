@@ -105,6 +105,7 @@ def _finished_trial(trial_dir: Path, facts: dict[str, Any]) -> TrialResult | Non
     if not path.exists():
         return None
     result = TrialResult.from_json(json.loads(path.read_text()))
+    result.workdir = trial_dir.absolute()  # where it is now (the run's directory may have moved)
     changed = [f"{k}: {result.run.get(k)!r} there, {v!r} now" for k, v in facts.items() if result.run.get(k) != v]
     if changed:
         raise ConfigError(f"{path} is a finished trial of another run ({'; '.join(changed)}); use the original "
