@@ -27,7 +27,7 @@ def get_config():
                    parser_layers=3, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
         data=dict(source="text", train_path="", valid_path="", test_path="", craft_dir="",
                   num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
-                  min_word_count=5),
+                  min_word_count=5, max_length=0),
         training=dict(num_steps=40_000, token_budget=4096, length_bucket=8, mask_rate=0.3, seed=1111,
                       learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
                       schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),

@@ -21,7 +21,7 @@ def get_config():
                    parser_layers=1, num_tags=0, dropout=0.1, attention_dropout=0.1, parser_dropout=0.1),
         data=dict(source="builtin", train_path="", valid_path="", test_path="", craft_dir="",
                   num_train_sentences=2000, num_valid_sentences=200, num_test_sentences=None, corpus_seed=0,
-                  min_word_count=1),
+                  min_word_count=1, max_length=0),
         training=dict(num_steps=600, token_budget=512, length_bucket=8, mask_rate=0.3, seed=1111,
                       learning_rate=3e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
                       schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),

@@ -186,3 +186,31 @@ def test_bad_config_values_are_named(tmp_path, override, message):
 def test_a_sentence_longer_than_the_budget_is_an_error():
     with pytest.raises(ValueError, match="40 words .* does not fit the token budget 32"):
         mlm.token_budget_batches(np.array([3, 40]), 32, 8)
+
+
+def test_the_train_step_feeds_the_masked_tokens_and_scores_the_originals():
+    from flax import nnx
+
+    from tgjax.models.udgn import UDGN, UDGNConfig
+
+    model = UDGN(UDGNConfig(vocab_size=20, d_model=8, num_layers=1, num_channels=2, channel_size=4, parser_hidden=4,
+                            parser_layers=1, dropout=0.0, attention_dropout=0.0, parser_dropout=0.0),
+                 rngs=nnx.Rngs(params=0, dropout=0))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    params = nnx.to_pure_dict(params)
+    training = load_config("configs/udgn_tiny.py").training
+    tx = mlm.make_optimizer(training)
+    train_step, _ = mlm.make_steps(graphdef, tx, 0.5)
+    rng = np.random.default_rng(1)
+    tokens = jnp.asarray(rng.integers(0, 20, size=(3, 8)), jnp.int32)
+    valid = jnp.asarray(np.arange(8)[None, :] < np.array([[8], [5], [3]]))
+    state = mlm.MLMState(params, tx.init(params), jnp.zeros((), jnp.int32), jax.random.key_data(jax.random.key(7)))
+    _, metrics = train_step(state, rest, {"tokens": tokens, "valid": valid}, jnp.float32(0.0))
+    # The oracle: the same masking key, the masked inputs through the model, the originals as targets.
+    mask_key = jax.random.split(jax.random.fold_in(jax.random.key(7), 1))[0]
+    inputs, masked = mlm.mask_tokens(mask_key, tokens, valid, 0.5)
+    assert int(jnp.sum(inputs == mlm.MASK_ID)) >= int(jnp.sum(masked)) > 0
+    logits = nnx.merge(graphdef, nnx.state(model, nnx.Param), rest)(inputs, valid, deterministic=True).logits
+    total, count = mlm.masked_nll(logits, tokens, masked)
+    assert int(metrics["num_masked"]) == int(count)
+    assert float(metrics["loss"]) == pytest.approx(float(total / count), rel=1e-5)

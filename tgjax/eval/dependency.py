@@ -31,8 +31,9 @@ sets of unordered pairs (duplicates collapse; the root's pair is {i}).
 Baselines scored by the same code: left chain (each word headed by the word
 before it, the first word the root), right chain (by the word after it, the
 last word the root), and random projective trees (`random_projective_heads`:
-a uniformly chosen root in each span, its left and right sub-spans built the
-same way and attached to it), averaged over `--random-seeds` draws.
+a uniformly chosen root in each span, each side cut at random into
+contiguous segments, each a subtree built the same way attached to it),
+averaged over `--random-seeds` draws.
 MLM perplexity: exp of the masked-token cross-entropy over the same sentences,
 pooled over `--mlm-runs` fixed maskings (mask rate 0.3, as training).
 """
@@ -84,18 +85,21 @@ def right_chain(n: int) -> np.ndarray:
 
 
 def random_projective_heads(n: int, rng: np.random.Generator) -> np.ndarray:
-    """A random projective tree: a uniform root in [0, n), then each side's span built the same way
-    and its root attached to the span's head (iterative; every projective tree has probability > 0)."""
+    """A random projective tree [n]: a uniform root in the span; each side of it cut into contiguous
+    segments (every gap cut with probability 1/2), each segment a subtree built the same way whose
+    root is a dependent of the span's root. Every projective tree has probability > 0 (not uniform)."""
     heads = np.empty(n, np.int64)
-    stack = [(0, n, -1)]  # [start, end), the head of the span's root (-1: the sentence root)
+    stack = [(0, n, -1)]  # a segment [start, end) and the word its root depends on (-1: the sentence root)
     while stack:
         start, end, parent = stack.pop()
         if start >= end:
             continue
         root = int(rng.integers(start, end))
         heads[root] = root if parent < 0 else parent
-        stack.append((start, root, root))
-        stack.append((root + 1, end, root))
+        for side_start, side_end in ((start, root), (root + 1, end)):
+            cuts = [side_start + 1 + k for k in range(side_end - side_start - 1) if rng.random() < 0.5]
+            bounds = [side_start, *cuts, side_end]
+            stack.extend((a, b, root) for a, b in zip(bounds, bounds[1:]) if a < b)
     return heads
 
 

@@ -115,10 +115,12 @@ def split_trees(data, split: str) -> list:
 
 
 def read_split(data, split: str) -> tuple[list[list[str]], dict[str, int]]:
-    """(sentences as word lists, {"empty": n, "untagged": m}: sentences skipped, counted).
+    """(sentences as word lists, {"empty": n, "untagged": m[, "too_long": k]}: sentences skipped, counted).
 
     "empty": nothing left after filtering; "untagged": a tree with a word not
-    under a POS pre-terminal (CRAFT has `(NN Xpd TTD)`), whose words cannot be filtered.
+    under a POS pre-terminal (CRAFT has `(NN Xpd TTD)`), whose words cannot be
+    filtered; "too_long": sentences over `data.max_length` words (0 = no
+    limit, the release), training and validation alike.
     """
     skipped = {"empty": 0, "untagged": 0}
     if data.source == "text":
@@ -136,6 +138,11 @@ def read_split(data, split: str) -> tuple[list[list[str]], dict[str, int]]:
                 skipped["untagged"] += 1
     kept = [words for words in lines if words]
     skipped["empty"] = len(lines) - len(kept)
+    limit = data.get("max_length", 0)
+    if limit:  # a CPU-scale cap (few compiled widths); the release has none
+        short = [words for words in kept if len(words) <= limit]
+        skipped["too_long"] = len(kept) - len(short)
+        kept = short
     return kept, skipped
 
 
@@ -437,7 +444,9 @@ class MLMTask:
         for split, counts in self.skipped.items():
             if any(counts.values()):
                 lines.append(f"note: {split} sentences skipped: {counts['empty']} with no word left after "
-                             f"filtering, {counts['untagged']} with a word not under a POS tag")
+                             f"filtering, {counts['untagged']} with a word not under a POS tag"
+                             + (f", {counts['too_long']} longer than data.max_length={self.config.data.max_length}"
+                                if counts.get("too_long") else ""))
         return lines
 
     # -- state and checkpoints
@@ -568,7 +577,7 @@ def default_config() -> ml_collections.ConfigDict:
                    parser_layers=3, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
         data=dict(source="text", train_path="", valid_path="", test_path="", craft_dir=DEFAULT_CRAFT_DIR,
                   num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
-                  min_word_count=5),
+                  min_word_count=5, max_length=0),
         training=dict(num_steps=100_000, token_budget=4096, length_bucket=8, mask_rate=0.3, seed=1111,
                       learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
                       schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
