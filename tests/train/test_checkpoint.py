@@ -1,4 +1,10 @@
-"""CheckpointStore alone: keep-N plus keep-best retention, manifests, and a state without memory."""
+"""CheckpointStore alone: keep-N plus keep-best retention, manifests (sizes; sha256 opted in) written off the
+training thread, corrupt-step fallback, a state without memory, and gs:// workdirs through etils.epath."""
+
+import json
+import os
+import shutil
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -65,15 +71,148 @@ def test_a_relative_workdir_is_taken_from_the_current_directory(tmp_path, monkey
     assert (tmp_path / "runs" / "rel" / "checkpoints" / "3").is_dir()
 
 
-def test_a_url_workdir_is_refused_not_turned_into_a_local_directory(tmp_path, monkeypatch):
-    """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: refuse it and say what to do."""
+def test_a_url_workdir_goes_to_checkpoints_but_not_to_local_files(tmp_path, monkeypatch):
+    """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: checkpoints take the URL as an
+    epath.Path (orbax writes buckets directly); the rest of a workdir, written locally, refuses it."""
     from tgjax.infer.loading import resolve_step
-    from tgjax.workdir import local_workdir
+    from tgjax.workdir import checkpoint_workdir, local_workdir
 
     monkeypatch.chdir(tmp_path)
-    for call in (lambda: local_workdir("gs://bucket/run"), lambda: CheckpointStore("gs://bucket/run"),
-                 lambda: resolve_step("gs://bucket/run")):
+    for call in (lambda: local_workdir("gs://bucket/run"), lambda: resolve_step("gs://bucket/run")):
         with pytest.raises(ValueError, match=r"'gs://bucket/run' is a URL.*gcsfuse"):
             call()
     assert not (tmp_path / "gs:").exists()
     assert local_workdir("runs/x") == tmp_path / "runs" / "x"
+    bucket = checkpoint_workdir("gs://bucket/run")
+    assert str(bucket / "checkpoints" / "3") == "gs://bucket/run/checkpoints/3"
+    assert checkpoint_workdir("runs/x") == tmp_path / "runs" / "x"
+
+
+def _bucket_on_disk(root, monkeypatch):
+    """etils.epath mocked so that gs://bucket/... lives under `root` (no network)."""
+    from etils import epath
+    from etils.epath import gpath
+    from etils.epath import testing as epath_testing
+
+    # With TensorFlow installed epath takes tf.io.gfile for gs:// whatever the mock says: use the mocked backend.
+    monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
+
+    def local(path):
+        text = os.fspath(path)
+        return str(root / text[len("gs://"):]) if text.startswith("gs://") else text
+
+    def back(text):
+        return "gs://" + os.path.relpath(text, root) if str(text).startswith(str(root)) else text
+
+    def walk(fn, path, *args, **kwargs):
+        for top, dirs, files in fn(local(path), *args, **kwargs):
+            yield back(top), dirs, files
+
+    one = lambda fn, path, *a, **k: fn(local(path), *a, **k)  # noqa: E731
+    two = lambda fn, path, dst, *a, **k: fn(local(path), local(dst), *a, **k)  # noqa: E731
+    return epath, epath_testing.mock_epath(open=one, exists=one, isdir=one, listdir=one, makedirs=one, mkdir=one,
+                                           remove=one, rmtree=one, stat=one, glob=one, walk=walk, rename=two,
+                                           replace=two, copy=two)
+
+
+def test_manifest_and_checks_through_epath_on_a_bucket_url(tmp_path, monkeypatch):
+    """The manifest and the integrity check of a step on gs:// (epath mocked onto a local directory)."""
+    from tgjax.workdir import check_step, checkpoint_workdir, directory_manifest
+
+    local_run = tmp_path / "local"
+    store = CheckpointStore(local_run, async_save=False)
+    store.save(1, fake_state(1), {"epoch": 0, "step": 1}, {})
+    store.close()
+    shutil.copytree(local_run, tmp_path / "bucket" / "run")
+    epath, mocked = _bucket_on_disk(tmp_path, monkeypatch)
+    with mocked:
+        run = checkpoint_workdir("gs://bucket/run")
+        assert isinstance(run, epath.Path)
+        step_dir = run / "checkpoints" / "1"
+        manifest = directory_manifest(step_dir, hashes=True)
+        assert manifest == directory_manifest(local_run / "checkpoints" / "1", hashes=True)
+        assert check_step(run, 1, checksums=True) is None
+        largest = max(manifest, key=lambda name: manifest[name][0])
+        with (step_dir / largest).open("wb") as f:
+            f.write(b"x")
+        assert check_step("gs://bucket/run", 1) == (f"file gs://bucket/run/checkpoints/1/{largest} has 1 bytes, "
+                                                    f"expected {manifest[largest][0]}")
+
+
+def _largest_file(step_dir):
+    return max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def test_hashing_is_off_by_default_and_sizes_still_catch_a_truncated_or_missing_file(tmp_path):
+    store = CheckpointStore(tmp_path, async_save=False)
+    store.save(1, fake_state(1), {"epoch": 0, "step": 1}, {})
+    store.wait()
+    manifest = json.loads((tmp_path / "checkpoint_manifests" / "1.json").read_text())
+    assert manifest and all(size > 0 and digest is None for size, digest in manifest.values())
+    largest = _largest_file(tmp_path / "checkpoints" / "1")
+    size = largest.stat().st_size
+    largest.write_bytes(largest.read_bytes()[: size // 2])
+    assert store.check(1) == f"file {largest} has {size // 2} bytes, expected {size}"
+    largest.unlink()
+    assert store.check(1) == f"file {largest} is missing"
+    store.close()
+
+
+def test_a_flipped_byte_is_caught_with_checksums_and_passes_the_size_check_without(tmp_path):
+    hashed = CheckpointStore(tmp_path, async_save=False, checksums=True)
+    hashed.save(1, fake_state(1), {"epoch": 0, "step": 1}, {})
+    hashed.wait()
+    manifest = json.loads((tmp_path / "checkpoint_manifests" / "1.json").read_text())
+    assert all(len(digest) == 64 for _, digest in manifest.values())
+    largest = _largest_file(tmp_path / "checkpoints" / "1")
+    data = bytearray(largest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    largest.write_bytes(bytes(data))
+    manifest_path = tmp_path / "checkpoint_manifests" / "1.json"
+    assert hashed.check(1) == f"file {largest} does not match its sha256 in {manifest_path}"
+    hashed.close()
+    unhashed = CheckpointStore(tmp_path, async_save=False)  # the same step, hashing off: sizes still agree
+    assert unhashed.check(1) is None
+    unhashed.close()
+
+
+def test_a_corrupt_latest_step_is_moved_aside_and_the_previous_one_restored(tmp_path):
+    store = CheckpointStore(tmp_path, max_to_keep=3, keep_best=0)
+    for step in (1, 2):
+        store.save(step, fake_state(step), {"epoch": 0, "step": step}, {"note": step})
+    store.wait()
+    largest = _largest_file(tmp_path / "checkpoints" / "2")
+    largest.write_bytes(largest.read_bytes()[:-1])  # truncated: the cheap check sees it
+    restored, problems = store.restore_latest(abstract(fake_state(0)))
+    assert restored.step == 1 and restored.meta == {"note": 1}
+    np.testing.assert_array_equal(restored.state.params["w"], [1.0, 1.0, 1.0])
+    assert [p.step for p in problems] == [2] and "bytes, expected" in problems[0].reason
+    (moved,) = (tmp_path / "checkpoints_corrupt").iterdir()
+    assert moved.name.startswith("2-") and str(moved) == problems[0].moved_to
+    assert store.all_steps() == [1] and not (tmp_path / "checkpoint_manifests" / "2.json").exists()
+    store.save(2, fake_state(2), {"epoch": 0, "step": 2}, {})  # the step can be saved again
+    store.close()
+    assert (tmp_path / "checkpoints" / "2").is_dir()
+
+
+def test_manifests_are_written_off_the_training_thread(tmp_path, monkeypatch):
+    """save() returns while the previous step's manifest is still being computed (a blocked fake hasher)."""
+    from tgjax.train import checkpoint as checkpoint_module
+
+    release = threading.Event()
+    seen = []
+
+    def slow_manifest(directory, *, hashes):
+        seen.append((threading.current_thread().name, release.wait(timeout=30)))
+        return {}
+
+    monkeypatch.setattr(checkpoint_module, "directory_manifest", slow_manifest)
+    store = CheckpointStore(tmp_path, async_save=True, checksums=True)
+    store.save(1, fake_state(1), {"epoch": 0, "step": 1}, {})
+    store.save(2, fake_state(2), {"epoch": 0, "step": 2}, {})  # hands step 1 to the manifest thread, returns
+    assert not release.is_set()
+    release.set()
+    store.wait()
+    store.close()
+    assert len(seen) == 2 and all(name.startswith("tgjax-manifest") and released for name, released in seen)
+    assert sorted(p.stem for p in (tmp_path / "checkpoint_manifests").glob("*.json")) == ["1", "2"]

@@ -56,15 +56,15 @@ def test_sigterm_saves_after_the_current_step_and_the_resume_is_bit_identical(tm
     assert all(second.losses[s] == uninterrupted.losses[s] for s in range(4, NUM_STEPS + 1))
 
 
-def _stopped_after_step_6(tmp_path: Path) -> Path:
+def _stopped_after_step_6(tmp_path: Path, *overrides: str) -> Path:
     """A workdir as a run stopped after step 6 leaves it (checkpoints 2, 4, 5, 6)."""
-    train(small_config(), tmp_path, stop_after_step=6, quiet=True)
+    train(small_config(*overrides), tmp_path, stop_after_step=6, quiet=True)
     return tmp_path
 
 
-def _resume_and_check(workdir: Path, uninterrupted, expected_start: int) -> str:
+def _resume_and_check(workdir: Path, uninterrupted, expected_start: int, *overrides: str) -> str:
     stream = io.StringIO()
-    result = train(small_config(), workdir, stream=stream)
+    result = train(small_config(*overrides), workdir, stream=stream)
     assert result.start_step == expected_start
     for step in range(expected_start + 1, NUM_STEPS + 1):
         assert result.losses[step] == uninterrupted.losses[step], step
@@ -72,14 +72,15 @@ def _resume_and_check(workdir: Path, uninterrupted, expected_start: int) -> str:
 
 
 def test_corrupt_latest_checkpoint_is_reported_and_the_previous_one_used(tmp_path, uninterrupted):
-    workdir = _stopped_after_step_6(tmp_path)
+    hashed = "checkpointing.checksums=True"  # a flipped byte keeps the size: only the sha256 sums see it
+    workdir = _stopped_after_step_6(tmp_path, hashed)
     # Flip bytes in the largest file of step 6 (array data).
     files = sorted((p for p in (workdir / "checkpoints" / "6").rglob("*") if p.is_file()),
                    key=lambda p: p.stat().st_size)
     data = bytearray(files[-1].read_bytes())
     data[len(data) // 2] ^= 0xFF
     files[-1].write_bytes(bytes(data))
-    out = _resume_and_check(workdir, uninterrupted, expected_start=5)
+    out = _resume_and_check(workdir, uninterrupted, 5, hashed)
     assert "warning: checkpoint step 6 is corrupt or incomplete (file " in out
     assert "does not match its sha256" in out
     assert "resuming from step 5, the newest usable checkpoint" in out

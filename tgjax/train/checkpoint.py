@@ -18,15 +18,24 @@ first, or highest with `best_mode="max"`).
 
 Integrity: orbax writes each step to a temporary directory and renames it
 when complete, so a save cut short never looks finished; beyond that, once
-a save has finished this module writes a manifest of sha256 sums of its files
-(`WORKDIR/checkpoint_manifests/<s>.json`). On resume the newest step is
-checked (items present, manifest matches, orbax restore succeeds); a step that
-fails is reported, moved to `WORKDIR/checkpoints_corrupt/`, and the previous
-step is tried.
+a save has finished this module writes a manifest of its files' sizes
+(`WORKDIR/checkpoint_manifests/<s>.json`), and with `checksums` (opt-in:
+`checkpointing.checksums`) their sha256 sums too. The manifest is written by
+a background thread when the next save starts (or at `wait`), so training
+never waits for it: hashing reads every byte (3 GB for 252M parameters with
+Adam). On resume the newest step is checked (items present, sizes match, with
+checksums the sums match, orbax restore succeeds); a step that fails is
+reported, moved to `WORKDIR/checkpoints_corrupt/`, and the previous step is
+tried.
+
+A workdir may be a bucket URL (`gs://bucket/run`): orbax writes it directly
+and the manifests and move-aside go through `etils.epath`
+(`tgjax.workdir.checkpoint_workdir`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -43,7 +52,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
 from tgjax.train.state import TrainState
-from tgjax.workdir import CHECKPOINT_ITEMS, check_step, directory_manifest, local_workdir
+from tgjax.workdir import CHECKPOINT_ITEMS, check_step, checkpoint_workdir, directory_manifest
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +94,10 @@ class CheckpointStore:
     """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
 
     def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, keep_best: int = 1,
-                 async_save: bool = True, checksums: bool = True, save_memory: bool = True,
+                 async_save: bool = True, checksums: bool = False, save_memory: bool = True,
                  best_mode: str = "min"):
-        self.workdir = local_workdir(workdir)  # a relative --workdir is taken from the current directory
+        # A relative --workdir is taken from the current directory; a gs:// one is an epath.Path.
+        self.workdir = checkpoint_workdir(workdir)
         self.directory = self.workdir / "checkpoints"
         self.manifest_dir = self.workdir / "checkpoint_manifests"
         self.corrupt_dir = self.workdir / "checkpoints_corrupt"
@@ -95,7 +105,11 @@ class CheckpointStore:
         self.checksums = checksums
         # best_mode: "min" keeps the lowest selection values (a loss), "max" the highest (an accuracy).
         self._options = dict(max_to_keep=max_to_keep, keep_best=keep_best, async_save=async_save, best_mode=best_mode)
-        self._pending_manifests: list[int] = []
+        self._pending_manifests: list[int] = []  # saved steps whose manifest is not started yet
+        # One thread writes manifests (stat, and with checksums sha256, of a finished step) off the training thread.
+        self._manifest_writer = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                                      thread_name_prefix="tgjax-manifest")
+        self._manifest_jobs: list[concurrent.futures.Future] = []
         self.manager = self._open()
 
     def _open(self) -> ocp.CheckpointManager:
@@ -126,7 +140,7 @@ class CheckpointStore:
              valid_loss: float | None = None) -> None:
         """Starts saving step `step` (in the background when async); `valid_loss` (the task's selection
         value, a loss for the treebank LM) ranks it for keep-best."""
-        self._finish_manifests()
+        self._start_manifests()
         metrics = {VALID_LOSS: float(valid_loss)} if valid_loss is not None else None
         self.manager.save(
             step,
@@ -142,10 +156,20 @@ class CheckpointStore:
 
     def wait(self) -> None:
         """Blocks until every save has finished and its manifest is written."""
-        self._finish_manifests()
+        self.manager.wait_until_finished()
+        self._start_manifests()
+        jobs, self._manifest_jobs = self._manifest_jobs, []
+        for job in jobs:
+            job.result()  # a failure to write a manifest surfaces here
+        if jax.process_index() == 0 and self.manifest_dir.exists():
+            kept = set(self.manager.all_steps())
+            for stale in self.manifest_dir.glob("*.json"):  # manifests of steps retention has deleted
+                if stale.stem.isdigit() and int(stale.stem) not in kept:
+                    stale.unlink()
 
     def close(self) -> None:
-        self._finish_manifests()
+        self.wait()
+        self._manifest_writer.shutdown()
         # orbax's close() does not wait for the clean-up of temporary directories that opening the manager
         # started; a process exiting right after (a data error) would print that thread's traceback.
         cleanup = getattr(self.manager, "_cleanup_tmp_directory_future", None)
@@ -153,26 +177,37 @@ class CheckpointStore:
             cleanup.result()
         self.manager.close()
 
-    def _finish_manifests(self) -> None:
+    def _start_manifests(self) -> None:
+        """Hands finished steps to the manifest thread (process 0); waits only for orbax's previous save,
+        which `CheckpointManager.save` waits for anyway."""
+        if not self._pending_manifests:
+            return
         self.manager.wait_until_finished()
-        if not self.checksums or jax.process_index() != 0:
-            self._pending_manifests.clear()
+        if jax.process_index() == 0:
+            for step in self._pending_manifests:
+                self._manifest_jobs.append(self._manifest_writer.submit(self._write_manifest, step))
+        self._pending_manifests.clear()
+        finished = [job for job in self._manifest_jobs if job.done()]
+        for job in finished:
+            job.result()
+        self._manifest_jobs = [job for job in self._manifest_jobs if not job.done()]
+
+    def _write_manifest(self, step: int) -> None:
+        """(On the manifest thread.) Sizes, and with checksums sha256 sums, of step `step`'s files."""
+        step_dir = self._step_dir(step)
+        try:
+            manifest = directory_manifest(step_dir, hashes=self.checksums)
+        except FileNotFoundError:  # retention deleted the step meanwhile
+            return
+        if not step_dir.exists():
             return
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
-        kept = set(self.manager.all_steps())
-        for step in self._pending_manifests:
-            if step in kept:
-                manifest = directory_manifest(self._step_dir(step))
-                tmp = self.manifest_dir / f"{step}.json.tmp"
-                tmp.write_text(json.dumps(manifest, indent=0, sort_keys=True))
-                tmp.replace(self.manifest_dir / f"{step}.json")
-        self._pending_manifests.clear()
-        for stale in self.manifest_dir.glob("*.json"):  # manifests of steps retention has deleted
-            if stale.stem.isdigit() and int(stale.stem) not in kept:
-                stale.unlink()
+        tmp = self.manifest_dir / f"{step}.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=0, sort_keys=True))
+        tmp.replace(self.manifest_dir / f"{step}.json")
 
-    def _step_dir(self, step: int) -> Path:
-        return Path(str(self.manager.directory)) / str(step)
+    def _step_dir(self, step: int):
+        return self.directory / str(step)
 
     # -- checking and restoring ----------------------------------------------------------------
 
@@ -200,6 +235,7 @@ class CheckpointStore:
         again, and returned as `Problem`s for the caller to report. Without
         saved memory, the restored state's memory is empty.
         """
+        self.wait()  # every manifest written before any is read
         problems: list[Problem] = []
         restored = None
         for step in sorted(self.manager.all_steps(), reverse=True):
@@ -254,7 +290,10 @@ class CheckpointStore:
                 source = self._step_dir(problem.step)
                 if source.exists():
                     dest = self.corrupt_dir / f"{problem.step}-{time.strftime('%Y%m%d-%H%M%S')}"
-                    shutil.move(str(source), str(dest))
+                    if isinstance(source, Path):
+                        shutil.move(str(source), str(dest))
+                    else:  # a bucket: epath renames (copy and delete on GCS)
+                        source.rename(dest)
                     problem.moved_to = str(dest)
                 (self.manifest_dir / f"{problem.step}.json").unlink(missing_ok=True)
         if jax.process_count() > 1:
