@@ -80,7 +80,8 @@ class PushdownAttention(nnx.Module):
         self.rel_key = param(rngs, dense_init(), qkv_shape, qkv_axes)
         self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model), ("heads", "kv", "embed"))
         # num_depths = 0 gives the same layer without the depth term (a plain layer of the same size).
-        self.depth_embedding = (param(rngs, nnx.initializers.normal(0.02), (self.num_depths, self.head_dim), (None, "kv"))
+        # N(0, 1), the release's `nn.Embedding` default: the depth term starts as large as the keys.
+        self.depth_embedding = (param(rngs, nnx.initializers.normal(1.0), (self.num_depths, self.head_dim), (None, "kv"))
                                 if self.num_depths else None)
         # PE(k - j) for k - j in [0, max]: a constant, not a parameter.
         self.position_table = nnx.Cache(
