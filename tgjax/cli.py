@@ -300,6 +300,8 @@ def cmd_info(args) -> int:
         from tgjax.train.tasks.onlstm_lm import describe
     elif trainer_of(config) == "classification":
         from tgjax.train.tasks.classification import describe
+    elif trainer_of(config) == "mlm":
+        from tgjax.train.tasks.mlm import describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))

@@ -364,6 +364,26 @@ def check_config(config) -> None:
         need(path)
 
 
+PTB_VOCABULARY_SIZE = 10_798  # the thesis' PTB dictionary (frequency >= 5 plus the three specials)
+
+
+def describe(config) -> dict[str, Any]:
+    """What `tgjax info` prints: parameters and the vocabulary built from the training data (when the
+    training data is absent, e.g. configs/udgn_ptb.py without PTB, the thesis' 10,798 PTB types, said so)."""
+    check_config(config)
+    try:
+        train, _ = read_split(config.data, "train")
+        vocab_size = len(build_vocabulary(train, config.data.min_word_count))
+        source = f"built from the training split (data.source={config.data.source!r})"
+    except FileNotFoundError as missing:
+        vocab_size, source = PTB_VOCABULARY_SIZE, f"the thesis' PTB size; the training data is absent ({missing})"
+    model_cfg = model_config(config, vocab_size)
+    abstract = nnx.eval_shape(lambda: UDGN(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
+    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
+    return {"model_name": "udgn_mlm", "num_parameters": count, "vocab_size": vocab_size, "vocab_source": source,
+            "model": dataclasses.asdict(model_cfg)}
+
+
 def _fingerprint(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
 
