@@ -6,7 +6,8 @@ import pytest
 
 from tgjax.data.pipeline import Pipeline, PipelineConfig
 from tgjax.train.config import (ConfigError, apply_overrides, default_config, load_config, parse_override_args,
-                                UNSET_PATH)
+                                trainer_of, UNSET_PATH)
+from tgjax.train.tasks import make_task
 from tgjax.train.tasks.treebank_lm import resolve_model_config, validate_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,8 +19,21 @@ def test_the_issue_configs_exist():
             "txl_terminals_bllip"} <= set(CONFIGS)
 
 
-@pytest.mark.parametrize("name", [n for n in CONFIGS if n != "stack_cfl"])  # stack_cfl: tests/train/test_cfl_train.py
-def test_every_config_loads_and_resolves(name):
+LM_CONFIGS = [n for n in CONFIGS if trainer_of(load_config(str(REPO / "configs" / f"{n}.py"))) == "lm"]
+
+
+def test_every_config_is_validated_by_its_own_task():
+    """Each config names a trainer with a task, and that task accepts it (LM configs once given treebanks)."""
+    for name in CONFIGS:
+        config = load_config(str(REPO / "configs" / f"{name}.py"))
+        if trainer_of(config) == "lm":
+            config = apply_overrides(config, ["data.train_path=builtin", "data.valid_path=builtin"])
+        make_task(config).validate_config(config)
+    assert {"tiny", "tg_ptb"} <= set(LM_CONFIGS) and "stack_cfl" not in LM_CONFIGS
+
+
+@pytest.mark.parametrize("name", LM_CONFIGS)  # the other families' configs: their tasks' own tests
+def test_every_lm_config_loads_and_resolves(name):
     config = load_config(str(REPO / "configs" / f"{name}.py"))
     model = resolve_model_config(config, config.model.vocab_size or 100)
     assert model.d_model == config.model.d_model and model.final_dropout == config.model.core_output_dropout
