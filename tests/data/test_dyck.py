@@ -58,6 +58,13 @@ def test_generator_constraints():
     assert 6 <= np.mean([len(s) for s in strings]) < 200
 
 
+def test_corpus_redraws_and_counts_long_strings():
+    strings, redrawn = dyck.dyck_corpus(300, seed=3, max_length=20)
+    assert len(strings) == 300 and all(1 <= len(s) <= 20 for s in strings) and redrawn > 0
+    again, _ = dyck.dyck_corpus(300, seed=3, max_length=20)
+    assert again == strings  # seeded
+
+
 def test_long_range_examples():
     rng = np.random.default_rng(1)
     examples = dyck.long_range_examples(rng, 50, num_examples=50)

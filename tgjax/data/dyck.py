@@ -106,6 +106,25 @@ def sample_dyck(rng: np.random.Generator, *, num_types: int = PAPER_TYPES, max_d
         out.append(opens[t])
 
 
+def dyck_corpus(num_strings: int, seed: int, *, num_types: int = PAPER_TYPES, max_depth: int = PAPER_TRAIN_DEPTH,
+                min_length: int = 1, max_length: int = 600) -> tuple[list[list[str]], int]:
+    """``num_strings`` strings of the automaton (the paper: 100k of Dyck_{20,10}) and how many were redrawn.
+
+    Strings longer than ``max_length`` are dropped and redrawn, as the release
+    skips them at load; the count is returned so that the caller can report it.
+    """
+    rng = np.random.default_rng(seed)
+    strings: list[list[str]] = []
+    redrawn = 0
+    while len(strings) < num_strings:
+        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_length)
+        if len(tokens) > max_length:
+            redrawn += 1
+            continue
+        strings.append(tokens)
+    return strings, redrawn
+
+
 def _bracket_kind(token: str) -> tuple[bool, str]:
     if token.startswith("(") and len(token) > 1:
         return True, token[1:]
