@@ -214,3 +214,16 @@ def test_the_train_step_feeds_the_masked_tokens_and_scores_the_originals():
     total, count = mlm.masked_nll(logits, tokens, masked)
     assert int(metrics["num_masked"]) == int(count)
     assert float(metrics["loss"]) == pytest.approx(float(total / count), rel=1e-5)
+
+
+def test_sentences_left_empty_untagged_or_too_long_are_skipped_and_counted(tmp_path):
+    path = tmp_path / "trees.mrg"
+    path.write_text("(S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .))\n"
+                    "(FRAG (NP (NN Xpd TTD)) (. .))\n"  # a word not under a POS tag (as CRAFT has)
+                    "(FRAG (. .) (, ,))\n"  # nothing left after the WORD_TAGS filter
+                    "(S (NP (PRP It)) (VP (VBZ is) (ADJP (RB very) (RB very) (JJ long))))\n")
+    data = load_config("configs/udgn_tiny.py", ["data.source='treebank'", f"data.train_path={path}",
+                                                "data.max_length=4"]).data
+    sentences, skipped = mlm.read_split(data, "train")
+    assert sentences == [["the", "dog", "barks"]]
+    assert skipped == {"empty": 1, "untagged": 1, "too_long": 1}
