@@ -90,6 +90,8 @@ def test_clipped_depths_and_partial_pushdown_layers():
     w = np.asarray(batch["weights"][2]) > 0
     want = int((np.tril(tape) >= 2)[np.ix_(w, w)].sum())
     assert want > 0 and int(out["clipped_depths"]) >= want
+    _, eq6 = small(depth_space="model")
+    assert eq6.layers[0].attention.depth_embedding.shape == (4, 16)
     config, partial = small(pushdown_layers=(1,))
     assert partial.layers[0].attention.depth_embedding is None and partial.layers[1].attention.depth_embedding is not None
     with pytest.raises(ValueError, match="pushdown_layers"):

@@ -40,7 +40,10 @@ def oracle(module: PushdownAttention, x, tape, valid=None) -> np.ndarray:
         augmented = np.repeat(k[None], T, axis=0)
         if beta is not None:
             depth = np.clip(tape[b], 0, module.num_depths - 1)
-            augmented = augmented + beta[depth][:, :, None, :]
+            if module.depth_space == "head":  # Fig. 7: k_j + beta[W[k, j]], the same vector in every head
+                augmented = augmented + beta[depth][:, :, None, :]
+            else:  # eq. 6: (h_j + d_kj) W_key
+                augmented = np.einsum("tsd,dhk->tshk", x[b][None] + beta[depth], Wk)
         for i in range(T):
             keys = [j for j in range(i + 1) if valid[b, i] and valid[b, j]]
             if not keys:
@@ -58,8 +61,9 @@ def oracle(module: PushdownAttention, x, tape, valid=None) -> np.ndarray:
     return out
 
 
-def make(d=16, heads=2, depths=5, max_rel=6, seed=0):
-    return PushdownAttention(d, heads, num_depths=depths, max_relative_position=max_rel, rngs=nnx.Rngs(seed))
+def make(d=16, heads=2, depths=5, max_rel=6, seed=0, space="head"):
+    return PushdownAttention(d, heads, num_depths=depths, max_relative_position=max_rel, depth_space=space,
+                             rngs=nnx.Rngs(seed))
 
 
 def random_tape(rng, B, T, high):
@@ -78,6 +82,18 @@ def test_matches_3d_key_oracle(seed, T, heads, depths):
     tape = random_tape(rng, 2, T, depths + 3)  # some entries beyond the table: clipped
     got = np.asarray(module(jnp.asarray(x), jnp.asarray(tape)))
     np.testing.assert_allclose(got, oracle(module, x, tape), rtol=2e-4, atol=2e-4)
+
+
+def test_eq6_model_space_depth_matches_oracle():
+    rng = np.random.default_rng(5)
+    module = make(heads=2, depths=4, space="model")
+    assert module.depth_embedding.shape == (4, 16)
+    x = rng.normal(size=(2, 6, 16)).astype(np.float32)
+    tape = random_tape(rng, 2, 6, 5)
+    np.testing.assert_allclose(np.asarray(module(jnp.asarray(x), jnp.asarray(tape))), oracle(module, x, tape),
+                               rtol=2e-4, atol=2e-4)
+    with pytest.raises(ValueError, match="depth_space"):
+        make(space="both")
 
 
 def test_padding_and_no_depth_variant():

@@ -47,6 +47,7 @@ class PushdownLMConfig:
     pushdown_layers: tuple[int, ...] | None = None  # None: every layer
     num_depths: int = 50  # depth table (the release: 50 for text; 2 with binary_tape)
     binary_tape: bool = False  # Dyck: 1 where a token has been reduced
+    depth_space: Literal["head", "model"] = "head"  # β per head (Fig. 7, release) or in model space (eq. 6)
     max_relative_position: int = 512
     embedding_dropout: float = 0.1
     dropout: float = 0.1
@@ -82,7 +83,8 @@ class PushdownLM(nnx.Module):
         self.layers = nnx.List([
             PushdownLayer(d, config.num_heads, config.ffw_hidden_size,
                           num_depths=config.num_depths if config.is_pushdown(i) else 0,
-                          max_relative_position=config.max_relative_position, dropout=config.dropout, rngs=rngs)
+                          max_relative_position=config.max_relative_position, dropout=config.dropout,
+                          depth_space=config.depth_space, rngs=rngs)
             for i in range(config.num_layers)])
         self.head = AttachmentHead(
             d, d, num_depths=config.num_depths, depth_dim=config.head_depth_dim or d // config.num_heads,

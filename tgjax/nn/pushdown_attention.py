@@ -9,8 +9,10 @@ token k (`tgjax.syntax.stack_tape`),
 per head, where P_{k-j} = W_pos PE(k - j) is the Transformer-XL relative
 position term the authors' release uses (sinusoidal PE, no u/v global biases,
 no bias on any projection), and β is one `[num_depths, d_head]` table per
-layer shared by all heads (the release; the paper's eq. 6 writes the depth
-vector before the key projection, which is the same family of functions).
+layer shared by all heads (`depth_space="head"`: the paper's Fig. 7 and the
+release). Eq. 6 as written adds the depth vector to h_j *before* the key
+projection, [h_j + d_kj]ᵀ W_keyᵀ W_query h_k: `depth_space="model"` keeps a
+`[num_depths, d]` table and scores q_k · (W_key β[W[k, j]]) per head.
 
 The paper (§3.4, Fig. 7) materialises the `[T, T, d]` augmented keys
 k_j + β[W[k, j]]. Depths are small integers, so here q_k · β[e] is computed
@@ -26,6 +28,8 @@ release's binary "has been reduced" tape (`num_depths = 2`, tape = depth > 0).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +67,7 @@ class PushdownAttention(nnx.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, *, num_depths: int, max_relative_position: int,
-                 rngs: nnx.Rngs):
+                 depth_space: Literal["head", "model"] = "head", rngs: nnx.Rngs):
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         if num_depths < 0:
@@ -81,7 +85,12 @@ class PushdownAttention(nnx.Module):
         self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model), ("heads", "kv", "embed"))
         # num_depths = 0 gives the same layer without the depth term (a plain layer of the same size).
         # N(0, 1), the release's `nn.Embedding` default: the depth term starts as large as the keys.
-        self.depth_embedding = (param(rngs, nnx.initializers.normal(1.0), (self.num_depths, self.head_dim), (None, "kv"))
+        if depth_space not in ("head", "model"):
+            raise ValueError(f"depth_space must be 'head' (Fig. 7, release) or 'model' (eq. 6), got {depth_space!r}")
+        self.depth_space = depth_space
+        depth_shape, depth_axes = ((self.num_depths, self.head_dim), (None, "kv")) if depth_space == "head" else (
+            (self.num_depths, d_model), (None, "embed"))
+        self.depth_embedding = (param(rngs, nnx.initializers.normal(1.0), depth_shape, depth_axes)
                                 if self.num_depths else None)
         # PE(k - j) for k - j in [0, max]: a constant, not a parameter.
         self.position_table = nnx.Cache(
@@ -110,7 +119,11 @@ class PushdownAttention(nnx.Module):
         distance_index = jnp.clip(distance, 0, self.max_relative_position).astype(jnp.int32)[:, None]
         logits = content + jnp.take_along_axis(by_distance, distance_index, axis=-1)
         if self.depth_embedding is not None:
-            by_depth = jnp.einsum("bthk,ek->bhte", q, self.depth_embedding[...])  # [B, H, Tq, D]
+            if self.depth_space == "head":
+                by_depth = jnp.einsum("bthk,ek->bhte", q, self.depth_embedding[...])  # [B, H, Tq, D]
+            else:  # W_key β[e] per head, then the same gather
+                depth_keys = jnp.einsum("ed,dhk->ehk", self.depth_embedding[...], self.key[...])
+                by_depth = jnp.einsum("bthk,ehk->bhte", q, depth_keys)
             depth_index = jnp.clip(tape, 0, self.num_depths - 1).astype(jnp.int32)[:, None]
             logits = logits + jnp.take_along_axis(by_depth, depth_index, axis=-1)
         return logits / np.sqrt(self.head_dim)
@@ -151,9 +164,11 @@ class PushdownLayer(nnx.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, ffw_hidden: int, *, num_depths: int,
-                 max_relative_position: int, dropout: float, rngs: nnx.Rngs):
+                 max_relative_position: int, dropout: float, depth_space: Literal["head", "model"] = "head",
+                 rngs: nnx.Rngs):
         self.attention = PushdownAttention(d_model, num_heads, num_depths=num_depths,
-                                           max_relative_position=max_relative_position, rngs=rngs)
+                                           max_relative_position=max_relative_position, depth_space=depth_space,
+                                           rngs=rngs)
         self.attention_norm = LayerNorm(d_model, rngs=rngs)
         self.w_in = param(rngs, dense_init(), (d_model, ffw_hidden), ("embed", "mlp"))
         self.b_in = param(rngs, nnx.initializers.zeros, (ffw_hidden,), ("mlp",))
