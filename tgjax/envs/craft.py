@@ -126,8 +126,10 @@ class Craft(environment.Environment[CraftState, CraftParams]):
     def reset_env(self, key: jax.Array, params: CraftParams) -> tuple[jax.Array, CraftState]:
         key_cells, key_direction = jax.random.split(key)
         interior = WIDTH_INTERIOR = rules.WIDTH - 2
-        # distinct interior cells: the placed objects in order, then the agent
-        cells = jax.random.permutation(key_cells, interior * interior)[:len(rules.PLACED) + 1]
+        # distinct interior cells, uniformly (the objects in PLACED order, then the agent): the top k of
+        # i.i.d. uniform scores; far cheaper than a permutation's sorts, and gymnax's auto-resetting
+        # `step` runs this reset at every step
+        _, cells = jax.lax.top_k(jax.random.uniform(key_cells, (interior * interior,)), len(rules.PLACED) + 1)
         xs, ys = 1 + cells // WIDTH_INTERIOR, 1 + cells % WIDTH_INTERIOR
         grid = jnp.asarray(_border_grid())
         grid = grid.at[xs[:-1], ys[:-1]].set(jnp.array([rules.KIND[k] for k in rules.PLACED], jnp.int32))

@@ -28,7 +28,7 @@ import numpy as np
 
 #: Bump whenever a rule, the map generator or the observation layout changes:
 #: demonstration files record it and the reader refuses other versions.
-ENV_VERSION = "craft-ocn-1"
+ENV_VERSION = "craft-ocn-2"  # 2: maps drawn by top-k of uniform scores
 
 WIDTH = HEIGHT = 10
 KINDS = ("empty", "boundary", "water", "stone", "toolshed", "workbench", "factory", "iron", "grass", "wood",
