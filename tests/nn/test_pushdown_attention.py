@@ -159,3 +159,18 @@ def test_layer_runs_and_depth_matters():
     assert not np.allclose(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="divisible"):
         PushdownAttention(10, 3, num_depths=2, max_relative_position=4, rngs=nnx.Rngs(0))
+
+
+def test_one_query_against_cached_keys_equals_the_full_row():
+    """The incremental path inference will take: query t against keys 0..t with tape row t alone."""
+    rng = np.random.default_rng(7)
+    module = make(depths=4)
+    x = jnp.asarray(rng.normal(size=(2, 6, 16)).astype(np.float32))
+    tape = jnp.asarray(random_tape(rng, 2, 6, 4))
+    full = np.asarray(module(x, tape))
+    q, k, v = module.project(x)
+    for t in range(6):
+        distance = (t - jnp.arange(t + 1))[None, None, :]
+        scores = module.scores(q[:, t:t + 1], k[:, : t + 1], tape[:, t:t + 1, : t + 1], distance)
+        out = module.attend(scores, jnp.ones((1, 1, t + 1), bool), v[:, : t + 1])
+        np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
