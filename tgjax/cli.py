@@ -302,6 +302,8 @@ def cmd_info(args) -> int:
         from tgjax.train.tasks.classification import describe
     elif trainer_of(config) == "mlm":
         from tgjax.train.tasks.mlm import describe
+    elif trainer_of(config) == "pushdown_lm":
+        from tgjax.train.tasks.pushdown_lm import describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))

@@ -19,6 +19,7 @@ _TASKS = {
     "classification": "tgjax.train.tasks.classification:ClassificationTask",
     "onlstm_lm": "tgjax.train.tasks.onlstm_lm:OnLSTMLMTask",
     "mlm": "tgjax.train.tasks.mlm:MLMTask",
+    "pushdown_lm": "tgjax.train.tasks.pushdown_lm:PushdownLMTask",
 }
 
 

@@ -1,0 +1,691 @@
+"""Pushdown-LM training (`trainer="pushdown_lm"`): LM + attachment loss on the shared trainer.
+
+    tgjax train --config configs/pushdown_tiny.py --workdir runs/pushdown_tiny
+    tgjax train --config configs/pushdown_dyck.py --workdir runs/pushdown_dyck
+    tgjax train --config configs/pushdown_dyck.py --config.model.pushdown_layers=none --workdir runs/base_dyck
+
+Murty et al. (EMNLP 2023) §3.3 / Appendix A-B, the release as restated in
+released-code.md §1.5-1.6. What it hands the trainer (`tgjax.train.task`):
+
+* data (`data.source`): "builtin" (the synthetic treebank), "treebank"
+  (PTB-style bracketed files, one or more trees per line; a malformed tree
+  is an error naming file:line) or "dyck" (Dyck_{k,m} strings of
+  `tgjax.data.dyck`, the binary "has been reduced" tape). Trees become
+  `<s> w_1 .. w_n <eos>` rows with gold attachment labels and node spans
+  (`tgjax.data.pushdown`): n-ary nodes right-binarised, unary chains
+  collapsed, sub-word pieces right-branching. Everything the pipeline
+  changed is counted and said at setup: right-binarised nodes, sentences
+  skipped as too long (`data.on_too_long="skip"`; "error" refuses), tape
+  entries at or beyond the depth table (clipped by the model).
+* windows (`data.windows=True`, the WikiTrees model of Appendix B): whole
+  sentences, each with its own ROOT (`<s>`), packed greedily into rows of at
+  most `model.sequence_length + 1` tokens, so every row starts at a sentence
+  boundary; labels and node spans are offset per sentence, so an earlier
+  sentence of the row keeps the depths of its finished tree. (The `<s>` of a
+  following sentence is an LM target like any token; its attachment is a
+  shift.) A sentence longer than a row is skipped and counted (or refused).
+* batches: a shuffle per epoch from (training.seed, epoch); the last batch of
+  an epoch is padded with idle rows (weight 0), so nothing is dropped; the
+  iterator's position {"epoch", "step"} is all a checkpoint needs, and a
+  resumed run is bit-identical.
+* the loss: mean LM cross-entropy per token + `training.attachment_weight`
+  x mean attachment cross-entropy on the gold labels (weight 1: the paper
+  sums the two, as the release's training_utils.py). The attachment
+  softmax is the paper's, over the legal slots; `model.attachment_normalise
+  = "causal"` is the release's (every causal slot, illegal ones unmasked).
+  Base-LM (§4.1): `model.pushdown_layers="none"`, the same model without the
+  depth term but still trained with the attachment head as a multi-task loss.
+* the optimiser: `tgjax.train.optimizer` (clip, then Adam/AdamW with linear
+  warm-up and cosine decay; the release: Adam lr 1e-4, eps 1e-7, clip 3,
+  8000 warm-up steps; WikiTrees: 6e-4 after 200 warm-up steps).
+* metrics: train LM loss, attachment loss and accuracy, tokens/s; validation
+  LM loss per token (selection: the lowest), perplexity, attachment loss and
+  accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from tgjax.data.pushdown import PushdownReport, PushdownSentence, encode_trees, make_batch
+from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
+from tgjax.train import sharding as shd
+from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
+from tgjax.train.metrics import format_duration
+from tgjax.train.optimizer import make_optimizer
+from tgjax.train.schedules import StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection
+
+SOURCES = ("builtin", "treebank", "dyck")
+VOCABULARY_FILE = "vocab.json"
+
+# -----------------------------------------------------------------------------
+# Config.
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key this task reads; the values are the release's Dyck recipe at tiny sizes (configs set theirs)."""
+    return ml_collections.ConfigDict(dict(
+        trainer="pushdown_lm",
+        model=dict(d_model=64, num_layers=2, num_heads=4, ffw_hidden_size=256, sequence_length=64,
+                   pushdown_layers="all", num_depths=50, max_relative_position=512, embedding_dropout=0.1,
+                   dropout=0.1, head_scaled=True, head_self_key_input="projection", head_relative_positions=False,
+                   attachment_normalise="legal"),
+        data=dict(source="builtin", train_path="", valid_path="", vocab_path="", num_train_sentences=None,
+                  num_valid_sentences=None, corpus_seed=0, min_word_count=1, on_too_long="skip", windows=False,
+                  dyck_num_types=20, dyck_max_depth=10, dyck_num_train=100_000, dyck_num_valid=1000,
+                  dyck_max_length=600),
+        training=dict(num_steps=1000, batch_size=16, seed=42, attachment_weight=1.0, clip_grad_norm=3.0,
+                      optimizer=dict(name="adam", kwargs=dict(b1=0.9, b2=0.999, eps=1e-7)),
+                      lr_schedule=dict(name="linear_warmup_then_cosine_anneal",
+                                       kwargs=dict(start_lr=0.0, max_lr=1e-4, min_lr=0.0, warmup_steps=100,
+                                                   cosine_cycle_length=900))),
+        evaluation=dict(interval_steps=250, batch_size=16),
+        checkpointing=dict(interval_steps=250, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
+                           save_memory=False),
+        logging=dict(interval_steps=25, tensorboard=False),
+        mesh=dict(data=-1, model=1),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))
+
+
+def pushdown_layer_indices(spec, num_layers: int) -> tuple[int, ...] | None:
+    """`model.pushdown_layers` -> the model's `pushdown_layers`: "all" -> None, "none" -> (),
+    "last:K" -> the last K layers, or a comma-separated list of layer indices ("6,7,8")."""
+    text = str(spec).strip().lower()
+    if text == "all":
+        return None
+    if text == "none":
+        return ()
+    try:
+        if text.startswith("last:"):
+            count = int(text[5:])
+            if not 0 <= count <= num_layers:
+                raise ValueError
+            return tuple(range(num_layers - count, num_layers))
+        layers = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"model.pushdown_layers: {spec!r}; expected 'all', 'none' (Base-LM), 'last:K' with "
+                          f"0 <= K <= {num_layers}, or layer indices like '6,7,8'") from None
+    bad = [i for i in layers if not 0 <= i < num_layers]
+    if bad:
+        raise ConfigError(f"model.pushdown_layers: layers {bad} outside 0..{num_layers - 1}")
+    return layers
+
+
+def model_config(config, vocab_size: int) -> PushdownLMConfig:
+    m = config.model
+    binary = config.data.source == "dyck"
+    try:
+        return PushdownLMConfig(
+            vocab_size=vocab_size, d_model=m.d_model, num_layers=m.num_layers, num_heads=m.num_heads,
+            ffw_hidden_size=m.ffw_hidden_size, sequence_length=m.sequence_length,
+            pushdown_layers=pushdown_layer_indices(m.pushdown_layers, m.num_layers),
+            num_depths=2 if binary else m.num_depths, binary_tape=binary,
+            max_relative_position=m.max_relative_position, embedding_dropout=m.embedding_dropout, dropout=m.dropout,
+            head_scaled=m.head_scaled, head_self_key_input=m.head_self_key_input,
+            head_relative_positions=m.head_relative_positions, attachment_normalise=m.attachment_normalise)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from e
+
+
+def check_config(config) -> None:
+    """Every key this task reads, and each value that can be checked before any data is read (ConfigError)."""
+    reference = default_config()
+
+    def walk(expected, node, prefix):
+        for key, value in expected.items():
+            path = f"{prefix}{key}"
+            if not hasattr(node, "keys") or key not in node:
+                raise ConfigError(f"config key {path!r} is missing (configs/pushdown_tiny.py has every key)")
+            if isinstance(value, ml_collections.ConfigDict) and key not in ("kwargs",):
+                walk(value, node[key], path + ".")
+
+    walk(reference, config, "")
+    d, m, t = config.data, config.model, config.training
+    if d.source not in SOURCES:
+        raise ConfigError(f"data.source: unknown {d.source!r}; expected one of {SOURCES}")
+    if d.on_too_long not in ("skip", "error"):
+        raise ConfigError(f"data.on_too_long: {d.on_too_long!r}; expected 'skip' (count them) or 'error'")
+    if m.attachment_normalise not in ("legal", "causal"):
+        raise ConfigError(f"model.attachment_normalise: {m.attachment_normalise!r}; expected 'legal' (paper) "
+                          f"or 'causal' (release)")
+    if m.head_self_key_input not in ("projection", "query"):
+        raise ConfigError(f"model.head_self_key_input: {m.head_self_key_input!r}; expected 'projection' "
+                          f"(paper) or 'query' (release)")
+    if m.d_model % m.num_heads:
+        raise ConfigError(f"model.num_heads={m.num_heads} does not divide model.d_model={m.d_model}")
+    for path, value in (("training.batch_size", t.batch_size), ("evaluation.batch_size", config.evaluation.batch_size),
+                        ("training.num_steps", t.num_steps), ("model.num_depths", m.num_depths)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path}: expected a positive integer, got {value!r}")
+    if not t.attachment_weight >= 0:
+        raise ConfigError(f"training.attachment_weight: expected >= 0, got {t.attachment_weight!r}")
+    if d.source == "dyck" and d.windows:
+        raise ConfigError("data.windows: packing several strings into a row is for text (WikiTrees), not Dyck")
+    model_config(config, 8)  # sizes and switches
+    try:
+        make_optimizer(t)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from e
+
+
+# -----------------------------------------------------------------------------
+# Data.
+
+
+@dataclasses.dataclass
+class SplitData:
+    sentences: list[PushdownSentence]
+    report: PushdownReport
+
+
+def read_trees(data, split: str):
+    """The trees of one split: the built-in treebank's, or a bracketed file's (errors name file:line)."""
+    limit = data.num_train_sentences if split == "train" else data.num_valid_sentences
+    if data.source == "builtin":
+        from tgjax.data.corpora import builtin_treebank
+
+        return builtin_treebank(split, limit, seed=data.corpus_seed), f"built-in treebank ({split})"
+    key = f"data.{split}_path"
+    path = data[f"{split}_path"]
+    if not path or path == UNSET_PATH or not Path(path).is_file():
+        raise FileNotFoundError(f"{key}: {path!r} is not a file; give your {split} treebank (one bracketed tree per "
+                                f"line): `--config.{key}=FILE`, or `--config=CONFIG.py:TRAIN,VALID`")
+    from tgjax.syntax.trees import read_treebank
+
+    trees = read_treebank(path)
+    return (trees[:limit] if limit is not None else trees), str(path)
+
+
+def load_vocabulary(config, train_trees):
+    """`data.vocab_path` (a saved vocabulary, e.g. SentencePiece) or a word dictionary of the training words."""
+    from tgjax.data import vocab as vocabulary
+
+    if config.data.vocab_path:
+        path = Path(config.data.vocab_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"data.vocab_path: {str(path)!r} is not a file")
+        return vocabulary.load_vocabulary(path)
+    return vocabulary.build_word_dictionary([tree.leaves() for tree in train_trees],
+                                            min_count=config.data.min_word_count)
+
+
+def pack_windows(sentences: list[PushdownSentence], max_tokens: int) -> tuple[list[PushdownSentence], int]:
+    """Whole sentences packed greedily, in order, into rows of at most `max_tokens` tokens (Appendix B).
+
+    Each sentence keeps its `<s>` (the ROOT) and `<eos>`; attachment labels and
+    node spans move by the sentence's offset in the row. Returns the rows and
+    the number of sentences longer than a row (left out; the caller reports them).
+    """
+    rows, current, used, too_long = [], [], 0, 0
+
+    def flush():
+        if not current:
+            return
+        offsets = np.cumsum([0] + [len(s) for s in current[:-1]])
+        rows.append(PushdownSentence(
+            tokens=np.concatenate([s.tokens for s in current]),
+            attach=np.concatenate([s.attach + o for s, o in zip(current, offsets)]).astype(np.int32),
+            node_start=np.concatenate([s.node_start + o for s, o in zip(current, offsets)]).astype(np.int32),
+            node_end=np.concatenate([s.node_end + o for s, o in zip(current, offsets)]).astype(np.int32),
+            num_binarised=sum(s.num_binarised for s in current)))
+
+    for sentence in sentences:
+        if len(sentence) > max_tokens:
+            too_long += 1
+            continue
+        if used + len(sentence) > max_tokens:
+            flush()
+            current, used = [], 0
+        current.append(sentence)
+        used += len(sentence)
+    flush()
+    return rows, too_long
+
+
+def leaf_depths(sentence: PushdownSentence) -> np.ndarray:
+    """`[N]` the number of nodes above each token: the largest entry of its tape column."""
+    diff = np.zeros(len(sentence) + 1, np.int64)
+    np.add.at(diff, sentence.node_start, 1)
+    np.add.at(diff, sentence.node_end + 1, -1)
+    return np.cumsum(diff)[:-1]
+
+
+def count_clipped(sentence: PushdownSentence, num_depths: int) -> int:
+    """Tape entries of the rows the model reads (0..N-2) at or beyond the depth table (what `make_batch` counts)."""
+    if leaf_depths(sentence).max(initial=0) < num_depths:  # the cheap bound: no entry can reach the table's end
+        return 0
+    n = len(sentence)
+    return int(np.count_nonzero(np.tril(sentence.depths[: n - 1, : n - 1]) >= num_depths))
+
+
+def prepare_split(sentences: list[PushdownSentence], report: PushdownReport, *, seq_len: int, num_depths: int,
+                  binary: bool, windows: bool, on_too_long: str, source: str) -> SplitData:
+    """Fits sentences to rows of `seq_len` inputs (packing them with `windows`), counting what it skips and clips."""
+    if windows:
+        rows, too_long = pack_windows(sentences, seq_len + 1)
+    else:
+        rows = [s for s in sentences if len(s) - 1 <= seq_len]
+        too_long = len(sentences) - len(rows)
+    if too_long and on_too_long == "error":
+        longest = max(len(s) - 2 for s in sentences)
+        raise ValueError(f"{source}: {too_long} sentence(s) do not fit model.sequence_length={seq_len} (at most "
+                         f"{seq_len - 1} tokens; the longest has {longest}); set data.on_too_long='skip' to skip "
+                         f"and count them, or raise model.sequence_length")
+    report.num_skipped_too_long += too_long
+    if not rows:
+        raise ValueError(f"{source}: no sentence left to train on ({too_long} longer than model.sequence_length)")
+    if not binary:
+        report.num_clipped_entries += sum(count_clipped(s, num_depths) for s in rows)
+    return SplitData(rows, report)
+
+
+def _fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _token_strings(vocab) -> list[str]:
+    if hasattr(vocab, "tokens"):
+        return list(vocab.tokens)
+    return [str(t) for t in vocab.decode(np.arange(vocab.size))]
+
+
+class PushdownTrainBatches:
+    """Epochs of shuffled batches from (seed, epoch); position {"epoch", "step"} (the next batch to yield)."""
+
+    def __init__(self, rows: list[PushdownSentence], *, seq_len: int, batch_size: int, seed: int,
+                 position: dict | None = None):
+        self.rows, self.seq_len, self.batch_size, self.seed = rows, seq_len, batch_size, seed
+        self.batches_per_epoch = -(-len(rows) // batch_size)
+        position = position or {"epoch": 0, "step": 0}
+        self.epoch, self.step = int(position["epoch"]), int(position["step"])
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.step >= self.batches_per_epoch:
+            self.epoch, self.step = self.epoch + 1, 0
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.rows))
+        chosen = order[self.step * self.batch_size:(self.step + 1) * self.batch_size]
+        rows: list[PushdownSentence | None] = [self.rows[i] for i in chosen]
+        rows += [None] * (self.batch_size - len(rows))  # idle rows, weight 0
+        self.step += 1
+        return make_batch(rows, self.seq_len)[0]
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+
+# -----------------------------------------------------------------------------
+# Steps.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class PushdownState:
+    """params (pure dict), optimiser state, step (int32), rng (uint32 [2]: the base key of dropout)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+
+
+# The fields the model and the loss read (make_batch's fields; no dense tape).
+BATCH_FIELDS = ("inputs", "targets", "attach", "attach_targets", "weights", "attach_weights", "node_start",
+                "node_end")
+
+
+def loss_and_metrics(outputs, batch, model_cfg: PushdownLMConfig, attachment_weight: float):
+    """`(loss, metrics)`: LM CE + weight x attachment CE, and the sums a logging window adds up."""
+    _, parts = pushdown_loss(outputs, batch, model_cfg)
+    num_tokens = batch["weights"].sum()
+    num_attach = batch["attach_weights"].sum()
+    loss = parts["lm_loss"] + attachment_weight * parts["attach_loss"]
+    metrics = {"loss": loss, "lm_loss": parts["lm_loss"], "attach_loss": parts["attach_loss"],
+               "sum_lm_nll": parts["lm_loss"] * jnp.maximum(num_tokens, 1.0),
+               "sum_attach_nll": parts["attach_loss"] * jnp.maximum(num_attach, 1.0),
+               "attach_correct": parts["attach_accuracy"] * jnp.maximum(num_attach, 1.0),
+               "num_tokens": num_tokens, "num_attach": num_attach, "clipped_depths": parts["clipped_depths"]}
+    return loss, metrics
+
+
+def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_weight: float):
+    """train_step(state, rest, batch) -> (state, metrics); eval_step(params, rest, batch) -> metrics."""
+
+    def train_step(state: PushdownState, rest, batch):
+        dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params, jax.tree.map(lambda x: x, rest))
+            nnx.reseed(model, dropout=dropout_key)
+            return loss_and_metrics(model(batch, deterministic=False), batch, model_cfg, attachment_weight)
+
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads), "learning_rate": schedule(state.step)}
+        return PushdownState(params, opt_state, state.step + 1, state.rng), metrics
+
+    def eval_step(params, rest, batch):
+        model = nnx.merge(graphdef, params, rest)
+        return loss_and_metrics(model(batch, deterministic=True), batch, model_cfg, attachment_weight)[1]
+
+    return train_step, eval_step
+
+
+class PushdownWindow:
+    """Sums over the steps since the last train record."""
+
+    def __init__(self):
+        self.steps, self.loss, self.lm, self.attach, self.correct = 0, 0.0, 0.0, 0.0, 0.0
+        self.tokens, self.attachments = 0.0, 0.0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        self.loss += float(metrics["loss"])
+        self.lm += float(metrics["sum_lm_nll"])
+        self.attach += float(metrics["sum_attach_nll"])
+        self.correct += float(metrics["attach_correct"])
+        self.tokens += float(metrics["num_tokens"])
+        self.attachments += float(metrics["num_attach"])
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        lm = self.lm / max(self.tokens, 1.0)
+        return {"split": "train", "step": step, "loss": self.loss / max(self.steps, 1), "lm_loss": lm,
+                "perplexity": math.exp(min(lm, 50.0)), "attach_loss": self.attach / max(self.attachments, 1.0),
+                "attach_accuracy": self.correct / max(self.attachments, 1.0),
+                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
+                "steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed}
+
+
+# -----------------------------------------------------------------------------
+# `tgjax info`.
+
+
+def _count(model_cfg: PushdownLMConfig) -> int:
+    abstract = nnx.eval_shape(lambda: PushdownLM(model_cfg, rngs=nnx.Rngs(0)))
+    return int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
+
+
+def describe(config) -> dict[str, Any]:
+    """What `tgjax info` prints: parameters, and the vocabulary (from the data; or `model.vocab_size` when
+    the configuration names one and the data are absent, e.g. BLLIP's 32,768 SentencePiece pieces)."""
+    check_config(config)
+    d = config.data
+    if d.source == "dyck":
+        from tgjax.data.dyck import dyck_vocabulary
+
+        vocab_size, source = dyck_vocabulary(d.dyck_num_types).size, f"Dyck, {d.dyck_num_types} bracket types"
+    else:
+        try:
+            trees, where = read_trees(d, "train")
+            vocab_size, source = load_vocabulary(config, trees).size, f"built from {where}"
+        except FileNotFoundError as missing:
+            if not config.model.get("vocab_size"):
+                raise
+            vocab_size, source = int(config.model.vocab_size), f"model.vocab_size; the data are absent ({missing})"
+    model_cfg = model_config(config, vocab_size)
+    return {"model_name": "pushdown_lm", "num_parameters": _count(model_cfg), "vocab_size": vocab_size,
+            "vocab_source": source, "model": dataclasses.asdict(model_cfg)}
+
+
+# -----------------------------------------------------------------------------
+# The task.
+
+
+class PushdownLMTask:
+    """Pushdown-LM (or Base-LM with the attachment head) on trees or Dyck strings; see the module docstring."""
+
+    name = "pushdown_lm"
+    selection = Selection("valid_loss", "min")
+
+    def __init__(self, config):
+        self.config = config
+        self.num_steps = config.training.num_steps
+        self.validation_interval = config.evaluation.interval_steps
+        self.checkpoint_interval = config.checkpointing.interval_steps
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+        self.schedule = StepSchedule()
+
+    def validate_config(self, config) -> None:
+        check_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        shd.check_batch_divides(self.config.training.batch_size, mesh, "training.batch_size")
+        shd.check_batch_divides(self.config.evaluation.batch_size, mesh, "evaluation.batch_size")
+
+    # -- setup
+
+    def _load(self):
+        """(train SplitData, valid SplitData or None, vocabulary token strings, vocabulary size, file text)."""
+        c, d = self.config, self.config.data
+        seq_len = c.model.sequence_length
+        binary = d.source == "dyck"
+        fit = dict(seq_len=seq_len, num_depths=c.model.num_depths, binary=binary, windows=bool(d.windows),
+                   on_too_long=d.on_too_long)
+        if binary:
+            from tgjax.data import dyck
+
+            vocab = dyck.dyck_vocabulary(d.dyck_num_types)
+            splits = {}
+            for split, count, seed in (("train", d.dyck_num_train, d.corpus_seed),
+                                       ("valid", d.dyck_num_valid, d.corpus_seed + 1)):
+                if not count:
+                    continue
+                strings, redrawn = dyck.dyck_corpus(count, seed, num_types=d.dyck_num_types,
+                                                    max_depth=d.dyck_max_depth, max_length=d.dyck_max_length)
+                self.notes.append(f"Dyck {split}: {count} strings of Dyck_({d.dyck_num_types},{d.dyck_max_depth}); "
+                                  f"{redrawn} longer than data.dyck_max_length={d.dyck_max_length} redrawn")
+                rows = dyck.encode_for_pushdown(strings, vocab)
+                splits[split] = prepare_split(rows, PushdownReport(num_sentences=len(rows)),
+                                              source=f"Dyck {split}", **fit)
+            tokens = list(vocab.tokens)
+            text = "\n".join(tokens) + "\n"
+            return splits["train"], splits.get("valid"), vocab.size, text
+        train_trees, train_where = read_trees(d, "train")
+        vocab = load_vocabulary(c, train_trees)
+        splits = {"train": (train_trees, train_where)}
+        if d.source == "builtin" or (d.valid_path and d.valid_path != UNSET_PATH):
+            splits["valid"] = read_trees(d, "valid")
+        out = {}
+        for split, (trees, where) in splits.items():
+            rows, report = encode_trees(trees, vocab, source=where)
+            unknown = sum(int(np.count_nonzero(s.tokens == vocab.unk_id)) for s in rows)
+            if unknown:
+                self.notes.append(f"{split}: {unknown} word(s) outside the vocabulary read as <unk>")
+            out[split] = prepare_split(rows, report, source=where, **fit)
+        text = "\n".join(_token_strings(vocab)) + "\n"
+        return out["train"], out.get("valid"), vocab.size, text
+
+    def setup(self, run: RunContext) -> None:
+        self.run = run
+        c, t = self.config, self.config.training
+        self.notes: list[str] = []
+        self.train_data, self.valid_data, vocab_size, vocab_text = self._load()
+        self.vocab_sha256 = _fingerprint(vocab_text)
+        self.vocab_size = vocab_size
+        path = run.workdir / "vocab.txt"
+        if path.is_file() and run.resuming and path.read_text(encoding="utf-8") != vocab_text:
+            raise ConfigError(f"{path} is not the vocabulary of this data ({vocab_size} ids now); the data changed "
+                              f"since the checkpoints were written: restore it or use a new --workdir")
+        if run.process_index == 0:
+            path.write_text(vocab_text, encoding="utf-8")
+        self.data_sha256 = _fingerprint(",".join(str(len(s)) + ":" + " ".join(map(str, s.tokens[:8]))
+                                                 for s in self.train_data.sentences))
+        self.model_config = model_config(c, vocab_size)
+        abstract = nnx.eval_shape(lambda: PushdownLM(self.model_config, rngs=nnx.Rngs(0)))
+        self.graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
+        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            nnx.to_pure_dict(abstract_params))
+        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.tx, self.lr_schedule = make_optimizer(t)
+        self.replicated = shd.replicated(run.mesh)
+        train_step, eval_step = make_steps(self.graphdef, self.model_config, self.tx, self.lr_schedule,
+                                           float(t.attachment_weight))
+        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._eval_step = jax.jit(eval_step)
+        self._valid_batches = None
+        for line in self.describe_data():
+            if line.startswith("note"):
+                run.say(line)
+
+    def describe_data(self) -> list[str]:
+        lines = [f"{split}: {data.report.summary()}; {len(data.sentences)} rows"
+                 for split, data in (("train", self.train_data), ("valid", self.valid_data)) if data is not None]
+        lines += [f"note: {n}" for n in self.notes]
+        for split, data in (("train", self.train_data), ("valid", self.valid_data)):
+            if data is not None and (data.report.num_skipped_too_long or data.report.num_clipped_entries):
+                lines.append(f"note: {split}: {data.report.num_skipped_too_long} sentence(s) longer than "
+                             f"model.sequence_length={self.config.model.sequence_length} skipped; "
+                             f"{data.report.num_clipped_entries} tape entries at or beyond "
+                             f"model.num_depths={self.model_config.num_depths} clipped")
+        return lines
+
+    def describe_run(self) -> list[str]:
+        m = self.model_config
+        kind = ("Base-LM (no pushdown layers; attachment head as a multi-task loss)" if m.pushdown_layers == ()
+                else "Pushdown-LM")
+        which = "every layer" if m.pushdown_layers is None else f"layers {list(m.pushdown_layers)}"
+        return [f"{kind}: {self.num_parameters:,} parameters, d={m.d_model}, {m.num_layers} layers ({which} "
+                f"pushdown), {m.num_heads} heads, rows of {m.sequence_length} tokens, "
+                f"{'binary tape' if m.binary_tape else f'{m.num_depths} depths'}, vocabulary {self.vocab_size}",
+                *[line for line in self.describe_data() if not line.startswith("note")]]
+
+    # -- state and checkpoints
+
+    def _rest(self):
+        model = PushdownLM(self.model_config, rngs=nnx.Rngs(params=0, dropout=self.config.training.seed))
+        return nnx.split(model, nnx.Param, ...)[2]
+
+    def init_state(self):
+        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
+
+        def init():
+            model = PushdownLM(self.model_config, rngs=nnx.Rngs(params=param_key, dropout=0))
+            return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
+
+        params = jax.jit(init, out_shardings=self.replicated)()
+        opt_state = jax.jit(self.tx.init, out_shardings=self.replicated)(params)
+        state = PushdownState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), self.replicated),
+                              jax.device_put(jax.random.key_data(step_key), self.replicated))
+        return state, self.restored_rest()
+
+    def abstract_state(self):
+        shapes = PushdownState(self.abstract_params, jax.eval_shape(self.tx.init, self.abstract_params),
+                               jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((2,), jnp.uint32))
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+
+    def restored_rest(self):
+        # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.
+        return jax.device_put(self._rest(), self.replicated)
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,
+                "vocab_size": self.vocab_size, "data_sha256": self.data_sha256,
+                "batch_size": self.config.training.batch_size, "config": to_json_dict(self.config)}
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        changed = []
+        saved = meta.get("model", {})
+        for key, value in dataclasses.asdict(self.model_config).items():
+            if key.endswith("dropout"):
+                continue
+            old = saved.get(key)
+            if (list(old) if isinstance(old, (list, tuple)) else old) != (
+                    list(value) if isinstance(value, tuple) else value):
+                changed.append(f"model.{key}: {old!r} in the checkpoint, {value!r} now")
+        if meta.get("vocab_sha256") != self.vocab_sha256:
+            changed.append(f"the vocabulary ({meta.get('vocab_size')} ids there, {self.vocab_size} now)")
+        if meta.get("data_sha256") != self.data_sha256:
+            changed.append("the training rows differ (data.* or the files changed)")
+        if meta.get("batch_size") != self.config.training.batch_size:
+            changed.append(f"training.batch_size: {meta.get('batch_size')} in the checkpoint, "
+                           f"{self.config.training.batch_size} now")
+        if changed:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another run: " + "; ".join(changed)
+                              + ". Use the original config and data, or a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        """Nothing on the host: the schedule reads the restored step."""
+
+    # -- steps
+
+    def batches(self, position: dict | None) -> PushdownTrainBatches:
+        t = self.config.training
+        return PushdownTrainBatches(self.train_data.sentences, seq_len=self.config.model.sequence_length,
+                                    batch_size=t.batch_size, seed=t.seed, position=position)
+
+    def make_train_step(self):
+        step = self._train_step
+
+        def train_step(state, rest, batch):
+            return step(state, rest, shd.global_batch(batch, self.run.mesh))
+
+        return train_step
+
+    def new_window(self) -> PushdownWindow:
+        return PushdownWindow()
+
+    def decay_learning_rate(self) -> float:
+        raise NotImplementedError("Pushdown-LM's learning rate follows the step schedule")
+
+    # -- validation
+
+    def has_validation(self) -> bool:
+        return self.valid_data is not None
+
+    def validation_metrics(self, params, rest) -> dict[str, float]:
+        """LM loss per token, perplexity, attachment loss and accuracy per label over the validation rows."""
+        if self._valid_batches is None:  # in order, the last batch padded with idle rows
+            rows, size = self.valid_data.sentences, self.config.evaluation.batch_size
+            self._valid_batches = []
+            for start in range(0, len(rows), size):
+                chunk: list[PushdownSentence | None] = list(rows[start:start + size])
+                chunk += [None] * (size - len(chunk))
+                self._valid_batches.append(make_batch(chunk, self.config.model.sequence_length)[0])
+        outs = [self._eval_step(params, rest, shd.global_batch(b, self.run.mesh)) for b in self._valid_batches]
+        outs = jax.device_get(outs)
+        total = lambda key: float(sum(np.float64(o[key]) for o in outs))  # noqa: E731
+        tokens, attachments = total("num_tokens"), total("num_attach")
+        loss = total("sum_lm_nll") / max(tokens, 1.0)
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                "attach_loss": total("sum_attach_nll") / max(attachments, 1.0),
+                "attach_accuracy": total("attach_correct") / max(attachments, 1.0), "num_tokens": int(tokens),
+                "clipped_depths": int(total("clipped_depths"))}
+
+    def evaluate(self, state, rest) -> Evaluation:
+        values = self.validation_metrics(state.params, rest)
+        return Evaluation(values={"valid_loss": values["loss"]}, record=values,
+                          message=(f"LM loss {values['loss']:.4f} (perplexity {values['perplexity']:.2f}), "
+                                   f"attachment loss {values['attach_loss']:.4f}, accuracy "
+                                   f"{values['attach_accuracy']:.3f}"))
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"num_parameters": self.num_parameters, "vocab_size": self.vocab_size}
+
+    def summary(self, result) -> str | None:
+        if result.final_step not in result.valid_losses:
+            return None
+        final = result.valid_losses[result.final_step]
+        ran = result.final_step - result.start_step
+        return (f"done: step {result.final_step} ({ran} step{'s' * (ran != 1)} in {format_duration(result.seconds)})."
+                f"\n  validation LM loss {final:.4f} nats per token (perplexity {math.exp(min(final, 50)):.2f}); "
+                f"best {result.best_valid_loss:.4f} at step {result.best_step}")
