@@ -363,3 +363,19 @@ def test_matches_the_pure_python_oracle(case):
         assert np.array_equal(np.asarray(obs), oracle.observation())
         assert [[rules.KINDS[k] for k in col] for col in np.asarray(state.grid)] == oracle.grid
         assert int(state.subtask) == oracle.done_count
+
+
+@settings(max_examples=60, deadline=None)
+@given(workshop=st.sampled_from(["toolshed", "workbench", "factory"]),
+       counts=st.lists(st.integers(0, 2), min_size=5, max_size=5))
+def test_workshop_use_matches_the_oracle(workshop, counts):
+    """Every recipe combination at every workshop: the chains of the file order, against the oracle."""
+    inventory = np.zeros(21, np.int32)
+    for name, count in zip(("wood", "iron", "grass", "plank", "stick"), counts):
+        inventory[rules.KIND[name]] = count
+    state = make_state({(3, 2): workshop}, (2, 2), R, dict(zip(("wood", "iron", "grass", "plank", "stick"), counts)))
+    oracle = OracleCraft(np.asarray(state.grid), (2, 2), R, inventory, ["wood"], True)
+    _, state, reward, _, _ = STEP(KEY, state, USE, ENV.params("AC"))
+    want_reward, _ = oracle.step(USE)
+    assert inventory_of(state) == {k: n for k, n in oracle.inventory.items() if n}
+    assert float(reward) == want_reward
