@@ -236,7 +236,7 @@ def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.Conf
 # `trainer` (a top-level key; absent means "lm") picks what `tgjax train` runs: "lm" is the TG / TXL
 # loop (tgjax.train.loop) over `default_config()`'s keys; "cfl" is tgjax.train.cfl_trials (configs/stack_cfl.py);
 # "classification" is tgjax.train.tasks.classification (configs/om_listops.py, configs/om_logic.py).
-TRAINERS = ("lm", "cfl", "classification", "onlstm_lm", "mlm")  # mlm: tgjax.train.tasks.mlm (UDGN)
+TRAINERS = ("lm", "cfl", "classification", "onlstm_lm", "mlm", "pushdown_lm")  # mlm: UDGN; pushdown_lm: tgjax.train.tasks.pushdown_lm
 
 
 def trainer_of(config: ml_collections.ConfigDict | dict) -> str:
