@@ -104,8 +104,10 @@ def test_bot_succeeds_on_every_solvable_seeded_map(task):
             assert all(actions[t] == USE for t in completions)
             assert completions == sorted(completions)
             assert actions[-1] == DONE and DONE not in actions[:-1]
-    assert all(success for is_solvable, success in outcomes if is_solvable), outcomes
-    assert sum(is_solvable for is_solvable, _ in outcomes) >= 19  # the seeded maps are not all trivial refusals
+    # these seeded maps are all solvable (a map generator change that walls in a target here needs other
+    # seeds), and the bot solves all 20: success rate 1
+    assert all(is_solvable for is_solvable, _ in outcomes), outcomes
+    assert all(success for _, success in outcomes), outcomes
 
 
 def test_generated_episodes_are_consistent():
