@@ -61,22 +61,19 @@ def maximum_spanning_tree(scores: np.ndarray) -> np.ndarray:
         return heads
     in_cycle = np.zeros(n, bool)
     in_cycle[cycle] = True
-    rest = [i for i in range(n) if not in_cycle[i]]  # ROOT first (0 is never in a cycle)
+    rest = np.flatnonzero(~in_cycle)  # ROOT first (0 is never in a cycle)
+    cycle = np.asarray(cycle)
     m = len(rest) + 1  # the contracted node is the last one
     new = np.full((m, m), -np.inf)
-    leaving_from = np.zeros(m, np.int64)  # for d outside: the cycle node its arc from C leaves
-    entering_at = np.zeros(m, np.int64)  # for h outside: the cycle node its arc into C reaches
-    cycle_arc = scores[cycle, heads[cycle]]  # s(v, head_C(v))
-    for a, d in enumerate(rest):
-        for b, h in enumerate(rest):
-            new[a, b] = scores[d, h]
-        from_cycle = scores[d, cycle]
-        k = int(np.argmax(from_cycle))
-        new[a, m - 1], leaving_from[a] = from_cycle[k], cycle[k]
-    for b, h in enumerate(rest):
-        gains = scores[cycle, h] - cycle_arc
-        k = int(np.argmax(gains))
-        new[m - 1, b], entering_at[b] = gains[k], cycle[k]
+    new[:-1, :-1] = scores[np.ix_(rest, rest)]
+    from_cycle = scores[np.ix_(rest, cycle)]  # [rest, cycle]: arcs leaving C
+    best_from = np.argmax(from_cycle, axis=1)
+    new[:-1, -1] = from_cycle[np.arange(len(rest)), best_from]
+    leaving_from = cycle[best_from]  # for d outside: the cycle node its arc from C leaves
+    gains = scores[np.ix_(cycle, rest)] - scores[cycle, heads[cycle]][:, None]  # [cycle, rest]: arcs entering C
+    best_into = np.argmax(gains, axis=0)
+    new[-1, :-1] = gains[best_into, np.arange(len(rest))]
+    entering_at = cycle[best_into]  # for h outside: the cycle node its arc into C reaches
     sub = maximum_spanning_tree(new)
     out = heads.copy()  # cycle nodes keep their cycle arcs unless opened below
     for a, d in enumerate(rest):
