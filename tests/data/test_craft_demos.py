@@ -95,3 +95,7 @@ def test_command_writes_a_readable_file(tmp_path, capsys):
     assert main(["data", "craft-demos", "--task", "CCA", "--num", "2", "-o", str(tmp_path / "x.npz")]) == 2
     assert "'get iron', is unreachable" in capsys.readouterr().err
     assert not (tmp_path / "x.npz").exists()
+    assert main(["data", "craft-demos", "--task", "A", "--num", "2", "-o", str(tmp_path / "no" / "x.npz")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["data", "craft-demos", "--task", "A", "--num", "0", "-o", str(tmp_path / "x.npz")]) == 2
+    assert "--num, --max-steps and --batch-size must be >= 1" in capsys.readouterr().err
