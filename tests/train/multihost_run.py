@@ -7,32 +7,68 @@ Trains (or resumes training) the test-sized model up to step 5 on a data 2 x
 model 2 mesh spread over both processes, stopping after STOP_AFTER_STEP when
 given (with a checkpoint, as a preemption would); each process reads its own
 half of every batch (the pipeline's host sharding) and `global_batch`
-assembles the global arrays. Process 0 prints one JSON line:
-{"start_step": s, "losses": {step: loss}, "processes": 2, "devices": 4}.
+assembles the global arrays. Each process prints one JSON line (process 0's
+is the last line of its output): {"process": i, "start_step": s, "final_step": f,
+"stop_reason": r, "losses": {step: loss}, "params_sha256": h (of the whole
+parameters after the last step, or null if the run stopped before it),
+"processes": 2, "devices": 4}.
+
+Environment variables for the preemption tests (tests/train/test_preemption.py):
+MULTIHOST_NUM_STEPS (default 5) and MULTIHOST_SIGTERM_AFTER="A,B": process 0
+sends itself SIGTERM after step A, process 1 after step B (an empty entry: never).
 """
 
+import hashlib
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from tests.train.helpers import small_config
 from tgjax.train.loop import train
 
 
+def params_sha256(params) -> str:
+    """sha256 of every parameter's whole (gathered from both processes) bytes, in tree order."""
+    whole = multihost_utils.process_allgather(params, tiled=True)
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(whole):
+        digest.update(np.ascontiguousarray(leaf).tobytes())
+    return digest.hexdigest()
+
+
 def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) -> None:
+    num_steps = int(os.environ.get("MULTIHOST_NUM_STEPS", "5"))
+    sigterm_after = os.environ.get("MULTIHOST_SIGTERM_AFTER", ",").split(",")[int(process_id)]
     config = small_config(
-        "training.num_steps=5", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0", "data.valid_path=",
-        "checkpointing.interval_steps=5",
+        f"training.num_steps={num_steps}", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0",
+        "data.valid_path=", f"checkpointing.interval_steps={num_steps}",
         "distributed.initialize=true", f"distributed.coordinator_address=localhost:{port}",
         "distributed.num_processes=2", f"distributed.process_id={process_id}",
     )
-    result = train(config, Path(workdir), quiet=True,
+    final = {"params_sha256": None}
+
+    def hooks(step, state, metrics):
+        if sigterm_after and step >= int(sigterm_after):
+            if step == int(sigterm_after):
+                os.kill(os.getpid(), signal.SIGTERM)  # what a preemption notice sends, to this host only
+            # JAX's preemption service hears a notice within about a second: slow down so that it comes
+            # before the last step (the stop must be agreed however late it comes).
+            time.sleep(0.1)
+        if step == num_steps:
+            final["params_sha256"] = params_sha256(state.params)  # both processes: a collective
+
+    result = train(config, Path(workdir), quiet=True, callback=hooks,
                    stop_after_step=int(stop_after_step) if stop_after_step else None)
-    if jax.process_index() == 0:
-        print(json.dumps({"start_step": result.start_step, "losses": result.losses,
-                          "processes": jax.process_count(), "devices": jax.device_count()}))
+    print(json.dumps({"process": jax.process_index(), "start_step": result.start_step,
+                      "final_step": result.final_step, "stop_reason": result.stop_reason, "losses": result.losses,
+                      **final, "processes": jax.process_count(), "devices": jax.device_count()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ progress line; every validation interval the task evaluates and a checkpoint
 is saved with its selection value (keep-best); every checkpoint interval,
 and at the end, a checkpoint is saved. A NaN or infinite loss stops the run
 naming the step; the checkpoints on disk are all from before it. SIGTERM
-(preemption) saves a checkpoint after the current step and stops. A plateau
+(preemption) saves a checkpoint after a step and stops; on several hosts
+every host saves and stops after the same step, whichever hosts got the
+signal and when (`_Preemption` says how they agree). A plateau
 schedule may decay the learning rate or stop the run after a validation; a
 run it stopped is recorded so (checkpoint meta `schedule_stopped`) and stays
 stopped when called again. `TrainResult.stop_reason` says why a run ended
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
@@ -80,20 +84,56 @@ def setup_distributed(config) -> None:
                                    process_id=d.process_id)
 
 
-class _Stop:
-    """Set by SIGTERM (a preemption notice): finish the step, save, stop."""
+class _Preemption:
+    """SIGTERM (a preemption notice) -> the step after which every process saves and stops, the same on all.
+
+    A checkpoint save is collective: if hosts that got the signal at different
+    steps saved at different steps, the save would hang or mix steps. So the
+    decision to stop is agreed, in one of three ways:
+
+    - One process: its own SIGTERM handler sets a flag, read after each step.
+    - Several processes with JAX's preemption service (on by default in
+      `jax.distributed.initialize`; the `jax_enable_preemption_service` flag):
+      the service's own SIGTERM notifier tells the coordination service, which
+      tells every process, and `multihost_utils.reached_preemption_sync_point`
+      (what orbax's `CheckpointManager.reached_preemption` calls) is True on all
+      of them at the same step. It costs nothing until a notice comes, which is
+      why it is preferred on pods. We install no handler here: a Python handler
+      replaces the service's and the service would never hear the notice. The
+      stop comes a little after the signal (the notifier polls about once a
+      second), still within a preemption's grace period.
+    - Several processes without the service: our handler sets a local flag,
+      and after each step the flags are combined by `process_allgather` (one
+      scalar collective per step; the loop already waits for each step's
+      metrics), so all hosts see the same "someone got SIGTERM" at the same step.
+    """
 
     def __init__(self):
-        self.requested = False
+        self.requested = False  # set once the processes agree to stop
+        self._signalled = False  # this process got SIGTERM (local; not yet agreed)
         self._previous = None
+        several = jax.process_count() > 1
+        self.uses_service = several and jax.distributed.is_initialized() and jax.config.jax_enable_preemption_service
+        self._combine = several and not self.uses_service
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
+        if not self.uses_service and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
         return self
 
     def _handle(self, signum, frame):
-        self.requested = True
+        self._signalled = True
+
+    def agreed(self, step: int) -> bool:
+        """Whether every process stops after `step` (each process calls this after every step, in step)."""
+        if self.uses_service:
+            self.requested = multihost_utils.reached_preemption_sync_point(step)
+        elif self._combine:
+            flags = multihost_utils.process_allgather(np.int32(self._signalled))
+            self.requested = bool(np.max(flags))
+        else:
+            self.requested = self._signalled
+        return self.requested
 
     def __exit__(self, *exc):
         if self._previous is not None:
@@ -216,7 +256,7 @@ class Trainer:
         position = iterator.get_state()  # the data position once `batch` is consumed
         window = task.new_window()
         last_saved = start_step or None
-        with _Stop() as stop:
+        with _Preemption() as stop:
             for step in range(start_step + 1, num_steps + 1):
                 state, metrics = train_step(state, rest, shd.global_batch(batch, mesh))
                 position_after_step = position
@@ -251,7 +291,8 @@ class Trainer:
                     value, schedule_stop = self._validate(step, state, rest, result)
 
                 self.schedule_stopped = schedule_stop
-                stopping = (stop.requested or schedule_stop
+                preempted = stop.agreed(step)  # every process, every step: a collective on several hosts
+                stopping = (preempted or schedule_stop
                             or (stop_after_step is not None and step >= stop_after_step))
                 if (value is not None or step % task.checkpoint_interval == 0 or step == num_steps or stopping):
                     store.save(step, state, position_after_step, self.checkpoint_meta(), valid_loss=value)
@@ -259,9 +300,9 @@ class Trainer:
                 window.start += time.perf_counter() - paused_at
                 if stopping:
                     result.stopped_early = True
-                    result.stop_reason = ("sigterm" if stop.requested else "schedule" if schedule_stop
+                    result.stop_reason = ("sigterm" if preempted else "schedule" if schedule_stop
                                           else "stop_after_step")
-                    why = ("SIGTERM" if stop.requested else "no improvement: early stopping" if schedule_stop
+                    why = ("SIGTERM" if preempted else "no improvement: early stopping" if schedule_stop
                            else "stop_after_step")
                     self.say(f"{getattr(task, 'label', '')}stopped after step {step} ({why}); checkpoint saved"
                              + ("" if schedule_stop else ", re-run the same command to resume"))
