@@ -96,6 +96,7 @@ def test_gold_labels_replay_to_the_tree(tree):
     assert stt.bracketing_spans(forest) == {(s + 1, e + 1) for s, e in stt.bracketing_spans(expected)} | {
         (1, n - 1), (0, n - 1)}
     np.testing.assert_array_equal(sentence.depths, depths)
+    np.testing.assert_array_equal(sentence.attach, stt.window_stack_tape([expected], root=True, eos=True).attach)
     assert sentence.num_binarised == sum(len(t.children) > 2 for t in _nodes(tree))
     length = 1 << max(n - 2, 1).bit_length()  # a power-of-two bucket: few compiles over the examples
     batch, _ = pd.make_batch([sentence], length, dense=True, num_depths=1000)
