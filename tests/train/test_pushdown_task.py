@@ -1,0 +1,245 @@
+"""The Pushdown-LM training task (tgjax.train.tasks.pushdown_lm): the loss, a run, resume, windows, configs, bad input."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from tgjax.data.corpora import builtin_treebank
+from tgjax.data.pushdown import encode_trees, make_batch, tape_from_nodes
+from tgjax.data.vocab import build_word_dictionary
+from tgjax.models.pushdown_lm import PushdownLM
+from tgjax.train.config import ConfigError, load_config
+from tgjax.train.loop import train
+from tgjax.train.tasks import pushdown_lm as pd
+
+from .helpers import read_metrics
+
+NUM_STEPS = 24
+TINY = [
+    "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffw_hidden_size=64",
+    "model.sequence_length=32", "data.num_train_sentences=160", "data.num_valid_sentences=24",
+    "training.batch_size=8", "evaluation.batch_size=8", f"training.num_steps={NUM_STEPS}",
+    "training.lr_schedule.kwargs.max_lr=0.005", "training.lr_schedule.kwargs.warmup_steps=4",
+    f"training.lr_schedule.kwargs.cosine_cycle_length={NUM_STEPS - 4}", "evaluation.interval_steps=12",
+    "checkpointing.interval_steps=12", "checkpointing.max_to_keep=5", "logging.interval_steps=1",
+]
+
+
+def tiny_config(*extra):
+    return load_config("configs/pushdown_tiny.py", [*TINY, *extra])
+
+
+# -- the loss against an independent computation -----------------------------------------------------
+
+
+def legal_slots_by_stack(attach: np.ndarray) -> list[set[int]]:
+    """For each token k: the slots it may take (the rightmost tokens of the stack's elements, and k itself).
+
+    An explicit stack of element ends: a shift pushes k; attaching to j pops every element ending at or
+    after j and pushes the merged element, which ends at k.
+    """
+    stack, legal = [], []
+    for k, a in enumerate(attach):
+        legal.append(set(stack) | {k})
+        if a != k:
+            while stack and stack[-1] >= a:
+                stack.pop()
+        stack.append(k)
+    return legal
+
+
+def log_softmax(x):
+    x = np.asarray(x, np.float64)
+    return x - x.max() - np.log(np.exp(x - x.max()).sum())
+
+
+def oracle_loss(outputs, batch, attachment_weight, normalise="legal"):
+    """Mean LM CE over real positions + weight x mean attachment CE (softmax over legal or causal slots)."""
+    lm_logits, attach_logits = np.asarray(outputs["lm_logits"]), np.asarray(outputs["attach_logits"])
+    lm, attach = [], []
+    for b in range(batch["inputs"].shape[0]):
+        legal = legal_slots_by_stack(batch["attach"][b])
+        for i in range(batch["inputs"].shape[1]):
+            if batch["weights"][b, i] > 0:
+                lm.append(-log_softmax(lm_logits[b, i])[batch["targets"][b, i]])
+            if batch["attach_weights"][b, i] > 0:
+                slots = sorted(legal[i + 1]) if normalise == "legal" else list(range(i + 2))
+                picked = slots.index(int(batch["attach"][b, i + 1]))
+                attach.append(-log_softmax(attach_logits[b, i, slots])[picked])
+    return np.mean(lm) + attachment_weight * np.mean(attach), np.mean(lm), np.mean(attach)
+
+
+@pytest.mark.parametrize("normalise", ["legal", "causal"])
+def test_the_loss_is_lm_plus_weighted_attachment_cross_entropy(normalise):
+    config = tiny_config(f"model.attachment_normalise={normalise}")
+    trees = builtin_treebank("train", 3)
+    vocab = build_word_dictionary([t.leaves() for t in trees])
+    sentences, _ = encode_trees(trees, vocab)
+    batch, _ = make_batch([*sentences, None], 32)  # an idle row must not count
+    model_cfg = pd.model_config(config, vocab.size)
+    model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=1, dropout=0))
+    outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
+    loss, metrics = pd.loss_and_metrics(outputs, batch, model_cfg, 0.5)
+    expected, lm, attach = oracle_loss(outputs, batch, 0.5, normalise)
+    assert float(metrics["lm_loss"]) == pytest.approx(lm, rel=1e-5)
+    assert float(metrics["attach_loss"]) == pytest.approx(attach, rel=1e-5)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    assert float(metrics["num_tokens"]) == sum(len(s) - 1 for s in sentences)
+    assert float(metrics["sum_lm_nll"]) == pytest.approx(lm * float(metrics["num_tokens"]), rel=1e-5)
+
+
+def test_the_stack_oracle_on_a_hand_worked_sentence():
+    # <s> the dog barks <eos>: dog attaches to the (slot 2 -> (the dog)); barks shifts; <eos> to <s>.
+    attach = np.array([0, 1, 1, 3, 0])
+    assert legal_slots_by_stack(attach) == [{0}, {0, 1}, {0, 1, 2}, {0, 2, 3}, {0, 2, 3, 4}]
+
+
+# -- a run and its resume -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return train(tiny_config(), tmp_path_factory.mktemp("pushdown_run"), quiet=True)
+
+
+def test_a_short_run_lowers_the_lm_and_attachment_losses(uninterrupted):
+    records = read_metrics(uninterrupted.workdir)
+    trains = [r for r in records if r["split"] == "train"]
+    vocab = len((uninterrupted.workdir / "vocab.txt").read_text().splitlines())
+    assert np.mean([r["lm_loss"] for r in trains[:3]]) == pytest.approx(math.log(vocab), abs=0.6)
+    assert np.mean([r["lm_loss"] for r in trains[-3:]]) < np.mean([r["lm_loss"] for r in trains[:3]]) - 0.5
+    assert np.mean([r["attach_loss"] for r in trains[-3:]]) < np.mean([r["attach_loss"] for r in trains[:3]])
+    assert all(r["tokens_per_second"] > 0 and 0 <= r["attach_accuracy"] <= 1 for r in trains)
+    valid = [r for r in records if r["split"] == "valid"]
+    assert [r["step"] for r in valid] == [12, 24]
+    assert valid[-1]["loss"] < valid[0]["loss"]
+    assert valid[-1]["perplexity"] == pytest.approx(math.exp(valid[-1]["loss"]))
+    assert uninterrupted.valid_losses[24] == pytest.approx(valid[-1]["loss"])  # the selection is the LM loss
+
+
+def test_stop_and_resume_is_bit_identical(tmp_path, uninterrupted):
+    first = train(tiny_config(), tmp_path, stop_after_step=12, quiet=True)
+    assert first.final_step == 12
+    second = train(tiny_config(), tmp_path, quiet=True)
+    assert second.start_step == 12 and second.final_step == NUM_STEPS
+    for step in range(1, 13):
+        assert first.losses[step] == uninterrupted.losses[step], step
+    for step in range(13, NUM_STEPS + 1):
+        assert second.losses[step] == uninterrupted.losses[step], step  # exact float equality
+    assert second.valid_losses[NUM_STEPS] == uninterrupted.valid_losses[NUM_STEPS]
+    with pytest.raises(ConfigError, match="model.d_model: 32 in the checkpoint, 16 now"):
+        train(tiny_config("model.d_model=16", f"training.num_steps={NUM_STEPS + 4}"), tmp_path, quiet=True)
+
+
+def test_the_batch_iterator_resumes_from_its_position():
+    trees = builtin_treebank("train", 21)
+    sentences, _ = encode_trees(trees, build_word_dictionary([t.leaves() for t in trees]))
+    batches = pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=3)
+    seen = [next(batches) for _ in range(7)]  # 6 batches an epoch: crosses into epoch 1
+    assert batches.get_state() == {"epoch": 1, "step": 1}
+    assert sum(b["weights"][:, 0].sum() for b in seen[:6]) == 21  # every sentence once, 3 idle rows
+    resumed = pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=3, position={"epoch": 0, "step": 4})
+    for expected in seen[4:]:
+        got = next(resumed)
+        assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
+# -- windows (WikiTrees) --------------------------------------------------------------------------------
+
+
+def test_windows_start_at_sentence_boundaries_and_keep_each_tree():
+    trees = builtin_treebank("train", 12)
+    vocab = build_word_dictionary([t.leaves() for t in trees])
+    sentences, _ = encode_trees(trees, vocab)
+    longest = max(len(s) for s in sentences)
+    rows, too_long = pd.pack_windows(sentences, longest + 3)
+    assert too_long == 0 and len(rows) < len(sentences)
+    assert sum(len(r) for r in rows) == sum(len(s) for s in sentences)
+    position = 0
+    for row in rows:
+        assert len(row) <= longest + 3
+        offset = 0
+        tape = tape_from_nodes(row.node_start, row.node_end, len(row))
+        while offset < len(row):
+            sentence = sentences[position]
+            n = len(sentence)
+            assert row.tokens[offset] == vocab.bos_id  # a ROOT before every sentence
+            block = slice(offset, offset + n)
+            assert np.array_equal(row.tokens[block], sentence.tokens)
+            assert np.array_equal(row.attach[block] - offset, sentence.attach)
+            assert np.array_equal(np.tril(tape[block, block]), np.tril(sentence.depths))
+            if offset:  # an earlier sentence keeps the depths of its finished tree
+                assert np.array_equal(tape[offset + n - 1, :offset], tape[offset - 1, :offset])
+            offset += n
+            position += 1
+    assert position == len(sentences)
+    _, skipped = pd.pack_windows(sentences, longest - 1)
+    assert skipped == sum(len(s) > longest - 1 for s in sentences) > 0
+
+
+def test_clipped_tape_entries_are_counted_as_the_batcher_counts_them():
+    trees = builtin_treebank("train", 40)
+    sentences, _ = encode_trees(trees, build_word_dictionary([t.leaves() for t in trees]))
+    for num_depths in (3, 5, 50):
+        brute = sum(make_batch([s], 32, num_depths=num_depths)[1] for s in sentences)
+        assert sum(pd.count_clipped(s, num_depths) for s in sentences) == brute
+    assert brute == 0 and sum(pd.count_clipped(s, 3) for s in sentences) > 0
+
+
+# -- configs and bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["pushdown_tiny.py", "pushdown_dyck.py", "pushdown_dyck.py:base",
+                                  "pushdown_bllip.py", "pushdown_wikitrees.py"])
+def test_every_pushdown_config_validates(name):
+    config = load_config(f"configs/{name}")
+    pd.check_config(config)
+    model = pd.model_config(config, 100)
+    layers = {"pushdown_dyck.py:base": (), "pushdown_wikitrees.py": (6, 7, 8, 9, 10, 11)}
+    assert model.pushdown_layers == layers.get(name)
+    assert model.binary_tape == name.startswith("pushdown_dyck")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.source=web", "data.source"), ("model.pushdown_layers=1,7", "model.pushdown_layers"),
+    ("model.attachment_normalise=all", "attachment_normalise"), ("training.batch_size=0", "training.batch_size"),
+    ("model.num_heads=3", "model.num_heads")])
+def test_bad_config_values_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        pd.check_config(tiny_config(override))
+
+
+def test_a_malformed_tree_reaches_the_user_with_file_and_line(tmp_path):
+    good = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)))\n"
+    train_file, valid_file = tmp_path / "train.mrg", tmp_path / "valid.mrg"
+    train_file.write_text(good + good + "(S (NP (DT a) (NN cat)) (VP (VBZ sleeps))))\n" + good)
+    valid_file.write_text(good)
+    config = tiny_config("data.source=treebank", f"data.train_path={train_file}",
+                         f"data.valid_path={valid_file}")
+    with pytest.raises(Exception, match=rf"{train_file}:3:"):
+        train(config, tmp_path / "run", quiet=True)
+
+
+def test_missing_files_name_the_key(tmp_path):
+    config = load_config("configs/pushdown_bllip.py", ["model.d_model=16", "model.num_layers=1"])
+    with pytest.raises(FileNotFoundError, match="data.train_path"):
+        train(config, tmp_path / "run", quiet=True)
+
+
+def test_too_long_sentences_are_refused_or_counted(tmp_path):
+    with pytest.raises(ValueError, match="do not fit model.sequence_length=8"):
+        train(tiny_config("model.sequence_length=8", "data.on_too_long=error"), tmp_path / "a", quiet=True)
+    config = tiny_config("model.sequence_length=12", "training.num_steps=1", "evaluation.interval_steps=1")
+    task = pd.PushdownLMTask(config)
+    trees = builtin_treebank("train", 160)
+    expected = sum(len(t.leaves()) + 1 > 12 for t in trees)
+    result = train(config, tmp_path / "b", task=task, quiet=True)
+    assert result.final_step == 1
+    assert task.train_data.report.num_skipped_too_long == expected > 0
+    assert len(task.train_data.sentences) == 160 - expected
