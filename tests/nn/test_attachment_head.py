@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -80,6 +81,15 @@ def test_matches_per_pair_formula(switches):
     want = oracle_logits(head, hidden, nxt, tape)
     defined = ~np.isnan(want)
     np.testing.assert_allclose(got[defined], want[defined], rtol=2e-4, atol=2e-4)
+
+
+def test_query_chunks_give_the_same_scores_and_gradients():
+    hidden, nxt, tape = (jnp.asarray(a) for a in inputs(4, T=7))
+    whole, chunked = make(), make(query_chunk=3)  # 7 rows: blocks of 3, 3, 1 (+2 padding)
+    np.testing.assert_allclose(np.asarray(chunked(hidden, nxt, tape)), np.asarray(whole(hidden, nxt, tape)),
+                               rtol=1e-5, atol=1e-5)
+    grad = lambda head: jax.grad(lambda h: jnp.sum(jnp.tanh(head(h, nxt, tape))))(hidden)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(grad(chunked)), np.asarray(grad(whole)), rtol=1e-4, atol=1e-5)
 
 
 def test_each_switch_changes_what_it_should():

@@ -59,6 +59,7 @@ class PushdownLMConfig:
     head_self_key_input: Literal["projection", "query"] = "projection"
     head_relative_positions: bool = False
     attachment_normalise: Literal["legal", "causal"] = "legal"
+    head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size", "sequence_length"):
@@ -90,7 +91,7 @@ class PushdownLM(nnx.Module):
             d, d, num_depths=config.num_depths, depth_dim=config.head_depth_dim or d // config.num_heads,
             key_dim=config.head_key_dim, dropout=config.dropout, scaled=config.head_scaled,
             self_key_input=config.head_self_key_input, relative_positions=config.head_relative_positions,
-            max_relative_position=config.max_relative_position, rngs=rngs)
+            max_relative_position=config.max_relative_position, query_chunk=config.head_query_chunk, rngs=rngs)
         self.embedding_dropout = nnx.Dropout(config.embedding_dropout, rngs=rngs)
 
     def tape(self, batch: dict[str, jax.Array]) -> jax.Array:

@@ -36,7 +36,9 @@ k~_ij depends on j and on the depth value only, so MLP_c is evaluated once per
 (token, depth value) `[B, T, D, key_dim]` and the scores per depth value
 `[B, T, T, D]` are gathered by the tape, instead of forming `[T, T, key_dim]`
 keys. (Dropout inside MLP_c is therefore drawn per (j, depth), not per (i, j)
-pair as in the release; the same in expectation.)
+pair as in the release; the same in expectation.) The score table is
+`[B, T, T, D]`; for long windows ``query_chunk=C`` computes it C query rows
+at a time (`lax.map`), `[B, C, T, D]` live at once, the same scores.
 """
 
 from __future__ import annotations
@@ -136,11 +138,15 @@ class AttachmentHead(nnx.Module):
     def __init__(self, d_model: int, embed_dim: int, *, num_depths: int, depth_dim: int | None = None,
                  key_dim: int | None = None, dropout: float = 0.0, scaled: bool = True,
                  self_key_input: Literal["projection", "query"] = "projection",
-                 relative_positions: bool = False, max_relative_position: int = 512, rngs: nnx.Rngs):
+                 relative_positions: bool = False, max_relative_position: int = 512,
+                 query_chunk: int | None = None, rngs: nnx.Rngs):
         if self_key_input not in ("projection", "query"):
             raise ValueError(f"self_key_input must be 'projection' (paper) or 'query' (release), got {self_key_input!r}")
         if num_depths < 1:
             raise ValueError(f"num_depths must be >= 1, got {num_depths}")
+        if query_chunk is not None and query_chunk < 1:
+            raise ValueError(f"query_chunk must be >= 1 or None, got {query_chunk}")
+        self.query_chunk = query_chunk  # score this many query rows at a time (memory B·C·T·D, not B·T·T·D)
         self.key_dim = key_dim or 2 * d_model
         self.num_depths = int(num_depths)
         depth_dim = depth_dim or self.key_dim
@@ -179,9 +185,23 @@ class AttachmentHead(nnx.Module):
         pre = ((keys @ w1[: self.key_dim])[:, :, None, :]
                + (self.depth_embedding[...] @ w1[self.key_dim:])[None, None] + self.key_depth_mlp.b1[...])
         depth_keys = self.key_depth_mlp.hidden(pre, deterministic)  # [B, T(j), D, kd]
-        by_depth = jnp.einsum("bik,bjek->bije", query, depth_keys)  # [B, T(i), T(j), D]
-        depth_index = jnp.clip(tape, 0, self.num_depths - 1).astype(jnp.int32)[..., None]
-        token_scores = jnp.take_along_axis(by_depth, depth_index, axis=-1)[..., 0]  # [B, T, T]
+        depth_index = jnp.clip(tape, 0, self.num_depths - 1).astype(jnp.int32)
+
+        def rows(query_rows, index_rows):  # [B, C, kd], [B, C, T] -> [B, C, T]
+            by_depth = jnp.einsum("bik,bjek->bije", query_rows, depth_keys)  # [B, C, T(j), D]
+            return jnp.take_along_axis(by_depth, index_rows[..., None], axis=-1)[..., 0]
+
+        chunk = self.query_chunk
+        if chunk is None or chunk >= T:
+            token_scores = rows(query, depth_index)  # [B, T, T]
+        else:
+            # [B, C, T, D] per block of C query rows instead of [B, T, T, D] at once (long windows).
+            pad = -T % chunk
+            blocks = (T + pad) // chunk
+            q_blocks = jnp.pad(query, ((0, 0), (0, pad), (0, 0))).reshape(B, blocks, chunk, -1).swapaxes(0, 1)
+            i_blocks = jnp.pad(depth_index, ((0, 0), (0, pad), (0, 0))).reshape(B, blocks, chunk, T).swapaxes(0, 1)
+            token_scores = jax.lax.map(lambda qi: rows(*qi), (q_blocks, i_blocks))
+            token_scores = token_scores.swapaxes(0, 1).reshape(B, T + pad, T)[:, :T]
         self_scores = jnp.einsum("bik,bik->bi", query, self_key)  # [B, T]
         # Slot i + 1 of row i holds the shift score; slots beyond are masked later.
         steps = jnp.arange(T + 1)
