@@ -94,6 +94,23 @@ def test_the_loss_is_lm_plus_weighted_attachment_cross_entropy(normalise):
     assert float(metrics["sum_lm_nll"]) == pytest.approx(lm * float(metrics["num_tokens"]), rel=1e-5)
 
 
+def test_the_dyck_loss_skips_the_end_tokens_attachment_and_reads_the_binary_tape():
+    from tgjax.data import dyck
+
+    config = load_config("configs/pushdown_dyck.py", ["model.d_model=16", "model.num_layers=1", "model.num_heads=2",
+                                                      "model.ffw_hidden_size=32", "model.sequence_length=24"])
+    strings, _ = dyck.dyck_corpus(3, 7, max_length=20)
+    sentences = dyck.encode_for_pushdown(strings)
+    batch, _ = make_batch(sentences, 24)
+    assert [int(w.sum()) for w in batch["attach_weights"]] == [len(s) - 2 for s in sentences]
+    model_cfg = pd.model_config(config, dyck.dyck_vocabulary().size)
+    assert model_cfg.binary_tape and model_cfg.num_depths == 2
+    model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=2, dropout=0))
+    outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
+    loss, _ = pd.loss_and_metrics(outputs, batch, model_cfg, 1.0)
+    assert float(loss) == pytest.approx(oracle_loss(outputs, batch, 1.0)[0], rel=1e-5)
+
+
 def test_the_stack_oracle_on_a_hand_worked_sentence():
     # <s> the dog barks <eos>: dog attaches to the (slot 2 -> (the dog)); barks shifts; <eos> to <s>.
     attach = np.array([0, 1, 1, 3, 0])
