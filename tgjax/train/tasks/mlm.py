@@ -213,6 +213,14 @@ def make_batch(sentences: list[np.ndarray], indices: np.ndarray, budget: int, bu
     return {"tokens": tokens, "valid": valid}
 
 
+def local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int) -> dict[str, np.ndarray]:
+    """This process's contiguous share of a global batch's rows (rows are a multiple of the data axis)."""
+    if process_count == 1:
+        return batch
+    rows = len(batch["tokens"]) // process_count
+    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
+
+
 def epoch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch,)))
     return rng.permutation(num_batches)
@@ -221,9 +229,11 @@ def epoch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
 class MLMBatches:
     """Training batches; position {"epoch", "step"} (batches of that epoch already given)."""
 
-    def __init__(self, sentences, batches, budget, bucket, seed, position=None, rows_multiple=1):
+    def __init__(self, sentences, batches, budget, bucket, seed, position=None, rows_multiple=1,
+                 process_index=0, process_count=1):
         self.sentences, self.batches, self.budget, self.bucket = sentences, batches, budget, bucket
         self.seed, self.rows_multiple = seed, rows_multiple
+        self.process_index, self.process_count = process_index, process_count
         self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
         self._order = epoch_order(len(batches), seed, self.epoch)
 
@@ -236,7 +246,8 @@ class MLMBatches:
             self._order = epoch_order(len(self.batches), self.seed, self.epoch)
         indices = self.batches[self._order[self.step]]
         self.step += 1
-        return make_batch(self.sentences, indices, self.budget, self.bucket, self.rows_multiple)
+        batch = make_batch(self.sentences, indices, self.budget, self.bucket, self.rows_multiple)
+        return local_rows(batch, self.process_index, self.process_count)
 
     def get_state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "step": self.step}
@@ -536,7 +547,7 @@ class MLMTask:
     def batches(self, position: dict | None) -> MLMBatches:
         t = self.config.training
         return MLMBatches(self.train_ids, self.train_batches, t.token_budget, t.length_bucket, t.seed, position,
-                          getattr(self, "rows_multiple", 1))
+                          getattr(self, "rows_multiple", 1), self.run.process_index, self.run.process_count)
 
     def make_train_step(self):
         step = self._train_step
@@ -568,6 +579,7 @@ class MLMTask:
                 key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), run), b)
                 batch = make_batch(sentences, indices, t.token_budget, t.length_bucket,
                                    getattr(self, "rows_multiple", 1))
+                batch = local_rows(batch, self.run.process_index, self.run.process_count)
                 nll, n = self._eval_step(params, rest, shd.global_batch(batch, self.run.mesh), key)
                 total += float(nll)
                 count += int(n)
