@@ -221,6 +221,8 @@ def test_every_pushdown_config_validates(name):
     layers = {"pushdown_dyck.py:base": (), "pushdown_wikitrees.py": (6, 7, 8, 9, 10, 11)}
     assert model.pushdown_layers == layers.get(name)
     assert model.binary_tape == name.startswith("pushdown_dyck")
+    kwargs = config.training.lr_schedule.kwargs  # the cosine ends exactly at the last step
+    assert kwargs.warmup_steps + kwargs.cosine_cycle_length == config.training.num_steps
 
 
 @pytest.mark.parametrize("override, message", [
