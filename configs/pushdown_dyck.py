@@ -5,7 +5,8 @@ with the binary "has been reduced" tape, dropout 0.1 in the layers (no
 embedding dropout), Adam (lr 1e-4, eps 1e-7), clip 3, linear warm-up over
 8000 of 10 000 steps then cosine to 0, batch 64 strings, seed 42. The
 release's encoder has 8 heads of 16 and FFN 512 whatever its CLI says
-(quirk A); those are the sizes here. Strings longer than 510 brackets are
+(quirk A); those are the sizes here, and its attachment head's depth
+embedding is d / 4 = 32 wide. Strings longer than 510 brackets are
 redrawn (counted at setup), so every string fits a row of 512.
 
 Base-LM (§4.1 insists on it): the same model with no pushdown layer, still
@@ -29,6 +30,7 @@ def get_config(variant=None):
     config.model.ffw_hidden_size = 512
     config.model.sequence_length = 512
     config.model.pushdown_layers = "none" if variant == "base" else "all"
+    config.model.head_depth_dim = 32  # the release's head: d / (its CLI's 4 heads)
     config.model.embedding_dropout = 0.0
     config.model.dropout = 0.1
     config.data.source = "dyck"

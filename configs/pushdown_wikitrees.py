@@ -1,4 +1,4 @@
-"""pushdown_wikitrees: the paper's WikiTrees model (§4.3, Appendix A-B): GPT-2-small's shape, last 6 of 12 layers pushdown.
+"""pushdown_wikitrees: the paper's WikiTrees model (§4.3, App. A-B): GPT-2-small's shape, last 6 of 12 pushdown.
 
 d = 768, 12 layers, 12 heads, FFN 3072, rows of 512 tokens; the last 6
 layers are Pushdown layers. Appendix B: whole sentences packed into each

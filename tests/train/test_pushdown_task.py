@@ -1,4 +1,4 @@
-"""The Pushdown-LM training task (tgjax.train.tasks.pushdown_lm): the loss, a run, resume, windows, configs, bad input."""
+"""The Pushdown-LM training task (tgjax.train.tasks.pushdown_lm): loss, run, resume, windows, configs, bad input."""
 
 from __future__ import annotations
 

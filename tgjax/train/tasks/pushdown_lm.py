@@ -33,6 +33,10 @@ released-code.md §1.5-1.6. What it hands the trainer (`tgjax.train.task`):
   sums the two, as the release's training_utils.py). The attachment
   softmax is the paper's, over the legal slots; `model.attachment_normalise
   = "causal"` is the release's (every causal slot, illegal ones unmasked).
+  The head's other release differences are switches too (paper defaults):
+  `model.head_scaled=False` (no 1/sqrt(d) on its scores),
+  `model.head_self_key_input="query"`, `model.head_relative_positions=True`;
+  `model.head_depth_dim` (0: d / num_heads) sizes its depth embedding.
   Base-LM (§4.1): `model.pushdown_layers="none"`, the same model without the
   depth term but still trained with the attachment head as a multi-task loss.
 * the optimiser: `tgjax.train.optimizer` (clip, then Adam/AdamW with linear
@@ -81,8 +85,8 @@ def default_config() -> ml_collections.ConfigDict:
         trainer="pushdown_lm",
         model=dict(d_model=64, num_layers=2, num_heads=4, ffw_hidden_size=256, sequence_length=64,
                    pushdown_layers="all", num_depths=50, max_relative_position=512, embedding_dropout=0.1,
-                   dropout=0.1, head_scaled=True, head_self_key_input="projection", head_relative_positions=False,
-                   attachment_normalise="legal"),
+                   dropout=0.1, head_depth_dim=0, head_scaled=True, head_self_key_input="projection",
+                   head_relative_positions=False, attachment_normalise="legal"),
         data=dict(source="builtin", train_path="", valid_path="", vocab_path="", num_train_sentences=None,
                   num_valid_sentences=None, corpus_seed=0, min_word_count=1, on_too_long="skip", windows=False,
                   dyck_num_types=20, dyck_max_depth=10, dyck_num_train=100_000, dyck_num_valid=1000,
@@ -135,8 +139,9 @@ def model_config(config, vocab_size: int) -> PushdownLMConfig:
             pushdown_layers=pushdown_layer_indices(m.pushdown_layers, m.num_layers),
             num_depths=2 if binary else m.num_depths, binary_tape=binary,
             max_relative_position=m.max_relative_position, embedding_dropout=m.embedding_dropout, dropout=m.dropout,
-            head_scaled=m.head_scaled, head_self_key_input=m.head_self_key_input,
-            head_relative_positions=m.head_relative_positions, attachment_normalise=m.attachment_normalise)
+            head_depth_dim=m.head_depth_dim or None, head_scaled=m.head_scaled,
+            head_self_key_input=m.head_self_key_input, head_relative_positions=m.head_relative_positions,
+            attachment_normalise=m.attachment_normalise)
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from e
 
