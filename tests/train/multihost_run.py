@@ -7,15 +7,18 @@ Trains (or resumes training) the test-sized model up to step 5 on a data 2 x
 model 2 mesh spread over both processes, stopping after STOP_AFTER_STEP when
 given (with a checkpoint, as a preemption would); each process reads its own
 half of every batch (the pipeline's host sharding) and `global_batch`
-assembles the global arrays. Each process prints one JSON line (process 0's
-is the last line of its output): {"process": i, "start_step": s, "final_step": f,
+assembles the global arrays. Each process prints one JSON line a run (process
+0's last one is the last line of its output): {"process": i, "start_step": s, "final_step": f,
 "stop_reason": r, "losses": {step: loss}, "params_sha256": h (of the whole
 parameters after the last step, or null if the run stopped before it),
 "processes": 2, "devices": 4}.
 
 Environment variables for the preemption tests (tests/train/test_preemption.py):
-MULTIHOST_NUM_STEPS (default 5) and MULTIHOST_SIGTERM_AFTER="A,B": process 0
-sends itself SIGTERM after step A, process 1 after step B (an empty entry: never).
+MULTIHOST_NUM_STEPS (default 5), and MULTIHOST_RUNS="SUBDIR:A,B;SUBDIR:A,B;...":
+the runs to do one after another in these processes (one line each, in order),
+each in WORKDIR/SUBDIR, with process 0 sending itself SIGTERM after step A and
+process 1 after step B (an empty entry: never). Several runs in one pair of
+processes start JAX and compile once. Default: one run in WORKDIR, no signal.
 """
 
 import hashlib
@@ -43,15 +46,8 @@ def params_sha256(params) -> str:
     return digest.hexdigest()
 
 
-def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) -> None:
-    num_steps = int(os.environ.get("MULTIHOST_NUM_STEPS", "5"))
-    sigterm_after = os.environ.get("MULTIHOST_SIGTERM_AFTER", ",").split(",")[int(process_id)]
-    config = small_config(
-        f"training.num_steps={num_steps}", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0",
-        "data.valid_path=", f"checkpointing.interval_steps={num_steps}",
-        "distributed.initialize=true", f"distributed.coordinator_address=localhost:{port}",
-        "distributed.num_processes=2", f"distributed.process_id={process_id}",
-    )
+def run_once(config, workdir: Path, sigterm_after: str, stop_after_step: str | None) -> dict:
+    num_steps = config.training.num_steps
     final = {"params_sha256": None}
 
     def hooks(step, state, metrics):
@@ -60,15 +56,29 @@ def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) 
                 os.kill(os.getpid(), signal.SIGTERM)  # what a preemption notice sends, to this host only
             # JAX's preemption service hears a notice within about a second: slow down so that it comes
             # before the last step (the stop must be agreed however late it comes).
-            time.sleep(0.1)
+            time.sleep(0.2)
         if step == num_steps:
             final["params_sha256"] = params_sha256(state.params)  # both processes: a collective
 
-    result = train(config, Path(workdir), quiet=True, callback=hooks,
+    result = train(config, workdir, quiet=True, callback=hooks,
                    stop_after_step=int(stop_after_step) if stop_after_step else None)
-    print(json.dumps({"process": jax.process_index(), "start_step": result.start_step,
-                      "final_step": result.final_step, "stop_reason": result.stop_reason, "losses": result.losses,
-                      **final, "processes": jax.process_count(), "devices": jax.device_count()}), flush=True)
+    return {"process": jax.process_index(), "start_step": result.start_step, "final_step": result.final_step,
+            "stop_reason": result.stop_reason, "losses": result.losses, **final,
+            "processes": jax.process_count(), "devices": jax.device_count()}
+
+
+def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) -> None:
+    num_steps = int(os.environ.get("MULTIHOST_NUM_STEPS", "5"))
+    config = small_config(
+        f"training.num_steps={num_steps}", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0",
+        "data.valid_path=", f"checkpointing.interval_steps={num_steps}",
+        "distributed.initialize=true", f"distributed.coordinator_address=localhost:{port}",
+        "distributed.num_processes=2", f"distributed.process_id={process_id}",
+    )
+    for spec in os.environ.get("MULTIHOST_RUNS", ".:").split(";"):
+        subdir, signals = spec.split(":")
+        sigterm_after = (signals or ",").split(",")[int(process_id)]
+        print(json.dumps(run_once(config, Path(workdir) / subdir, sigterm_after, stop_after_step)), flush=True)
 
 
 if __name__ == "__main__":
