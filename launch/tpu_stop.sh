@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stops the training run on every host (by the pid file launch/host_train.sh wrote; the whole
 # process group of that run, nothing else). The VM keeps running: launch/tpu_delete.sh removes it.
+# The hosts get SIGTERM one by one, at different steps; the trainer's hosts agree on one step after
+# which all of them save and stop (tgjax/train/loop.py, `_Preemption`), as for a preemption notice.
 #
 #   launch/tpu_stop.sh            launch/tpu_stop.sh --dry-run
 set -euo pipefail
