@@ -419,7 +419,11 @@ def _row_add(name, x, update, start_of, L, row0, lengths, last_row0):
 # along two axes, so XLA materialises it): ~140 MB per step at n = 256,
 # batch 8. Rows (span starts) are independent, so a step works through
 # them in chunks of at most this many terms, one chunk at a time (a loop:
-# unrolled chunks are scheduled side by side and their buffers overlap).
+# unrolled chunks are scheduled side by side and their buffers overlap, even
+# chained by lax.optimization_barrier). The price is time where chunks are
+# many: at n = 256, batch 8, Q = S = 3 the step's CPU time was 34.5 s against
+# 23.1 s unchunked (XLA scratch 588 vs 698 MB, same process layout); at
+# n = 64 every block is one chunk and nothing changes.
 _POP_CHUNK_TERMS = 2**22
 
 
