@@ -1,7 +1,7 @@
 """pushdown_tiny: a small Pushdown-LM on the built-in synthetic treebank; CPU minutes.
 
 Every layer a Pushdown layer (d 64, 2 layers, 4 heads, FFN 256), rows of one
-sentence (`<s> w_1 .. w_n <eos>`, at most 63 words), the paper's attachment
+sentence (`<s> w_1 .. w_n <eos>`, at most 31 words), the paper's attachment
 softmax over the legal slots, LM + attachment loss (weight 1); Adam after
 clipping at 3 (the release), warm-up then cosine, at a rate a tiny model
 can take (2e-3, as configs/tiny.py's TG).
@@ -20,7 +20,7 @@ def get_config():
     config.model.num_layers = 2
     config.model.num_heads = 4
     config.model.ffw_hidden_size = 256
-    config.model.sequence_length = 64
+    config.model.sequence_length = 32  # the built-in sentences have at most 30 words: <s> + 30 + <eos> = 32
     config.model.pushdown_layers = "all"
     config.model.num_depths = 50
     config.data.source = "builtin"
