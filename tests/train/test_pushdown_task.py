@@ -262,3 +262,15 @@ def test_too_long_sentences_are_refused_or_counted(tmp_path):
     assert result.final_step == 1
     assert task.train_data.report.num_skipped_too_long == expected > 0
     assert len(task.train_data.sentences) == 160 - expected
+
+
+def test_the_unigram_baseline_by_hand():
+    from tgjax.data.pushdown import PushdownSentence
+
+    def row(*tokens):
+        ids = np.array(tokens, np.int32)
+        return PushdownSentence(ids, np.arange(ids.size, dtype=np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
+
+    # Add-one counts over the predicted tokens of the training rows: 2 -> 3, 5 -> 3, 6 -> 2, the other five ids 1: 13.
+    loss = pd.unigram_loss([row(1, 5, 5, 2), row(1, 6, 2)], [row(1, 5, 2)], vocab_size=8)
+    assert loss == pytest.approx(-math.log(3 / 13))

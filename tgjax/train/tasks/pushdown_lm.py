@@ -298,6 +298,16 @@ def prepare_split(sentences: list[PushdownSentence], report: PushdownReport, *, 
     return SplitData(rows, report)
 
 
+def unigram_loss(train: list[PushdownSentence], valid: list[PushdownSentence], vocab_size: int) -> float:
+    """Validation cross-entropy per predicted token (tokens 1..N-1 of each row) of add-one training unigrams."""
+    counts = np.ones(vocab_size, np.float64)
+    for row in train:
+        np.add.at(counts, row.tokens[1:], 1.0)
+    log_probs = np.log(counts / counts.sum())
+    targets = np.concatenate([row.tokens[1:] for row in valid])
+    return float(-log_probs[targets].mean())
+
+
 def _fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -535,6 +545,8 @@ class PushdownLMTask:
             path.write_text(vocab_text, encoding="utf-8")
         self.data_sha256 = _fingerprint(",".join(str(len(s)) + ":" + " ".join(map(str, s.tokens[:8]))
                                                  for s in self.train_data.sentences))
+        self.unigram = (unigram_loss(self.train_data.sentences, self.valid_data.sentences, vocab_size)
+                        if self.valid_data is not None else None)
         self.model_config = model_config(c, vocab_size)
         abstract = nnx.eval_shape(lambda: PushdownLM(self.model_config, rngs=nnx.Rngs(0)))
         self.graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
@@ -572,7 +584,9 @@ class PushdownLMTask:
         return [f"{kind}: {self.num_parameters:,} parameters, d={m.d_model}, {m.num_layers} layers ({which} "
                 f"pushdown), {m.num_heads} heads, rows of {m.sequence_length} tokens, "
                 f"{'binary tape' if m.binary_tape else f'{m.num_depths} depths'}, vocabulary {self.vocab_size}",
-                *[line for line in self.describe_data() if not line.startswith("note")]]
+                *[line for line in self.describe_data() if not line.startswith("note")],
+                *([f"unigram baseline on validation: {self.unigram:.4f} nats per token (perplexity "
+                   f"{math.exp(self.unigram):.2f})"] if self.unigram is not None else [])]
 
     # -- state and checkpoints
 
@@ -678,13 +692,13 @@ class PushdownLMTask:
 
     def evaluate(self, state, rest) -> Evaluation:
         values = self.validation_metrics(state.params, rest)
-        return Evaluation(values={"valid_loss": values["loss"]}, record=values,
+        return Evaluation(values={"valid_loss": values["loss"]}, record={**values, "unigram_loss": self.unigram},
                           message=(f"LM loss {values['loss']:.4f} (perplexity {values['perplexity']:.2f}), "
                                    f"attachment loss {values['attach_loss']:.4f}, accuracy "
                                    f"{values['attach_accuracy']:.3f}"))
 
     def result_fields(self) -> dict[str, Any]:
-        return {"num_parameters": self.num_parameters, "vocab_size": self.vocab_size}
+        return {"num_parameters": self.num_parameters, "vocab_size": self.vocab_size, "unigram_loss": self.unigram}
 
     def summary(self, result) -> str | None:
         if result.final_step not in result.valid_losses:
@@ -693,4 +707,6 @@ class PushdownLMTask:
         ran = result.final_step - result.start_step
         return (f"done: step {result.final_step} ({ran} step{'s' * (ran != 1)} in {format_duration(result.seconds)})."
                 f"\n  validation LM loss {final:.4f} nats per token (perplexity {math.exp(min(final, 50)):.2f}); "
-                f"best {result.best_valid_loss:.4f} at step {result.best_step}")
+                f"best {result.best_valid_loss:.4f} at step {result.best_step}; unigram {self.unigram:.4f} (perplexity "
+                f"{math.exp(self.unigram):.2f}). (Teacher-forced on the gold tape: p(x_t+1 | x_<=t, gold parse "
+                f"prefix), not p(x); p(x) needs the beam's marginal.)")
