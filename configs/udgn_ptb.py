@@ -14,7 +14,9 @@ channels, 3-layer BiLSTM parser of 512 per direction, no tag mixture (the
 release; the thesis used 5 tags: `--config.model.num_tags=5`); dropout 0.2,
 parser dropout 0.2, dropatt 0.1; dictionary threshold 5; mask rate 0.3; Adam
 1e-3, eps 1e-9, wd 1.2e-6, clip 0.25, ReduceLROnPlateau(0.5, patience 2);
-batches < 4096 tokens; seed 1111; 100 epochs (about 40 000 steps on WSJ 00-20).
+batches < 4096 tokens; seed 1111; 100 epochs (num_steps 40 000 is an estimate of
+that on WSJ 00-20's ~950k words, i.e. a few hundred batches per epoch; the plateau
+schedule decides the rest).
 """
 
 import ml_collections
