@@ -192,3 +192,13 @@ def test_a_one_word_sentence_scores_its_root():
     parser, _ = _constructed_parser()
     (probs,) = parser.head_probs([["dog"]])
     assert probs.shape == (1, 1) and dep.argmax_heads(probs).tolist() == [0] and dep.tree_heads(probs).tolist() == [0]
+
+
+def test_gold_heads_drop_punctuation_and_climb_past_it(tmp_path):
+    path = tmp_path / "two.mrg"
+    path.write_text("(S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .))\n"
+                    "(S (`` ``) (NP (NNS Dogs)) (VP (VBP bark) (, ,) (ADVP (RB loudly))) (. .))\n")
+    gold = dep.read_gold([str(path)])
+    assert gold.scheme == "collins"
+    assert gold.words == [["The", "dog", "barks"], ["Dogs", "bark", "loudly"]]
+    assert [h.tolist() for h in gold.heads] == [[1, 2, 2], [1, 1, 1]]  # Collins: S -> VP, VP -> verb, NP -> noun
