@@ -156,6 +156,10 @@ def test_stop_and_resume_is_bit_identical(tmp_path, uninterrupted):
     for step in range(21, NUM_STEPS + 1):
         assert second.losses[step] == uninterrupted.losses[step], step  # exact float equality
     assert second.valid_losses == {s: v for s, v in uninterrupted.valid_losses.items() if s > 20}
+    rates = {r["step"]: r["learning_rate"] for r in read_metrics(uninterrupted.workdir) if r["split"] == "train"}
+    assert rates[21] < rates[20] and rates[31] < rates[21], "the plateau should halve the rate before and after 20"
+    resumed = {r["step"]: r["learning_rate"] for r in read_metrics(tmp_path) if r["split"] == "train"}
+    assert resumed == rates
     with pytest.raises(ConfigError, match="model.d_model: 16 in the checkpoint, 8 now"):
         train(tiny_config("model.d_model=8", f"training.num_steps={NUM_STEPS + 5}"), tmp_path, quiet=True)
 
