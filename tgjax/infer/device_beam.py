@@ -222,7 +222,8 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
         x = layer.attention_norm(x + attended)
         x = layer.feed_forward_norm(x + layer.feed_forward(x))
         new_kv.append(jnp.stack(layer_kv))  # [A, 2, N, S, H, dk]
-    return x, jnp.transpose(jnp.stack(new_kv), (3, 4, 0, 1, 2, 5, 6))  # [K, A, 2, N, S, H, dk] -> [N, S, K, A, 2, H, dk]
+    # [K, A, 2, N, S, H, dk] -> [N, S, K, A, 2, H, dk]
+    return x, jnp.transpose(jnp.stack(new_kv), (3, 4, 0, 1, 2, 5, 6))
 
 
 # -----------------------------------------------------------------------------
@@ -547,7 +548,7 @@ class DeviceBeamSearch:
         return [ids for ids, _ in encoded], sum(unk for _, unk in encoded)
 
     def _min_positions(self, pieces) -> int:
-        """The fewest layout positions any tree of the sentence needs (BOS, root open, words, all but the last close)."""
+        """The fewest layout positions a tree of the sentence needs (BOS, root open, words, all but the last close)."""
         return 2 + sum(len(p) for p in pieces)
 
     def _capacity(self, pieces_per_sentence) -> int:
