@@ -83,8 +83,9 @@ next steps are a shared-prefix (paged) cache read through per-hypothesis
 index rows instead of gathered copies, and compacting the frontier rows
 before the model call.
 
-Numerics: float32 scores (the host search sums in float64): log p(x)
-agrees to ~1e-5 on sentences of tens of words.
+Numerics: float32 scores (the host search sums in float64): on the
+benchmark's 64 ToTC sentences (up to 68 words) log p(x) agreed with the
+host's to 1.6e-4, the tests' short sentences to 1e-4.
 """
 
 from __future__ import annotations
