@@ -274,3 +274,22 @@ def test_the_unigram_baseline_by_hand():
     # Add-one counts over the predicted tokens of the training rows: 2 -> 3, 5 -> 3, 6 -> 2, the other five ids 1: 13.
     loss = pd.unigram_loss([row(1, 5, 5, 2), row(1, 6, 2)], [row(1, 5, 2)], vocab_size=8)
     assert loss == pytest.approx(-math.log(3 / 13))
+
+
+def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path):
+    windowed = pd.PushdownLMTask(tiny_config("data.windows=true", "training.num_steps=2",
+                                             "evaluation.interval_steps=2"))
+    result = train(windowed.config, tmp_path / "windows", task=windowed, quiet=True)
+    rows = windowed.train_data.sentences
+    assert len(rows) < 160 and sum(int((r.tokens == r.tokens[0]).sum()) for r in rows) == 160  # a ROOT each
+    assert math.isfinite(result.valid_losses[2])
+    dyck_config = load_config("configs/pushdown_dyck.py", [
+        "model.d_model=16", "model.num_layers=1", "model.num_heads=2", "model.ffw_hidden_size=32",
+        "model.sequence_length=32", "data.dyck_max_length=30", "data.dyck_num_train=40", "data.dyck_num_valid=8",
+        "training.batch_size=8", "evaluation.batch_size=8", "training.num_steps=2", "evaluation.interval_steps=2",
+        "checkpointing.interval_steps=2", "training.lr_schedule.kwargs.warmup_steps=1",
+        "training.lr_schedule.kwargs.cosine_cycle_length=1"])
+    dyck_task = pd.PushdownLMTask(dyck_config)
+    result = train(dyck_config, tmp_path / "dyck", task=dyck_task, quiet=True)
+    assert dyck_task.model_config.binary_tape and math.isfinite(result.valid_losses[2])
+    assert any("redrawn" in note for note in dyck_task.notes)  # the over-long strings are said, not hidden
