@@ -206,3 +206,23 @@ def test_selection_and_plateau_modes(mode, values, best):
     assert kept == best and plateau.best == best
     with pytest.raises(ValueError, match="'min' or 'max'"):
         Selection("v", "lowest")
+
+
+def test_plateau_relative_threshold_counts_only_large_enough_improvements():
+    """PyTorch's rel threshold: an improvement must beat best * (1 - threshold); with an offset, (best + offset)."""
+    plain, strict = Plateau(1, 10), Plateau(1, 10, threshold=0.1)
+    # 10 -> 9.5 is better, but not by 10% of 10.
+    assert plain.update(10.0) == strict.update(10.0) == (True, False, False)
+    assert plain.update(9.5) == (True, False, False)
+    assert strict.update(9.5) == (False, True, False)  # not an improvement: decays after lr_patience=1
+    assert strict.update(8.9) == (True, False, False)  # below 10 - 1.0
+    assert strict.best == 8.9
+    # The CFL's Δ = cross-entropy - true: the threshold is on Δ + true (here 1 + 9 = 10: margin 1).
+    shifted = Plateau(1, 10, threshold=0.1, threshold_offset=9.0)
+    shifted.update(1.0)
+    assert shifted.update(0.05)[0] is False and shifted.update(-0.01)[0] is True
+    rising = Plateau(1, 10, mode="max", threshold=0.1)
+    rising.update(10.0)
+    assert rising.update(10.5)[0] is False and rising.update(11.5)[0] is True
+    with pytest.raises(ValueError, match="threshold"):
+        Plateau(1, 1, threshold=-0.1)

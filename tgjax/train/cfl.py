@@ -126,6 +126,9 @@ def check_config(config) -> tuple[str, str]:
     integer("evaluation.bin_width", e.bin_width)
     integer("logging.interval_steps", config.logging.interval_steps)
     number("training.lr_decay", t.lr_decay)
+    number("training.lr_threshold", t.get("lr_threshold", 0.0), positive=False)
+    if t.get("lr_threshold", 0.0) < 0:
+        raise ConfigError(f"config key 'training.lr_threshold' must be >= 0, got {t.lr_threshold!r}")
     if t.clip_grad_norm is not None:
         number("training.clip_grad_norm", t.clip_grad_norm, positive=False)
     if t.learning_rate is not None:

@@ -35,11 +35,19 @@ class Plateau:
     through a checkpoint's meta.
     """
 
-    def __init__(self, lr_patience: int, early_stopping_patience: int, mode: str = "min"):
+    def __init__(self, lr_patience: int, early_stopping_patience: int, mode: str = "min", *,
+                 threshold: float = 0.0, threshold_offset: float = 0.0):
         if mode not in ("min", "max"):
             raise ValueError(f"Plateau mode must be 'min' or 'max', got {mode!r}")
+        if not threshold >= 0.0:
+            raise ValueError(f"Plateau threshold must be >= 0, got {threshold!r}")
         self.lr_patience, self.early_stopping_patience = lr_patience, early_stopping_patience
         self.sign = 1.0 if mode == "min" else -1.0  # compare sign * value, lower is better
+        # An improvement must beat the best by threshold * |best + threshold_offset| (0: any improvement).
+        # threshold > 0 with offset 0 is PyTorch's ReduceLROnPlateau(threshold_mode="rel"); the offset lets a
+        # criterion that is a shifted loss (the CFL's Δ = cross-entropy - a constant true cross-entropy) apply
+        # the relative threshold to the loss itself, as the stack-attention release does.
+        self.threshold, self.threshold_offset = float(threshold), float(threshold_offset)
         self.best = self.sign * math.inf
         self.since_best = self.since_decay = 0
 
@@ -50,7 +58,8 @@ class Plateau:
         self.best, self.since_best, self.since_decay = saved["best"], saved["since_best"], saved["since_decay"]
 
     def update(self, value: float) -> tuple[bool, bool, bool]:
-        if self.sign * value < self.sign * self.best:
+        margin = 0.0 if math.isinf(self.best) else self.threshold * abs(self.best + self.threshold_offset)
+        if self.sign * value < self.sign * self.best - margin:
             self.best = value
             self.since_best = self.since_decay = 0
             return True, False, False

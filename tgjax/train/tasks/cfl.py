@@ -148,7 +148,8 @@ class CFLTask:
         self.seed = int(t.seed) + trial
         self.label = f"[trial {trial + 1}/{t.num_trials}] " if t.num_trials > 1 else ""
         self.learning_rate = self.initial_learning_rate = cfl.initial_learning_rate(t, self.seed)
-        self.schedule = Plateau(t.lr_patience, t.early_stopping_patience)
+        # threshold_offset: the validation split's true cross-entropy, set at the first validation (a constant).
+        self.schedule = Plateau(t.lr_patience, t.early_stopping_patience, threshold=t.get("lr_threshold", 0.0))
         self.valid_history: list[float] = []
         self.logging_interval = config.logging.interval_steps
         self.tensorboard = config.logging.tensorboard
@@ -301,6 +302,8 @@ class CFLTask:
             raise TrainingDiverged(f"{self.label}validation cross-entropy is {valid.overall.model_cross_entropy} "
                                    f"after epoch {epoch} (step {int(state.step)})")
         self.valid_history.append(difference)
+        # The release's relative threshold is on the model's cross-entropy = Δ + the (fixed) true one.
+        self.schedule.threshold_offset = valid.overall.true_cross_entropy
         return Evaluation(
             values={"cross_entropy_difference": difference},
             record={"epoch": epoch, "cross_entropy_difference": difference,
