@@ -44,9 +44,8 @@ paper's numbers):
     (|Σ| + 1 classes, never PAD or BOS), so parameter counts equal Table 5
     (Hardest CFL: Tf 43,304, Tf+Sup 41,224, Tf+Nd 36,861); None gives every id
     of the PAD/BOS/EOS/symbols vocabulary (|Σ| + 3) a row and a class.
-    (`init`, `input_ids` and `output_ids` are model fields with these defaults;
-    they become `architecture.*` keys once the CFL trainer's list of
-    architecture keys names them.)
+    (`init` is the config key `architecture.init`; `input_ids` and `output_ids`
+    are model fields with these defaults, not config keys.)
   * Learning-rate decay patience, `training.lr_patience`: the text says "after 5
     epochs of no improvement" (lr_patience=5, the default: the decay comes at the
     5th bad epoch in a row). The release uses PyTorch's ReduceLROnPlateau with
@@ -89,6 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             num_states=None,  # |Q| (tf_nd)
             stack_alphabet_size=None,  # |Γ| (tf_nd)
             pushed_vectors=None,  # None/"released" (the authors' code: raw W_v x) or "paper" (σ, eq. 17)
+            init=None,  # None/"released" (U(±0.1), Appendix D.2 and the release) or "xavier"
         ),
         data=dict(
             train_size=10_000,

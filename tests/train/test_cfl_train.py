@@ -87,6 +87,15 @@ def test_config_argument_and_architecture_overrides():
     assert (cfg.d_model, cfg.num_states, cfg.stack_alphabet_size) == (28, 4, 3)
     assert tuple(config.data.test_lengths) == (40, 42)
     assert check_config(load_config(CONFIG, ["task=hardest-cfl", "model=tf+sup"])) == ("hardest_cfl", "tf_sup")
+    # The fidelity switches reach the model; None keeps the release's defaults.
+    assert (cfg.init, cfg.pushed_vectors) == ("released", "released")
+    switched = resolve_model_config(load_config(CONFIG, ["architecture.init=xavier",
+                                                         "architecture.pushed_vectors=paper"]), 7)
+    assert (switched.init, switched.pushed_vectors) == ("xavier", "paper")
+    with pytest.raises(ConfigError, match="architecture"):
+        check_config(load_config(CONFIG, ["architecture.init=normal"]))
+    with pytest.raises(ConfigError, match="lr_threshold"):
+        check_config(load_config(CONFIG, ["training.lr_threshold=-0.1"]))
 
 
 def test_unknown_task_model_or_key_is_named_with_the_choices(tmp_path, capsys):

@@ -69,7 +69,7 @@ __all__ = [
 MODEL_NAMES = {"tf": "tf", "tf_sup": "tf+sup", "tf_nd": "tf+nd"}
 DISPLAY_NAMES = {"tf": "Tf", "tf_sup": "Tf+Sup", "tf_nd": "Tf+Nd"}
 _ARCHITECTURE_KEYS = ("num_layers", "d_model", "num_heads", "feedforward_size", "dropout_rate",
-                      "stack_embedding_size", "num_states", "stack_alphabet_size", "pushed_vectors")
+                      "stack_embedding_size", "num_states", "stack_alphabet_size", "pushed_vectors", "init")
 MAX_TRAIN_LENGTH = SPLITS["train"].max_length
 # The shared trainer's sections and the keys it reads from them (configs/stack_cfl.py has them all).
 _TRAINER_KEYS = {"checkpointing": ("interval_steps", "max_to_keep", "keep_best", "async_save", "checksums"),
