@@ -167,6 +167,16 @@ def test_the_batch_iterator_resumes_from_its_position():
         assert all(np.array_equal(got[k], expected[k]) for k in expected)
 
 
+def test_each_process_keeps_its_share_of_the_same_global_batch():
+    trees = builtin_treebank("train", 9)
+    sentences, _ = encode_trees(trees, build_word_dictionary([t.leaves() for t in trees]))
+    whole = next(pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=1))
+    shares = [next(pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=1, process_index=i,
+                                           process_count=2)) for i in range(2)]
+    for key, value in whole.items():
+        assert shares[0][key].shape[0] == 2 and np.array_equal(np.concatenate([s[key] for s in shares]), value)
+
+
 # -- windows (WikiTrees) --------------------------------------------------------------------------------
 
 

@@ -318,12 +318,22 @@ def _token_strings(vocab) -> list[str]:
     return [str(t) for t in vocab.decode(np.arange(vocab.size))]
 
 
+def local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int) -> dict[str, np.ndarray]:
+    """This process's contiguous share of a global batch's rows (`shd.global_batch` joins them again)."""
+    rows = next(iter(batch.values())).shape[0] // process_count
+    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
+
+
 class PushdownTrainBatches:
-    """Epochs of shuffled batches from (seed, epoch); position {"epoch", "step"} (the next batch to yield)."""
+    """Epochs of shuffled batches from (seed, epoch); position {"epoch", "step"} (the next batch to yield).
+
+    Every process draws the same global batch and keeps its own rows.
+    """
 
     def __init__(self, rows: list[PushdownSentence], *, seq_len: int, batch_size: int, seed: int,
-                 position: dict | None = None):
+                 position: dict | None = None, process_index: int = 0, process_count: int = 1):
         self.rows, self.seq_len, self.batch_size, self.seed = rows, seq_len, batch_size, seed
+        self.process_index, self.process_count = process_index, process_count
         self.batches_per_epoch = -(-len(rows) // batch_size)
         position = position or {"epoch": 0, "step": 0}
         self.epoch, self.step = int(position["epoch"]), int(position["step"])
@@ -339,7 +349,7 @@ class PushdownTrainBatches:
         rows: list[PushdownSentence | None] = [self.rows[i] for i in chosen]
         rows += [None] * (self.batch_size - len(rows))  # idle rows, weight 0
         self.step += 1
-        return make_batch(rows, self.seq_len)[0]
+        return local_rows(make_batch(rows, self.seq_len)[0], self.process_index, self.process_count)
 
     def get_state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "step": self.step}
@@ -650,7 +660,8 @@ class PushdownLMTask:
     def batches(self, position: dict | None) -> PushdownTrainBatches:
         t = self.config.training
         return PushdownTrainBatches(self.train_data.sentences, seq_len=self.config.model.sequence_length,
-                                    batch_size=t.batch_size, seed=t.seed, position=position)
+                                    batch_size=t.batch_size, seed=t.seed, position=position,
+                                    process_index=self.run.process_index, process_count=self.run.process_count)
 
     def make_train_step(self):
         step = self._train_step
@@ -679,7 +690,8 @@ class PushdownLMTask:
             for start in range(0, len(rows), size):
                 chunk: list[PushdownSentence | None] = list(rows[start:start + size])
                 chunk += [None] * (size - len(chunk))
-                self._valid_batches.append(make_batch(chunk, self.config.model.sequence_length)[0])
+                self._valid_batches.append(local_rows(make_batch(chunk, self.config.model.sequence_length)[0],
+                                                      self.run.process_index, self.run.process_count))
         outs = [self._eval_step(params, rest, shd.global_batch(b, self.run.mesh)) for b in self._valid_batches]
         outs = jax.device_get(outs)
         total = lambda key: float(sum(np.float64(o[key]) for o in outs))  # noqa: E731
