@@ -547,6 +547,9 @@ class PushdownLMTask:
         self.train_data, self.valid_data, vocab_size, vocab_text = self._load()
         self.vocab_sha256 = _fingerprint(vocab_text)
         self.vocab_size = vocab_size
+        if c.model.get("vocab_size") and c.model.vocab_size != vocab_size:
+            self.notes.append(f"model.vocab_size={c.model.vocab_size} (what `tgjax info` counts without the data), but "
+                              f"the vocabulary has {vocab_size} ids: the model uses {vocab_size}")
         path = run.workdir / "vocab.txt"
         if path.is_file() and run.resuming and path.read_text(encoding="utf-8") != vocab_text:
             raise ConfigError(f"{path} is not the vocabulary of this data ({vocab_size} ids now); the data changed "
