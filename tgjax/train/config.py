@@ -236,7 +236,17 @@ def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.Conf
 # `trainer` (a top-level key; absent means "lm") picks what `tgjax train` runs: "lm" is the TG / TXL
 # loop (tgjax.train.loop) over `default_config()`'s keys; "cfl" is tgjax.train.cfl_trials (configs/stack_cfl.py);
 # "classification" is tgjax.train.tasks.classification (configs/om_listops.py, configs/om_logic.py).
-TRAINERS = ("lm", "cfl", "classification", "onlstm_lm", "mlm", "pushdown_lm")  # mlm: UDGN; pushdown_lm: tgjax.train.tasks.pushdown_lm
+# The one registry of tasks: a config's `trainer` key -> "module:class" of its task (tgjax.train.tasks
+# imports it on use, so one family's imports do not load the others'). A new family adds one line.
+TASKS = {
+    "lm": "tgjax.train.tasks.treebank_lm:TreebankLMTask",  # TG and the TXL baselines
+    "cfl": "tgjax.train.tasks.cfl:CFLTask",  # stack attention on the CFL tasks
+    "classification": "tgjax.train.tasks.classification:ClassificationTask",  # Ordered Memory: ListOps, logic
+    "onlstm_lm": "tgjax.train.tasks.onlstm_lm:OnLSTMLMTask",  # ON-LSTM with the AWD recipe
+    "mlm": "tgjax.train.tasks.mlm:MLMTask",  # UDGN
+    "pushdown_lm": "tgjax.train.tasks.pushdown_lm:PushdownLMTask",  # Pushdown Layers
+}
+TRAINERS = tuple(TASKS)
 
 
 def trainer_of(config: ml_collections.ConfigDict | dict) -> str:
