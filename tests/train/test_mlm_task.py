@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
+from tgjax.train.params_state import ParamsState
 from tgjax.train.tasks import mlm
 
 from .helpers import read_metrics
@@ -208,7 +209,7 @@ def test_the_train_step_feeds_the_masked_tokens_and_scores_the_originals():
     rng = np.random.default_rng(1)
     tokens = jnp.asarray(rng.integers(0, 20, size=(3, 8)), jnp.int32)
     valid = jnp.asarray(np.arange(8)[None, :] < np.array([[8], [5], [3]]))
-    state = mlm.MLMState(params, tx.init(params), jnp.zeros((), jnp.int32), jax.random.key_data(jax.random.key(7)))
+    state = ParamsState(params, tx.init(params), jnp.zeros((), jnp.int32), jax.random.key_data(jax.random.key(7)))
     _, metrics = train_step(state, rest, {"tokens": tokens, "valid": valid}, jnp.float32(0.0))
     # The oracle: the same masking key, the masked inputs through the model, the originals as targets.
     mask_key = jax.random.split(jax.random.fold_in(jax.random.key(7), 1))[0]

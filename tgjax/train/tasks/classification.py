@@ -60,6 +60,7 @@ from tgjax.models.ordered_memory import OMClassifierConfig, OrderedMemoryClassif
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, DEFAULT_LOGICAL_AXIS_RULES, to_json_dict
 from tgjax.train.metrics import format_duration
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 
@@ -319,17 +320,6 @@ def span_f1(gold: list[set], predicted: list[set]) -> tuple[float, int]:
 # State and steps.
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class ClassifierState:
-    """params (pure dict), Adam state, step (int32), rng (uint32 [2], the base key of dropout)."""
-
-    params: Any
-    opt_state: Any
-    step: jax.Array
-    rng: jax.Array
-
-
 def make_optimizer(training) -> optax.GradientTransformation:
     """Clip, L2 weight decay into the gradient (PyTorch Adam's `weight_decay`), Adam's direction.
 
@@ -360,7 +350,7 @@ def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransf
     """(train_step(state, batch, lr) -> (state, metrics), eval_step(params, batch) -> (predictions, pointers))."""
     kind = model_cfg.kind
 
-    def train_step(state: ClassifierState, batch, learning_rate):
+    def train_step(state: ParamsState, batch, learning_rate):
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
         def loss_fn(params):
@@ -378,7 +368,7 @@ def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransf
         metrics = {"loss": loss, "sum_nll": total, "num_correct": correct, "num_examples": count,
                    "num_tokens": _num_tokens(kind, batch), "grad_norm": optax.tree.norm(grads),
                    "learning_rate": learning_rate}
-        return ClassifierState(params, opt_state, state.step + 1, state.rng), metrics
+        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
 
     def eval_step(params, batch):
         model = nnx.merge(graphdef, params)
@@ -523,22 +513,12 @@ class ClassificationTask:
     # -- state and checkpoints ---------------------------------------------------------------
 
     def init_state(self):
-        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
-
-        def init():
-            model = OrderedMemoryClassifier(self.model_config, rngs=nnx.Rngs(params=param_key))
-            return nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
-
-        params = jax.jit(init, out_shardings=self.replicated)()
-        opt_state = jax.jit(self.tx.init, out_shardings=self.replicated)(params)
-        state = ClassifierState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), self.replicated),
-                                jax.device_put(jax.random.key_data(step_key), self.replicated))
+        state = init_params_state(lambda rngs: OrderedMemoryClassifier(self.model_config, rngs=rngs), self.tx,
+                                  self.config.training.seed, self.replicated)
         return state, None
 
     def abstract_state(self):
-        shapes = ClassifierState(self.abstract_params, jax.eval_shape(self.tx.init, self.abstract_params),
-                                 jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((2,), jnp.uint32))
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
 
     def restored_rest(self):
         return None

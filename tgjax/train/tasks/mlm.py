@@ -57,6 +57,7 @@ from tgjax.models.mlm_masking import MASK, MASK_ID, PAD, PAD_ID, SPECIALS, UNK, 
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 
@@ -257,17 +258,6 @@ class MLMBatches:
 # Masking, loss, steps.
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class MLMState:
-    """params (pure dict), Adam state, step (int32), rng (uint32 [2]: the base key of masking and dropout)."""
-
-    params: Any
-    opt_state: Any
-    step: jax.Array
-    rng: jax.Array
-
-
 def make_optimizer(training) -> optax.GradientTransformation:
     """Clip, PyTorch Adam's L2 weight decay into the gradient, Adam's direction (the rate comes from the host)."""
     parts = []
@@ -282,7 +272,7 @@ def make_optimizer(training) -> optax.GradientTransformation:
 def make_steps(graphdef, tx, mask_rate: float):
     """train_step(state, rest, batch, lr) -> (state, metrics); eval_step(params, rest, batch, key) -> (nll, count)."""
 
-    def train_step(state: MLMState, rest, batch, learning_rate):
+    def train_step(state: ParamsState, rest, batch, learning_rate):
         base = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
         mask_key, dropout_key = jax.random.split(base)
         inputs, masked = mask_tokens(mask_key, batch["tokens"], batch["valid"], mask_rate)
@@ -299,7 +289,7 @@ def make_steps(graphdef, tx, mask_rate: float):
         params = jax.tree.map(lambda p, u: p - learning_rate * u, state.params, updates)
         metrics = {"loss": loss, "sum_nll": total, "num_masked": count, "num_tokens": jnp.sum(batch["valid"]),
                    "grad_norm": optax.tree.norm(grads), "learning_rate": learning_rate}
-        return MLMState(params, opt_state, state.step + 1, state.rng), metrics
+        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
 
     def eval_step(params, rest, batch, key):
         inputs, masked = mask_tokens(key, batch["tokens"], batch["valid"], mask_rate)
@@ -487,22 +477,12 @@ class MLMTask:
         return nnx.split(model, nnx.Param, ...)[2]
 
     def init_state(self):
-        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
-
-        def init():
-            model = UDGN(self.model_config, rngs=nnx.Rngs(params=param_key, dropout=0))
-            return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
-
-        params = jax.jit(init, out_shardings=self.replicated)()
-        opt_state = jax.jit(self.tx.init, out_shardings=self.replicated)(params)
-        state = MLMState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), self.replicated),
-                         jax.device_put(jax.random.key_data(step_key), self.replicated))
+        state = init_params_state(lambda rngs: UDGN(self.model_config, rngs=rngs), self.tx,
+                                  self.config.training.seed, self.replicated)
         return state, self.restored_rest()
 
     def abstract_state(self):
-        shapes = MLMState(self.abstract_params, jax.eval_shape(self.tx.init, self.abstract_params),
-                          jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((2,), jnp.uint32))
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
 
     def restored_rest(self):
         # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.

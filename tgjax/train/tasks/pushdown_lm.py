@@ -69,6 +69,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
 from tgjax.train.metrics import format_duration
 from tgjax.train.optimizer import make_optimizer
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 
@@ -359,17 +360,6 @@ class PushdownTrainBatches:
 # Steps.
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class PushdownState:
-    """params (pure dict), optimiser state, step (int32), rng (uint32 [2]: the base key of dropout)."""
-
-    params: Any
-    opt_state: Any
-    step: jax.Array
-    rng: jax.Array
-
-
 # The fields the model and the loss read (make_batch's fields; no dense tape).
 BATCH_FIELDS = ("inputs", "targets", "attach", "attach_targets", "weights", "attach_weights", "node_start",
                 "node_end")
@@ -392,7 +382,7 @@ def loss_and_metrics(outputs, batch, model_cfg: PushdownLMConfig, attachment_wei
 def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_weight: float):
     """train_step(state, rest, batch) -> (state, metrics); eval_step(params, rest, batch) -> metrics."""
 
-    def train_step(state: PushdownState, rest, batch):
+    def train_step(state: ParamsState, rest, batch):
         dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
 
         def loss_fn(params):
@@ -404,7 +394,7 @@ def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_w
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {**metrics, "grad_norm": optax.tree.norm(grads), "learning_rate": schedule(state.step)}
-        return PushdownState(params, opt_state, state.step + 1, state.rng), metrics
+        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
 
     def eval_step(params, rest, batch):
         model = nnx.merge(graphdef, params, rest)
@@ -608,22 +598,12 @@ class PushdownLMTask:
         return nnx.split(model, nnx.Param, ...)[2]
 
     def init_state(self):
-        param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
-
-        def init():
-            model = PushdownLM(self.model_config, rngs=nnx.Rngs(params=param_key, dropout=0))
-            return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
-
-        params = jax.jit(init, out_shardings=self.replicated)()
-        opt_state = jax.jit(self.tx.init, out_shardings=self.replicated)(params)
-        state = PushdownState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), self.replicated),
-                              jax.device_put(jax.random.key_data(step_key), self.replicated))
+        state = init_params_state(lambda rngs: PushdownLM(self.model_config, rngs=rngs), self.tx,
+                                  self.config.training.seed, self.replicated)
         return state, self.restored_rest()
 
     def abstract_state(self):
-        shapes = PushdownState(self.abstract_params, jax.eval_shape(self.tx.init, self.abstract_params),
-                               jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((2,), jnp.uint32))
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
 
     def restored_rest(self):
         # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.
