@@ -31,6 +31,8 @@ CHECKPOINT_ITEMS = ("state", "pipeline", "meta")
 WORD_DICTIONARY_FILE = "vocab.json"
 SENTENCEPIECE_FILE = "vocab.model"
 VOCABULARY_FILE_NAMES = (WORD_DICTIONARY_FILE, SENTENCEPIECE_FILE)
+# The plain word list of the word-level families (ON-LSTM LM, UDGN): one word per line, id = line number.
+WORD_LIST_FILE = "vocab.txt"
 
 
 class VocabularyMismatch(ValueError):
@@ -177,6 +179,11 @@ def vocabulary_fingerprint(vocab: Vocabulary) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "VocabularyMismatch", "check_step", "checkpoint_workdir",
-           "directory_manifest", "is_url", "local_workdir", "saved_vocabulary_path", "vocabulary_file_name",
-           "vocabulary_fingerprint"]
+def word_list_fingerprint(words: list[str]) -> str:
+    """sha256 of a `WORD_LIST_FILE`'s words joined by newlines: what a run's meta records as `vocab_sha256`."""
+    return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
+
+
+__all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "VocabularyMismatch", "check_step",
+           "checkpoint_workdir", "directory_manifest", "is_url", "local_workdir", "saved_vocabulary_path",
+           "vocabulary_file_name", "vocabulary_fingerprint", "word_list_fingerprint"]

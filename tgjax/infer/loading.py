@@ -47,7 +47,8 @@ from flax import nnx
 from tgjax.data.vocab import Vocabulary, load_vocabulary
 from tgjax.models import ModelConfig, TransformerLM, model_spec
 from tgjax.models.parts import model_parts
-from tgjax.workdir import VocabularyMismatch, check_step, local_workdir, saved_vocabulary_path, vocabulary_fingerprint
+from tgjax.workdir import (WORD_LIST_FILE, VocabularyMismatch, check_step, local_workdir, saved_vocabulary_path,
+                           vocabulary_fingerprint, word_list_fingerprint)
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,74 @@ def resolve_step(workdir: str | Path, step: str | int = "best") -> tuple[int, di
                               f"{meta.get('best_valid_loss')}) is no longer on disk (steps {steps}); "
                               f"pass step='latest' or one of those steps")
     return best, (meta if best == latest else read_meta(workdir, best))
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyCheckpoint:
+    """One checked checkpoint step of a non-TG family's run (`open_family_checkpoint`)."""
+
+    workdir: Path
+    step: int
+    meta: dict[str, Any]
+    where: str  # "checkpoint step S in WORKDIR", for messages
+    model_config: Any  # the family's model config, from the meta's "model"
+
+
+def open_family_checkpoint(workdir: str | Path, step: str | int, *, trainer: str, config_class,
+                           reader: str) -> FamilyCheckpoint:
+    """The step to read (`resolve_step`), checked whole, written by `trainer`, with its model config.
+
+    `reader` says what refuses another trainer's run ("unsupervised parsing
+    reads ON-LSTM language models"). Raises FileNotFoundError (no workdir) or
+    CheckpointError (no checkpoints, a corrupt step, another trainer, no model
+    config in the meta).
+    """
+    workdir = local_workdir(workdir)
+    step_number, meta = resolve_step(workdir, step)
+    where = f"checkpoint step {step_number} in {workdir}"
+    problem = check_step(workdir, step_number)
+    if problem:
+        raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
+    written_by = (meta.get("config") or {}).get("trainer")
+    if written_by != trainer:
+        raise CheckpointError(f"{where} was written by trainer {written_by!r}, not {trainer!r}: {reader}")
+    try:
+        model_config = config_class(**meta["model"])
+    except (KeyError, TypeError) as e:
+        raise CheckpointError(f"{where}: meta lacks the {config_class.__name__} model config ({e})") from e
+    return FamilyCheckpoint(workdir, step_number, meta, where, model_config)
+
+
+def read_word_list(checkpoint: FamilyCheckpoint) -> list[str]:
+    """The run's `WORD_LIST_FILE` (id = line number), checked against the meta's `vocab_sha256` when recorded.
+
+    Raises FileNotFoundError (no file) or VocabularyMismatch.
+    """
+    path = checkpoint.workdir / WORD_LIST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"workdir {str(checkpoint.workdir)!r} has checkpoints but no {WORD_LIST_FILE}: "
+                                "cannot read the model's ids")
+    words = path.read_text(encoding="utf-8").splitlines()
+    if checkpoint.meta.get("vocab_sha256") not in (None, word_list_fingerprint(words)):
+        raise VocabularyMismatch(f"{path} ({len(words)} words) is not the vocabulary {checkpoint.where} was trained "
+                                 f"with ({checkpoint.meta.get('vocab_size')} words); restore the original file")
+    return words
+
+
+def restore_state_items(checkpoint: FamilyCheckpoint, target: dict) -> dict:
+    """The `target` items (`jax.ShapeDtypeStruct` leaves) of the step's "state", on this host's first device."""
+    import orbax.checkpoint as ocp
+
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
+    try:
+        with _quiet_absl():
+            return ocp.PyTreeCheckpointer().restore(
+                checkpoint.workdir / "checkpoints" / str(checkpoint.step) / "state",
+                args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
+    except Exception as e:  # orbax raises many kinds; all mean "unreadable"
+        raise CheckpointError(f"{checkpoint.where}: cannot restore its parameters ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:300]})") from e
 
 
 def _restore_params(workdir: Path, step: int, abstract: dict, sharding) -> dict:

@@ -31,10 +31,7 @@ nothing before it), so a treebank compiles a handful of shapes.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,16 +40,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tgjax.infer.loading import CheckpointError, resolve_step
+from tgjax.infer.loading import open_family_checkpoint, read_word_list, restore_state_items
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig
 from tgjax.syntax.distance import word_distances
-from tgjax.workdir import VocabularyMismatch, check_step, local_workdir
 
 __all__ = ["BOUNDARY", "UNKNOWN", "OnLSTMParser", "from_model", "load_parser", "step_distances"]
 
 BOUNDARY = "<eos>"  # the training stream's sentence separator (tgjax.train.tasks.onlstm_lm.EOS)
 UNKNOWN = "<unk>"
-VOCABULARY_FILE = "vocab.txt"
 
 
 def step_distances(model: OnLSTMLM, tokens, mask=None):
@@ -145,31 +140,6 @@ def from_model(model: OnLSTMLM, words: Sequence[str], *, batch_size: int = 64, l
     return OnLSTMParser(model, list(words), batch_size=batch_size, length_bucket=length_bucket)
 
 
-@contextlib.contextmanager
-def _quiet_absl():
-    # orbax logs a harmless warning for each restore of a single item; keep stderr for what matters.
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _read_vocabulary(workdir: Path, meta: dict, where: str) -> list[str]:
-    path = workdir / VOCABULARY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"workdir {str(workdir)!r} has checkpoints but no {VOCABULARY_FILE}: cannot read "
-                                "the model's ids (is it an onlstm_lm run?)")
-    words = path.read_text(encoding="utf-8").splitlines()
-    fingerprint = hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()  # as the onlstm_lm task writes it
-    if meta.get("vocab_sha256") not in (None, fingerprint):
-        raise VocabularyMismatch(f"{path} ({len(words)} words) is not the vocabulary {where} was trained with "
-                                 f"({meta.get('vocab_size')} words); restore the original file")
-    return words
-
-
 def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: int = 64, length_bucket: int = 16
                 ) -> OnLSTMParser:
     """Restores a trained `onlstm_lm` run (see the module docstring) as an `OnLSTMParser`.
@@ -178,41 +148,17 @@ def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: in
     checkpoints, a missing or corrupt step, not an onlstm_lm run) or
     VocabularyMismatch.
     """
-    import orbax.checkpoint as ocp
-
-    workdir = local_workdir(workdir)
-    step_number, meta = resolve_step(workdir, step)
-    where = f"checkpoint step {step_number} in {workdir}"
-    problem = check_step(workdir, step_number)
-    if problem:
-        raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
-    trainer = (meta.get("config") or {}).get("trainer")
-    if trainer != "onlstm_lm":
-        raise CheckpointError(f"{where} was written by trainer {trainer!r}, not 'onlstm_lm': unsupervised parsing "
-                              "reads ON-LSTM language models")
-    try:
-        config = OnLSTMLMConfig(**meta["model"])
-    except (KeyError, TypeError) as e:
-        raise CheckpointError(f"{where}: meta lacks the ON-LSTM model config ({e})") from e
-    words = _read_vocabulary(workdir, meta, where)
-
-    abstract_model = nnx.eval_shape(lambda: OnLSTMLM(config, rngs=nnx.Rngs(0)))
+    checkpoint = open_family_checkpoint(workdir, step, trainer="onlstm_lm", config_class=OnLSTMLMConfig,
+                                        reader="unsupervised parsing reads ON-LSTM language models")
+    words = read_word_list(checkpoint)
+    abstract_model = nnx.eval_shape(lambda: OnLSTMLM(checkpoint.model_config, rngs=nnx.Rngs(0)))
     graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
     shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(abstract_params))
-    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = {"params": shapes, "average": shapes, "num_averaged": jax.ShapeDtypeStruct((), jnp.int32)}
-    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
-    try:
-        with _quiet_absl():
-            restored = ocp.PyTreeCheckpointer().restore(
-                workdir / "checkpoints" / str(step_number) / "state",
-                args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
-    except Exception as e:  # orbax raises many kinds; all mean "unreadable"
-        raise CheckpointError(f"{where}: cannot restore its parameters ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:300]})") from e
+    restored = restore_state_items(checkpoint, target)
     averaged = int(restored["num_averaged"]) > 0
     params = jax.tree.map(lambda x: x, abstract_params)  # a State to fill
     nnx.replace_by_pure_dict(params, restored["average"] if averaged else restored["params"])
     model = nnx.merge(graphdef, params)
-    return OnLSTMParser(model, words, batch_size=batch_size, length_bucket=length_bucket, step=step_number,
-                        workdir=workdir, averaged=averaged)
+    return OnLSTMParser(model, words, batch_size=batch_size, length_bucket=length_bucket, step=checkpoint.step,
+                        workdir=checkpoint.workdir, averaged=averaged)

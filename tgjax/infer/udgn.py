@@ -22,7 +22,6 @@ compiles a few shapes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,15 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tgjax.infer.loading import CheckpointError, resolve_step
+from tgjax.infer.loading import open_family_checkpoint, read_word_list, restore_state_items
 from tgjax.models.mlm_masking import PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens, masked_nll
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.syntax.distance import release_word_form
-from tgjax.workdir import VocabularyMismatch, check_step, local_workdir
 
 __all__ = ["UDGNParser", "from_model", "load_parser"]
 
-VOCABULARY_FILE = "vocab.txt"
 MASK_RATE = 0.3  # the release's (training's) rate, for the MLM perplexity
 
 
@@ -146,42 +143,13 @@ def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: in
     Raises FileNotFoundError (no vocabulary), CheckpointError (no checkpoints, a
     corrupt step, not an mlm run) or VocabularyMismatch.
     """
-    import orbax.checkpoint as ocp
-
-    workdir = local_workdir(workdir)
-    step_number, meta = resolve_step(workdir, step)
-    where = f"checkpoint step {step_number} in {workdir}"
-    problem = check_step(workdir, step_number)
-    if problem:
-        raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
-    trainer = (meta.get("config") or {}).get("trainer")
-    if trainer != "mlm":
-        raise CheckpointError(f"{where} was written by trainer {trainer!r}, not 'mlm': dependency evaluation reads "
-                              "UDGN masked language models")
-    try:
-        config = UDGNConfig(**meta["model"])
-    except (KeyError, TypeError) as e:
-        raise CheckpointError(f"{where}: meta lacks the UDGN model config ({e})") from e
-    path = workdir / VOCABULARY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"workdir {str(workdir)!r} has checkpoints but no {VOCABULARY_FILE}")
-    words = path.read_text(encoding="utf-8").splitlines()
-    if meta.get("vocab_sha256") not in (None, hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()):
-        raise VocabularyMismatch(f"{path} ({len(words)} words) is not the vocabulary {where} was trained with "
-                                 f"({meta.get('vocab_size')} words); restore the original file")
-    model = UDGN(config, rngs=nnx.Rngs(params=0, dropout=0))
+    checkpoint = open_family_checkpoint(workdir, step, trainer="mlm", config_class=UDGNConfig,
+                                        reader="dependency evaluation reads UDGN masked language models")
+    words = read_word_list(checkpoint)
+    model = UDGN(checkpoint.model_config, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(params))
-    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    target = {"params": shapes}
-    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
-    try:
-        restored = ocp.PyTreeCheckpointer().restore(
-            workdir / "checkpoints" / str(step_number) / "state",
-            args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
-    except Exception as e:  # orbax raises many kinds; all mean "unreadable"
-        raise CheckpointError(f"{where}: cannot restore its parameters ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:300]})") from e
+    restored = restore_state_items(checkpoint, {"params": shapes})
     nnx.replace_by_pure_dict(params, restored["params"])
     return UDGNParser(nnx.merge(graphdef, params, rest), words, batch_size=batch_size, length_bucket=length_bucket,
-                      step=step_number, workdir=workdir)
+                      step=checkpoint.step, workdir=checkpoint.workdir)

@@ -60,8 +60,8 @@ from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
-VOCABULARY_FILE = "vocab.txt"
 SOURCES = ("builtin", "treebank", "craft", "text")
 CRAFT_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 DEFAULT_CRAFT_DIR = str(Path(__file__).resolve().parents[3].parent / "shared" / "data" / "craft_treebank")
@@ -433,11 +433,11 @@ class MLMTask:
                                                   t.length_bucket, rows_multiple)
         self.valid_batches = (token_budget_batches(np.array([len(s) for s in self.valid_ids]), t.token_budget,
                                                    t.length_bucket, rows_multiple) if self.valid_ids else [])
-        self.vocab_sha256 = _fingerprint(self.words)
+        self.vocab_sha256 = word_list_fingerprint(self.words)
         self.data_sha256 = _fingerprint([" ".join(s) for s in train])
         self.model_config = model_config(self.config, len(self.words))
         if run.process_index == 0:
-            path = run.workdir / VOCABULARY_FILE
+            path = run.workdir / WORD_LIST_FILE
             text = "\n".join(self.words) + "\n"
             if path.is_file() and path.read_text(encoding="utf-8") != text and run.resuming:
                 raise ConfigError(f"{path} differs from the vocabulary this config builds: use the original "

@@ -75,7 +75,6 @@ checkpoints; the parsing evaluation reads it with the model.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import time
 from pathlib import Path
@@ -95,6 +94,7 @@ from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import format_duration
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
 EOS = "<eos>"
 UNK = "<unk>"
@@ -548,10 +548,6 @@ def describe(config) -> dict[str, Any]:
             "vocab_source": f"built from {d.train_path}", "model": dataclasses.asdict(model_cfg)}
 
 
-def _fingerprint(words: list[str]) -> str:
-    return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
-
-
 # -----------------------------------------------------------------------------
 # The task.
 
@@ -595,7 +591,7 @@ class OnLSTMLMTask:
         self.words = build_vocabulary(train, *([valid] if valid and d.vocabulary_from == "all" else []),
                                       min_count=d.min_word_count)
         index = {w: i for i, w in enumerate(self.words)}
-        self.vocab_fingerprint = _fingerprint(self.words)
+        self.vocab_fingerprint = word_list_fingerprint(self.words)
         self._write_vocabulary(run)
         train_ids, rare = encode(train, index)
         if rare:
@@ -654,7 +650,7 @@ class OnLSTMLMTask:
         self.rows_sharding = NamedSharding(run.mesh, P("data"))
 
     def _write_vocabulary(self, run: RunContext) -> None:
-        path = run.workdir / "vocab.txt"
+        path = run.workdir / WORD_LIST_FILE
         text = "".join(f"{w}\n" for w in self.words)
         if path.exists() and path.read_text(encoding="utf-8") != text and run.resuming:
             raise ConfigError(f"{path} is not the vocabulary of this data ({len(self.words)} words now); the data "
