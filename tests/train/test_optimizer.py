@@ -4,6 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tgjax.train.config import apply_overrides, default_config
 from tgjax.train.optimizer import clip_gradients, linear_warmup_then_cosine_anneal, make_optimizer, make_schedule
@@ -35,6 +37,35 @@ def test_cosine_midpoint_and_final_value(schedule):
     assert lr(schedule, WARMUP + CYCLE // 4) == pytest.approx(quarter, rel=1e-6)
     assert lr(schedule, WARMUP + CYCLE) == pytest.approx(FINAL, rel=1e-5)
     assert lr(schedule, WARMUP + 3 * CYCLE) == pytest.approx(FINAL, rel=1e-5)  # stays there
+
+
+def authors_schedule(step: int, start: float, peak: float, final: float, warmup: int, cycle: int) -> float:
+    """The authors' `linear_warmup_then_cosine_anneal`, restated in float64 (the oracle for optax's schedule)."""
+    if step < warmup:
+        return start + (peak - start) * step / warmup
+    progress = min((step - warmup) / cycle, 1.0)
+    return final + (peak - final) * 0.5 * (1.0 + np.cos(np.pi * progress))
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=st.floats(0.0, 1e-3), peak=st.floats(1e-5, 1e-2), final=st.floats(0.0, 1e-5),
+       warmup=st.integers(0, 500), cycle=st.integers(1, 5000), fraction=st.floats(0.0, 1.0))
+def test_schedule_equals_the_authors_formula_at_the_boundaries_and_between(start, peak, final, warmup, cycle,
+                                                                            fraction):
+    schedule = linear_warmup_then_cosine_anneal(start, peak, final, warmup, cycle)
+    inside_warmup = int(fraction * warmup)
+    inside_cosine = warmup + int(fraction * cycle)
+    steps = {0, max(warmup - 1, 0), warmup, warmup + 1, inside_warmup, inside_cosine, warmup + cycle - 1,
+             warmup + cycle, warmup + cycle + 1, 3 * (warmup + cycle)}
+    for step in sorted(steps):
+        expected = authors_schedule(step, start, peak, final, warmup, cycle)
+        # float32: 1 + cos(pi t) near t = 1 cancels, so the error is relative to the peak there
+        assert lr(schedule, step) == pytest.approx(expected, rel=2e-6, abs=1e-6 * max(peak, start)), step
+
+
+def test_a_zero_peak_with_a_nonzero_floor_is_refused():
+    with pytest.raises(ValueError, match="max_lr=0 needs min_lr=0"):
+        linear_warmup_then_cosine_anneal(0.0, 0.0, 1e-7, 10, 100)
 
 
 def test_schedule_config_errors_name_the_keys():

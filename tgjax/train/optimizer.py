@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 Schedule = Callable[[Any], Any]
@@ -26,23 +25,21 @@ Schedule = Callable[[Any], Any]
 
 def linear_warmup_then_cosine_anneal(start_lr: float, max_lr: float, min_lr: float, warmup_steps: int,
                                      cosine_cycle_length: int) -> Schedule:
-    """step -> learning rate; works on Python ints and traced int arrays alike.
+    """step -> learning rate: `optax.warmup_cosine_decay_schedule` under the authors' names.
 
     `lr(0) = start_lr`, `lr(warmup_steps) = max_lr`, and
     `lr(warmup_steps + t) = min_lr + (max_lr - min_lr) * (1 + cos(pi * min(t / cycle, 1))) / 2`.
+    optax counts its `decay_steps` from step 0 (warm-up included), the authors
+    count `cosine_cycle_length` from the end of the warm-up.
     """
     if warmup_steps < 0 or cosine_cycle_length <= 0:
         raise ValueError(f"lr_schedule: warmup_steps={warmup_steps} must be >= 0 and "
                          f"cosine_cycle_length={cosine_cycle_length} > 0")
-
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        warm = start_lr + (max_lr - start_lr) * step / max(warmup_steps, 1)
-        progress = jnp.clip((step - warmup_steps) / cosine_cycle_length, 0.0, 1.0)
-        cosine = min_lr + (max_lr - min_lr) * 0.5 * (1.0 + jnp.cos(np.pi * progress))
-        return jnp.where(step < warmup_steps, warm, cosine)
-
-    return schedule
+    if max_lr == 0.0 and min_lr != 0.0:
+        # optax decays to end_value as a fraction of the peak, which a zero peak cannot express
+        raise ValueError(f"lr_schedule: max_lr=0 needs min_lr=0 (got {min_lr})")
+    return optax.warmup_cosine_decay_schedule(init_value=start_lr, peak_value=max_lr, warmup_steps=warmup_steps,
+                                              decay_steps=warmup_steps + cosine_cycle_length, end_value=min_lr)
 
 
 def constant_lr(lr: float) -> Schedule:
