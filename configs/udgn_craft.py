@@ -12,7 +12,13 @@ layers of 8 x 16 channels, a 1-layer BiLSTM parser of 64 (the release: 512, 8 la
 compile. The test (`tgjax eval dependency`) reads every sentence.
 
     tgjax train --config configs/udgn_craft.py --workdir runs/udgn_craft
+    tgjax train --config configs/udgn_craft.py:cpu_long --workdir runs/udgn_craft_long
     tgjax eval dependency --workdir runs/udgn_craft --craft test
+
+Argument "cpu_long": the same model with twice the updates per epoch (batches of
+<= 1024 tokens), sentences of <= 40 words, validation on 2 maskings every 400 steps
+and 20,000 steps: a run meant to be stopped (SIGTERM) when the CPU share runs out,
+its best checkpoint then scored.
 """
 
 from pathlib import Path
@@ -22,7 +28,20 @@ import ml_collections
 CRAFT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "craft_treebank"
 
 
-def get_config():
+def get_config(arg: str | None = None):
+    config = _release_recipe_at_cpu_size()
+    if arg == "cpu_long":
+        config.data.max_length = 40
+        config.training.token_budget = 1024
+        config.training.num_steps = 20_000
+        config.evaluation.interval_steps = config.checkpointing.interval_steps = 400
+        config.evaluation.runs = 2
+    elif arg:
+        raise ValueError(f"configs/udgn_craft.py takes no argument or 'cpu_long', got {arg!r}")
+    return config
+
+
+def _release_recipe_at_cpu_size():
     return ml_collections.ConfigDict(dict(
         trainer="mlm",
         model=dict(d_model=64, num_layers=2, num_channels=8, channel_size=16, parser_hidden=64,

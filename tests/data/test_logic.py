@@ -27,6 +27,21 @@ def test_parse_counts_and_gold_tree():
     assert logic.count_operators(nested) == 4  # and, the outer or, not, the inner or
 
 
+def test_gold_spans_over_the_words_by_hand():
+    # `( d ( and e ) )`: words d, and, e; gold (d (and e)): the root and (and e).
+    formula = logic.parse_formula("( d ( and e ) )")
+    assert logic.gold_spans(formula) == [(0, 3), (1, 3)]
+    assert logic.parenthesis_positions(formula) == {0, 2, 5, 6}
+    # not / e / or / not / c: (not (e (or (not c)))), a right-branching chain of four nodes.
+    formula = logic.parse_formula("( not ( e ( or ( not c ) ) ) )")
+    assert logic.gold_spans(formula) == [(0, 5), (1, 5), (2, 5), (3, 5)]
+    assert logic.parenthesis_positions(formula) == {0, 2, 4, 6, 9, 10, 11, 12}
+    assert logic.gold_spans(logic.parse_formula("a")) == []
+    # ((a and b) or (not c)): words a and b or not c.
+    formula = logic.parse_formula("( ( a ( and b ) ) ( or ( not c ) ) )")
+    assert logic.gold_spans(formula) == [(0, 6), (0, 3), (1, 3), (3, 6), (4, 6)]
+
+
 def test_pair_bucket_is_the_larger_count_capped_at_12():
     example = logic.parse_line("|\t( not ( e ( or ( not c ) ) ) )\t( d ( and e ) )")
     assert (example.relation, example.label, example.operator_count) == ("|", 4, 3)

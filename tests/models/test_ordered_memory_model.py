@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tgjax.models.ordered_memory import (OMClassifierConfig, OrderedMemoryClassifier, pair_features, pointer_trees,
-                                         tree_spans)
+                                         remove_leaves, tree_spans)
 from tgjax.ops.ordered_memory import pointer_tree
 
 
@@ -173,3 +173,48 @@ def test_tree_spans_match_a_recursive_count(distances):
     spans, length = _spans_by_recursion(tree)
     assert tree_spans(tree) == spans
     assert len(spans) == max(length - 1, 0)  # a binary tree over n leaves has n - 1 nodes
+
+
+def test_remove_leaves_by_hand():
+    # `( d ( and e ) )` read as 7 tokens; the parentheses (0, 2, 5, 6) leave before scoring.
+    parentheses = {0, 2, 5, 6}
+    left_branching = [[[[[[0, 1], 2], 3], 4], 5], 6]
+    assert remove_leaves(left_branching, parentheses) == [[1, 3], 4]
+    assert tree_spans(remove_leaves(left_branching, parentheses)) == {(0, 2), (0, 3)}  # vs gold (0, 3), (1, 3)
+    right_branching = [0, [1, [2, [3, [4, [5, 6]]]]]]
+    assert remove_leaves(right_branching, parentheses) == [1, [3, 4]]
+    assert remove_leaves([[0, 2], [1, [5, 4]]], parentheses) == [1, 4]  # emptied nodes vanish, unary collapse
+    assert remove_leaves([0, [2, 5]], {0, 2, 5}) is None
+    assert remove_leaves(3, set()) == 3 and remove_leaves(3, {3}) is None
+
+
+def _kept_spans_by_oracle(tree, drop):
+    """Spans over the kept leaves, from the original tree: each node's kept leaves, ranked."""
+    kept_order = []
+
+    def leaves(node):
+        return [node] if not isinstance(node, list) else [x for child in node for x in leaves(child)]
+
+    kept_order = [leaf for leaf in leaves(tree) if leaf not in drop]
+    rank = {leaf: i for i, leaf in enumerate(kept_order)}
+    spans = set()
+
+    def walk(node):
+        if isinstance(node, list):
+            kept = [rank[x] for x in leaves(node) if x not in drop]
+            if len(kept) >= 2:
+                spans.add((min(kept), max(kept) + 1))
+            for child in node:
+                walk(child)
+
+    walk(tree)
+    return spans
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=25), st.sets(st.integers(0, 24)))
+def test_remove_leaves_keeps_every_constituent_over_the_kept_words(distances, drop):
+    tree = pointer_tree([6] + distances[1:])
+    pruned = remove_leaves(tree, drop)
+    assert tree_spans(pruned if pruned is not None else []) == _kept_spans_by_oracle(tree, drop)
+    assert remove_leaves(tree, set()) == tree

@@ -91,6 +91,9 @@ def test_a_separable_toy_is_learnt_and_tested_at_the_end(uninterrupted):
     assert report["best_step"] == uninterrupted.best_step
     assert report["test"]["ops7"]["count"] == 2
     assert report["test"]["ops7"]["accuracy"] in (0.0, 0.5, 1.0)
+    # Parse F1 over premises and hypotheses: seven nested nots over a variable have 7 gold spans, b and c none.
+    assert report["test"]["ops7"]["gold_spans"] == 14
+    assert 0.0 <= report["test"]["ops7"]["parse_f1"] <= 100.0
 
 
 def test_stop_and_resume_is_bit_identical_with_the_plateau_schedule(tmp_path, toy_dir, uninterrupted):

@@ -135,6 +135,30 @@ def gold_tree(formula: Formula) -> str | tuple:
     return formula
 
 
+def gold_spans(formula: Formula) -> list[tuple[int, int]]:
+    """Every constituent of `gold_tree` over >= 2 tokens, as [start, end) ranges over the non-parenthesis tokens.
+
+    Includes the root span. `( d ( and e ) )` -> words d, and, e -> [(0, 3), (1, 3)].
+    """
+    spans: list[tuple[int, int]] = []
+
+    def walk(node, start: int) -> int:
+        if isinstance(node, tuple):
+            middle = walk(node[0], start)
+            end = walk(node[1], middle)
+            spans.append((start, end))
+            return end
+        return start + 1
+
+    walk(gold_tree(formula), 0)
+    return sorted(spans, key=lambda span: (span[0], -span[1]))
+
+
+def parenthesis_positions(formula: Formula) -> set[int]:
+    """Positions of "(" and ")" in `tokens_of(formula)`: what the release strips from a parse before scoring."""
+    return {i for i, token in enumerate(tokens_of(formula)) if token in ("(", ")")}
+
+
 def _world_sets() -> dict[str, int]:
     """Each variable's satisfying assignments as a 64-bit mask (bit w = assignment w of a..f)."""
     worlds = np.arange(64)

@@ -40,7 +40,8 @@ from flax import nnx
 from tgjax.nn.ordered_memory import OrderedMemory
 from tgjax.ops.ordered_memory import RELEASE, ordered_memory_scan, pointer_distances, pointer_tree
 
-__all__ = ["OMClassifierConfig", "OrderedMemoryClassifier", "pair_features", "pointer_trees", "tree_spans"]
+__all__ = ["OMClassifierConfig", "OrderedMemoryClassifier", "pair_features", "pointer_trees", "remove_leaves",
+           "tree_spans"]
 
 KINDS = ("sequence", "pair")
 
@@ -206,3 +207,28 @@ def tree_spans(tree) -> set[tuple[int, int]]:
         stack.append((node, True))
         stack.extend((child, False) for child in reversed(node))
     return spans
+
+
+def remove_leaves(tree, drop: set):
+    """`tree` (nested lists) without the leaves in `drop`; a node left with one child becomes that child.
+
+    The release's `remove_bracket` for logic parses: the parenthesis tokens are
+    read by the model but are not words of the gold tree, so they leave the
+    predicted tree before scoring. A node left empty disappears (None if
+    nothing is left). Iterative, like `tree_spans`.
+    """
+    results: list = []  # finished subtrees, in post-order
+    stack = [(tree, False, 0)]
+    while stack:
+        node, done, first = stack.pop()
+        if not isinstance(node, list):
+            results.append(None if node in drop else node)
+            continue
+        if not done:
+            stack.append((node, True, len(results)))
+            stack.extend((child, False, 0) for child in reversed(node))
+            continue
+        kept = [child for child in results[first:] if child is not None]
+        del results[first:]
+        results.append(None if not kept else kept[0] if len(kept) == 1 else kept)
+    return results[0]

@@ -31,11 +31,14 @@ What it hands the trainer (`tgjax.train.task`):
   without improvement here) or a constant rate (`training.schedule`).
 * the end (`summary`): the best validation parameters (kept on the host when
   validation improves; read from the best checkpoint after a resume) scored
-  on every test split; ListOps also reports the parse F1 of the trees read
-  off the pointers against the file's bracketing, as corpus-level unlabelled
-  span F1 over spans of >= 2 tokens, the root included (what EVALB computes
-  with LABELED 0 on these one-label trees; both trees are binary over the
-  same tokens, so precision = recall = F1). Written to WORKDIR/test_results.json.
+  on every test split, with the parse F1 of the trees read off the pointers
+  against the file's bracketing, as corpus-level unlabelled span F1 over
+  spans of >= 2 tokens, the root included (what EVALB computes with LABELED 0
+  on these one-label trees; for ListOps both trees are binary over the same
+  tokens, so precision = recall = F1). Logic: premise and hypothesis trees
+  pooled, the parenthesis tokens removed from each predicted tree first (the
+  release's `remove_bracket`; a node left with one child is that child), so
+  precision and recall can differ there. Written to WORKDIR/test_results.json.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ import optax
 from flax import nnx
 
 from tgjax.data import listops, logic
-from tgjax.models.ordered_memory import OMClassifierConfig, OrderedMemoryClassifier, pointer_trees, tree_spans
+from tgjax.models.ordered_memory import (OMClassifierConfig, OrderedMemoryClassifier, pointer_trees, remove_leaves,
+                                         tree_spans)
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, DEFAULT_LOGICAL_AXIS_RULES, to_json_dict
 from tgjax.train.metrics import format_duration
@@ -597,15 +601,20 @@ class ClassificationTask:
             if want_pointers:
                 if self.dataset == "listops":
                     found = pointer_trees(jax.device_get(pointer)[:len(indices)], batch["valid"][:len(indices)])
-                else:  # the premise's tree (the hypothesis' is pointer[1])
-                    found = pointer_trees(jax.device_get(pointer[0])[:len(indices)],
-                                          batch["left_valid"][:len(indices)])
+                else:  # (premise tree, hypothesis tree)
+                    found = list(zip(*(pointer_trees(jax.device_get(pointer[side])[:len(indices)],
+                                                     batch[f"{name}_valid"][:len(indices)])
+                                       for side, name in enumerate(("left", "right")))))
                 for i, tree in zip(indices, found):
                     trees[i] = tree
         return predictions, trees
 
     def accuracy(self, params, split: Split, *, parse: bool = False) -> dict[str, float]:
-        """{"accuracy", "count"} (and for ListOps with `parse`, "parse_f1" against the gold bracketing)."""
+        """{"accuracy", "count"} (and with `parse`, "parse_f1" against the gold bracketing).
+
+        Logic: premises and hypotheses pooled, each predicted tree with its
+        parenthesis tokens removed first (the release's `remove_bracket`).
+        """
         predictions, trees = self.predict(params, split, want_pointers=parse)
         labels = np.array([e.label for e in split.examples])
         result = {"accuracy": float(np.mean(predictions == labels)) if len(labels) else float("nan"),
@@ -613,11 +622,19 @@ class ClassificationTask:
         if parse and self.dataset == "listops":
             gold = [set(listops.gold_spans(e.expression)) for e in split.examples]
             result["parse_f1"], result["gold_spans"] = span_f1(gold, [tree_spans(t) for t in trees])
+        elif parse:
+            gold, predicted = [], []
+            for example, pair in zip(split.examples, trees):
+                for formula, tree in zip((example.left, example.right), pair):
+                    gold.append(set(logic.gold_spans(formula)))
+                    words_only = remove_leaves(tree, logic.parenthesis_positions(formula))
+                    predicted.append(set() if words_only is None else tree_spans(words_only))
+            result["parse_f1"], result["gold_spans"] = span_f1(gold, predicted)
         return result
 
     def evaluate(self, state, rest) -> Evaluation:
         """Accuracy on the validation split; the best parameters so far are kept on the host for the test."""
-        result = self.accuracy(state.params, self.valid_split, parse=self.dataset == "listops")
+        result = self.accuracy(state.params, self.valid_split, parse=True)
         value = result["accuracy"]
         step = int(jax.device_get(state.step))
         if self.selection.improves(value, self.best["value"]):
@@ -646,7 +663,7 @@ class ClassificationTask:
         """Every test split's accuracy (ListOps: also parse F1, and accuracy by length <= / > the training cap)."""
         results = {}
         for name, split in self.test_splits.items():
-            results[name] = self.accuracy(params, split, parse=self.dataset == "listops")
+            results[name] = self.accuracy(params, split, parse=True)
         if self.dataset == "listops" and "test" in self.test_splits:
             split = self.test_splits["test"]
             cap = self.config.data.max_train_tokens  # the training length: longer is length generalisation
