@@ -94,6 +94,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
 from tgjax.infer.loading import LoadedModel
+from tgjax.ops.log_probs import token_log_probs
 from tgjax.syntax import masks, trees
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import token_types as tt
@@ -265,8 +266,7 @@ def _score_step(graphdef, params, rest, batch, memory):
     """
     model = nnx.merge(graphdef, params, rest)
     logits, new_memory = model(batch, memory, deterministic=True)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    picked = jnp.take_along_axis(log_probs, batch["labels"][..., None].astype(jnp.int32), axis=-1)[..., 0]
+    picked = token_log_probs(logits, batch["labels"])
     return jnp.where(batch["labels_ttypes"] != tt.PAD, picked, 0.0), new_memory
 
 
