@@ -1,0 +1,148 @@
+"""The OCN step against a slow, obvious NumPy oracle of released-code.md §5.2's equations (probability space,
+one option at a time), on random parameters and observations; and the MoE / first-step special cases."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, live_observation_indices
+from tgjax.nn.ocn import CellBank
+
+
+def oracle_cell(params: dict, k: int, x: np.ndarray, h: np.ndarray, depth: int, tau: float):
+    """Cell k on one example: hbar = MLP([x; h]) (tanh), pi = softmax(W_pi hbar / tau), e = sigmoid(w_e hbar + b_e)."""
+    w_first = np.concatenate([params["w_x"][k], params["w_h"][k]], axis=0)         # [X + H, H]
+    hidden = np.tanh(np.concatenate([x, h]) @ w_first + params["b_in"][k])
+    for layer in range(depth - 1):
+        hidden = np.tanh(hidden @ params["w_deep"][k, layer] + params["b_deep"][k, layer])
+    logits = hidden @ params["w_pi"][k] / tau
+    pi = np.exp(logits - logits.max())
+    pi /= pi.sum()
+    e = 1.0 / (1.0 + np.exp(-(hidden @ params["w_e"][k] + params["b_e"][k])))
+    return hidden, pi, e
+
+
+def oracle_ocn(options: dict, controller: dict, h_c0: np.ndarray, h_o0: np.ndarray, xs: np.ndarray, depth: int,
+               tau_c: float, always_done: bool = False):
+    """Action distributions [T, A], done probabilities [T] and option mixtures [T, K] of one episode xs [T, X]."""
+    K = h_o0.shape[0]
+    pis, es, ps = [], [], []
+    h_c, p, h_o = h_c0, None, [h_o0[i] for i in range(K)]
+    for t, x in enumerate(xs):
+        # the "done" branch: the controller steps, the options restart from h_o0
+        h_c_new, p_new, _ = oracle_cell(controller, 0, x, h_c, depth, tau_c)
+        restart = [oracle_cell(options, i, x, h_o0[i], depth, 1.0) for i in range(K)]
+        pi_hat = sum(p_new[i] * restart[i][1] for i in range(K))
+        if t == 0 or always_done:
+            e, pi = 1.0, pi_hat
+            h_cont = [restart[i][0] for i in range(K)]
+        else:
+            cont = [oracle_cell(options, i, x, h_o[i], depth, 1.0) for i in range(K)]
+            e = sum(p[i] * cont[i][2] for i in range(K))
+            pi_bar = sum(p[i] * cont[i][1] for i in range(K))
+            pi = e * pi_hat + (1 - e) * pi_bar
+            h_cont = [cont[i][0] for i in range(K)]
+        p = p_new if p is None else e * p_new + (1 - e) * p
+        h_c = e * h_c_new + (1 - e) * h_c
+        h_o = [e * restart[i][0] + (1 - e) * h_cont[i] for i in range(K)]
+        pis.append(pi), es.append(e), ps.append(p)
+    return np.array(pis), np.array(es), np.array(ps)
+
+
+def _bank_params(bank: CellBank) -> dict:
+    return {name: np.asarray(getattr(bank, name)[...], np.float64)
+            for name in ("w_x", "w_h", "b_in", "w_deep", "b_deep", "w_pi", "w_e", "b_e")}
+
+
+def _randomise(policy, seed: int, scale: float) -> None:
+    """Every parameter redrawn at `scale` (the initial ones leave the done biases at 0 and h_o0 at zero)."""
+    state = nnx.state(policy, nnx.Param)
+    leaves, treedef = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    nnx.update(policy, jax.tree.unflatten(treedef, [scale * jax.random.normal(k, l.shape)
+                                                    for k, l in zip(keys, leaves)]))
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), num_options=st.integers(1, 4), depth=st.integers(1, 3),
+       steps=st.integers(1, 6), kind=st.sampled_from(["ocn", "moe"]), scale=st.sampled_from([0.3, 1.0, 3.0]))
+def test_ocn_matches_oracle(seed, num_options, depth, steps, kind, scale):
+    config = CraftPolicyConfig(kind=kind, num_tasks=3, num_options=num_options, hidden_size=5, depth=depth,
+                               controller_temperature=10.0, num_actions=4, live_inputs=False)
+    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(seed))
+    _randomise(policy, seed + 1, scale)
+    rng = np.random.default_rng(seed)
+    batch = 2
+    obs = rng.integers(0, 2, size=(batch, steps, 1075)).astype(np.float32) * rng.normal(size=(1, 1, 1075)).astype(
+        np.float32) * 0.05
+    task_ids = np.array([2, 0], np.int32)
+    out = nnx.jit(lambda m, o, t: m(o, t))(policy, jnp.asarray(obs), jnp.asarray(task_ids))
+    opts, ctl = _bank_params(policy.options), _bank_params(policy.controller)
+    h_c0 = np.asarray(policy.h_c_init[...], np.float64)
+    h_o0 = np.asarray(policy.h_o_init[...], np.float64)
+    for b in range(batch):
+        pi, e, p = oracle_ocn(opts, ctl, h_c0[task_ids[b]], h_o0, obs[b].astype(np.float64), depth, 10.0,
+                              always_done=kind == "moe")
+        np.testing.assert_allclose(np.exp(np.asarray(out.log_pi[b])), pi, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(np.exp(np.asarray(out.log_done[b])), e, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(np.exp(np.asarray(out.log_p[b])), p, atol=2e-5, rtol=1e-4)
+
+
+def test_step_by_step_equals_sequence():
+    """`step` from `init_carry`, one observation at a time, is the scanned `__call__` (what rollouts use)."""
+    config = CraftPolicyConfig(num_tasks=2, num_options=3, hidden_size=8)
+    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
+    _randomise(policy, 3, 0.5)
+    obs = jax.random.bernoulli(jax.random.key(1), 0.1, (2, 5, 1075)).astype(jnp.float32)
+    task_ids = jnp.array([1, 0])
+    whole = nnx.jit(lambda m, o, t: m(o, t))(policy, obs, task_ids)
+    carry = policy.init_carry(task_ids)
+    step = nnx.jit(lambda m, c, o: m.step(c, o))
+    for t in range(5):
+        carry, out = step(policy, carry, obs[:, t])
+        np.testing.assert_allclose(out.log_pi, whole.log_pi[:, t], atol=1e-5)
+
+
+def test_done_probability_one_restarts_controller():
+    """With done probabilities forced to 1 (large b_e) OCN is MoE: every step is the "done" branch."""
+    config = CraftPolicyConfig(num_tasks=1, num_options=2, hidden_size=6, live_inputs=False)
+    ocn = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
+    _randomise(ocn, 5, 0.7)
+    ocn.options.b_e[...] = jnp.full((2,), 50.0)
+    moe = OptionControllerPolicy(CraftPolicyConfig(**{**config.__dict__, "kind": "moe"}), rngs=nnx.Rngs(0))
+    nnx.update(moe, nnx.state(ocn, nnx.Param))
+    obs = jax.random.normal(jax.random.key(2), (1, 4, 1075)) * 0.1
+    run = nnx.jit(lambda m, o: m(o, jnp.zeros(1, jnp.int32)).log_pi)
+    np.testing.assert_allclose(run(ocn, obs), run(moe, obs), atol=1e-5)
+
+
+def test_live_inputs_are_the_only_nonzero_features():
+    """Every feature left out by `live_observation_indices` is zero on real Craft observations."""
+    pytest.importorskip("gymnax")
+    from tgjax.envs.craft import Craft
+
+    env = Craft(("ACD",))
+    params = env.params("ACD")
+    keys = jax.random.split(jax.random.key(0), 64)
+    actions = jax.random.randint(jax.random.key(1), (40, 64), 0, 6)
+
+    @jax.jit
+    def rollout(keys, actions):
+        obs, states = jax.vmap(env.reset_env, in_axes=(0, None))(keys, params)
+
+        def body(states, action):
+            obs, states, *_ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(keys, states, action, params)
+            return states, obs
+
+        return jnp.concatenate([obs[None], jax.lax.scan(body, states, actions)[1]])
+
+    seen = np.asarray(rollout(keys, actions)).reshape(-1, 1075)
+    dropped = np.setdiff1d(np.arange(1075), live_observation_indices())
+    assert np.all(seen[:, dropped] == 0)
+    assert len(live_observation_indices()) == 25 * 9 + 21 + 4

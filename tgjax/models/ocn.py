@@ -1,0 +1,192 @@
+"""Craft policies: the Option-Controller Network and the thesis' baselines MoE and LSTM (thesis ch. 5).
+
+All three share one interface, over a batch of episodes of one task each:
+
+    carry = policy.init_carry(task_ids)                  # task_ids [B] int32
+    carry, out = policy.step(carry, obs)                 # obs [B, 1075] -> out.log_pi [B, A], ...
+    out = policy(obs, task_ids)                          # obs [B, T, 1075] -> log_pi [B, T, A], ...
+
+* "ocn": K option cells (tau = 1) and one controller cell (tau = 10) over the
+  options, the controller's initial state learned per task; the step is
+  `tgjax.nn.ocn.ocn_step` (equations and choices there). The options'
+  initial states h^{o_i}_0 are learned too (one vector per option, zeros at
+  initialisation) [choice: the thesis says only "initial states"].
+* "moe": the same network with e_t = 1 at every step: the controller re-mixes
+  the options at each step and every option restarts from its initial
+  state (thesis §5.3: "options run for only one step, with no termination").
+* "lstm": one LSTM layer (hidden H) whose initial (c, h) is learned per
+  task, and a linear map to the actions.
+
+The observation enters as `live_inputs` (default): only the features that
+can be non-zero in this environment (the window's one-hot kinds that maps
+hold, the inventory, the direction; `live_observation_indices`). The
+dropped ones are always 0, so the network is the same function as one with
+weights on them, and a third of the size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tgjax.envs import craft_rules as rules
+from tgjax.nn.ocn import CellBank, OCNState, ocn_step
+from tgjax.nn.params import dense_init, param
+
+POLICIES = ("ocn", "moe", "lstm")
+
+
+def live_observation_indices(full_view: bool = False) -> np.ndarray:
+    """Indices of the 1075 observation features that can be non-zero on this environment's maps.
+
+    The 5x5 window (and, with `full_view`, the coarse view) shows only the
+    kinds maps hold: empty, boundary, the placed primitives and workshops;
+    then every inventory count and the direction.
+    """
+    shown = sorted({rules.KIND["empty"], rules.KIND["boundary"]} | {rules.KIND[k] for k in rules.PLACED})
+    cells = rules.WINDOW * rules.WINDOW
+    window = [cell * rules.NUM_KINDS + kind for cell in range(cells) for kind in shown]
+    views = [rules.LOCAL_VIEW.start + i for i in window]
+    if full_view:
+        views += [rules.COARSE_VIEW.start + i for i in window]
+    rest = list(range(rules.INVENTORY.start, rules.OBS_SIZE))
+    return np.array(views + rest, dtype=np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class CraftPolicyConfig:
+    kind: str = "ocn"              # one of POLICIES
+    num_tasks: int = 1             # rows of the learned initial-state table
+    num_options: int = 3           # K (ocn, moe)
+    hidden_size: int = 128         # H
+    depth: int = 2                 # MLP layers of a cell (ocn, moe)
+    controller_temperature: float = 10.0
+    option_temperature: float = 1.0
+    num_actions: int = rules.NUM_ACTIONS
+    live_inputs: bool = True
+    full_view: bool = False
+
+    def __post_init__(self):
+        if self.kind not in POLICIES:
+            raise ValueError(f"policy kind {self.kind!r}: expected one of {', '.join(POLICIES)}")
+        for name in ("num_tasks", "num_options", "hidden_size", "depth", "num_actions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"policy {name} must be >= 1, got {getattr(self, name)}")
+        if self.controller_temperature <= 0 or self.option_temperature <= 0:
+            raise ValueError("policy temperatures must be > 0")
+
+    @property
+    def input_size(self) -> int:
+        return len(live_observation_indices(self.full_view)) if self.live_inputs else rules.OBS_SIZE
+
+
+class PolicyOutput(NamedTuple):
+    """log_pi [..., A]; log_done [...] (log e_t: the running option's done probability; 0 for MoE and at the
+    first step, and 0 for the LSTM, which has none); log_p [..., K] (the option mixture p_t; [..., 1] of
+    zeros for the LSTM)."""
+
+    log_pi: jax.Array
+    log_done: jax.Array
+    log_p: jax.Array
+
+
+def _inputs(config: CraftPolicyConfig, obs: jax.Array) -> jax.Array:
+    if not config.live_inputs:
+        return obs
+    return jnp.take(obs, jnp.asarray(live_observation_indices(config.full_view)), axis=-1)
+
+
+class OptionControllerPolicy(nnx.Module):
+    """OCN (kind "ocn") or MoE (kind "moe"); see the module docstring.
+
+    options: CellBank of K cells over the actions; controller: CellBank of one cell over the K options;
+    h_c_init [num_tasks, H] (h^c_0 per task); h_o_init [K, H] (h^{o_i}_0).
+    """
+
+    def __init__(self, config: CraftPolicyConfig, *, rngs: nnx.Rngs):
+        if config.kind not in ("ocn", "moe"):
+            raise ValueError(f"OptionControllerPolicy is the ocn / moe policy, got kind {config.kind!r}")
+        self.config = config
+        X, H, K = config.input_size, config.hidden_size, config.num_options
+        self.options = CellBank(K, X, H, config.num_actions, depth=config.depth,
+                                temperature=config.option_temperature, rngs=rngs)
+        self.controller = CellBank(1, X, H, K, depth=config.depth, temperature=config.controller_temperature,
+                                   rngs=rngs)
+        self.h_c_init = param(rngs, nnx.initializers.normal(0.1), (config.num_tasks, H), ("tasks", "hidden"))
+        self.h_o_init = param(rngs, nnx.initializers.zeros, (K, H), ("cells", "hidden"))
+
+    def init_carry(self, task_ids: jax.Array) -> OCNState:
+        batch = task_ids.shape[0]
+        K, H = self.config.num_options, self.config.hidden_size
+        return OCNState(h_c=self.h_c_init[...][task_ids], log_p=jnp.full((batch, K), -jnp.log(K)),
+                        h_o=jnp.broadcast_to(self.h_o_init[...], (batch, K, H)),
+                        first=jnp.ones((batch,), bool))
+
+    def _step_projected(self, carry: OCNState, options_x, controller_x) -> tuple[OCNState, PolicyOutput]:
+        carry, out = ocn_step(self.options, self.controller, options_x, controller_x, carry, self.h_o_init[...],
+                              always_done=self.config.kind == "moe")
+        return carry, PolicyOutput(out.log_pi, out.log_done, out.log_p)
+
+    def step(self, carry: OCNState, obs: jax.Array) -> tuple[OCNState, PolicyOutput]:
+        """obs [B, 1075] -> the next carry and this step's output."""
+        x = _inputs(self.config, obs)
+        return self._step_projected(carry, self.options.project_observation(x),
+                                    self.controller.project_observation(x))
+
+    def __call__(self, obs: jax.Array, task_ids: jax.Array) -> PolicyOutput:
+        """obs [B, T, 1075], task_ids [B] -> PolicyOutput with a time axis [B, T, ...]."""
+        x = _inputs(self.config, obs)
+        # the observation parts of the first layers, for every step at once: [T, B, K, H], [T, B, 1, H]
+        options_x = jnp.moveaxis(self.options.project_observation(x), 1, 0)
+        controller_x = jnp.moveaxis(self.controller.project_observation(x), 1, 0)
+
+        def body(carry, xs):
+            return self._step_projected(carry, *xs)
+
+        _, out = jax.lax.scan(body, self.init_carry(task_ids), (options_x, controller_x))
+        return jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), out)
+
+
+class LSTMPolicy(nnx.Module):
+    """The flat LSTM baseline. lstm: nnx.LSTMCell(X -> H); carry_init [num_tasks, 2, H] ((c, h) per task);
+    w_out [H, A], b_out [A]."""
+
+    def __init__(self, config: CraftPolicyConfig, *, rngs: nnx.Rngs):
+        if config.kind != "lstm":
+            raise ValueError(f"LSTMPolicy is the lstm policy, got kind {config.kind!r}")
+        self.config = config
+        H = config.hidden_size
+        self.lstm = nnx.LSTMCell(config.input_size, H, rngs=rngs)
+        self.carry_init = param(rngs, nnx.initializers.normal(0.1), (config.num_tasks, 2, H),
+                                ("tasks", None, "hidden"))
+        self.w_out = param(rngs, dense_init(0), (H, config.num_actions), ("hidden", "outputs"))
+        self.b_out = param(rngs, nnx.initializers.zeros, (config.num_actions,), ("outputs",))
+
+    def init_carry(self, task_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        rows = self.carry_init[...][task_ids]
+        return rows[:, 0], rows[:, 1]
+
+    def step(self, carry, obs: jax.Array) -> tuple[tuple[jax.Array, jax.Array], PolicyOutput]:
+        carry, h = self.lstm(carry, _inputs(self.config, obs))
+        log_pi = jax.nn.log_softmax(h @ self.w_out[...] + self.b_out[...], axis=-1)
+        batch = obs.shape[0]
+        return carry, PolicyOutput(log_pi, jnp.zeros((batch,)), jnp.zeros((batch, 1)))
+
+    def __call__(self, obs: jax.Array, task_ids: jax.Array) -> PolicyOutput:
+        def body(carry, obs_t):
+            return self.step(carry, obs_t)
+
+        _, out = jax.lax.scan(body, self.init_carry(task_ids), jnp.moveaxis(obs, 1, 0))
+        return jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), out)
+
+
+def build_policy(config: CraftPolicyConfig, rngs: nnx.Rngs) -> OptionControllerPolicy | LSTMPolicy:
+    """The policy `config.kind` names."""
+    if config.kind == "lstm":
+        return LSTMPolicy(config, rngs=rngs)
+    return OptionControllerPolicy(config, rngs=rngs)
