@@ -60,7 +60,7 @@ def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -
 
     Runs the whole model, teacher-forced, on the prefix (positions 0..k-1,
     k = len(attach)) with the dense tape replayed from ``attach`` and reads the
-    last position. (Inputs are padded to the string's length so that one
+    last position. (Inputs are padded to a multiple of 8 so that one
     compilation serves every prefix: positions after k-1 cannot change it,
     attention being causal.)
 
@@ -71,7 +71,7 @@ def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -
       normalisation: `attachment_normalise`).
     """
     tokens = np.asarray(tokens, np.int32)
-    n, k = max(tokens.size, 2), len(attach)
+    n, k = -(-max(tokens.size, 2) // 8) * 8, len(attach)  # padded to a multiple of 8: few compilations
     depths, _ = stt.replay(np.asarray(attach))
     tape = np.zeros((1, n, n), np.int32)
     tape[0, :k, :k] = np.minimum(depths, 1) if model.config.binary_tape else depths
@@ -103,7 +103,7 @@ def allowed_slots(candidates: np.ndarray, k: int, *, final: bool) -> np.ndarray:
 
 
 def joint_log_prob(model, tokens: Sequence[int], attach: Sequence[int], *, final_attachment: str = "scored",
-                   prefix: bool = False) -> float:
+                   prefix: bool = False, name: str = "string") -> float:
     """log p(x, y) (eq. 7) of ``tokens`` with attachments ``attach`` (``attach[0] == 0``: ``<s>`` shifts).
 
     One teacher-forced forward pass with the whole replayed tape. The last
@@ -113,6 +113,15 @@ def joint_log_prob(model, tokens: Sequence[int], attach: Sequence[int], *, final
     tokens = np.asarray(tokens, np.int32)
     attach = np.asarray(attach, np.int32)
     n = tokens.size
+    if attach.shape != tokens.shape:
+        raise ValueError(f"{name}: {attach.size} attachments for {n} tokens; expected one per token (<s> included)")
+    if n < 2 or attach[0] != 0:
+        raise ValueError(f"{name}: expected <s> (attachment 0) and at least one more token, got attachments "
+                         f"{attach.tolist()}")
+    try:
+        stt.replay(attach)
+    except ValueError as error:
+        raise ValueError(f"{name}: the attachments are not a valid stack tape for these tokens: {error}") from None
     total = 0.0
     for k in range(1, n):  # token k, predicted at position k-1 after the prefix's attachments
         token_lp, slot_lp = prefix_step_log_probs(model, tokens, attach[:k])

@@ -132,6 +132,7 @@ def apply_attachment(attach: jax.Array, depth: jax.Array, ends: jax.Array, k: ja
     token j < k gains 1 + d_j where d_j >= 0 (j inside e_1 .. e_m), token k
     gains d_k = m. The popped ends are removed and k becomes an end.
     """
+    attach, depth, ends = jnp.asarray(attach), jnp.asarray(depth), jnp.asarray(ends)
     steps = jnp.arange(attach.shape[0])
     before = jnp.cumsum(ends) - ends  # ends strictly before j
     d = before - before[r]
@@ -512,6 +513,8 @@ class PushdownSearch:
 def teacher_forced_log_probs(model, ids: np.ndarray, attach: np.ndarray) -> np.ndarray:
     """Next-token log-probabilities `[n, V]` of the string `ids [n]` under the tape replayed from `attach [n]`."""
     n = len(ids)
+    if len(attach) != n:
+        raise ValueError(f"{len(attach)} attachments for {n} tokens: a tape must have one attachment per token")
     depths, _ = stt.replay(np.asarray(attach))
     tape = np.minimum(depths, 1) if model.config.binary_tape else depths
     batch = {"inputs": jnp.asarray(np.asarray(ids, np.int32)[None]), "targets": jnp.zeros((1, n), jnp.int32),

@@ -1,0 +1,233 @@
+"""Pushdown-LM synchronous inference (`tgjax.infer.pushdown_search`) against its oracle (`pushdown_oracle`).
+
+* the vectorised tape update equals Algorithm 1 (`stack_tape.replay`) on random attachment sequences;
+* a beam wide enough to keep every tree gives the exact log p(x) of the exhaustive enumeration (each
+  tree scored by one teacher-forced pass of the whole model), and its best tree, for the paper's
+  head and the release's switches;
+* the device beam equals the host beam (one whole forward pass per hypothesis and step) on random
+  small models and strings: final scores, both surprisal definitions (hypothesis);
+* the beam surprisal is the definition −log Σ p(x_<=t, y_<t) / Σ p(x_<t, y_<t), summed over every
+  attachment prefix by enumeration;
+* parses: the paper's "The dog is happy", sub-word pieces merged back into words (Appendix C);
+* bad input: an empty sentence, a beam of 0, a tape that does not match its tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tgjax.infer import pushdown_oracle as oracle
+from tgjax.infer.pushdown_search import (PushdownBeamConfig, PushdownSearch, apply_attachment,
+                                         merge_subword_bracketing)
+from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig
+from tgjax.syntax import stack_tape as stt
+
+TOL = 2e-4  # the device sums in float32
+BOS, EOS, VOCAB = 1, 2, 12
+SWITCHES = {
+    "paper": {},
+    "release": dict(head_scaled=False, head_self_key_input="query", head_relative_positions=True,
+                    attachment_normalise="causal", depth_space="model"),
+    "binary": dict(num_depths=2, binary_tape=True),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def get_model(switches: str = "paper", seed: int = 0) -> PushdownLM:
+    fields = dict(vocab_size=VOCAB, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32, sequence_length=16,
+                  num_depths=6, dropout=0.0, embedding_dropout=0.0)
+    fields.update(SWITCHES[switches])
+    return PushdownLM(PushdownLMConfig(**fields), rngs=nnx.Rngs(seed))
+
+
+class _Vocab:
+    """Words "w3".."w11" are ids 3..11; "ab", "ra", "ca", "dabra" spell a word of four pieces."""
+
+    bos_id, eos_id, unk_id = BOS, EOS, 3
+
+    def encode_with_alignment(self, words):
+        ids, index = [], []
+        for i, word in enumerate(words):
+            pieces = [4, 5, 6, 7] if word == "abracadabra" else [int(word[1:]) if word[1:].isdigit() else 3]
+            ids += pieces
+            index += [i] * len(pieces)
+        return np.asarray(ids, np.int32), np.asarray(index, np.int32)
+
+    def encode(self, words):
+        return self.encode_with_alignment(words)[0]
+
+
+def search(switches="paper", seed=0, **config) -> PushdownSearch:
+    return PushdownSearch(get_model(switches, seed), _Vocab(), PushdownBeamConfig(**config))
+
+
+def string(words: list[int]) -> np.ndarray:
+    return np.asarray([BOS, *words, EOS], np.int32)
+
+
+def random_attachments(rng: np.random.Generator, n: int) -> list[int]:
+    tape = stt.IncrementalStackTape(n)
+    attach = []
+    for _ in range(n):
+        r = int(rng.choice(tape.candidates()))
+        tape.step(r)
+        attach.append(r)
+    return attach
+
+
+# -----------------------------------------------------------------------------
+# The tape update.
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 15), st.integers(0, 2**31 - 1))
+def test_vectorised_tape_update_is_algorithm_1(n, seed):
+    attach = random_attachments(np.random.default_rng(seed), n)
+    depths, _ = stt.replay(np.asarray(attach))
+    state = (np.zeros(16, np.int32), np.zeros(16, np.int32), np.zeros(16, bool))
+    step = jax.jit(apply_attachment)
+    for k, r in enumerate(attach):
+        state = step(*state, k, r)
+        np.testing.assert_array_equal(np.asarray(state[1])[:k + 1], depths[k, :k + 1])
+        tape = stt.IncrementalStackTape(n)
+        for earlier in attach[:k + 1]:
+            tape.step(earlier)
+        # ends = the stack's rightmost tokens = the next token's candidates other than itself
+        np.testing.assert_array_equal(np.flatnonzero(np.asarray(state[2])), tape.candidates()[:-1])
+
+
+def test_paper_example_the_dog_is_happy():
+    """Fig. 2: [[The dog] [is happy]]: "happy" attaches to "dog"; the tape becomes [2, 2, 2, 2]."""
+    attach = np.asarray([0, 1, 1, 3, 2, 0])  # <s> The dog is happy <eos>
+    state = (np.zeros(6, np.int32), np.zeros(6, np.int32), np.zeros(6, bool))
+    for k, r in enumerate(attach[:5]):
+        state = apply_attachment(*state, k, r)
+    np.testing.assert_array_equal(np.asarray(state[1])[1:5], [2, 2, 2, 2])
+    tree = PushdownSearch.word_tree(attach, np.arange(4))
+    assert tree.to_string() == "(X (X 0 1) (X 2 3))"
+
+
+# -----------------------------------------------------------------------------
+# Exhaustive beam == enumeration.
+
+
+@pytest.mark.parametrize("switches,final", [("paper", "scored"), ("release", "forced"), ("binary", "scored")])
+def test_wide_beam_equals_enumeration(switches, final):
+    tokens = string([5, 9, 4, 7])
+    trees = oracle.enumerate_joint(get_model(switches), tokens, final_attachment=final)
+    assert len(trees) == 14  # Catalan(4): every binary tree over 4 words (an unfinished stack folds under ROOT)
+    exact = np.logaddexp.reduce([score for _, score in trees])
+    result = search(switches, beam_size=16, final_attachment=final).search_ids(tokens)
+    assert result.final_scores.size == 14
+    assert abs(result.log_prob - exact) < TOL
+    best_attach, best_score = max(trees, key=lambda t: t[1])
+    np.testing.assert_array_equal(result.best_attach, best_attach)
+    assert abs(result.best_log_prob - best_score) < TOL
+    np.testing.assert_allclose(result.final_scores, sorted((s for _, s in trees), reverse=True), atol=TOL)
+
+
+def test_beam_surprisal_is_the_definition():
+    """Wide beam: surprisal_t = −log Σ_{y_<t} p(x_<=t, y_<t) / Σ_{y_<t} p(x_<t, y_<t), over every attachment prefix."""
+    model = get_model("paper")
+    tokens = string([8, 3, 10])
+    result = search("paper", beam_size=16).search_ids(tokens)
+    for t in range(1, tokens.size):
+        with_word, without = [], []
+        for attach in oracle.valid_attachment_sequences(t, prefix=True):
+            prefix_score = oracle.joint_log_prob(model, tokens[:t], attach, prefix=True) if t > 1 else 0.0
+            token_lp, _ = oracle.prefix_step_log_probs(model, tokens, attach)
+            with_word.append(prefix_score + token_lp[tokens[t]])
+            without.append(prefix_score)
+        expected = -(np.logaddexp.reduce(with_word) - np.logaddexp.reduce(without))
+        assert abs(result.token_surprisals[t - 1] - expected) < TOL, t
+    assert abs(result.end_surprisal - result.token_surprisals[-1]) < 1e-12
+    np.testing.assert_allclose(result.surprisals, result.token_surprisals[:-1])
+
+
+# -----------------------------------------------------------------------------
+# Device beam == host beam.
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 3), words=st.lists(st.integers(3, VOCAB - 1), min_size=4, max_size=4),
+       beam=st.sampled_from([1, 3]))
+def test_device_beam_equals_host_beam(seed, words, beam):
+    tokens = string(words)
+    model = get_model("paper", seed)
+    host = oracle.host_beam(model, tokens, beam)
+    device = search("paper", seed, beam_size=beam).search_ids(tokens)
+    np.testing.assert_allclose(device.final_scores, [s for _, s in host.final], atol=TOL)
+    np.testing.assert_array_equal(device.best_attach, host.final[0][0])
+    assert abs(device.log_prob - host.log_prob) < TOL
+    np.testing.assert_allclose(device.token_surprisals, host.beam_surprisals[1:], atol=TOL)
+    release = search("paper", seed, beam_size=beam, surprisal="release").search_ids(tokens)
+    np.testing.assert_allclose(release.token_surprisals, -np.diff(host.release_prefix), atol=TOL)
+
+
+def test_release_surprisal_differs_from_the_definition():
+    """The release's indexing (candidate o instead of origin o) changes the numbers once the beam prunes."""
+    tokens = string([5, 9, 4, 7, 6])
+    paper = search("paper", beam_size=3).search_ids(tokens)
+    release = search("paper", beam_size=3, surprisal="release").search_ids(tokens)
+    assert abs(paper.token_surprisals[0] - release.token_surprisals[0]) < TOL  # one hypothesis: they agree
+    assert np.max(np.abs(paper.token_surprisals - release.token_surprisals)) > 1e-3
+
+
+def test_prefix_entry_point():
+    """`prefix`: the top hypothesis of the host beam (no end) and the next-token log-probs under its tape."""
+    model = get_model("binary")
+    tokens = np.asarray([BOS, 5, 9, 4, 7], np.int32)
+    host = oracle.host_beam(model, tokens, 3, prefix=True)
+    result = search("binary", beam_size=3).prefix(tokens)
+    np.testing.assert_array_equal(result.best_attach, host.final[0][0])
+    assert abs(result.log_prob - host.log_prob) < TOL
+    for k in range(1, tokens.size + 1):
+        expected, _ = oracle.prefix_step_log_probs(model, tokens, result.best_attach[:k])
+        np.testing.assert_allclose(result.log_probs[k - 1], expected, atol=TOL)
+
+
+# -----------------------------------------------------------------------------
+# Parses over words.
+
+
+def test_subword_pieces_merge_into_words():
+    """Appendix C: (ab, (ra, (ca, dabra))) merges into abracadabra."""
+    assert merge_subword_bracketing((0, (1, (2, 3))), [0, 0, 0, 0]) == "0"
+    tree = merge_subword_bracketing((0, (1, (2, (3, 4)))), [0, 1, 1, 1, 1])
+    assert tree.to_string() == "(X 0 1)"
+    # A node that cuts a word is dropped: its pieces join the parent.
+    assert merge_subword_bracketing(((0, 1), (2, 3)), [0, 1, 1, 2]).to_string() == "(X 0 1 2)"
+    assert merge_subword_bracketing(((0, (1, 2)), 3), [0, 1, 1, 2]).to_string() == "(X (X 0 1) 2)"
+
+
+def test_search_words_gives_a_tree_over_words():
+    result = search(beam_size=3).search([["w5", "abracadabra", "w9"]])[0]
+    assert result.best_tree.leaves() == ["w5", "abracadabra", "w9"]
+    assert result.surprisals.shape == (3,)
+    assert abs(result.surprisals[1] - result.token_surprisals[1:5].sum()) < 1e-9
+    assert math.isfinite(result.log_prob) and result.log_prob <= result.best_log_prob + np.log(3) + TOL
+
+
+# -----------------------------------------------------------------------------
+# Bad input.
+
+
+def test_bad_input_names_the_sentence():
+    with pytest.raises(ValueError, match="sentence 1: empty sentence"):
+        search(beam_size=3).search([["w5"], []])
+    with pytest.raises(ValueError, match="beam size must be at least 1"):
+        PushdownBeamConfig(beam_size=0)
+    with pytest.raises(ValueError, match="tree 7: 2 attachments for 3 tokens"):
+        oracle.joint_log_prob(get_model(), string([5]), [0, 1], name="tree 7")
+    with pytest.raises(ValueError, match="tree 8: the attachments are not a valid stack tape"):
+        oracle.joint_log_prob(get_model(), string([5, 6]), [0, 1, 0, 0], name="tree 8")
+    with pytest.raises(ValueError, match="word_index has 2 entries for 3 ids"):
+        search(beam_size=3).search_ids(string([5]), word_index=[-1, 0])
