@@ -9,6 +9,15 @@ with `xp=jax.numpy`), inside whatever `jax.jit` calls it.
 
 Device side: everything below runs under jit; the memory is a `[K, B, M, d]`
 array carried from one segment to the next by the caller.
+
+Accelerator knobs (none changes a value in float32): `dtype` (compute dtype;
+parameters stay in `param_dtype`, the loss and softmaxes in float32),
+`remat` (each layer's activations recomputed in the backward pass, `nnx.remat`)
+and `scan_layers` (the K layers stacked `[K, ...]` and run under `nnx.scan`, so
+compile time does not grow with depth). A scanned model's parameters are
+`{"layers": {name: [K, ...]}}` instead of `{"layers": {0: ..., K-1: ...}}`;
+`unstack_layer_params` / `stack_layer_params` convert between the layouts and
+`unscanned(model)` gives the list form that inference code walks.
 """
 
 from __future__ import annotations
@@ -24,6 +33,10 @@ from tgjax.nn.params import param
 from tgjax.nn.transformer_xl import TransformerXLLayer
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt
+
+
+# The dtypes a model may compute in or store parameters in, by config name.
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +62,16 @@ class ModelConfig:
     embedding_dropout: float = 0.1
     core_dropout: float = 0.1
     final_dropout: float = 0.1
+    # Accelerator knobs: the defaults are today's float32 model, layers in a list.
+    dtype: str = "float32"  # compute dtype: float32, bfloat16 or float16
+    param_dtype: str = "float32"  # parameter (and so optimiser state) dtype
+    remat: bool = False  # recompute each layer's activations in the backward pass (nnx.remat)
+    scan_layers: bool = False  # stack the layers and run them under nnx.scan
 
     def __post_init__(self):
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"model.{name}={getattr(self, name)!r}: expected one of {', '.join(DTYPES)}")
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size",
                      "sequence_length", "memory_length"):
             if getattr(self, name) <= 0:
@@ -84,6 +105,14 @@ class ModelConfig:
             lo, hi = min(lo, 0), max(hi, self.memory_length + self.sequence_length - 1)
         return lo, hi
 
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    @property
+    def parameter_dtype(self):
+        return DTYPES[self.param_dtype]
+
 
 def attention_inputs(config: ModelConfig, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """Masks and relative positions of a batch of compact segments, rebuilt on device.
@@ -113,28 +142,56 @@ def update_memory(layer_input: jax.Array, memory: jax.Array, src_seq: jax.Array,
     """The next memory `[B, M, d]`: slot s takes `layer_input[src_seq[s]]` or `memory[src_mem[s]]`, else 0.
 
     This is `mem_from_seq.T @ h + mem_from_mem.T @ mem` of the paper's
-    Appendix A, as gathers; no gradient flows through the memory.
+    Appendix A, as gathers; no gradient flows through the memory. It is kept
+    in `memory.dtype` (float32) whatever the compute dtype.
     """
+    layer_input = layer_input.astype(memory.dtype)
     from_seq = jnp.take_along_axis(layer_input, jnp.maximum(src_seq, 0)[..., None], axis=1)
     from_mem = jnp.take_along_axis(memory, jnp.maximum(src_mem, 0)[..., None], axis=1)
     new = jnp.where((src_seq >= 0)[..., None], from_seq, jnp.where((src_mem >= 0)[..., None], from_mem, 0.0))
     return jax.lax.stop_gradient(new)
 
 
+def _make_layer(config: ModelConfig, rngs: nnx.Rngs) -> TransformerXLLayer:
+    lo, hi = config.relative_range
+    return TransformerXLLayer(config.d_model, config.num_heads, config.ffw_hidden_size, rel_min=lo, rel_max=hi,
+                              dropout=config.core_dropout, distinct_compose=config.distinct_compose, rngs=rngs,
+                              dtype=config.compute_dtype, param_dtype=config.parameter_dtype)
+
+
+# The logical name of the stacked-layer axis of a scanned model (replicated by every sharding rule set).
+LAYER_AXIS = "layers"
+_LAYER_AXIS_METADATA = {nnx.PARTITION_NAME: LAYER_AXIS}
+
+
+def _stacked_layers(config: ModelConfig, rngs: nnx.Rngs) -> TransformerXLLayer:
+    """One `TransformerXLLayer` whose every array has a leading `[K]` axis, each layer drawn from its own keys."""
+
+    @nnx.split_rngs(splits=config.num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata=_LAYER_AXIS_METADATA)
+    def create(rngs):
+        return _make_layer(config, rngs)
+
+    return create(rngs)
+
+
 class TransformerLM(nnx.Module):
-    """Embeddings, K Transformer-XL layers, tied output embeddings with a bias."""
+    """Embeddings, K Transformer-XL layers, tied output embeddings with a bias.
+
+    `layers` is an `nnx.List` of K layers, or (`scan_layers`) one stacked layer.
+    """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         d = config.d_model
-        self.embedding = param(rngs, nnx.initializers.normal(d ** -0.5), (config.vocab_size, d), ("vocab", "embed"))
-        self.output_bias = param(rngs, nnx.initializers.zeros, (config.vocab_size,), ("vocab",))
-        lo, hi = config.relative_range
-        self.layers = nnx.List([
-            TransformerXLLayer(d, config.num_heads, config.ffw_hidden_size, rel_min=lo, rel_max=hi,
-                               dropout=config.core_dropout, distinct_compose=config.distinct_compose, rngs=rngs)
-            for _ in range(config.num_layers)
-        ])
+        param_dtype = config.parameter_dtype
+        self.embedding = param(rngs, nnx.initializers.normal(d ** -0.5), (config.vocab_size, d), ("vocab", "embed"),
+                               param_dtype)
+        self.output_bias = param(rngs, nnx.initializers.zeros, (config.vocab_size,), ("vocab",), param_dtype)
+        if config.scan_layers:
+            self.layers = _stacked_layers(config, rngs)
+        else:
+            self.layers = nnx.List([_make_layer(config, rngs) for _ in range(config.num_layers)])
         self.embedding_dropout = nnx.Dropout(config.embedding_dropout, rngs=rngs)
         self.final_dropout = nnx.Dropout(config.final_dropout, rngs=rngs)
 
@@ -145,7 +202,7 @@ class TransformerLM(nnx.Module):
 
     def __call__(self, batch: dict[str, jax.Array], memory: jax.Array, *, deterministic: bool = True
                  ) -> tuple[jax.Array, jax.Array]:
-        """Logits `[B, T, V]` and the next memory `[K, B, M, d]` for one segment per row."""
+        """Logits `[B, T, V]` (compute dtype) and the next memory `[K, B, M, d]` for one segment per row."""
         c = self.config
         attn = attention_inputs(c, batch)
         mask, relpos = attn["mask"], attn["relpos"]
@@ -157,19 +214,80 @@ class TransformerLM(nnx.Module):
             relpos = per_head(attn["relpos"], attn["causal_relpos"])
         compose = batch["inputs_ttypes"] == tt.CNT1
         x = self.embedding[...][batch["inputs"]] * jnp.sqrt(float(c.d_model))
-        x = self.embedding_dropout(x, deterministic=deterministic)
-        new_memory = []
+        x = self.embedding_dropout(x.astype(c.compute_dtype), deterministic=deterministic)
+
+        def run_layer(layer, x, layer_memory, mask, relpos):
+            return layer(x, layer_memory, mask, relpos, compose, deterministic=deterministic)
+
+        if c.remat:
+            run_layer = nnx.remat(run_layer)
         first_unrestricted = c.num_layers - c.num_unrestricted_layers
-        for index, layer in enumerate(self.layers):
-            new_memory.append(update_memory(x, memory[index], batch["mem_src_seq"], batch["mem_src_mem"]))
-            if c.tg and index >= first_unrestricted:
-                x = layer(x, memory[index], attn["causal_mask"], attn["causal_relpos"], compose,
-                          deterministic=deterministic)
-            else:
-                x = layer(x, memory[index], mask, relpos, compose, deterministic=deterministic)
+        if c.scan_layers:
+            x, new_memory = self._scanned(run_layer, x, memory, batch, mask, relpos, attn, first_unrestricted)
+        else:
+            new_memory = []
+            for index, layer in enumerate(self.layers):
+                new_memory.append(update_memory(x, memory[index], batch["mem_src_seq"], batch["mem_src_mem"]))
+                if c.tg and index >= first_unrestricted:
+                    x = run_layer(layer, x, memory[index], attn["causal_mask"], attn["causal_relpos"])
+                else:
+                    x = run_layer(layer, x, memory[index], mask, relpos)
+            new_memory = jnp.stack(new_memory)
         x = self.final_dropout(x, deterministic=deterministic)
-        logits = x @ self.embedding[...].T + self.output_bias[...]
-        return logits, jnp.stack(new_memory)
+        embedding = self.embedding[...].astype(c.compute_dtype)
+        logits = x @ embedding.T + self.output_bias[...].astype(c.compute_dtype)
+        return logits, new_memory
+
+    def _scanned(self, run_layer, x, memory, batch, mask, relpos, attn, first_unrestricted):
+        """The stacked layers under `nnx.scan`: `x [B, T, d]` carried, memory `[K, B, M, d]` in and out."""
+        c = self.config
+        hybrid_layers = c.tg and c.num_unrestricted_layers > 0
+        if hybrid_layers:  # the top layers attend by the causal rule: both rules go in, each layer picks
+            causal_mask, causal_relpos = attn["causal_mask"], attn["causal_relpos"]
+            if mask.ndim == 4:  # head-hybrid too: broadcast the causal rule over heads
+                causal_mask, causal_relpos = causal_mask[:, None], causal_relpos[:, None]
+        unrestricted = jnp.arange(c.num_layers) >= first_unrestricted  # [K]
+
+        @nnx.scan(in_axes=(0, nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0), transform_metadata=_LAYER_AXIS_METADATA)
+        def body(layer, x, layer_memory, is_unrestricted):
+            new_layer_memory = update_memory(x, layer_memory, batch["mem_src_seq"], batch["mem_src_mem"])
+            layer_mask, layer_relpos = mask, relpos
+            if hybrid_layers:
+                layer_mask = jnp.where(is_unrestricted, causal_mask, mask)
+                layer_relpos = jnp.where(is_unrestricted, causal_relpos, relpos)
+            return run_layer(layer, x, layer_memory, layer_mask, layer_relpos), new_layer_memory
+
+        return body(self.layers, x, memory, unrestricted)
+
+
+def unstack_layer_params(params: dict, num_layers: int) -> dict:
+    """A scanned model's pure parameter dict -> the list layout (`layers[i]` = slice i of every stacked array)."""
+    stacked = params["layers"]
+    layers = {i: jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(num_layers)}
+    return {**params, "layers": layers}
+
+
+def stack_layer_params(params: dict) -> dict:
+    """A list-layout pure parameter dict -> the scanned layout (every layer array stacked on a leading axis)."""
+    layers = params["layers"]
+    ordered = [layers[i] for i in sorted(layers)]
+    return {**params, "layers": jax.tree.map(lambda *a: jnp.stack(a), *ordered)}
+
+
+def unscanned(model: TransformerLM) -> TransformerLM:
+    """The same model with its layers in a list (what inference walks); `model` itself if it is not scanned.
+
+    Parameters are copied; constants and dropout streams are made fresh (inference is deterministic).
+    """
+    c = model.config
+    if not c.scan_layers:
+        return model
+    flat = TransformerLM(dataclasses.replace(c, scan_layers=False), rngs=nnx.Rngs(params=0, dropout=0))
+    params = nnx.state(flat, nnx.Param)
+    nnx.replace_by_pure_dict(params, unstack_layer_params(nnx.to_pure_dict(nnx.state(model, nnx.Param)),
+                                                          c.num_layers))
+    nnx.update(flat, params)
+    return flat
 
 
 def prediction_mask(batch: dict[str, Any]) -> jax.Array:

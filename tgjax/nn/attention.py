@@ -34,9 +34,13 @@ class RelativeMultiHeadAttention(nnx.Module):
     No bias on q, k, v (as the paper and the authors' release); a bias on the
     output projection; scores scaled by 1/sqrt(d_head). Relative positions are
     given per (query, key) and may differ per head (head-hybrid models).
+
+    `dtype` is the compute dtype (projections, scores' inputs); parameters are
+    stored in `param_dtype` and cast at use; the softmax runs in float32.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, rel_min: int, rel_max: int, rngs: nnx.Rngs):
+    def __init__(self, d_model: int, num_heads: int, *, rel_min: int, rel_max: int, rngs: nnx.Rngs,
+                 dtype=jnp.float32, param_dtype=jnp.float32):
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         if rel_max < rel_min:
@@ -44,16 +48,20 @@ class RelativeMultiHeadAttention(nnx.Module):
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
         self.rel_min, self.rel_max = int(rel_min), int(rel_max)
+        self.dtype = dtype
         qkv_shape = (d_model, num_heads, self.head_dim)
         qkv_axes = ("embed", "heads", "kv")
-        self.query = param(rngs, dense_init(), qkv_shape, qkv_axes)
-        self.key = param(rngs, dense_init(), qkv_shape, qkv_axes)
-        self.value = param(rngs, dense_init(), qkv_shape, qkv_axes)
-        self.rel_key = param(rngs, dense_init(), qkv_shape, qkv_axes)  # W_{k,R}
-        self.content_bias = param(rngs, nnx.initializers.zeros, (num_heads, self.head_dim), ("heads", "kv"))  # u
-        self.position_bias = param(rngs, nnx.initializers.zeros, (num_heads, self.head_dim), ("heads", "kv"))  # v
-        self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model), ("heads", "kv", "embed"))
-        self.out_bias = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",))
+        self.query = param(rngs, dense_init(), qkv_shape, qkv_axes, param_dtype)
+        self.key = param(rngs, dense_init(), qkv_shape, qkv_axes, param_dtype)
+        self.value = param(rngs, dense_init(), qkv_shape, qkv_axes, param_dtype)
+        self.rel_key = param(rngs, dense_init(), qkv_shape, qkv_axes, param_dtype)  # W_{k,R}
+        self.content_bias = param(rngs, nnx.initializers.zeros, (num_heads, self.head_dim), ("heads", "kv"),
+                                  param_dtype)  # u
+        self.position_bias = param(rngs, nnx.initializers.zeros, (num_heads, self.head_dim), ("heads", "kv"),
+                                   param_dtype)  # v
+        self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model), ("heads", "kv", "embed"),
+                         param_dtype)
+        self.out_bias = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",), param_dtype)
         # PE(R) for every R in [min, max]: a constant of the module, not a parameter.
         self.position_table = nnx.Cache(jnp.asarray(sinusoidal_encoding(np.arange(rel_min, rel_max + 1), d_model)))
 
@@ -66,24 +74,27 @@ class RelativeMultiHeadAttention(nnx.Module):
           mask: `[B, T, M + T]` or per head `[B, H, T, M + T]`; True where j may be attended from i.
           relpos: integer relative positions of the same shape (clipped here to [min, max]).
         """
-        context = jnp.concatenate([jax.lax.stop_gradient(memory), x], axis=1)
-        q = jnp.einsum("btd,dhk->bthk", x, self.query[...])
-        k = jnp.einsum("bsd,dhk->bshk", context, self.key[...])
-        v = jnp.einsum("bsd,dhk->bshk", context, self.value[...])
-        content = jnp.einsum("bthk,bshk->bhts", q + self.content_bias[...], k)
+        w = lambda variable: variable[...].astype(self.dtype)  # parameters in the compute dtype
+        x = x.astype(self.dtype)
+        context = jnp.concatenate([jax.lax.stop_gradient(memory).astype(self.dtype), x], axis=1)
+        q = jnp.einsum("btd,dhk->bthk", x, w(self.query))
+        k = jnp.einsum("bsd,dhk->bshk", context, w(self.key))
+        v = jnp.einsum("bsd,dhk->bshk", context, w(self.value))
+        content = jnp.einsum("bthk,bshk->bhts", q + w(self.content_bias), k)
         # The position term for each distinct relative position, then a gather.
-        rel_keys = jnp.einsum("pd,dhk->phk", self.position_table[...], self.rel_key[...])  # [P, H, dk]
-        by_position = jnp.einsum("bthk,phk->bhtp", q + self.position_bias[...], rel_keys)  # [B, H, T, P]
+        rel_keys = jnp.einsum("pd,dhk->phk", w(self.position_table), w(self.rel_key))  # [P, H, dk]
+        by_position = jnp.einsum("bthk,phk->bhtp", q + w(self.position_bias), rel_keys)  # [B, H, T, P]
         if mask.ndim == 3:
             mask, relpos = mask[:, None], relpos[:, None]
         index = jnp.clip(relpos, self.rel_min, self.rel_max) - self.rel_min
         index = jnp.broadcast_to(index, content.shape).astype(jnp.int32)
         position = jnp.take_along_axis(by_position, index, axis=-1)
-        scores = (content + position) / np.sqrt(self.head_dim)
+        # Scores and softmax in float32 (a no-op by default): bf16 logits lose the small differences.
+        scores = (content + position).astype(jnp.float32) / np.sqrt(self.head_dim)
         mask = jnp.broadcast_to(mask, scores.shape)
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
         weights = jax.nn.softmax(scores, axis=-1)
         # Queries that may attend nowhere (padding) get zeros, not a uniform average.
-        weights = jnp.where(mask.any(axis=-1, keepdims=True), weights, 0.0)
+        weights = jnp.where(mask.any(axis=-1, keepdims=True), weights, 0.0).astype(self.dtype)
         attended = jnp.einsum("bhts,bshk->bthk", weights, v)
-        return jnp.einsum("bthk,hkd->btd", attended, self.out[...]) + self.out_bias[...]
+        return jnp.einsum("bthk,hkd->btd", attended, w(self.out)) + w(self.out_bias)

@@ -1,16 +1,21 @@
 """Parameters with logical axis names, for sharding by rules (MaxText style).
 
-Every parameter carries `logical_axes` metadata (e.g. `("embed", "mlp")`);
-`tgjax.train.sharding` maps those names to mesh axes ("data", "model") with
-the rules of the config, so one model definition runs data-parallel,
-model-parallel or both. Nothing here needs a mesh.
+Every parameter carries Flax NNX's own partition metadata, `out_sharding`,
+holding logical axis names (e.g. `("embed", "mlp")`), so that
+`nnx.get_partition_spec` reads them and transforms keep them right (`nnx.vmap`
+/ `nnx.scan` with `transform_metadata={nnx.PARTITION_NAME: "layers"}` insert
+and remove a stacked-layer axis). `tgjax.train.sharding` maps the names to mesh
+axes ("data", "model") with the rules of the config, so one model definition
+runs data-parallel, model-parallel or both.
+
+Nothing here needs a mesh: parameters are not sharded when they are created
+(`eager_sharding=False`); the trainer places them with `jit(out_shardings=...)`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -24,10 +29,4 @@ def param(rngs: nnx.Rngs, init: Callable, shape: tuple[int, ...], logical_axes: 
           dtype=jnp.float32) -> nnx.Param:
     if len(shape) != len(logical_axes):
         raise ValueError(f"shape {shape} and logical axes {logical_axes} disagree")
-    return nnx.Param(init(rngs.params(), shape, dtype), logical_axes=tuple(logical_axes))
-
-
-def logical_axes_tree(state: nnx.State):
-    """The `logical_axes` of every parameter of a state, as a tree of tuples (None where absent)."""
-    return jax.tree.map(lambda v: getattr(v, "logical_axes", None), state,
-                        is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=tuple(logical_axes), eager_sharding=False)

@@ -1,4 +1,10 @@
-"""The Transformer-XL layer of Transformer Grammars and their baselines (post-layer-norm)."""
+"""The Transformer-XL layer of Transformer Grammars and their baselines (post-layer-norm).
+
+Every module takes `dtype` (compute) and `param_dtype` (storage): parameters
+are cast to `dtype` where they are used, so bf16 compute keeps float32
+parameters (and float32 optimiser state). Layer-norm statistics are taken in
+float32 whatever `dtype` is.
+"""
 
 from __future__ import annotations
 
@@ -13,26 +19,33 @@ from tgjax.nn.params import dense_init, param
 class FeedForward(nnx.Module):
     """GELU feed-forward `[B, T, d] -> [B, T, d]`."""
 
-    def __init__(self, d_model: int, hidden: int, *, rngs: nnx.Rngs):
-        self.w_in = param(rngs, dense_init(), (d_model, hidden), ("embed", "mlp"))
-        self.b_in = param(rngs, nnx.initializers.zeros, (hidden,), ("mlp",))
-        self.w_out = param(rngs, dense_init(), (hidden, d_model), ("mlp", "embed"))
-        self.b_out = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",))
+    def __init__(self, d_model: int, hidden: int, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
+        self.dtype = dtype
+        self.w_in = param(rngs, dense_init(), (d_model, hidden), ("embed", "mlp"), param_dtype)
+        self.b_in = param(rngs, nnx.initializers.zeros, (hidden,), ("mlp",), param_dtype)
+        self.w_out = param(rngs, dense_init(), (hidden, d_model), ("mlp", "embed"), param_dtype)
+        self.b_out = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",), param_dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = jax.nn.gelu(x @ self.w_in[...] + self.b_in[...])
-        return h @ self.w_out[...] + self.b_out[...]
+        w = lambda variable: variable[...].astype(self.dtype)
+        h = jax.nn.gelu(x.astype(self.dtype) @ w(self.w_in) + w(self.b_in))
+        return h @ w(self.w_out) + w(self.b_out)
 
 
 class LayerNorm(nnx.Module):
-    def __init__(self, d_model: int, *, rngs: nnx.Rngs):
-        self.scale = param(rngs, nnx.initializers.ones, (d_model,), ("embed",))
-        self.bias = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",))
+    """`[..., d] -> [..., d]` in `dtype`; mean and variance in float32."""
+
+    def __init__(self, d_model: int, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
+        self.dtype = dtype
+        self.scale = param(rngs, nnx.initializers.ones, (d_model,), ("embed",), param_dtype)
+        self.bias = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",), param_dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.astype(jnp.float32)
         mean = x.mean(-1, keepdims=True)
         var = jnp.square(x - mean).mean(-1, keepdims=True)
-        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * self.scale[...] + self.bias[...]
+        y = (x - mean) * jax.lax.rsqrt(var + 1e-5) * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        return y.astype(self.dtype)
 
 
 class TransformerXLLayer(nnx.Module):
@@ -44,13 +57,15 @@ class TransformerXLLayer(nnx.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, ffw_hidden: int, *, rel_min: int, rel_max: int,
-                 dropout: float, distinct_compose: bool = False, rngs: nnx.Rngs):
-        kwargs = dict(rel_min=rel_min, rel_max=rel_max, rngs=rngs)
+                 dropout: float, distinct_compose: bool = False, rngs: nnx.Rngs,
+                 dtype=jnp.float32, param_dtype=jnp.float32):
+        dtypes = dict(dtype=dtype, param_dtype=param_dtype)
+        kwargs = dict(rel_min=rel_min, rel_max=rel_max, rngs=rngs, **dtypes)
         self.attention = RelativeMultiHeadAttention(d_model, num_heads, **kwargs)
         self.compose_attention = RelativeMultiHeadAttention(d_model, num_heads, **kwargs) if distinct_compose else None
-        self.attention_norm = LayerNorm(d_model, rngs=rngs)
-        self.feed_forward = FeedForward(d_model, ffw_hidden, rngs=rngs)
-        self.feed_forward_norm = LayerNorm(d_model, rngs=rngs)
+        self.attention_norm = LayerNorm(d_model, rngs=rngs, **dtypes)
+        self.feed_forward = FeedForward(d_model, ffw_hidden, rngs=rngs, **dtypes)
+        self.feed_forward_norm = LayerNorm(d_model, rngs=rngs, **dtypes)
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
     def __call__(self, x, memory, mask, relpos, compose=None, *, deterministic: bool):
