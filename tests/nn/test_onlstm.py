@@ -73,7 +73,7 @@ def test_parameters_have_the_release_shapes_and_initialisation():
         values = np.asarray(getattr(cell, name)[...])
         bound = 1 / np.sqrt(fan_in)
         assert np.abs(values).max() <= bound and np.abs(values).max() > 0.95 * bound, name
-    assert cell.w_ih.logical_axes == ("embed", None)
+    assert cell.w_ih.out_sharding == ("embed", None)  # NNX partition metadata
 
 
 def test_released_parameters_transposes_and_checks():
