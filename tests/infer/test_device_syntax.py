@@ -35,7 +35,7 @@ def _jitted(caps: ds.Caps, tg: bool):
 
     @jax.jit
     def step(layout, tree, action, word_ids, word_types, num_pieces):
-        layout = ds.commit(layout, True)
+        layout = ds.commit(layout, True, caps)
         new_layout = ds.advance_layout(layout, tree, action, caps, tg, open_ids, close_ids, word_ids, word_types,
                                        num_pieces)
         new_tree, record = ds.advance_tree(tree, action, caps)
@@ -167,7 +167,7 @@ def check_walk(caps, actions, words, tg):
         check_window(layout, tree)
         position += int(layout.num_pending)
     # Popped keys: where the host's pop time has passed, the device wrote the same time.
-    layout = ds.commit(layout, True)
+    layout = ds.commit(layout, True, caps)
     host_pop = compact.pop_time[:position]
     np.testing.assert_array_equal(np.asarray(layout.key_pop)[:position],
                                   np.where(host_pop < position, host_pop, ds.NEVER) if tg else ds.NEVER)
@@ -207,7 +207,7 @@ def test_figure2_records_and_pops_by_hand():
         layout, tree, record = step(layout, tree, a, np.array(w, np.int32), np.array([tt.TERMINAL], np.int32), 1)
         records.append(int(record))
     assert records == [0, 1, 4, 4, 4, L + NP, 0, 4, L + S, 4, L + S]
-    layout = ds.commit(layout, True)
+    layout = ds.commit(layout, True, caps)
     # Layout: 0 BOS, 1 (S, 2 (NP, 3 the, 4 hungry, 5 cat, 6 NP)1, 7 NP)2, 8 (S, 9 meows, 10 S)1, 11 S)2,
     # 12 ., 13 S)1, 14 S)2. The CNT1 at 6 pops 2..5; at 10 pops 8, 9; at 13 pops 1, 6, 10, 12.
     pop = np.asarray(layout.key_pop)[:15]

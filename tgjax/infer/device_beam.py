@@ -246,12 +246,16 @@ class ChoeCharniakDevice:
       caps: the static sizes (`device_syntax.Caps`).
     """
 
-    def __init__(self, members: Sequence[tuple[TransformerLM, str]], space: ActionSpace, bos_id: int, caps: ds.Caps):
+    def __init__(self, members: Sequence[tuple[TransformerLM, str]], space: ActionSpace, bos_id: int, caps: ds.Caps,
+                 stack_cache: bool = True):
         self.space = space
         self.caps = caps
         self.bos_id = int(bos_id)
         self.rules = tuple(rule for _, rule in members)
         self.tg = tuple(rule == "tg" for rule in self.rules)
+        # Stack-only memory (device_syntax's memory map) where every head of every layer reads the stack only.
+        self.stack_only = tuple(stack_cache and rule == "tg" and not model.config.num_unrestricted_heads
+                                and not model.config.num_unrestricted_layers for model, rule in members)
         split = [nnx.split(model) for model, _ in members]
         self.graphdefs = tuple(g for g, _ in split)
         self.params = tuple(p for _, p in split)
@@ -278,9 +282,9 @@ class ChoeCharniakDevice:
         return tuple(jnp.zeros((batch, pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads, C,
                                 c.d_model // c.num_heads), jnp.float32) for c in self.configs)
 
-    def used_positions(self, state: CCDeviceState) -> jnp.ndarray:
-        """`[...]`: layout positions a hypothesis holds once its pending ones are run (the most over members)."""
-        return functools.reduce(jnp.maximum, [lay.length + lay.num_pending for lay in state.layouts])
+    def memory_used(self, state: CCDeviceState) -> jnp.ndarray:
+        """`[...]`: memory slots a hypothesis reads or writes in its next call (the most over members)."""
+        return functools.reduce(jnp.maximum, [lay.mem_len + lay.num_pending for lay in state.layouts])
 
     def prefix(self, cache: tuple, slots: int) -> tuple:
         """The caches of the first `slots` positions only."""
@@ -296,45 +300,51 @@ class ChoeCharniakDevice:
         rows = (jnp.arange(B)[:, None] * P + src).reshape(-1)
         return tuple(jnp.take(c.reshape((B * P,) + c.shape[2:]), rows, axis=0).reshape(c.shape) for c in cache)
 
-    def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, run: jnp.ndarray):
-        """log p of every action `[B, P, A]` for the rows `run`, the committed states, the written caches."""
-        B, P = run.shape
-        N = B * P
-        flat = lambda x: x.reshape((N,) + x.shape[2:])
-        tree = jax.tree.map(flat, state.tree)
-        w = jax.tree.map(flat, word)
-        run_flat = run.reshape(N)
+    def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, rows: jnp.ndarray):
+        """One model call on the hypotheses `rows`: log p of every action `[n, A]`, their committed states, the caches.
+
+        state, word: the n hypotheses' (leading axis `[n]`); rows `[n]`: their
+        flat indices `b * pool + p` into the caches (`batch * pool`: a padding
+        row, whose results are ignored and whose cache writes are dropped).
+        The pending positions' keys and values are written into the rows'
+        memory slots (`device_syntax.memory_writes`).
+        """
+        n = rows.shape[0]
         caps = self.caps
+        valid = rows < cache[0].shape[0] * cache[0].shape[1]
         next_lps, piece_lps, layouts, caches = [], [], [], []
-        for k, (graphdef, tg) in enumerate(zip(self.graphdefs, self.tg)):
-            layout = jax.tree.map(flat, state.layouts[k])
+        for k, (graphdef, tg, stack_only) in enumerate(zip(self.graphdefs, self.tg, self.stack_only)):
+            layout = state.layouts[k]
+            B, P = cache[k].shape[:2]
             M = cache[k].shape[-2]  # the slots given (a prefix of the capacity, see `prefix`)
             fields, reads, targets = jax.vmap(
                 lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num, M)
-            )(layout, tree, w.ids, w.types, w.num)
-            kv = cache[k].reshape((N,) + cache[k].shape[2:])
+            )(layout, state.tree, word.ids, word.types, word.num)
+            flat = cache[k].reshape((B * P,) + cache[k].shape[2:])
+            kv = jnp.take(flat, jnp.minimum(rows, B * P - 1), axis=0)  # [n, K, A, 2, H, M, dk]
             model = nnx.merge(graphdef, params[k])
             x, fresh = cached_forward(model, fields, kv)
-            read = jnp.take_along_axis(x, reads[..., None], axis=1)  # [N, P_max, d]
-            log_probs = jax.nn.log_softmax(project(model, read).astype(jnp.float32), axis=-1)  # [N, P_max, V]
-            next_lps.append(log_probs[:, 0][:, self.candidates])  # [N, 2L]
-            piece_lps.append(jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0])  # [N, P_max]
-            S = caps.window
-            s = jnp.arange(S)
-            write = (s[None, :] < layout.num_pending[:, None]) & run_flat[:, None]
-            at = jnp.where(write, layout.length[:, None] + s[None, :], M)
-            # fresh [N, S, K, A, 2, H, dk] into the slots `at` of each row (index dims first, as fresh is laid out).
-            kv = kv.at[jnp.arange(N)[:, None], :, :, :, :, at].set(fresh, mode="drop")
-            caches.append(kv.reshape(cache[k].shape))
-            layouts.append(jax.tree.map(lambda x: x.reshape((B, P) + x.shape[1:]), ds.commit(layout, run_flat)))
+            read = jnp.take_along_axis(x, reads[..., None], axis=1)  # [n, P_max, d]
+            log_probs = jax.nn.log_softmax(project(model, read).astype(jnp.float32), axis=-1)  # [n, P_max, V]
+            next_lps.append(log_probs[:, 0][:, self.candidates])  # [n, 2L]
+            piece_lps.append(jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0])  # [n, P_max]
+            slots, _ = jax.vmap(lambda lay: ds.memory_writes(lay, caps, stack_only))(layout)  # [n, Q]
+            Q = slots.shape[1]
+            at = jnp.where(slots < M, slots, M)
+            # fresh [n, S, K, A, 2, H, dk]: its first Q positions (the pending ones) into the slots `at` of each row
+            # (index dims first, as fresh is laid out); padding rows' index is past the end (dropped).
+            flat = flat.at[rows[:, None], :, :, :, :, at].set(fresh[:, :Q], mode="drop")
+            caches.append(flat.reshape(cache[k].shape))
+            layouts.append(jax.vmap(lambda lay: ds.commit(lay, True, caps, stack_only))(layout))
         next_lp = _mix(next_lps)
         piece_lp = _mix(piece_lps)
-        word_lp = jnp.sum(jnp.where(jnp.arange(caps.max_pieces) < w.num[:, None], piece_lp, 0.0), axis=-1)
+        word_lp = jnp.sum(jnp.where(jnp.arange(caps.max_pieces) < word.num[:, None], piece_lp, 0.0), axis=-1)
         L = caps.num_labels
-        top = tree.labels[jnp.arange(N), jnp.maximum(tree.depth - 1, 0)]
+        top = state.tree.labels[jnp.arange(n), jnp.maximum(state.tree.depth - 1, 0)]
         close_lp = jnp.take_along_axis(next_lp[:, L:], top[:, None], axis=1)
         lp = jnp.concatenate([next_lp[:, :L], close_lp, word_lp[:, None]], axis=1)
-        return lp.reshape(B, P, L + 2), CCDeviceState(state.tree, tuple(layouts)), tuple(caches)
+        lp = jnp.where(valid[:, None], lp, 0.0)
+        return lp, CCDeviceState(state.tree, tuple(layouts)), tuple(caches)
 
     def allowed(self, state: CCDeviceState, finishing, word: WordInfo) -> jnp.ndarray:
         return ds.allowed(state.tree, self.caps, finishing)
@@ -388,6 +398,7 @@ class _Sizes:
     words: int  # N: most words of a sentence in the batch
     records: int
     max_iterations: int
+    row_fractions: tuple = (8, 2, 1)  # the model runs on B * P / d rows, the smallest d that holds the live ones
 
 
 class _Carry(NamedTuple):
@@ -403,6 +414,7 @@ class _Carry(NamedTuple):
     steps: jnp.ndarray  # [B]: action steps (as the host search counts them)
     pruned: jnp.ndarray  # [B]: successors refused for capacity
     iteration: jnp.ndarray
+    rows_run: jnp.ndarray  # hypotheses run through the model, summed over iterations (a statistic)
 
 
 def _top_k(values, k):
@@ -491,6 +503,36 @@ def _select_finishing(status, score, lp, allowed):
 
 def _vmap2(fn, *args):
     return jax.vmap(jax.vmap(fn))(*args)
+
+
+def _score_live(family, params, state, cache, word, run, row_buckets: Sequence[int]):
+    """`family.score` on the rows `run [B, P]` only, packed into the smallest of `row_buckets` that holds them.
+
+    Returns log p `[B, P, A]` (0 where not run), the states (committed
+    where run) and the caches. Only the live hypotheses run the model: one
+    compiled branch per bucket, the padding rows' writes dropped.
+    """
+    B, P = run.shape
+    flat_run = run.reshape(B * P)
+
+    def packed(size: int):
+        def branch(args):
+            state, cache = args
+            rows = jnp.nonzero(flat_run, size=size, fill_value=B * P)[0].astype(jnp.int32)
+            at = jnp.minimum(rows, B * P - 1)
+            take = lambda x: x.reshape((B * P,) + x.shape[2:])[at]
+            lp, scored, cache = family.score(params, jax.tree.map(take, state), cache, jax.tree.map(take, word), rows)
+            put = lambda full, part: full.reshape((B * P,) + full.shape[2:]).at[rows].set(
+                part, mode="drop").reshape(full.shape)
+            lp_full = put(jnp.zeros((B, P, lp.shape[-1]), lp.dtype), lp)
+            return lp_full, jax.tree.map(put, state, scored), cache
+        return branch
+
+    live = jnp.sum(flat_run)
+    index = jnp.sum(live > jnp.asarray(row_buckets[:-1], jnp.int32))
+    if len(row_buckets) == 1:
+        return packed(row_buckets[0])((state, cache))
+    return jax.lax.switch(index, [packed(n) for n in row_buckets], (state, cache))
 
 
 class DeviceBeamSearch:
@@ -628,6 +670,8 @@ class DeviceBeamSearch:
             raise RuntimeError(f"device beam: the search of sentences {indices} did not end in {sizes.max_iterations} "
                                f"iterations")
         self.last_stats["iterations"] += int(out.iteration)
+        self.last_stats["rows_run"] = self.last_stats.get("rows_run", 0) + int(out.rows_run)
+        self.last_stats["rows_offered"] = self.last_stats.get("rows_offered", 0) + int(out.iteration) * B * sizes.pool
         family = self._family
         results = []
         for b, words in enumerate(sentences):
@@ -671,7 +715,7 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
     carry = _Carry(state, family.init_cache(B, P), status, jnp.zeros((B, P), jnp.float32),
                    jnp.zeros((B, P, R), jnp.int32), jnp.zeros((B, P), jnp.int32), jnp.zeros(B, jnp.int32), phase,
                    jnp.zeros((B, N + 1), jnp.float32), jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32),
-                   jnp.int32(0))
+                   jnp.int32(0), jnp.int32(0))
 
     def word_of(t, finishing):
         tt_ = jnp.minimum(t, N - 1)
@@ -685,7 +729,8 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         word = word_of(c.t, finishing)
         word_bp = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, P) + x.shape[1:]), word)
         run = (c.status == FRONTIER) & (c.phase != DONE)[:, None]
-        lp, state, cache = family.score(params, c.state, family.prefix(c.cache, slots), word_bp, run)
+        lp, state, cache = _score_live(family, params, c.state, family.prefix(c.cache, slots), word_bp, run,
+                                       row_buckets)
         fin_bp = jnp.broadcast_to(finishing[:, None], (B, P))
         allowed = _vmap2(family.allowed, state, fin_bp, word_bp) & run[..., None]
         fits = _vmap2(family.fits, state, word_bp)
@@ -728,14 +773,16 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         new_status = jnp.where(complete, COMPLETE, new_status)
         new_phase = jnp.where(finishing & ~jnp.any(new_status == FRONTIER, axis=1), DONE, new_phase)
         return _Carry(state, cache, new_status, val, records, num_records, t, new_phase, prefix,
-                      c.steps + stepped, pruned, c.iteration + 1)
+                      c.steps + stepped, pruned, c.iteration + 1, c.rows_run + jnp.sum(run))
 
     # Memory sizes: the attention and the gathers read only the positions held so far, rounded up to one of
     # a few static sizes (one compiled branch each).
-    buckets = sorted({min(sizes.records, _round_up(max(sizes.records // d, 64), 16)) for d in (4, 2, 1)})
+    C = family.caps.capacity
+    buckets = sorted({min(C, m) for m in (16, 32, 64, _round_up(C // 2, 16), C)})
+    row_buckets = sorted({min(B * P, _round_up(B * P // d, 8)) for d in sizes.row_fractions})
 
     def switched(c: _Carry) -> _Carry:
-        held = jnp.max(jnp.where(c.status != EMPTY, family.used_positions(c.state), 0))
+        held = jnp.max(jnp.where(c.status != EMPTY, family.memory_used(c.state), 0))
         index = jnp.sum(held > jnp.asarray(buckets[:-1]))  # every position read or written is below `held`
         return jax.lax.switch(index, [functools.partial(body, m) for m in buckets], c)
 

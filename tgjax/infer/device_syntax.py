@@ -26,7 +26,21 @@ non-terminal into CNT1 + CNT2, TXL (CC) does not), with `C` = capacity slots:
     `push <= i < pop` (STACK) or `pop == i` (COMPOSE at a CNT1), as the
     host rule's whole-sequence layout gives for i;
   open_pos `[D]`: the layout position of each open constituent's ONT (TG:
-    a CNT1 at position p pops every live key at or after it).
+    a CNT1 at position p pops every live key at or after it);
+  mem_pos `[C]`, mem_len: the memory map, the layout position whose keys
+    and values memory slot j of the hypothesis's cache holds (j < mem_len).
+    By default every cached position, in order (mem_pos[j] = j). With
+    `stack_only` (a TG model whose every head and layer uses the
+    STACK/COMPOSE rule) only the positions a later query can still attend
+    to: the stack. A later query at i attends to keys with push <= i < pop
+    (STACK) or pop == i (COMPOSE), so a popped key (pop already run) or a
+    never-pushed CNT2 is never read again; when the model has run the
+    pending positions (`commit`), the keys the pending CNT1 popped are
+    dropped (they are the top of the stack: the kept ones stay a prefix)
+    and the pushed pending ones appended. The memory then holds about the
+    stack's depth of slots (a dozen) instead of every position so far
+    (hundreds), and the mask rebuilt from the slots' own position, depth,
+    push and pop is the same row restricted to the keys it can be true on.
 
 The TG rule restated for one step (Sartran et al. 2022, Algorithm 1; the
 host reference is `masks._lifetimes`): an ONT or a word piece at p is
@@ -80,6 +94,8 @@ class LayoutState(NamedTuple):
     key_push: jnp.ndarray  # [C] int32
     key_pop: jnp.ndarray  # [C] int32
     open_pos: jnp.ndarray  # [D] int32
+    mem_pos: jnp.ndarray  # [C] int32
+    mem_len: jnp.ndarray  # int32
 
 
 class Caps(NamedTuple):
@@ -121,7 +137,7 @@ def initial_layout(caps: Caps, bos_id: int) -> LayoutState:
     pending_types = jnp.full(Q, tt.PAD, jnp.int32).at[0].set(tt.BOS)
     return LayoutState(jnp.int32(0), pending_ids, pending_types, jnp.int32(1), jnp.zeros(C, jnp.int32),
                        jnp.full(C, NEVER, jnp.int32).at[0].set(0), jnp.full(C, NEVER, jnp.int32),
-                       jnp.zeros(D, jnp.int32))
+                       jnp.zeros(D, jnp.int32), jnp.arange(C, dtype=jnp.int32), jnp.int32(0))
 
 
 def close_width(tg: bool) -> int:
@@ -178,10 +194,35 @@ def advance_tree(tree: TreeState, action, caps: Caps) -> tuple[TreeState, jnp.nd
     return new, record.astype(jnp.int32)
 
 
-def commit(layout: LayoutState, ran) -> LayoutState:
-    """After the model ran the pending positions (where `ran`): they are cached."""
-    return layout._replace(length=jnp.where(ran, layout.length + layout.num_pending, layout.length),
-                           num_pending=jnp.where(ran, 0, layout.num_pending))
+def memory_writes(layout: LayoutState, caps: Caps, stack_only: bool = False) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Where the pending positions go in the memory once run: slots `[Q]` (C: not kept) and the new mem_len.
+
+    Default: every pending position, after the cached ones. `stack_only`:
+    the slots whose keys the pending CNT1 pops are freed first (the kept
+    ones are a prefix), then the pushed pending positions (an ONT, a word's
+    pieces, a CNT1; never a CNT2, the last of a close) take the next slots.
+    """
+    C, Q = caps.capacity, caps.pending_width
+    q = jnp.arange(Q)
+    live_q = q < layout.num_pending
+    if stack_only:
+        held = jnp.arange(C) < layout.mem_len
+        kept = jnp.sum(held & (layout.key_pop[layout.mem_pos] == NEVER)).astype(jnp.int32)
+        keep_q = live_q & (layout.key_push[jnp.minimum(layout.length + q, C - 1)] != NEVER)
+    else:
+        kept, keep_q = layout.mem_len, live_q
+    return jnp.where(keep_q, kept + q, C).astype(jnp.int32), (kept + jnp.sum(keep_q)).astype(jnp.int32)
+
+
+def commit(layout: LayoutState, ran, caps: Caps, stack_only: bool = False) -> LayoutState:
+    """After the model ran the pending positions (where `ran`): they are cached, and in the memory map."""
+    committed = layout._replace(length=jnp.where(ran, layout.length + layout.num_pending, layout.length),
+                                num_pending=jnp.where(ran, 0, layout.num_pending))
+    slots, mem_len = memory_writes(layout, caps, stack_only)
+    mem_pos = layout.mem_pos.at[slots].set(layout.length + jnp.arange(caps.pending_width, dtype=jnp.int32),
+                                           mode="drop")
+    return committed._replace(mem_pos=jnp.where(ran, mem_pos, layout.mem_pos),
+                              mem_len=jnp.where(ran, mem_len, layout.mem_len))
 
 
 def advance_layout(layout: LayoutState, tree: TreeState, action, caps: Caps, tg: bool, open_ids, close_ids,
@@ -229,7 +270,8 @@ def advance_layout(layout: LayoutState, tree: TreeState, action, caps: Caps, tg:
         popped = is_close & live & (j >= layout.open_pos[top])
         key_pop = jnp.where(popped, p, key_pop)
         open_pos = jnp.where(is_open, open_pos.at[jnp.minimum(d, caps.max_open_nts - 1)].set(p), open_pos)
-    return LayoutState(p, ids, types, num.astype(jnp.int32), key_depth, key_push, key_pop, open_pos)
+    return LayoutState(p, ids, types, num.astype(jnp.int32), key_depth, key_push, key_pop, open_pos, layout.mem_pos,
+                       layout.mem_len)
 
 
 def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, word_ids, word_types, num_pieces,
@@ -238,9 +280,10 @@ def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, wor
 
     The window is the pending positions, then the next word's pieces but the
     last (`num_pieces` of `word_ids [P]`; 0 pieces: none), then padding; the
-    memory slots are the cached positions (`< length`), others empty; only
-    the first `memory_slots` (default: all C) are given, when every cached
-    position is below it.
+    memory slots are the memory map's (`mem_pos`, `mem_len`: the cached
+    positions, or with `stack_only` the stack's), others empty; only the
+    first `memory_slots` (default: all C) are given, when `mem_len` is
+    below it.
     Returns `(fields, reads [P], targets [P])`: `fields` has `inputs`,
     `inputs_ttypes`, `position`, `depth`, `push_time`, `pop_time` `[S]` and
     `memory_pos`, `memory_depth`, `memory_push_time`, `memory_pop_time`
@@ -267,16 +310,16 @@ def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, wor
         depth = jnp.zeros(S, jnp.int32)
         push = position
     M = C if memory_slots is None else memory_slots
-    j = jnp.arange(M)
-    cached = j < layout.length
+    held = jnp.arange(M) < layout.mem_len
+    pos = layout.mem_pos[:M]
     fields = {
         "inputs": inputs.astype(jnp.int32), "inputs_ttypes": ttypes.astype(jnp.int32),
         "position": position.astype(jnp.int32), "depth": depth.astype(jnp.int32), "push_time": push.astype(jnp.int32),
         "pop_time": jnp.full(S, NEVER, jnp.int32),
-        "memory_pos": jnp.where(cached, j, -1).astype(jnp.int32),
-        "memory_depth": jnp.where(cached, layout.key_depth[:M], 0),
-        "memory_push_time": jnp.where(cached, layout.key_push[:M], NEVER),
-        "memory_pop_time": jnp.where(cached, layout.key_pop[:M], NEVER),
+        "memory_pos": jnp.where(held, pos, -1).astype(jnp.int32),
+        "memory_depth": jnp.where(held, layout.key_depth[pos], 0),
+        "memory_push_time": jnp.where(held, layout.key_push[pos], NEVER),
+        "memory_pop_time": jnp.where(held, layout.key_pop[pos], NEVER),
     }
     reads = jnp.minimum(n - 1 + jnp.arange(P), S - 1).astype(jnp.int32)
     targets = jnp.where(jnp.arange(P) < num_pieces, word_ids, 0).astype(jnp.int32)
@@ -284,4 +327,4 @@ def model_fields(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, wor
 
 
 __all__ = ["Caps", "LayoutState", "NEVER", "TreeState", "advance_layout", "advance_tree", "allowed", "close_width",
-           "commit", "fits", "initial_layout", "initial_tree", "model_fields"]
+           "commit", "fits", "initial_layout", "initial_tree", "memory_writes", "model_fields"]
