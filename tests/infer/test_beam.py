@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from scipy.special import logsumexp
 
 from tgjax.data.vocab import WordDictionary
-from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch, logsumexp, make_word_scorer
+from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch, make_word_scorer
 from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.incremental import PrefixScorer, hidden_states, project, rule_of
 from tgjax.models import build_model, model_config, model_spec

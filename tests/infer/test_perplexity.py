@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 from tgjax.data.vocab import build_word_dictionary
-from tgjax.infer.perplexity import ProposalError, logsumexp, read_proposals, score_documents, score_proposals
+from tgjax.infer.perplexity import ProposalError, read_proposals, score_documents, score_proposals
 from tgjax.infer.scoring import Scorer, encode, score_trees
 from tgjax.syntax import actions
 from tgjax.syntax.trees import Tree

@@ -79,6 +79,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from scipy.special import logsumexp  # float64 on the host; -inf for no values or all -inf
 
 from tgjax.data.vocab import Vocabulary
 from tgjax.infer.choe_charniak import ActionSpace, ChoeCharniakFamily
@@ -90,17 +91,6 @@ from tgjax.syntax import actions as cc
 from tgjax.syntax.trees import Tree
 
 STOP_RULES = ("bound", "count")
-
-
-def logsumexp(values) -> float:
-    """log Σ exp(values) in float64 (-inf for no values)."""
-    v = np.asarray(values, np.float64)
-    if v.size == 0:
-        return -math.inf
-    top = v.max()
-    if not np.isfinite(top):
-        return float(top)
-    return float(top + np.log(np.exp(v - top).sum()))
 
 
 # -----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.special import logsumexp
 
 from tgjax.infer.incremental import PrefixScorer, ScoredPrefixes
 from tgjax.infer.scoring import Encoded, Scorer, SequenceScore, _make_score
@@ -62,11 +63,7 @@ def mix_log_probs(values, axis: int = 0) -> np.ndarray:
     values = np.asarray(values, np.float64)
     if values.shape[axis] == 1:
         return np.squeeze(values, axis=axis)
-    top = np.max(values, axis=axis, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    mean = np.mean(np.exp(values - top), axis=axis, keepdims=True)
-    with np.errstate(divide="ignore"):
-        return np.squeeze(np.log(mean) + top, axis=axis)
+    return logsumexp(values, axis=axis) - math.log(values.shape[axis])
 
 
 def mixed_sequence_log_prob(member_pieces: np.ndarray, mixture: str = "per-action") -> float:

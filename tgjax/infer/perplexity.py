@@ -68,6 +68,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
+from scipy.special import logsumexp
 
 from tgjax.infer.scoring import DEFAULT_CHUNK_SIZE, Encoded, SequenceScorer, encode, sequence_tokens
 from tgjax.syntax import actions, trees
@@ -249,14 +250,6 @@ class ProposalScores:
         return self.block.trees[self.best]
 
 
-def logsumexp(values: Sequence[float]) -> float:
-    values = np.asarray(values, np.float64)
-    top = float(np.max(values))
-    if not math.isfinite(top):
-        return top
-    return top + math.log(math.fsum(np.exp(values - top)))
-
-
 def score_proposals(scorer: SequenceScorer, blocks: Iterable[ProposalBlock], *,
                     chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[ProposalScores]:
     """Scores every block's proposals (batched over blocks, `chunk_size` sequences at a time)."""
@@ -273,7 +266,7 @@ def score_proposals(scorer: SequenceScorer, blocks: Iterable[ProposalBlock], *,
             unk = scores[position].num_unk
             position += len(es)
             best = int(np.argmax(logps))
-            yield ProposalScores(block.index, logsumexp(logps), logps, best, len(block.words), unk,
+            yield ProposalScores(block.index, float(logsumexp(logps)), logps, best, len(block.words), unk,
                                  block.num_duplicates, block)
         pending.clear()
 
@@ -371,7 +364,7 @@ def _score_document_batch(scorer, documents, opening, closing) -> Iterator[Propo
                 logps = np.array([math.fsum(s.token_logprobs[spans[position + j]:]) for j, s in
                                   enumerate(scores[position:position + n])], np.float64)
                 best = int(np.argmax(logps))
-                results[(block.document, i)] = ProposalScores(block.index, logsumexp(logps), logps, best,
+                results[(block.document, i)] = ProposalScores(block.index, float(logsumexp(logps)), logps, best,
                                                               len(block.words), _num_unk(scorer, block),
                                                               block.num_duplicates, block)
                 prefixes[d] = prefixes[d] + actions.choe_charniak(block.trees[best], pos_tags=block.pos_tags)

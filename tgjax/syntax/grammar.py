@@ -65,6 +65,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from scipy.special import logsumexp
 
 from tgjax.syntax.trees import Tree
 
@@ -109,14 +110,6 @@ class Rule:
 def _log(x: np.ndarray | float) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return np.log(x)
-
-
-def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
-    """log Σ exp(x) along `axis`; all −inf gives −inf (no NaN)."""
-    peak = np.max(x, axis=axis, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    total = np.sum(np.exp(x - peak), axis=axis)
-    return _log(total) + np.squeeze(peak, axis=axis)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -794,7 +787,7 @@ class WeightedCFG:
         m = left.shape[0]
         if left.shape[1] == 0 or len(b.bin_lhs) == 0:
             return np.full((m, len(b.names)), -np.inf)
-        per_rule = _logsumexp(left[:, :, b.bin_left] + right[:, :, b.bin_right], axis=1)  # [m, Rb]
+        per_rule = logsumexp(left[:, :, b.bin_left] + right[:, :, b.bin_right], axis=1)  # [m, Rb]
         return self._bin_groups.logsumexp(per_rule + _log(b.bin_prob))
 
     @functools.cached_property
