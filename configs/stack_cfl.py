@@ -89,6 +89,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             stack_alphabet_size=None,  # |Γ| (tf_nd)
             pushed_vectors=None,  # None/"released" (the authors' code: raw W_v x) or "paper" (σ, eq. 17)
             init=None,  # None/"released" (U(±0.1), Appendix D.2 and the release) or "xavier"
+            # tf_nd: static blocks of the dVPDA span scan (None: the kernel's default, up to 12 by length).
+            # Same numbers either way; 1-2 compile several times faster and suit a GPU.
+            nd_num_blocks=None,
         ),
         data=dict(
             train_size=10_000,
@@ -102,6 +105,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         ),
         training=dict(
             epochs=200,
+            # A wall-clock budget per trial (seconds of training, compiles and validation included; None: none):
+            # the trial ends after the first epoch that finishes past it, as an early stop. Not the paper's
+            # recipe: for reduced runs that must fit a time slot (benchmarks/cfl_grid.py).
+            max_train_seconds=None,
             batch_size=10,
             learning_rate=None,  # None: log-uniform from learning_rate_range (the paper's random search)
             learning_rate_range=(5e-4, 1e-2),

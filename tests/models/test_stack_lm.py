@@ -175,3 +175,26 @@ def test_id_lists_are_checked():
     with pytest.raises(ValueError, match="at least one symbol"):
         stack_cfl_config("dyck", "tf", 3)
     assert StackLMConfig(input_vocab_size=5, output_ids=[np.int64(2), 3]).output_ids == (2, 3)
+
+
+def test_nd_num_blocks_changes_no_logit_and_is_checked(monkeypatch):
+    """Tf+Nd with the dVPDA scan in 1 static block equals the kernel's default (3 blocks at n = 24)."""
+    import tgjax.ops.nondeterministic as nd
+
+    seen = []  # the block counts the kernel's scan was cut into
+    monkeypatch.setattr(nd, "_blocks", lambda T, k, f=nd._blocks: seen.append(k) or f(T, k))
+    vocab = cfl_task("dyck").vocabulary.size
+    n = 24
+    symbols = np.random.default_rng(0).integers(BOS_ID + 2, vocab, (2, n - 1))  # ids past PAD, BOS, EOS
+    tokens = jnp.asarray(np.concatenate([np.full((2, 1), BOS_ID), symbols], axis=1))
+    logits = {}
+    for blocks in (None, 1):
+        cfg = stack_cfl_config("dyck", "tf+nd", vocab, num_layers=1, nd_num_blocks=blocks)
+        model = StackTransformerLM(cfg, rngs=nnx.Rngs(params=5, dropout=0))
+        model.eval()
+        logits[blocks] = np.asarray(model(tokens))
+    assert set(seen) == {nd.default_num_blocks(n), 1} and nd.default_num_blocks(n) > 1, seen
+    np.testing.assert_allclose(logits[1], logits[None], rtol=1e-5, atol=1e-5)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="nd_num_blocks"):
+            stack_cfl_config("dyck", "tf+nd", vocab, nd_num_blocks=bad)

@@ -237,3 +237,30 @@ def test_shuffled_batches_resume_where_they_stopped():
             next(first)
         again = ShuffledBatches(batches, seed=7, position=first.get_state())
         assert [int(next(again)["id"][0]) for _ in range(17 - stop)] == seen[stop:], stop
+
+
+def test_time_budget_stops_after_the_epoch_that_passes_it():
+    """training.max_train_seconds: the plateau's verdict, or a stop once the clock passes the budget (no decay)."""
+    from tgjax.train.tasks.cfl import _BudgetedPlateau
+
+    clock = iter([1.0, 5.0, 9.0, 12.0])
+    plateau = _BudgetedPlateau(1, 5, budget_s=10.0, elapsed=lambda: next(clock))
+    events = [plateau.update(v) for v in [3.0, 2.0, 2.5, 2.6]]  # epoch 4 is bad (a decay) and past the budget
+    assert [e[2] for e in events] == [False, False, False, True] and plateau.budget_stopped
+    assert [e[1] for e in events] == [False, False, True, False]
+    unlimited = _BudgetedPlateau(1, 2, budget_s=None, elapsed=lambda: 1e9)
+    assert [unlimited.update(v)[2] for v in [1.0, 2.0, 2.0]] == [False, False, True]
+    assert not unlimited.budget_stopped  # stopped by the plateau, not by time
+
+
+def test_time_budget_ends_a_trial_and_is_reported(tmp_path):
+    config = load_config(CONFIG, [*TINY, "model=tf", "training.epochs=5", "data.train_size=20",
+                                  "data.test_lengths=(41,)", "training.learning_rate=0.003",
+                                  "training.max_train_seconds=1e-6"])
+    result = train_cfl(config, tmp_path, quiet=True)
+    (trial,) = result.trials
+    assert trial.epochs_run == 1 and trial.stopped_early and trial.stopped_by_budget
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["trials"][0]["stopped_by_budget"] and results["epochs_run"] == 1
+    with pytest.raises(ConfigError, match="max_train_seconds"):
+        check_config(load_config(CONFIG, ["training.max_train_seconds=0"]))

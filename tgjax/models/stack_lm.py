@@ -48,6 +48,7 @@ The stack sublayer's own maps (W_a, W_v, W_y: bias-free, Xavier) and w_v
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal
@@ -57,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.ops import nondeterministic_stack
 from tgjax.nn.stack_attention import (
     NondeterministicStackAttention,
     PreNormResidual,
@@ -133,6 +135,9 @@ class StackLMConfig:
     stack_embedding_size: int = 32  # m
     num_states: int = 2  # |Q| (nondeterministic)
     stack_alphabet_size: int = 3  # |Γ| (nondeterministic)
+    # Static blocks of the dVPDA's span scan (None: the kernel's default for each length). Numbers do not
+    # depend on it; fewer blocks compile faster and suit an accelerator, where the pop sum's extra work is cheap.
+    nd_num_blocks: int | None = None
     pushed_vectors: PushedVectors = "released"  # the authors' code; "paper": σ of eq. (17)
     causal: bool = True
     init_scale: float = 0.1
@@ -156,6 +161,9 @@ class StackLMConfig:
             object.__setattr__(self, name, tuple(int(i) for i in ids))  # hashable, whatever came in
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if self.nd_num_blocks is not None and (isinstance(self.nd_num_blocks, bool) or not isinstance(
+                self.nd_num_blocks, (int, np.integer)) or self.nd_num_blocks < 1):
+            raise ValueError(f"nd_num_blocks must be None or a positive integer, got {self.nd_num_blocks!r}")
         if not 0 <= self.resolved_stack_layer < self.num_layers:
             raise ValueError(f"stack_layer={self.stack_layer} is not a layer of {self.num_layers}")
 
@@ -284,6 +292,8 @@ class TransformerLayer(nnx.Module):
                 pushed_vectors=c.pushed_vectors, stack_op=stack_op, rngs=rngs,
             )
         else:
+            if stack_op is None and c.nd_num_blocks is not None:
+                stack_op = functools.partial(nondeterministic_stack, num_blocks=int(c.nd_num_blocks))
             self.attention = NondeterministicStackAttention(
                 c.d_model, c.num_states, c.stack_alphabet_size, c.stack_embedding_size,
                 dropout_rate=c.dropout_rate, pushed_vectors=c.pushed_vectors, stack_op=stack_op,

@@ -69,7 +69,8 @@ __all__ = [
 MODEL_NAMES = {"tf": "tf", "tf_sup": "tf+sup", "tf_nd": "tf+nd"}
 DISPLAY_NAMES = {"tf": "Tf", "tf_sup": "Tf+Sup", "tf_nd": "Tf+Nd"}
 _ARCHITECTURE_KEYS = ("num_layers", "d_model", "num_heads", "feedforward_size", "dropout_rate",
-                      "stack_embedding_size", "num_states", "stack_alphabet_size", "pushed_vectors", "init")
+                      "stack_embedding_size", "num_states", "stack_alphabet_size", "pushed_vectors", "init",
+                      "nd_num_blocks")
 MAX_TRAIN_LENGTH = SPLITS["train"].max_length
 # The shared trainer's sections and the keys it reads from them (configs/stack_cfl.py has them all).
 _TRAINER_KEYS = {"checkpointing": ("interval_steps", "max_to_keep", "keep_best", "async_save", "checksums"),
@@ -117,6 +118,8 @@ def check_config(config) -> tuple[str, str]:
     if d.seed is not None:
         integer("data.seed", d.seed, 0)
     integer("training.epochs", t.epochs)
+    if t.get("max_train_seconds") is not None:
+        number("training.max_train_seconds", t.max_train_seconds)
     integer("training.batch_size", t.batch_size)
     integer("training.lr_patience", t.lr_patience)
     integer("training.early_stopping_patience", t.early_stopping_patience)

@@ -108,6 +108,7 @@ class TrialResult:
     test: dict[str, Any] | None  # ... on the test split (the best trial's; None for the others)
     seconds: float  # training and validation, over every call that ran the trial
     run: dict[str, Any] = dataclasses.field(default_factory=dict)  # the facts a resume checks (CFLTask.run_facts)
+    stopped_by_budget: bool = False  # ended by training.max_train_seconds (then stopped_early is True as well)
 
     @property
     def best_valid_difference(self) -> float:
@@ -117,7 +118,8 @@ class TrialResult:
         return {"workdir": str(self.workdir), "seed": self.seed, "learning_rate": self.learning_rate,
                 "final_learning_rate": self.final_learning_rate, "epochs_run": self.epochs_run,
                 "best_epoch": self.best_epoch, "best_step": self.best_step, "stopped_early": self.stopped_early,
-                "seconds": self.seconds, "valid_cross_entropy_difference": self.valid["cross_entropy_difference"],
+                "stopped_by_budget": self.stopped_by_budget, "seconds": self.seconds,
+                "valid_cross_entropy_difference": self.valid["cross_entropy_difference"],
                 "test_cross_entropy_difference": None if self.test is None else self.test["cross_entropy_difference"]}
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +131,25 @@ class TrialResult:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in saved.items() if k in names}
         return cls(**{**fields, "workdir": Path(saved["workdir"])})
+
+
+class _BudgetedPlateau(Plateau):
+    """`Plateau`, and a stop after the first epoch that ends past `budget_s` seconds of `elapsed()` (None: never).
+
+    `budget_stopped` says whether the budget (not the plateau) ended the trial.
+    """
+
+    def __init__(self, *args, budget_s: float | None, elapsed, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.budget_s, self.elapsed = budget_s, elapsed
+        self.budget_stopped = False
+
+    def update(self, value: float) -> tuple[bool, bool, bool]:
+        improved, decay, stop = super().update(value)
+        if not stop and self.budget_s is not None and self.elapsed() >= self.budget_s:
+            self.budget_stopped = stop = True
+            decay = False
+        return improved, decay, stop
 
 
 class CFLTask:
@@ -149,12 +170,21 @@ class CFLTask:
         self.label = f"[trial {trial + 1}/{t.num_trials}] " if t.num_trials > 1 else ""
         self.learning_rate = self.initial_learning_rate = cfl.initial_learning_rate(t, self.seed)
         # threshold_offset: the validation split's true cross-entropy, set at the first validation (a constant).
-        self.schedule = Plateau(t.lr_patience, t.early_stopping_patience, threshold=t.get("lr_threshold", 0.0))
+        budget = t.get("max_train_seconds")
+        self.schedule = _BudgetedPlateau(t.lr_patience, t.early_stopping_patience,
+                                         threshold=t.get("lr_threshold", 0.0),
+                                         budget_s=None if budget is None else float(budget),
+                                         elapsed=self.training_seconds)
         self.valid_history: list[float] = []
         self.logging_interval = config.logging.interval_steps
         self.tensorboard = config.logging.tensorboard
         self.num_steps = self.validation_interval = self.checkpoint_interval = 0  # set by `setup` (the data's)
         self.seconds_before = 0.0  # training time of earlier calls (from the checkpoint's meta)
+        self.started = time.perf_counter()  # reset by `setup`, once the data is ready
+
+    def training_seconds(self) -> float:
+        """Seconds this trial has trained so far (earlier calls included; data preparation excluded)."""
+        return self.seconds_before + time.perf_counter() - self.started
 
     # -- before anything runs ----------------------------------------------------------------
 
@@ -174,7 +204,7 @@ class CFLTask:
             "data_seed": self._data_seed(), "train_size": d.train_size, "valid_size": d.valid_size,
             "length_bucket": d.length_bucket, "batch_size": t.batch_size, "learning_rate": self.initial_learning_rate,
             "lr_decay": t.lr_decay, "lr_patience": t.lr_patience, "early_stopping_patience": t.early_stopping_patience,
-            "epochs": t.epochs, "clip_grad_norm": t.clip_grad_norm, "adam": t.adam.to_dict(),
+            "epochs": t.epochs, "max_train_seconds": t.get("max_train_seconds"), "clip_grad_norm": t.clip_grad_norm, "adam": t.adam.to_dict(),
             "model_config": dataclasses.asdict(cfl.resolve_model_config(config, task.vocabulary.size)),
         })
 
@@ -244,7 +274,7 @@ class CFLTask:
             plateau["best"] = None  # before the first validation (JSON has no infinity)
         return {"run": self.facts, "learning_rate": self.learning_rate, "plateau": plateau,
                 "valid_history": list(self.valid_history),
-                "seconds": self.seconds_before + time.perf_counter() - self.started,
+                "seconds": self.training_seconds(),
                 "model": dataclasses.asdict(self.model_config), "config": to_json_dict(self.config)}
 
     def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
@@ -339,11 +369,14 @@ class CFLTask:
             self.valid_strings, self.task, "valid", bin_width=e.bin_width,
             bins_condition_on_length=e.bins_condition_on_length)
         epochs_run = len(self.valid_history)
+        stopped_early = result.stop_reason == "schedule" and epochs_run < self.config.training.epochs
+        # The plateau's counters come back on resume, so this holds for a trial stopped in an earlier call too.
+        by_budget = stopped_early and self.schedule.since_best < self.schedule.early_stopping_patience
         trial = TrialResult(
             workdir=self.run.workdir, seed=self.seed, learning_rate=self.initial_learning_rate,
             final_learning_rate=self.learning_rate, epochs_run=epochs_run,
             best_epoch=-(-result.best_step // self.steps_per_epoch), best_step=result.best_step,
-            stopped_early=result.stop_reason == "schedule" and epochs_run < self.config.training.epochs,
+            stopped_early=stopped_early, stopped_by_budget=by_budget,
             num_parameters=self.num_parameters, valid_history=list(self.valid_history),
             valid=cfl.difference_dict(valid, self.valid_strings), test=None,
             seconds=self.seconds_before + (time.perf_counter() - self.started if result.final_step > result.start_step
@@ -351,6 +384,7 @@ class CFLTask:
             run=self.facts)
         if self.run.process_index == 0:
             cfl.write_json(self.run.workdir / "results.json", trial.to_json())
-        self.run.say(f"{self.label}best epoch {trial.best_epoch} of {epochs_run}: cross-entropy difference "
+        self.run.say(f"{self.label}best epoch {trial.best_epoch} of {epochs_run}"
+                     + (" (time budget reached)" if by_budget else "") + ": cross-entropy difference "
                      f"validation {valid.difference:.4f} nats/symbol ({format_duration(trial.seconds)})")
         return trial
