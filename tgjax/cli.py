@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import runpy
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -56,45 +54,25 @@ def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-workers", type=int, default=0, help="grain worker processes")
 
 
-class Progress:
-    """One status line: steps/s, tokens/s, ETA."""
-
-    def __init__(self, total: int, what: str = "step"):
-        self.total, self.what = total, what
-        self.start = time.perf_counter()
-        self.tokens = 0
-        self._last_print = 0.0
-
-    def update(self, step: int, tokens: int) -> None:
-        self.tokens += tokens
-        now = time.perf_counter()
-        if now - self._last_print < 0.5 and step < self.total:
-            return
-        self._last_print = now
-        elapsed = max(now - self.start, 1e-9)
-        rate = step / elapsed
-        eta = (self.total - step) / rate if rate > 0 else float("inf")
-        print(f"\r{self.what} {step}/{self.total}  {rate:7.1f} {self.what}s/s  "
-              f"{self.tokens / elapsed:11,.0f} tokens/s  ETA {eta:5.1f}s", end="", file=sys.stderr, flush=True)
-        if step >= self.total:
-            print(file=sys.stderr)
-
-
 def _run_epoch(pipeline) -> dict:
     """Iterates one epoch with a progress line; returns what it counted."""
+    from tgjax.progress import Progress
+
     source = pipeline.epoch_source(0)
-    progress = Progress(len(source))
+    progress = Progress(len(source), label="step", noun="step", min_interval=0.5)
     iterator = pipeline.iterator()
-    real_positions = padded_positions = segments = 0
+    real_positions = padded_positions = segments = tokens = 0
     for step in range(1, len(source) + 1):
         batch = next(iterator)
         real = int(np.count_nonzero(batch["inputs_ttypes"]))
         real_positions += real
         padded_positions += batch["inputs"].size
         segments += int(np.count_nonzero(batch["seq_index"] >= 0))
-        progress.update(step, int(np.count_nonzero(batch["inputs"])))
+        tokens += int(np.count_nonzero(batch["inputs"]))
+        progress.update(step, totals={"tokens": tokens})
+    seconds = progress.close()
     return dict(steps=len(source), segments=segments, real_positions=real_positions,
-                padded_positions=padded_positions, seconds=time.perf_counter() - progress.start)
+                padded_positions=padded_positions, seconds=seconds)
 
 
 def cmd_data_stats(args) -> int:

@@ -29,6 +29,7 @@ FORBIDDEN = {
     "tgjax.models": ("tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
     "tgjax.nn": ("tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
     "tgjax.ops": ("tgjax.nn", "tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    "tgjax.progress": ("tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli", "jax", "flax", "optax", "orbax"),
     "tgjax.workdir": ("tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli", "jax", "flax", "optax", "orbax"),
     "tgjax.syntax": ("jax", "jaxlib", "flax", "optax", "orbax", "tgjax.data", "tgjax.ops", "tgjax.nn",
                      "tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),

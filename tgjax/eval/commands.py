@@ -21,7 +21,6 @@ import argparse
 import math
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -99,31 +98,6 @@ def build_scorer(args):
     return scorer, members, settings
 
 
-class _Progress:
-    """`scored N sentences (R/s)` on stderr, at most twice a second, when stderr is a terminal."""
-
-    def __init__(self, what: str, quiet: bool):
-        self.what = what
-        self.enabled = not quiet and sys.stderr.isatty()
-        self.start = time.perf_counter()
-        self.count = 0
-        self._last = 0.0
-
-    def add(self, n: int = 1) -> None:
-        self.count += n
-        now = time.perf_counter()
-        if self.enabled and now - self._last > 0.5:
-            self._last = now
-            rate = self.count / max(now - self.start, 1e-9)
-            print(f"\r{self.what} {self.count:,} sentences ({rate:,.1f}/s)", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> float:
-        seconds = time.perf_counter() - self.start
-        if self.enabled:
-            print(file=sys.stderr)
-        return seconds
-
-
 def _report(title: str, summary: dict, quiet: bool) -> None:
     if quiet:
         return
@@ -170,14 +144,19 @@ def _write_records(args, command: str, shard, settings: dict, records, summary, 
     (with its wall time) and the results file.
     """
     from tgjax.eval.shards import ResultWriter, shard_path, with_qualifying_settings
+    from tgjax.progress import Progress
 
-    progress = _Progress(verb, args.quiet)
+    # on a terminal only: a scoring job's log keeps its summary, not a line per half second
+    progress = Progress(None, label=verb, noun="sentence", enabled=not args.quiet and sys.stderr.isatty(),
+                        min_interval=0.5)
     output = shard_path(args.output, shard) if args.output else None
+    count = 0
     with ResultWriter(output, command, settings, shard) as writer:
         for record in records:
             writer.write(record)
             summary.add(record)
-            progress.add()
+            count += 1
+            progress.update(count)
         result = with_qualifying_settings(summary.result(), settings)
         if complete is not None:
             complete(result)
@@ -196,9 +175,12 @@ def _report_shard(command: str, source: str, shard, output, result: dict, quiet:
 
 
 def _score(args) -> int:
+    from tgjax.eval import pushdown as pushdown_eval
     from tgjax.eval.summaries import ScoreSummary, score_record
     from tgjax.infer.scoring import resolve_input_pos_tags, score_treebank, surprisals_from_score
 
+    if pushdown_eval.is_pushdown(args.workdir, _steps(args)[0]):  # its own scorer (gold joint, beam marginal)
+        return pushdown_eval.main_score_pushdown(args)
     shard = _shard(args)
     tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format)  # before loading any model
     scorer, members, settings = build_scorer(args)
@@ -233,6 +215,9 @@ def main_score(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--surprisal", action="store_true",
                         help="add per-word surprisals (nats; each word takes the actions before it) and the "
                              "end surprisal (closing actions after the last word; </s> for TXL (terminals))")
+    from tgjax.eval.pushdown import add_pushdown_args
+
+    add_pushdown_args(parser)
     return _run("tgjax eval score", _score, argv, parser)
 
 
@@ -302,9 +287,9 @@ def _f1(best: Sequence[str], gold_path: str, params: str) -> dict:
 
 
 def _rerank(args) -> int:
-    from tgjax.infer.perplexity import check_sentence, proposals_pos_tags, read_proposals
     from tgjax.eval.rerank import read_gold, rerank, rerank_record
     from tgjax.eval.shards import make_summary
+    from tgjax.infer.perplexity import check_sentence, proposals_pos_tags, read_proposals
 
     shard = _shard(args)
     tagged = proposals_pos_tags(args.proposals, args.pos_tags)  # before loading any model

@@ -49,6 +49,7 @@ from tgjax.eval import syntaxgym as sg
 from tgjax.eval.evalb import evalb, right_branching
 from tgjax.infer.beam import BeamConfig, BeamResult, make_word_scorer
 from tgjax.infer.choe_charniak import ActionSpace
+from tgjax.progress import Progress
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
@@ -81,6 +82,16 @@ def add_beam_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-sentences", type=int, default=d.batch_sentences,
                        help="sentences searched together (one model call scores all their hypotheses)")
     group.add_argument("--max-batch", type=int, default=d.max_batch, help="most rows per model call")
+    from tgjax.eval.pushdown import add_pushdown_args  # Pushdown-LM workdirs: their own beam
+
+    add_pushdown_args(parser)
+
+
+def pushdown_config(args: argparse.Namespace):
+    """The Pushdown-LM beam's settings (`tgjax.eval.pushdown`)."""
+    from tgjax.eval.pushdown import pushdown_config as config
+
+    return config(args)
 
 
 def beam_config(args: argparse.Namespace) -> BeamConfig:
@@ -103,13 +114,20 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
 
 
-def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
+def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None):
     """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several.
+
+    A Pushdown-LM workdir (trainer `pushdown_lm`) gets its own beam over
+    (token, attachment) with the `pushdown` settings (`tgjax.eval.pushdown`).
 
     An ensemble searches one beam with the mixed next-action distribution
     (`tgjax.infer.beam`); its members must share one vocabulary and be all
     syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
     """
+    from tgjax.eval import pushdown as pushdown_eval
+
+    if pushdown is not None and pushdown_eval.is_pushdown(workdirs, step):
+        return pushdown_eval.pushdown_scorer(workdirs, step, pushdown)
     loaded = [_load(workdir, step) for workdir in workdirs]
     names = [f"{m.model_name} ({workdir})" for m, workdir in zip(loaded, workdirs)]
     for m, name in zip(loaded[1:], names[1:]):
@@ -127,19 +145,14 @@ def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig):
 def search_with_progress(scorer, sentences: Sequence[Sequence[str]], *, chunk: int = 32,
                          stream=None) -> list[BeamResult]:
     """`scorer.search(sentences)` a chunk at a time, with a progress line (sentences/s, words/s, ETA) on stderr."""
-    stream = stream or sys.stderr
+    progress = Progress(len(sentences), label="searched", noun="sentence", stream=stream)
     results: list[BeamResult] = []
-    start, words = time.perf_counter(), 0
+    words = 0
     for first in range(0, len(sentences), chunk):
         results.extend(scorer.search(sentences[first:first + chunk]))
         words += sum(len(s) for s in sentences[first:first + chunk])
-        elapsed = time.perf_counter() - start
-        rate = len(results) / elapsed
-        eta = (len(sentences) - len(results)) / rate if rate > 0 else math.inf
-        print(f"\rsearched {len(results)}/{len(sentences)} sentences  {rate:6.2f} sentences/s  "
-              f"{words / elapsed:7.1f} words/s  ETA {eta:6.0f}s", end="", file=stream, flush=True)
-    if len(sentences) > chunk:
-        print(file=stream)
+        progress.update(len(results), totals={"words": words})
+    progress.close()
     return results
 
 
@@ -243,6 +256,9 @@ class ParseReport:
     baseline_unlabeled_f1: float
     seconds: float
     unknown: UnknownWords
+    # Pushdown-LM (Table 4): unlabelled F1 against the right-binarised gold, of the parses and right-branching.
+    binarised_f1: float | None = None
+    baseline_binarised_f1: float | None = None
 
     @property
     def sentences_per_second(self) -> float:
@@ -264,7 +280,10 @@ class ParseReport:
             f"{'beam search':<20}{self.labeled_f1:12.2f}{self.unlabeled_f1:15.2f}",
             f"{'right-branching':<20}{self.baseline_labeled_f1:12.2f}{self.baseline_unlabeled_f1:15.2f}",
             f"unlabelled F1 over right-branching: {self.unlabeled_f1 - self.baseline_unlabeled_f1:+.2f}",
-        ])
+        ] + ([] if self.binarised_f1 is None else [
+            "unlabelled F1 against the right-binarised gold (Pushdown paper, Table 4; punctuation kept): "
+            f"beam {self.binarised_f1:.2f}, right-branching {self.baseline_binarised_f1:.2f} "
+            "(the parses are unlabelled: the labelled F1 above means nothing for them)"]))
 
 
 def parse_treebank(search, gold_trees: Sequence[Tree], *, params: str = "collins") -> ParseReport:
@@ -284,8 +303,14 @@ def parse_treebank(search, gold_trees: Sequence[Tree], *, params: str = "collins
     predicted = [with_preterminals(r.best_tree, t) for r, t in zip(results, tags)]
     baseline = [right_branching(w, tags=t) for w, t in zip(words, tags)]
     f1 = lambda pred, unlabeled: corpus_f1(gold_trees, pred, params, unlabeled)  # noqa: E731
+    table4 = {}
+    if getattr(search, "rule", None) == "pushdown":
+        from tgjax.eval.pushdown import table4_f1
+
+        table4 = dict(binarised_f1=table4_f1(gold_trees, predicted),
+                      baseline_binarised_f1=table4_f1(gold_trees, baseline))
     return ParseReport(gold_trees, predicted, baseline, results, f1(predicted, False), f1(predicted, True),
-                       f1(baseline, False), f1(baseline, True), seconds, unknown)
+                       f1(baseline, False), f1(baseline, True), seconds, unknown, **table4)
 
 
 def corpus_f1(gold, predicted, params: str, unlabeled: bool) -> float:
@@ -388,7 +413,7 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
         config = beam_config(args)
-        search, rule, described = _ensemble_scorer(args.workdir, args.step, config)
+        search, rule, described = _ensemble_scorer(args.workdir, args.step, config, pushdown=pushdown_config(args))
         if rule == "txl_terminals":
             raise ValueError(f"{described} models words only: it cannot parse")
         report = parse_treebank(search, gold, params=args.params)
@@ -401,8 +426,12 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
                 f.writelines(t.to_string() + "\n" for t in trees)
     print(f"model {described}, step {args.step}; treebank {where}"
           + (f", shard {shard}" if shard.count > 1 else ""))
-    print(f"beam: word {config.word_beam}, action {config.action_beam}, fast-track {config.fast_track}, "
-          f"stop {config.stop}, caps {config.max_open_nts} open / {config.max_consecutive_opens} in a row")
+    if rule == "pushdown":
+        print(f"beam: {search.config.beam_size} (token, attachment) hypotheses, final attachment "
+              f"{search.config.final_attachment}")
+    else:
+        print(f"beam: word {config.word_beam}, action {config.action_beam}, fast-track {config.fast_track}, "
+              f"stop {config.stop}, caps {config.max_open_nts} open / {config.max_consecutive_opens} in a row")
     print(report.format())
     return 0
 
@@ -511,7 +540,8 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
         suites = select_shard(sorted(suites, key=lambda s: s.name), shard)
         if not suites:
             raise ValueError("no suites in this shard")
-        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args))
+        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
+                                                   pushdown=pushdown_config(args))
         run = evaluate_sg(scorer, suites, circuits, progress=lambda line: print(line, file=sys.stderr))
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval sg: error: {err}", file=sys.stderr)
@@ -604,7 +634,8 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
             raise ValueError("no BLiMP pairs selected (check --paradigm / --shard)")
-        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args))
+        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
+                                                   pushdown=pushdown_config(args))
         run = evaluate_blimp_pairs(scorer, pairs)
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval blimp: error: {err}", file=sys.stderr)

@@ -39,11 +39,12 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from tgjax.progress import Progress
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
 from tgjax.train.checkpoint import CheckpointStore, Problem
-from tgjax.train.metrics import MetricsWriter, Progress
+from tgjax.train.metrics import MetricsWriter
 from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
 from tgjax.workdir import local_workdir
@@ -250,7 +251,8 @@ class Trainer:
         train_step = task.make_train_step()
         self.writer = MetricsWriter(self.workdir, start_step=start_step, tensorboard=task.tensorboard,
                                     enabled=self.is_main)
-        self.progress = Progress(num_steps, start_step, stream=self.stream, enabled=not self.quiet and self.is_main)
+        self.progress = Progress(num_steps, label="step", noun="step", start=start_step, stream=self.stream,
+                                 enabled=not self.quiet and self.is_main)
         iterator = task.batches(data_position)
         batch = next(iterator)
         position = iterator.get_state()  # the data position once `batch` is consumed
@@ -279,9 +281,9 @@ class Trainer:
                 if step % task.logging_interval == 0 or step == num_steps:
                     record = window.record(step, metrics)
                     self.writer.write(record)
-                    self.progress.update(step, loss=record["loss"], learning_rate=record["learning_rate"],
-                                         steps_per_second=record["steps_per_second"],
-                                         tokens_per_second=record["tokens_per_second"])
+                    self.progress.update(step, rates={"steps": record["steps_per_second"],
+                                                      "tokens": record["tokens_per_second"]},
+                                         fields=[f"loss {record['loss']:7.4f}", f"lr {record['learning_rate']:.2e}"])
                     window = task.new_window()
 
                 paused_at = time.perf_counter()  # validation and saving do not count towards steps/s

@@ -1,4 +1,4 @@
-"""What a run reports: `metrics.jsonl`, TensorBoard events, and a progress line.
+"""What a run reports: `metrics.jsonl` and TensorBoard events (the progress line: `tgjax.progress`).
 
 `WORKDIR/metrics.jsonl` has one JSON object per logged step:
 
@@ -14,13 +14,12 @@ so the history reads as one run. Only process 0 writes.
 from __future__ import annotations
 
 import json
-import math
 import sys
-import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from tgjax.extras import MissingExtra, require_extra
+from tgjax.progress import format_duration  # noqa: F401 (tasks import it from here)
 
 
 class MetricsWriter:
@@ -97,58 +96,3 @@ def read_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
     return records, unreadable
 
 
-def format_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-class Progress:
-    """One status line: step, steps/s, tokens/s, loss, learning rate, ETA.
-
-    On a terminal the line is redrawn in place; otherwise (logs, pipes) one
-    line is printed per logging interval.
-    """
-
-    def __init__(self, total_steps: int, start_step: int, *, stream: TextIO | None = None, enabled: bool = True):
-        self.total, self.start_step = total_steps, start_step
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.inline = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = time.perf_counter()
-        self._drawn = False
-
-    def update(self, step: int, *, loss: float, learning_rate: float, steps_per_second: float,
-               tokens_per_second: float) -> None:
-        if not self.enabled:
-            return
-        done = step - self.start_step
-        elapsed = time.perf_counter() - self.start
-        overall = done / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - step) / overall if overall > 0 else float("inf")
-        width = len(str(self.total))
-        line = (f"step {step:>{width}}/{self.total} | {steps_per_second:6.2f} steps/s | "
-                f"{tokens_per_second:9,.0f} tokens/s | loss {loss:7.4f} | lr {learning_rate:.2e} | "
-                f"ETA {format_duration(eta)}")
-        if self.inline:
-            print("\r" + line, end="", file=self.stream, flush=True)
-            self._drawn = True
-        else:
-            print(line, file=self.stream, flush=True)
-
-    def message(self, text: str) -> None:
-        """A line of its own (validation results, checkpoints), not overwritten by the next update."""
-        if not self.enabled:
-            return
-        if self._drawn:
-            print(file=self.stream)
-            self._drawn = False
-        print(text, file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.enabled and self._drawn:
-            print(file=self.stream, flush=True)
-            self._drawn = False
