@@ -8,6 +8,8 @@ and inference restores a checkpoint's parameters into their shapes
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -34,4 +36,15 @@ def model_parts(config: ModelConfig) -> ModelParts:
     return ModelParts(config, graphdef, abstract_params, tuple(tags))
 
 
-__all__ = ["ModelParts", "model_parts"]
+def count_parameters(model: nnx.Module | Callable[[], nnx.Module]) -> int:
+    """How many numbers the `nnx.Param` variables of `model` hold (batch statistics, RNG state and caches not counted).
+
+    `model` is a module, or a constructor such as `lambda: Model(config, rngs=nnx.Rngs(0))`, which is
+    built abstractly (`nnx.eval_shape`: shapes only, nothing allocated).
+    """
+    if not isinstance(model, nnx.Module):
+        model = nnx.eval_shape(model)
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+__all__ = ["ModelParts", "count_parameters", "model_parts"]

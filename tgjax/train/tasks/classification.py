@@ -59,10 +59,16 @@ import optax
 from flax import nnx
 
 from tgjax.data import listops, logic
-from tgjax.models.ordered_memory import (OMClassifierConfig, OrderedMemoryClassifier, pointer_trees, remove_leaves,
-                                         tree_spans)
+from tgjax.models.ordered_memory import (
+    OMClassifierConfig,
+    OrderedMemoryClassifier,
+    pointer_trees,
+    remove_leaves,
+    tree_spans,
+)
+from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
-from tgjax.train.config import ConfigError, DEFAULT_LOGICAL_AXIS_RULES, to_json_dict
+from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
 from tgjax.train.metrics import format_duration
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
@@ -184,8 +190,7 @@ def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: the classifier, its parameter count, its fixed vocabulary (no data read)."""
     check_config(config)
     model_cfg = model_config(config)
-    abstract = nnx.eval_shape(lambda: OrderedMemoryClassifier(model_cfg, rngs=nnx.Rngs(0)))
-    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
+    count = count_parameters(lambda: OrderedMemoryClassifier(model_cfg, rngs=nnx.Rngs(0)))
     source = "tgjax.data.listops.TOKENS" if config.dataset == "listops" else "tgjax.data.logic.TOKENS + padding"
     return {"model_name": f"ordered_memory_{config.dataset}", "num_parameters": count,
             "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg)}

@@ -54,6 +54,7 @@ import optax
 from flax import nnx
 
 from tgjax.models.mlm_masking import MASK, MASK_ID, PAD, PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens, masked_nll  # noqa: F401
+from tgjax.models.parts import count_parameters
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
@@ -379,8 +380,7 @@ def describe(config) -> dict[str, Any]:
     except FileNotFoundError as missing:
         vocab_size, source = PTB_VOCABULARY_SIZE, f"the thesis' PTB size; the training data is absent ({missing})"
     model_cfg = model_config(config, vocab_size)
-    abstract = nnx.eval_shape(lambda: UDGN(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
-    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
+    count = count_parameters(lambda: UDGN(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
     return {"model_name": "udgn_mlm", "num_parameters": count, "vocab_size": vocab_size, "vocab_source": source,
             "model": dataclasses.asdict(model_cfg)}
 

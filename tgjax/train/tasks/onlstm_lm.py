@@ -89,6 +89,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
+from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import format_duration
@@ -542,8 +543,7 @@ def describe(config) -> dict[str, Any]:
                                      corpus_seed=d.corpus_seed, key="data.valid_path"))
     words = build_vocabulary(*splits, min_count=d.min_word_count)
     model_cfg = model_config(config, len(words))
-    abstract = nnx.eval_shape(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
-    count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    count = count_parameters(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
     return {"model_name": "onlstm_lm", "num_parameters": count, "vocab_size": len(words),
             "vocab_source": f"built from {d.train_path}", "model": dataclasses.asdict(model_cfg)}
 
