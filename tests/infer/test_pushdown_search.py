@@ -25,8 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tgjax.infer import pushdown_oracle as oracle
-from tgjax.infer.pushdown_search import (PushdownBeamConfig, PushdownSearch, apply_attachment,
-                                         merge_subword_bracketing)
+from tgjax.infer.pushdown_search import (
+    PushdownBeamConfig,
+    PushdownSearch,
+    apply_attachment,
+    merge_subword_bracketing,
+)
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig
 from tgjax.syntax import stack_tape as stt
 
@@ -34,16 +38,16 @@ TOL = 2e-4  # the device sums in float32
 BOS, EOS, VOCAB = 1, 2, 12
 SWITCHES = {
     "paper": {},
-    "release": dict(head_scaled=False, head_self_key_input="query", head_relative_positions=True,
-                    attachment_normalise="causal", depth_space="model"),
-    "binary": dict(num_depths=2, binary_tape=True),
+    "release": {"head_scaled": False, "head_self_key_input": "query", "head_relative_positions": True,
+                "attachment_normalise": "causal", "depth_space": "model"},
+    "binary": {"num_depths": 2, "binary_tape": True},
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_model(switches: str = "paper", seed: int = 0) -> PushdownLM:
-    fields = dict(vocab_size=VOCAB, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32, sequence_length=16,
-                  num_depths=6, dropout=0.0, embedding_dropout=0.0)
+    fields = {"vocab_size": VOCAB, "d_model": 16, "num_layers": 2, "num_heads": 2, "ffw_hidden_size": 32,
+              "sequence_length": 16, "num_depths": 6, "dropout": 0.0, "embedding_dropout": 0.0}
     fields.update(SWITCHES[switches])
     return PushdownLM(PushdownLMConfig(**fields), rngs=nnx.Rngs(seed))
 
