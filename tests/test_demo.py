@@ -33,7 +33,7 @@ def test_agreement_accuracy_counts_pairs_by_construction():
     assert [p.construction for p in pairs] == ["pp", "subject_relative", "object_relative"] * 2
     assert by_construction == pytest.approx({"pp": 1.0, "subject_relative": 0.5, "object_relative": 0.5})
 
-def test_demo_trains_and_tabulates_three_models(tmp_path, capsys, monkeypatch):
+def test_demo_trains_and_tabulates_four_models(tmp_path, capsys, monkeypatch):
     scored = []  # (depths of the pairs, how many, the accuracy) of each _agreement call
 
     def recording_agreement(scorer, pairs):
@@ -51,8 +51,8 @@ def test_demo_trains_and_tabulates_three_models(tmp_path, capsys, monkeypatch):
                            num_deep_pairs=3, beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))
     assert [r.model for r in report.rows] == list(demo.MODELS)
     # Per model: simple, attractor, then the depth-2 and depth-3 pairs, each row holding its own results.
-    assert [(depths, n) for depths, n, _ in scored] == [([0], 2), ([1], 3), ([2], 3), ([3], 3)] * 3
-    for row, calls in zip(report.rows, [scored[i:i + 4] for i in (0, 4, 8)]):
+    assert [(depths, n) for depths, n, _ in scored] == [([0], 2), ([1], 3), ([2], 3), ([3], 3)] * 4
+    for row, calls in zip(report.rows, [scored[i:i + 4] for i in (0, 4, 8, 12)]):
         assert [row.simple_accuracy, row.agreement_accuracy, row.deep_accuracy[2], row.deep_accuracy[3]] == [
             accuracy for _, _, accuracy in calls]
     for row in report.rows:
@@ -66,13 +66,14 @@ def test_demo_trains_and_tabulates_three_models(tmp_path, capsys, monkeypatch):
             assert set(by_construction) == {"pp", "subject_relative", "object_relative"}
             assert set(by_construction.values()) <= {0.0, 1.0}
             assert row.deep_accuracy[depth] == pytest.approx(sum(by_construction.values()) / 3)
-        assert (tmp_path / row.model / "vocab.json").exists()
-    tg, cc, terminals = report.rows
+        assert (tmp_path / row.model / ("vocab.txt" if row.model == "pushdown_lm" else "vocab.json")).exists()
+    tg, cc, terminals, pushdown = report.rows
+    assert pushdown.labeled_f1 is None and 0.0 <= pushdown.unlabeled_f1 <= 100.0 and not pushdown.exact_perplexity
     assert terminals.exact_perplexity and not tg.exact_perplexity
     assert terminals.labeled_f1 is None and 0.0 <= tg.unlabeled_f1 <= 100.0 and 0.0 <= cc.labeled_f1 <= 100.0
     assert 0.0 <= report.baseline_unlabeled_f1 <= 100.0
     table = report.format()
-    assert "right-branching" in table and "TXL (terminals)" in table and "—" in table
+    assert "right-branching" in table and "TXL (terminals)" in table and "Pushdown-LM" in table and "—" in table
     assert "depth 2" in table and "depth 3" in table and "3 at each depth" in table
 
 

@@ -2,18 +2,23 @@
 
     tgjax demo --workdir runs/demo [--config.training.num_steps=300 ...]
 
-Trains three small models on the built-in synthetic treebank with the same
+Trains four small models on the built-in synthetic treebank with the same
 settings (`configs/tiny.py` with `DEMO_SETTINGS`; only `model.name` changes): a Transformer
 Grammar (`tg`), Transformer-XL over Choe–Charniak actions (`txl_cc`) and
-over the words alone (`txl_terminals`). Then, for each, on held-out data:
+over the words alone (`txl_terminals`); and a Pushdown-LM (`pushdown_lm`,
+`configs/pushdown_tiny.py` with the same layers, steps and schedule,
+`PUSHDOWN_SETTINGS`; the overrides given apply where its config has the key,
+the others are listed). Then, for each, on held-out data:
 
 * validation word perplexity, per word, the end of the sentence included:
   exact for TXL (terminals); for the syntactic models, from the beam's
   log p(x) = log Σ_y p(x, y) over the trees it finds, a lower bound on
-  p(x), so their perplexity is an upper bound;
+  p(x), so their perplexity is an upper bound (the Pushdown-LM: its beam
+  over (word, attachment), `tgjax.infer.pushdown_search`, `PUSHDOWN_BEAM`);
 * parse F1 (EVALB, COLLINS.prm; labelled and unlabelled) of the beam's best
   trees for the validation sentences against their gold trees, beside a
-  right-branching baseline (TXL (terminals) cannot parse);
+  right-branching baseline (TXL (terminals) cannot parse; the Pushdown-LM's
+  parses are unlabelled and binary: unlabelled F1 only);
 * accuracy on subject–verb agreement minimal pairs generated from the
   built-in grammar (`corpora.agreement_minimal_pairs`): a pair is right when
   log p(good) > log p(bad); "simple" pairs have a bare subject ("the dogs
@@ -47,13 +52,18 @@ from typing import TextIO
 
 import numpy as np
 
-MODELS = ("tg", "txl_cc", "txl_terminals")
+MODELS = ("tg", "txl_cc", "txl_terminals", "pushdown_lm")
 # configs/tiny.py with three layers (see the module docstring) and 1,500 steps: a few minutes a model.
 DEMO_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
                  "training.lr_schedule.kwargs.cosine_cycle_length=1400", "evaluation.interval_steps=500",
                  "checkpointing.interval_steps=500")
+# configs/pushdown_tiny.py on the same footing: three layers, the same steps and schedule.
+PUSHDOWN_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
+                     "training.lr_schedule.kwargs.cosine_cycle_length=1400", "evaluation.interval_steps=500",
+                     "checkpointing.interval_steps=500")
+PUSHDOWN_BEAM = 20  # hypotheses over (word, attachment); the paper's 300 is for BLLIP's ambiguity
 DEPTHS = (2, 3)  # the generalisation columns: embeddings between subject and verb (training has <= 1)
-TITLES = {"tg": "TG", "txl_cc": "TXL (CC)", "txl_terminals": "TXL (terminals)"}
+TITLES = {"tg": "TG", "txl_cc": "TXL (CC)", "txl_terminals": "TXL (terminals)", "pushdown_lm": "Pushdown-LM"}
 
 
 @dataclasses.dataclass
@@ -111,7 +121,8 @@ class DemoReport:
             "",
             "valid ppl: per-word perplexity of the validation sentences, end of sentence included; "
             "* = upper bound",
-            "  (log p(x) summed over the trees word-synchronous beam search finds); exact for TXL (terminals).",
+            "  (log p(x) summed over the trees word-synchronous beam search finds); exact for TXL (terminals);",
+            f"  Pushdown-LM: over the parses its beam of {PUSHDOWN_BEAM} (word, attachment) hypotheses keeps.",
             "F1: EVALB (COLLINS.prm) of the beam's best tree against the gold tree.",
             "agreement: log p(good) > log p(bad) on minimal pairs; simple: a bare subject; attractor: a noun of",
             "  the other number between the subject's head and the verb; by construction: "
@@ -135,13 +146,33 @@ def _train_one(name: str, workdir: Path, overrides: list[str], stream: TextIO) -
     from tgjax.train.config import load_config
     from tgjax.train.loop import train
 
-    config = load_config("tiny", [f"model.name={name}", *DEMO_SETTINGS, *overrides])
+    if name == "pushdown_lm":
+        config = _pushdown_config(overrides, stream)
+    else:
+        config = load_config("tiny", [f"model.name={name}", *DEMO_SETTINGS, *overrides])
     print(f"\n== training {TITLES[name]} ({name}) in {workdir}", file=stream, flush=True)
     start = time.perf_counter()
     result = train(config, workdir, stream=stream)
     seconds = time.perf_counter() - start
     best = result.best_valid_loss if result.best_valid_loss is not None else math.nan
     return result.num_parameters, seconds, best
+
+
+def _pushdown_config(overrides: list[str], stream: TextIO):
+    """configs/pushdown_tiny.py + `PUSHDOWN_SETTINGS` + the overrides its config has a key for (the rest listed)."""
+    from tgjax.train.config import load_config
+
+    base = load_config("pushdown_tiny", PUSHDOWN_SETTINGS)
+    applicable, skipped = [], []
+    for override in overrides:
+        node, parts = base, override.split("=", 1)[0].split(".")
+        for part in parts:
+            node = node.get(part) if hasattr(node, "get") else None
+        (applicable if node is not None else skipped).append(override)
+    if skipped:
+        print(f"   Pushdown-LM: {len(skipped)} override(s) its config has no key for, not applied: "
+              f"{' '.join(skipped)}", file=stream, flush=True)
+    return load_config("pushdown_tiny", [*PUSHDOWN_SETTINGS, *applicable])
 
 
 def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:
@@ -182,12 +213,22 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     from tgjax.infer.loading import load_model
     from tgjax.eval.parse import parse_treebank
 
+    from tgjax.infer.pushdown_loading import is_pushdown_workdir
+
     start = time.perf_counter()
-    loaded = load_model(workdir, step="best")
-    rule = loaded.pipeline_fields["rule"]
-    scorer = make_word_scorer(loaded.model, loaded.vocab, rule, beam_config)
+    if is_pushdown_workdir(workdir):
+        from tgjax.infer.pushdown_loading import load_pushdown
+        from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
+
+        loaded = load_pushdown(workdir, step="best")
+        rule, title = "pushdown", TITLES["pushdown_lm"]
+        scorer = PushdownSearch(loaded.model, loaded.vocab, PushdownBeamConfig(beam_size=PUSHDOWN_BEAM))
+    else:
+        loaded = load_model(workdir, step="best")
+        rule, title = loaded.pipeline_fields["rule"], TITLES.get(loaded.model_name, loaded.model_name)
+        scorer = make_word_scorer(loaded.model, loaded.vocab, rule, beam_config)
     num_pairs = len(simple_pairs) + len(pairs) + sum(map(len, deep_pairs.values()))
-    print(f"== evaluating {TITLES.get(loaded.model_name, loaded.model_name)}: "
+    print(f"== evaluating {title}: "
           f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)
     if rule == "txl_terminals":
         results = scorer.search([t.leaves() for t in valid_trees])  # exact and fast: no progress needed
@@ -197,7 +238,8 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     else:
         report = parse_treebank(scorer, valid_trees)
         perplexity = report.perplexity_bound()
-        f1s = (report.labeled_f1, report.unlabeled_f1, report.baseline_labeled_f1, report.baseline_unlabeled_f1)
+        labeled = None if rule == "pushdown" else report.labeled_f1  # unlabelled parses
+        f1s = (labeled, report.unlabeled_f1, report.baseline_labeled_f1, report.baseline_unlabeled_f1)
     simple_accuracy, _ = _agreement(scorer, simple_pairs)
     accuracy, by_construction = _agreement(scorer, pairs)
     deep = {depth: _agreement(scorer, depth_pairs) for depth, depth_pairs in deep_pairs.items()}
