@@ -1,0 +1,349 @@
+"""`tgjax eval dyck`: accuracy at choosing the right closing bracket (Murty et al., EMNLP 2023, §4.1, Table 1).
+
+    tgjax eval dyck --workdir runs/pushdown_dyck [--sets dyck50,dyck100,dyck200,dyck300,depth]
+                    [--tape model|gold] [--beam-size 50] [--among closers|all] [--seed 0] [-o scores.json]
+
+The protocol. "Models are provided an input prefix from a separate Dyck
+language, and evaluated on choosing the correct closing bracket" (§4.1). An
+example (`tgjax.data.dyck.DyckExample`) is a prefix whose next token must be
+the closer of its innermost open bracket; the model reads ``<s> prefix`` and
+its prediction is the argmax of its next-token distribution after the prefix
+over the closing brackets (``--among closers``, the release's eval_dyck.py,
+released-code.md §1.8; ``--among all``: over the whole vocabulary, a stricter
+reading). Accuracy = the fraction of examples whose prediction is the target.
+
+The sets (`evaluation_sets`; released-code.md §1.8), drawn afresh from
+``--seed`` (the paper's files are not released):
+
+* ``dyck50`` .. ``dyck300``: long-range dependencies, prefixes of Dyck_{20,40}
+  strings ending just before a closer whose opener is at least 50 / 100 /
+  200 / 300 tokens back (at least 50 examples each);
+* ``depth``: depth generalisation, 105 prefixes nesting 15..49 deep whose
+  target closes the outermost bracket.
+
+The stack tape at test time (``--tape``). A Pushdown-LM builds its tape from
+its own attachment decisions, synchronously with the tokens (§3.3); the
+paper decodes them by beam search, and the release's eval_dyck.py reads the
+top hypothesis of a beam of 50 over the prefix and predicts from *its* tape.
+``--tape model`` (default) does that (`tgjax.infer.pushdown_search`,
+``--beam-size``, 1 = greedy). ``--tape gold`` is a diagnostic that no paper
+reports: the tape of the true bracket matching (an oracle parser), which
+says how much of an error is the parser's. A Base-LM's layers never read the
+tape (only its attachment head does), so its prediction is one
+teacher-forced pass whatever ``--tape`` says; the report says "not read".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tgjax.data import dyck
+from tgjax.syntax import stack_tape as stt
+
+LONG_RANGE_SETS = {f"dyck{length}": length for length in dyck.LONG_RANGE_LENGTHS}
+SET_NAMES = (*LONG_RANGE_SETS, "depth")
+TAPE_SOURCES = ("model", "gold")
+AMONG = ("closers", "all")
+# Table 1 of the paper (accuracy, %).
+PAPER_TABLE = {
+    "base": {"dyck50": 90.0, "dyck100": 81.0, "dyck200": 40.6, "dyck300": 14.1, "depth": 40.6},
+    "pushdown": {"dyck50": 96.5, "dyck100": 88.0, "dyck200": 61.2, "dyck300": 42.9, "depth": 68.3},
+}
+SET_TITLES = {"dyck50": "Dyck (50)", "dyck100": "Dyck (100)", "dyck200": "Dyck (200)", "dyck300": "Dyck (300)",
+              "depth": "Depth Gen. (15-50)"}
+
+
+def parse_set_names(text: str) -> list[str]:
+    """``"dyck50,depth"`` -> the names, in the order given; an unknown or repeated name is a ValueError."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in SET_NAMES]
+    if unknown or not names:
+        raise ValueError(f"--sets: unknown set {', '.join(map(repr, unknown)) or '(none given)'}; "
+                         f"expected a comma-separated list of {', '.join(SET_NAMES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--sets: a set is named twice in {text!r}")
+    return names
+
+
+def evaluation_sets(names: Sequence[str], *, seed: int = 0,
+                    num_types: int = dyck.PAPER_TYPES) -> dict[str, list[dyck.DyckExample]]:
+    """The named sets, each from its own generator ``[seed, code]`` (code: the length L, or 1 for depth)."""
+    sets = {}
+    for name in names:
+        if name in LONG_RANGE_SETS:
+            length = LONG_RANGE_SETS[name]
+            rng = np.random.default_rng([seed, length])
+            sets[name] = dyck.long_range_examples(rng, length, num_types=num_types)
+        elif name == "depth":
+            sets[name] = dyck.depth_generalisation_examples(np.random.default_rng([seed, 1]), num_types=num_types)
+        else:
+            raise ValueError(f"unknown Dyck evaluation set {name!r}; expected one of {SET_NAMES}")
+    return sets
+
+
+def gold_attachments(example: dyck.DyckExample) -> np.ndarray:
+    """``[n + 1]`` the true attachments of ``<s> prefix`` (closers reduce with their opener)."""
+    return dyck.dyck_attachments(example.prefix, bos=True, name="Dyck prefix", complete=False)
+
+
+def choose(next_log_probs: np.ndarray, candidate_ids: np.ndarray) -> np.ndarray:
+    """``[N]`` the candidate id of highest log-probability per row of ``next_log_probs [N, V]`` (first on ties)."""
+    candidate_ids = np.asarray(candidate_ids)
+    return candidate_ids[np.argmax(np.asarray(next_log_probs)[:, candidate_ids], axis=-1)]
+
+
+def accuracy(predicted: np.ndarray, target: np.ndarray) -> float:
+    """Fraction of equal entries of two ``[N]`` id arrays (NaN for N = 0)."""
+    predicted, target = np.asarray(predicted), np.asarray(target)
+    if predicted.shape != target.shape:
+        raise ValueError(f"{predicted.shape[0]} predictions for {target.shape[0]} targets")
+    return float(np.mean(predicted == target)) if target.size else float("nan")
+
+
+@dataclasses.dataclass
+class SetScore:
+    name: str
+    accuracy: float  # fraction correct
+    num_examples: int
+    num_correct: int
+    attachment_agreement: float | None  # the tape's attachments equal to the gold ones (tape model), per token
+    exact_tapes: float | None  # prefixes whose whole tape is the gold one (tape model)
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# A prefix scorer: (ids [n] of `<s> prefix`, gold attachments [n]) -> (log-probs [V] of the next token,
+# the attachments [n] of the tape it read, or None when no layer reads a tape).
+PrefixScorer = Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], tuple[np.ndarray, list[np.ndarray | None]]]
+
+
+def score_set(name: str, examples: Sequence[dyck.DyckExample], vocab, scorer, *, among: str = "closers",
+              batch_size: int = 16, progress: Callable[[int], None] | None = None) -> SetScore:
+    """Accuracy of `scorer` on one set. `vocab`: `tgjax.data.dyck.dyck_vocabulary`'s (ids of the tokens)."""
+    if among not in AMONG:
+        raise ValueError(f"--among: expected one of {AMONG}, got {among!r}")
+    closer_ids = np.asarray([vocab.id_of(t) for t in dyck.closers(len(vocab.symbols) // 2)])
+    candidates = closer_ids if among == "closers" else np.arange(vocab.size)
+    start = time.perf_counter()
+    predicted, agreed, counted, exact, read = [], 0, 0, 0, 0
+    for first in range(0, len(examples), batch_size):
+        chunk = examples[first:first + batch_size]
+        ids = [np.asarray([vocab.bos_id] + [vocab.id_of(t) for t in e.prefix], np.int32) for e in chunk]
+        gold = [gold_attachments(e) for e in chunk]
+        log_probs, used = scorer(ids, gold)
+        predicted.append(choose(log_probs, candidates))
+        for g, u in zip(gold, used):
+            if u is None:
+                continue
+            read += 1
+            # Position 0 (<s>) always shifts; the prefix's tokens are 1..n-1.
+            agreed += int(np.count_nonzero(u[1:] == g[1:]))
+            counted += len(g) - 1
+            exact += int(np.array_equal(u, g))
+        if progress is not None:
+            progress(len(chunk))
+    targets = np.asarray([vocab.id_of(e.target) for e in examples])
+    predicted = np.concatenate(predicted) if predicted else np.zeros(0, np.int64)
+    correct = int(np.count_nonzero(predicted == targets))
+    return SetScore(name, accuracy(predicted, targets), len(examples), correct,
+                    agreed / counted if counted else None, exact / read if read else None,
+                    time.perf_counter() - start)
+
+
+# -----------------------------------------------------------------------------
+# Scorers (JAX from here on, imported lazily so that the metric above stays NumPy).
+
+
+def tape_of(attach: np.ndarray, binary: bool) -> np.ndarray:
+    """``[n, n]`` the tape a model reads after the attachments ``[n]`` (binary: 1 where reduced)."""
+    depths, _ = stt.replay(np.asarray(attach))
+    return (depths > 0).astype(np.int32) if binary else depths.astype(np.int32)
+
+
+class TeacherForcedScorer:
+    """Next-token log-probabilities after each prefix under a given tape, in padded batches (one pass each).
+
+    Lengths are padded up to a multiple of `bucket` (one compilation per bucket).
+    """
+
+    def __init__(self, model, *, bucket: int = 64):
+        import jax
+        from flax import nnx
+
+        self.model, self.bucket = model, bucket
+        graphdef, state = nnx.split(model)
+
+        def last_log_probs(state, batch, last):
+            logits = nnx.merge(graphdef, state)(batch, deterministic=True)["lm_logits"]  # [B, T, V]
+            rows = jax.numpy.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]  # [B, V]
+            return jax.nn.log_softmax(rows.astype(jax.numpy.float32), axis=-1)
+
+        self._state = state
+        self._last_log_probs = jax.jit(last_log_probs)
+
+    def log_probs(self, ids: Sequence[np.ndarray], attach: Sequence[np.ndarray]) -> np.ndarray:
+        """``[B, V]`` log p(next token | <s> prefix; the tape of ``attach``) for each of the B prefixes."""
+        import jax.numpy as jnp
+
+        longest = max(len(i) for i in ids)
+        T = -(-longest // self.bucket) * self.bucket
+        B = len(ids)
+        inputs = np.zeros((B, T), np.int32)
+        weights = np.zeros((B, T), np.float32)
+        tape = np.zeros((B, T, T), np.int32)
+        for b, (row, labels) in enumerate(zip(ids, attach)):
+            n = len(row)
+            if len(labels) != n:
+                raise ValueError(f"prefix {b}: {len(labels)} attachments for {n} tokens")
+            inputs[b, :n], weights[b, :n] = row, 1.0
+            tape[b, :n, :n] = tape_of(labels, self.model.config.binary_tape)
+        batch = {"inputs": jnp.asarray(inputs), "targets": jnp.zeros((B, T), jnp.int32),
+                 "weights": jnp.asarray(weights), "tape": jnp.asarray(tape)}
+        last = jnp.asarray([len(i) - 1 for i in ids], jnp.int32)
+        return np.asarray(self._last_log_probs(self._state, batch, last))
+
+
+def gold_tape_scorer(model, *, reads_tape: bool = True, bucket: int = 64) -> PrefixScorer:
+    """The tape of the true matching (``--tape gold``); ``reads_tape=False`` (Base-LM) reports no tape."""
+    forced = TeacherForcedScorer(model, bucket=bucket)
+
+    def score(ids, gold):
+        return forced.log_probs(ids, gold), [g if reads_tape else None for g in gold]
+
+    return score
+
+
+def model_tape_scorer(model, vocab, *, beam_size: int = 50, bucket: int = 64) -> PrefixScorer:
+    """The model's own attachments (``--tape model``): the top hypothesis of a beam over the prefix.
+
+    The next-token distribution is the one under that hypothesis's tape, as the release's eval_dyck.py.
+    """
+    from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
+
+    search = PushdownSearch(model, vocab, PushdownBeamConfig(beam_size=beam_size, bucket=bucket))
+    forced = TeacherForcedScorer(model, bucket=bucket)
+
+    def score(ids, gold):
+        own = [np.asarray(search.prefix(row, beam_size=beam_size).best_attach, np.int32) for row in ids]
+        return forced.log_probs(ids, own), own
+
+    return score
+
+
+# -----------------------------------------------------------------------------
+# The command.
+
+
+def check_dyck_run(loaded) -> int:
+    """The run's number of bracket types; a ValueError naming the workdir unless it is a Dyck run."""
+    data = (loaded.config or {}).get("data") or {}
+    if data.get("source") != "dyck":
+        raise ValueError(f"{loaded.where}: trained on data.source={data.get('source')!r}, not Dyck strings; "
+                         f"tgjax eval dyck reads runs of configs/pushdown_dyck.py (data.source='dyck')")
+    num_types = int(data.get("dyck_num_types", dyck.PAPER_TYPES))
+    expected = list(dyck.dyck_vocabulary(num_types).tokens)
+    if loaded.tokens != expected:
+        raise ValueError(f"{loaded.where}: its vocab.txt is not the Dyck vocabulary of {num_types} bracket types")
+    return num_types
+
+
+def format_table(kind: str, scores: dict[str, SetScore]) -> str:
+    """Ours beside the paper's Table 1 column for `kind` ("base" or "pushdown"), in %."""
+    paper = PAPER_TABLE[kind]
+    lines = [f"{'set':20s} {'ours':>7s} {'paper':>7s} {'n':>5s}  tape attachments = gold (tokens / prefixes)"]
+    for name, s in scores.items():
+        tape = ("not read" if s.attachment_agreement is None
+                else f"{100 * s.attachment_agreement:.1f}% / {100 * s.exact_tapes:.1f}%")
+        lines.append(f"{SET_TITLES[name]:20s} {100 * s.accuracy:7.1f} {paper[name]:7.1f} {s.num_examples:5d}  {tape}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tgjax eval dyck",
+        description="Accuracy at choosing the right closing bracket after Dyck prefixes (Pushdown Layers, Table 1): "
+                    "long-range dependencies (dyck50..dyck300) and depth generalisation (depth), beside the "
+                    "paper's numbers.")
+    p.add_argument("--workdir", required=True, help="a Dyck run of configs/pushdown_dyck.py (Pushdown-LM or :base)")
+    p.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
+    p.add_argument("--sets", default=",".join(SET_NAMES), help=f"comma-separated, of {', '.join(SET_NAMES)} (all)")
+    p.add_argument("--tape", choices=TAPE_SOURCES, default="model",
+                   help="the stack tape a Pushdown-LM reads: model (its own attachment decisions by beam search, "
+                        "the paper and release; default) or gold (the true matching: a diagnostic, not the "
+                        "paper's protocol). Base-LM reads no tape")
+    p.add_argument("--beam-size", type=int, default=50, help="beam over the prefix for --tape model (release: 50; "
+                                                                "1 = greedy)")
+    p.add_argument("--among", choices=AMONG, default="closers",
+                   help="the prediction is the argmax over the closing brackets (default, the release) or over all "
+                        "tokens")
+    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation sets (default 0)")
+    p.add_argument("--limit", type=int, default=None, help="first N examples of each set only (a quick look)")
+    p.add_argument("--batch-size", type=int, default=16, help="prefixes per forward pass (default 16)")
+    p.add_argument("-o", "--output", default=None, help="write the scores as one JSON object here")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
+    """Returns 0, or 2 with a one-line error for bad input. `load(workdir, step)` (tests) replaces the loader."""
+    args = _parser().parse_args(argv)
+    from tgjax.infer.loading import CheckpointError
+
+    try:
+        names = parse_set_names(args.sets)
+        if args.beam_size < 1:
+            raise ValueError(f"--beam-size: expected at least 1, got {args.beam_size}")
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit: expected at least 1, got {args.limit}")
+        if load is None:
+            from tgjax.infer.pushdown_checkpoint import load_pushdown_lm as load
+        loaded = load(args.workdir, args.step)
+        num_types = check_dyck_run(loaded)
+        vocab = dyck.dyck_vocabulary(num_types)
+        sets = evaluation_sets(names, seed=args.seed, num_types=num_types)
+        if loaded.is_base:
+            scorer, tape = gold_tape_scorer(loaded.model, reads_tape=False), "not read (Base-LM)"
+        elif args.tape == "gold":
+            scorer, tape = gold_tape_scorer(loaded.model), "gold (the true matching; a diagnostic)"
+        else:
+            scorer = model_tape_scorer(loaded.model, vocab, beam_size=args.beam_size)
+            tape = f"the model's own attachments (top of a beam of {args.beam_size})"
+    except (ValueError, OSError, CheckpointError) as error:
+        print(f"tgjax eval dyck: error: {error}", file=sys.stderr)
+        return 2
+    kind = "base" if loaded.is_base else "pushdown"
+    print(f"{loaded.describe()}; tape: {tape}; prediction: argmax over {args.among}; sets from seed {args.seed}")
+    scores = {}
+    for name, examples in sets.items():
+        examples = examples[:args.limit] if args.limit else examples
+        done = [0]
+
+        def progress(n, name=name, total=len(examples), done=done):
+            done[0] += n
+            if not args.quiet:
+                print(f"\r{name}: {done[0]}/{total} prefixes", end="", file=sys.stderr, flush=True)
+
+        scores[name] = score_set(name, examples, vocab, scorer, among=args.among, batch_size=args.batch_size,
+                                 progress=progress)
+        if not args.quiet:
+            print(f"\r{name}: {len(examples)} prefixes, accuracy {100 * scores[name].accuracy:.1f}% "
+                  f"({scores[name].seconds:.0f}s)", file=sys.stderr)
+    print(format_table(kind, scores))
+    if args.output:
+        record = {"workdir": str(loaded.workdir), "step": loaded.step, "model": kind, "tape": tape,
+                  "beam_size": args.beam_size if kind == "pushdown" and args.tape == "model" else None,
+                  "among": args.among, "seed": args.seed, "limit": args.limit,
+                  "scores": {n: s.as_dict() for n, s in scores.items()},
+                  "paper": PAPER_TABLE[kind]}
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+    return 0
