@@ -12,7 +12,7 @@
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
     tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
-    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge|unsupervised-parse|dependency ...   evaluations (own --help)
+    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge|unsupervised-parse|dependency|dyck ... evaluations (own --help)
     tgjax sample --workdir DIR [--num-samples N] ...                      well-formed trees from a trained model
 """
 
@@ -366,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "right/left-branching and balanced: --workdir W --treebank FILE")
     evaluate.add_parser("dependency", help="UDGN dependency UAS/UUAS (argmax, Chu-Liu/Edmonds) beside chain and "
                                            "random-projective baselines, MLM perplexity: --workdir W --treebank FILE")
+    evaluate.add_parser("dyck", help="Pushdown Layers' Table 1: accuracy at closing Dyck prefixes (long-range, depth) "
+                                     "beside the paper: --workdir W [--sets ...] [--tape model|gold]")
     commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) on the built-in "
                                      "treebank; table of perplexity, parse F1, agreement accuracy")
     commands.add_parser("sample", help="sample well-formed trees from a trained TG / TXL (CC): --workdir W "
@@ -391,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                      "rerank": ("commands", "main_rerank"), "merge": ("commands", "main_merge"),
                      "parse": ("parse", "main_parse"), "sg": ("parse", "main_sg"), "blimp": ("parse", "main_blimp"),
                      "unsupervised-parse": ("unsupervised", "main_unsupervised_parse"),
-                     "dependency": ("dependency", "main_dependency")}
+                     "dependency": ("dependency", "main_dependency"), "dyck": ("dyck", "main_dyck")}
     if len(argv) >= 2 and argv[0] == "eval" and argv[1] in eval_commands:
         import importlib
 

@@ -126,6 +126,52 @@ def test_txl_and_pushdown_rules(small_trees):
     assert pipeline.vocab.decode(inputs[1:]) == tree.leaves()
 
 
+def pushdown_rows_against_dense_tapes(pipeline, steps):
+    """Each read segment's attach / stack_depths against `stack_tape.stack_tape` (the syntax module's dense tape,
+    over tokens: sub-word pieces right-branching under their word), shifted by the BOS at input position 0."""
+    seen = 0
+    source = pipeline.epoch_source(0)
+    for step in range(min(steps, len(source))):
+        batch = source[step]
+        T = pipeline.config.seq_len
+        for row in np.flatnonzero(batch["seq_index"] >= 0):
+            s = list(pipeline.encoded.source_index).index(batch["seq_index"][row])
+            tree = pipeline.trees[batch["seq_index"][row]]
+            inputs = pipeline.encoded.sequences[s][0]
+            ids, word_index = pipeline.vocab.encode_with_alignment(tree.leaves())
+            np.testing.assert_array_equal(inputs[1:], ids)
+            dense = stack_tape.stack_tape(tree, nary="right", word_index=word_index if len(ids) != len(tree.leaves())
+                                          else None)
+            full_attach = np.concatenate([[0], dense.attach + 1])  # BOS shifts
+            full_depths = np.zeros((len(inputs), len(inputs)), np.int64)
+            full_depths[1:, 1:] = dense.depths
+            k = batch["segment_index"][row]
+            positions = np.arange(k * T, min((k + 1) * T, len(inputs)))
+            m = positions.size
+            np.testing.assert_array_equal(batch["attach"][row, :m], full_attach[positions])
+            np.testing.assert_array_equal(batch["stack_depths"][row, :m, :m], full_depths[np.ix_(positions, positions)])
+            assert not batch["stack_depths"][row, m:].any() and not batch["stack_depths"][row, :, m:].any()
+            seen += 1
+    return seen
+
+
+def test_pushdown_segments_of_long_sentences():
+    """Rows of 6 positions: most sentences take several segments; every segment reads its slice of the tape."""
+    tree_list = corpora.builtin_treebank("train", 40, seed=5)
+    pipeline = Pipeline(dataclasses.replace(SMALL, rule="pushdown", seq_len=6, mem_len=6), tree_list=tree_list)
+    assert max(len(seq[0]) for seq in pipeline.encoded.sequences) > 12
+    assert pushdown_rows_against_dense_tapes(pipeline, 12) >= 24
+
+
+def test_pushdown_sub_word_pieces():
+    """A SentencePiece vocabulary: the tape covers the pieces (the words' pieces right-branching), not the words."""
+    tree_list = corpora.builtin_treebank("train", 60, seed=5)
+    vocab = build_vocabulary([t.leaves() for t in tree_list], kind="sentencepiece", size=320)
+    pipeline = Pipeline(dataclasses.replace(SMALL, rule="pushdown", seq_len=64), vocab, tree_list=tree_list)
+    assert any(len(seq[0]) - 1 > len(t.leaves()) for seq, t in zip(pipeline.encoded.sequences, pipeline.trees))
+    assert pushdown_rows_against_dense_tapes(pipeline, 4) >= 8
+
+
 def test_txl_terminals_sentences_end_with_eos():
     """`<s> the dog barks </s>`: the last word predicts `</s>`, which predicts nothing (label 0, PAD)."""
     tree = trees.parse("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))")

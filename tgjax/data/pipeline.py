@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from tgjax.data import corpora
+from tgjax.data.pushdown import PushdownSentence, encode_tree
 from tgjax.data.vocab import Vocabulary, build_word_dictionary, load_vocabulary, train_sentencepiece
-from tgjax.syntax import actions, masks, stack_tape, trees
+from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import pos_tags as tagging  # (`pos_tags` names the decision, a bool, below)
 from tgjax.syntax import token_types as tt
 
@@ -158,8 +159,9 @@ class EncodedCorpus:
     sequences: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
     source_index: np.ndarray  # [S] index of each kept sequence in the corpus
     skipped_too_long: int = 0
-    # Pushdown only: per sequence, attachment labels [n] and depth tapes [n, n] over the words.
-    tapes: list[stack_tape.StackTape] | None = None
+    # Pushdown only: per sequence, its `tgjax.data.pushdown` encoding (`<s> tokens <eos>`: attachment labels
+    # and the node spans its tape is rebuilt from); the inputs are its positions 0..n, the <eos> is not read.
+    tapes: list[PushdownSentence] | None = None
 
 
 def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: PipelineConfig, *,
@@ -200,7 +202,11 @@ def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: Pi
         sequences.append((inputs, inputs_ttypes, labels, labels_ttypes))
         kept.append(index)
         if tapes is not None:
-            tapes.append(stack_tape.stack_tape(tree, nary="right"))
+            sentence = encode_tree(tree, vocab, name=f"{config.corpus}: tree {index}")
+            if not np.array_equal(sentence.tokens[:-1], inputs):
+                raise ValueError(f"{config.corpus}: tree {index}: the vocabulary encodes its words differently with "
+                                 "and without alignment; the stack tape would not match the tokens")
+            tapes.append(sentence)
     if skipped:
         log.warning("skipped %d of %d sequences longer than max_actions=%s", skipped, len(tree_list), config.max_actions)
     if not sequences:
@@ -305,7 +311,11 @@ class BatchSource:
         return self._padding
 
     def _tapes(self, reads) -> dict[str, np.ndarray]:
-        """Pushdown stack tapes for each row's segment: attach `[B, T]`, depths `[B, T, T]`."""
+        """Pushdown stack tapes for each row's segment: attach `[B, T]` (labels as input positions), depths `[B, T, T]`.
+
+        The sentence's tape (`PushdownSentence.depths`, from its node spans) at
+        the segment's positions: position 0 is `<s>`, which no read row reduces.
+        """
         T = self.config.seq_len
         attach = np.zeros((len(reads), T), np.int32)
         depths = np.zeros((len(reads), T, T), np.int16)
@@ -313,14 +323,11 @@ class BatchSource:
             if read is None:
                 continue
             s, k = read
-            tape = self.encoded.tapes[s]
-            # Tapes index words; position 0 of the inputs is BOS, so word w sits at w + 1.
-            positions = np.arange(k * T, min((k + 1) * T, len(tape.attach) + 1))
-            word = positions - 1
-            cols = np.flatnonzero(word >= 0)
-            w = word[cols]
-            attach[b, cols] = tape.attach[w] + 1
-            depths[b][np.ix_(cols, cols)] = tape.depths[np.ix_(w, w)]
+            sentence = self.encoded.tapes[s]
+            positions = np.arange(k * T, min((k + 1) * T, len(sentence) - 1))  # the <eos> is not an input
+            cols = np.arange(positions.size)
+            attach[b, cols] = sentence.attach[positions]
+            depths[b][np.ix_(cols, cols)] = sentence.depths[np.ix_(positions, positions)]
         return {"attach": attach, "stack_depths": depths}
 
 

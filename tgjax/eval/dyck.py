@@ -322,21 +322,23 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
         return 2
     kind = "base" if loaded.is_base else "pushdown"
     print(f"{loaded.describe()}; tape: {tape}; prediction: argmax over {args.among}; sets from seed {args.seed}")
+    from tgjax.progress import Progress
+
     scores = {}
     for name, examples in sets.items():
         examples = examples[:args.limit] if args.limit else examples
+        bar = Progress(len(examples), label=name, noun="prefix", enabled=not args.quiet, min_interval=1.0)
         done = [0]
 
-        def progress(n, name=name, total=len(examples), done=done):
+        def progress(n, bar=bar, done=done):
             done[0] += n
-            if not args.quiet:
-                print(f"\r{name}: {done[0]}/{total} prefixes", end="", file=sys.stderr, flush=True)
+            bar.update(done[0])
 
         scores[name] = score_set(name, examples, vocab, scorer, among=args.among, batch_size=args.batch_size,
                                  progress=progress)
-        if not args.quiet:
-            print(f"\r{name}: {len(examples)} prefixes, accuracy {100 * scores[name].accuracy:.1f}% "
-                  f"({scores[name].seconds:.0f}s)", file=sys.stderr)
+        bar.message(f"{name}: {len(examples)} prefixes, accuracy {100 * scores[name].accuracy:.1f}% "
+                    f"({scores[name].seconds:.0f}s)")
+        bar.close()
     print(format_table(kind, scores))
     if args.output:
         record = {"workdir": str(loaded.workdir), "step": loaded.step, "model": kind, "tape": tape,

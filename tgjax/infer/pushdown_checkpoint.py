@@ -74,7 +74,7 @@ def load_pushdown_lm(workdir: str | Path, step: str | int = "best", *,
         raise VocabularyMismatch(f"{path} is not the vocabulary {checkpoint.where} was trained with; restore the "
                                  "original file")
     abstract = nnx.eval_shape(lambda: PushdownLM(checkpoint.model_config, rngs=nnx.Rngs(0)))
-    graphdef, abstract_params, rest = nnx.split(abstract, nnx.Param, ...)
+    graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
     shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(abstract_params))
     restored = restore_state_items(checkpoint, {"params": shapes})
     params = jax.tree.map(lambda x: x, abstract_params)  # a State to fill
