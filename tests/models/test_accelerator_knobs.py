@@ -14,10 +14,12 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from tgjax.models import build_model, sequence_loss
+from tgjax.models import build_model, model_config, sequence_loss
 from tgjax.models import transformer_lm as tlm
+from tgjax.models.parts import model_parts
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES
-from tgjax.train.sharding import logical_to_spec
+from tgjax.train.sharding import logical_to_spec, make_mesh
+from tgjax.train.state import state_shardings
 
 from .test_transformer_lm import SMALL, as_batch, random_sequence, rule_for
 
@@ -170,3 +172,21 @@ def test_partition_metadata_is_nnx_own_and_names_the_stacked_axis():
     rules = DEFAULT_LOGICAL_AXIS_RULES
     assert logical_to_spec(tuple(specs["layers"]["attention"]["query"].get_value()), rules) == P(None, None, "model",
                                                                                                  None)
+
+
+def test_train_state_shardings_of_a_scanned_model_come_from_the_metadata():
+    """Parameters and both Adam moments of the stacked layers: "model" on the list's axes, "layers" replicated."""
+    import optax
+
+    config = model_config("tg", VOCAB, **{**SMALL, "scan_layers": True})
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    mesh = make_mesh(1, 1, devices=jax.devices()[:1])
+    shardings = state_shardings(model_parts(config), tx, mesh, DEFAULT_LOGICAL_AXIS_RULES).state
+    assert shardings.params["layers"]["feed_forward"]["w_in"].spec == P(None, None, "model")
+    assert shardings.params["layers"]["attention"]["out"].spec == P(None, "model", None, None)
+    assert shardings.params["embedding"].spec == P("model", None)
+    adam = shardings.opt_state[1][0]
+    for moment in (adam.mu, adam.nu):
+        assert moment["layers"]["feed_forward"]["w_in"].spec == P(None, None, "model")
+        assert moment["layers"]["attention"]["query"].spec == P(None, None, "model", None)
+    assert adam.count.spec == P()

@@ -1,10 +1,12 @@
 """Run in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before JAX starts).
 
-    python -m tests.train.multidevice_run WORKDIR LAYOUT [LAYOUT ...]     LAYOUT = DATAxMODEL, e.g. 4x2
+    python -m tests.train.multidevice_run WORKDIR LAYOUT [LAYOUT ...]     LAYOUT = DATAxMODEL[:scan], e.g. 4x2
 
 Trains the test-sized model for 5 steps on the first data*model devices for
 each layout, and prints one JSON line: {layout: {"losses": [...], "specs": {...}}},
-with the partition specs the parameters actually got.
+with the partition specs the parameters actually got (and of the first Adam
+moment of `w_in`). ":scan" trains with model.scan_layers and model.remat on:
+the layers' parameters are then stacked `[K, ...]`.
 """
 
 import json
@@ -20,15 +22,25 @@ from tgjax.train.loop import train
 def main(workdir: str, layouts: list[str]) -> None:
     out = {}
     for layout in layouts:
-        data, model = (int(x) for x in layout.split("x"))
+        sizes, _, variant = layout.partition(":")
+        data, model = (int(x) for x in sizes.split("x"))
+        knobs = ["model.scan_layers=true", "model.remat=true"] if variant == "scan" else []
         config = small_config("training.num_steps=5", f"mesh.data={data}", f"mesh.model={model}",
-                              "evaluation.interval_steps=0", "data.valid_path=", "checkpointing.interval_steps=100")
+                              "evaluation.interval_steps=0", "data.valid_path=", "checkpointing.interval_steps=100",
+                              *knobs)
         specs = {}
-        result = train(config, Path(workdir) / layout, devices=jax.devices()[: data * model], quiet=True,
-                       callback=lambda step, state, metrics: specs.update(
-                           w_in=repr(state.params["layers"][0]["feed_forward"]["w_in"].sharding.spec),
-                           query=repr(state.params["layers"][0]["attention"]["query"].sharding.spec),
-                           memory=repr(state.memory.sharding.spec)))
+
+        def record(step, state, metrics):
+            layers = state.params["layers"] if variant == "scan" else state.params["layers"][0]
+            adam_mu = state.opt_state[1][0].mu["layers"]  # chain(clip, adam): adam's ScaleByAdamState
+            adam_mu = adam_mu if variant == "scan" else adam_mu[0]
+            specs.update(w_in=repr(layers["feed_forward"]["w_in"].sharding.spec),
+                         query=repr(layers["attention"]["query"].sharding.spec),
+                         w_in_mu=repr(adam_mu["feed_forward"]["w_in"].sharding.spec),
+                         memory=repr(state.memory.sharding.spec))
+
+        result = train(config, Path(workdir) / layout.replace(":", "_"), devices=jax.devices()[: data * model],
+                       quiet=True, callback=record)
         out[layout] = {"losses": [result.losses[s] for s in sorted(result.losses)], "specs": specs,
                        "devices": len(jax.devices())}
     print(json.dumps(out))

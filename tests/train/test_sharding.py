@@ -50,7 +50,7 @@ def test_4x2_mesh_gives_the_losses_of_one_device(tmp_path, compilation_cache):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
            "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path), "1x1", "4x2"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads(done.stdout.strip().splitlines()[-1])
     one, sharded = runs["1x1"], runs["4x2"]
@@ -61,7 +61,27 @@ def test_4x2_mesh_gives_the_losses_of_one_device(tmp_path, compilation_cache):
     # The parameters really are split over "model" and the memory rows over "data".
     assert sharded["specs"]["w_in"] == "P(None, 'model')"
     assert sharded["specs"]["query"] == "P(None, 'model', None)"
+    assert sharded["specs"]["w_in_mu"] == "P(None, 'model')"  # Adam's moment follows its parameter
     assert sharded["specs"]["memory"] == "P(None, 'data')"
+
+
+@pytest.mark.slow  # ~4 min under load (compiling scan + remat twice); the specs are also unit-tested in
+# tests/models/test_accelerator_knobs.py
+def test_4x2_mesh_shards_scanned_layers_as_the_list(tmp_path, compilation_cache):
+    """model.scan_layers + model.remat: the stacked `[K, ...]` parameters (and their Adam moments) are split over
+    "model" on the same axes as the list's, the stacked axis replicated; the losses are the one-device ones."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path), "1x1:scan", "4x2:scan"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    one, sharded = runs["1x1:scan"], runs["4x2:scan"]
+    np.testing.assert_allclose(sharded["losses"], one["losses"], rtol=1e-4)
+    assert one["losses"][-1] < one["losses"][0]
+    assert sharded["specs"]["w_in"] == "P(None, None, 'model')"
+    assert sharded["specs"]["query"] == "P(None, None, 'model', None)"
+    assert sharded["specs"]["w_in_mu"] == "P(None, None, 'model')"
 
 
 def _free_port() -> int:

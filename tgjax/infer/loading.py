@@ -42,11 +42,13 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from tgjax.data.vocab import Vocabulary, load_vocabulary
 from tgjax.models import ModelConfig, TransformerLM, model_spec
 from tgjax.models.parts import model_parts
+from tgjax.models.transformer_lm import unstack_layer_params
 from tgjax.workdir import (WORD_LIST_FILE, VocabularyMismatch, check_step, local_workdir, saved_vocabulary_path,
                            vocabulary_fingerprint, word_list_fingerprint)
 
@@ -325,12 +327,20 @@ def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length
 
     changes = {k: v for k, v in (("sequence_length", sequence_length), ("memory_length", memory_length))
                if v is not None}
-    model_cfg = dataclasses.replace(model_cfg, **changes)
+    trained_cfg = dataclasses.replace(model_cfg, **changes)
+    # Inference walks the layers as a list and computes in float32, whatever the training knobs were: a
+    # scanned checkpoint's stacked layers are unstacked, bf16 parameters widened.
+    model_cfg = dataclasses.replace(trained_cfg, scan_layers=False, remat=False, dtype="float32",
+                                    param_dtype="float32")
     device = device or jax.local_devices()[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
-    parts = model_parts(model_cfg)
-    abstract = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(parts.abstract_params))
+    saved = model_parts(trained_cfg).abstract_params
+    abstract = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(saved))
     pure = _restore_params(workdir, step_number, abstract, sharding)
+    if trained_cfg.scan_layers:
+        pure = unstack_layer_params(pure, trained_cfg.num_layers)
+    pure = jax.tree.map(lambda a: a.astype(jnp.float32), pure)
+    parts = model_parts(model_cfg)
     params = jax.tree.map(lambda x: x, parts.abstract_params)  # a fresh State to fill
     nnx.replace_by_pure_dict(params, pure)
 

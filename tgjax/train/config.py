@@ -70,6 +70,13 @@ def default_config() -> ml_collections.ConfigDict:
             embedding_dropout=0.1,
             core_dropout=0.1,
             core_output_dropout=0.1,  # the authors' name for the final-layer dropout
+            # Accelerator knobs (the TG / TXL family; README "Accelerator knobs"): compute dtype
+            # (float32, bfloat16, float16) over parameters kept in param_dtype; remat recomputes each
+            # layer's activations in the backward pass; scan_layers stacks the layers under nnx.scan.
+            dtype="float32",
+            param_dtype="float32",
+            remat=False,
+            scan_layers=False,
         ),
         data=dict(
             # "builtin" (the synthetic treebank's train / valid split) or a treebank file;
@@ -338,6 +345,20 @@ def parse_override_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return overrides, rest
 
 
+# Accelerator knobs, `model.<knob>`: a family has them once it implements them (today the "lm" trainer's
+# TG / TXL models). Setting one on another family names that family rather than "no such key".
+ACCELERATOR_KNOBS = ("dtype", "param_dtype", "remat", "scan_layers")
+
+
+def _refuse_unsupported_knob(config: ml_collections.ConfigDict, path: tuple[str, ...]) -> None:
+    if len(path) == 2 and path[0] == "model" and path[1] in ACCELERATOR_KNOBS and "model" in config \
+            and path[1] not in config.model:
+        family = trainer_of(config)
+        raise ConfigError(f"config key 'model.{path[1]}': the {family!r} family ({TASKS[family]}) does not support "
+                          f"it yet; the accelerator knobs model.{', model.'.join(ACCELERATOR_KNOBS)} exist for the "
+                          f"'lm' family (TG / TXL models) only")
+
+
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]) -> ml_collections.ConfigDict:
     """Sets each `a.b.c=value`; the value is parsed to the type of the value it replaces."""
     for override in overrides:
@@ -359,6 +380,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
             with section.unlocked():
                 section[path[-1]] = parse_value(text, current, key=dotted)
             continue
+        _refuse_unsupported_knob(config, path)
         section = _lookup(config, path, what="config key")
         current = section[path[-1]]
         if isinstance(current, ml_collections.ConfigDict):

@@ -1,13 +1,17 @@
 """The device mesh ("data", "model") and the shardings of parameters, optimiser state, batches and memory.
 
-Parameters carry logical axis names (`tgjax.nn.params`); the config's rules
-map each name to a mesh axis (or None: replicated), MaxText style:
+Parameters carry logical axis names as Flax NNX partition metadata
+(`out_sharding`, set by `tgjax.nn.params.param`; `nnx.get_partition_spec`
+reads it, and a scanned model's stacked axis is named "layers" there); the
+config's rules map each name to a mesh axis (or None: replicated), MaxText
+style:
 
     (("vocab", "model"), ("mlp", "model"), ("heads", "model"), ("embed", None), ("kv", None))
 
 so one model runs data-parallel (`mesh.model=1`), model-parallel
 (`mesh.data=1`) or both, from the same code. Batches `[B, ...]` and the memory
-`[K, B, M, d]` are split over "data" along B. A dimension that a mesh axis does
+`[K, B, M, d]` are split over "data" along B. A name no rule mentions (e.g.
+"layers") is replicated. A dimension that a mesh axis does
 not divide is replicated instead (and reported once), so odd vocabulary
 sizes still run.
 """
@@ -20,6 +24,7 @@ from typing import Any
 
 import jax
 import numpy as np
+import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -89,47 +94,55 @@ def fit_spec(spec: P, shape: Sequence[int], mesh: Mesh, *, what: str = "") -> P:
     return P(*fitted)
 
 
-def _path_key(path) -> tuple:
-    """A jax key path -> a tuple of plain dict keys / attribute names / indices."""
-    out = []
-    for entry in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(entry, attr):
-                out.append(getattr(entry, attr))
-                break
-    return tuple(out)
+def _is_variable(x) -> bool:
+    return isinstance(x, nnx.Variable)
+
+
+def variable_shardings(tree: Any, mesh: Mesh, rules: Rules) -> Any:
+    """`NamedSharding` of every leaf of a tree of (abstract) NNX Variables and arrays, in the tree's layout.
+
+    A Variable's partition is its NNX metadata (`out_sharding`, logical names),
+    read by `nnx.get_partition_spec` and mapped through `rules`; any other
+    array leaf (an optimiser's step count) is replicated. A Variable comes back
+    as a Variable holding its sharding.
+    """
+    logical = nnx.get_partition_spec(tree)
+
+    def sharding_of(leaf, spec):
+        if _is_variable(leaf):
+            names = tuple(spec.get_value())
+            mesh_spec = fit_spec(logical_to_spec(names, rules), leaf.shape, mesh, what=f"parameter {names}")
+            return spec.replace(NamedSharding(mesh, mesh_spec))
+        return NamedSharding(mesh, P())
+
+    return jax.tree.map(sharding_of, tree, logical, is_leaf=_is_variable)
+
+
+def _pure(tree: Any) -> Any:
+    """Every `nnx.State` in `tree` as a pure dict (the layout the train state keeps its arrays in)."""
+    return jax.tree.map(lambda x: nnx.to_pure_dict(x) if isinstance(x, nnx.State) else x, tree,
+                        is_leaf=lambda x: isinstance(x, nnx.State))
 
 
 def param_shardings(abstract_params: nnx.State, mesh: Mesh, rules: Rules) -> dict:
     """`NamedSharding` of every parameter, as a pure dict shaped like `nnx.to_pure_dict(params)`.
 
-    `abstract_params` is the `nnx.Param` state (abstract or concrete); each
-    Variable's `logical_axes` metadata goes through `rules`.
+    `abstract_params` is the `nnx.Param` state (abstract or concrete), whose
+    Variables carry their logical axes as NNX partition metadata.
     """
-    def sharding_of(variable):
-        axes = getattr(variable, "logical_axes", None)
-        spec = fit_spec(logical_to_spec(axes, rules), variable.shape, mesh, what=f"parameter {axes}")
-        return NamedSharding(mesh, spec)
-
-    shardings = jax.tree.map(sharding_of, abstract_params, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    return nnx.to_pure_dict(shardings)
+    return nnx.to_pure_dict(variable_shardings(abstract_params, mesh, rules))
 
 
-def opt_state_shardings(abstract_opt_state: Any, params_shardings: dict, mesh: Mesh) -> Any:
-    """Shardings of an optax state: a leaf whose key path ends with a parameter's path (Adam's mu, nu)
-    takes that parameter's sharding; everything else (counts) is replicated."""
-    by_path = {_path_key(path): s for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]}
-    longest = max((len(k) for k in by_path), default=0)
+def opt_state_shardings(tx: optax.GradientTransformation, abstract_params: nnx.State, mesh: Mesh,
+                        rules: Rules) -> Any:
+    """Shardings of `tx.init(nnx.to_pure_dict(params))`: each moment as its parameter, counts replicated.
 
-    def sharding_of(path, leaf):
-        key = _path_key(path)
-        for length in range(min(longest, len(key)), 0, -1):
-            found = by_path.get(key[-length:])
-            if found is not None and len(found.spec) <= len(leaf.shape):
-                return found
-        return NamedSharding(mesh, P())
-
-    return jax.tree_util.tree_map_with_path(sharding_of, abstract_opt_state)
+    As `nnx.Optimizer` does, the optimiser state is initialised (abstractly)
+    from the parameters as NNX Variables, so every moment carries its
+    parameter's partition metadata; the States are then made pure dicts.
+    """
+    abstract_opt_state = jax.eval_shape(tx.init, abstract_params)
+    return _pure(variable_shardings(abstract_opt_state, mesh, rules))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

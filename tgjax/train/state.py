@@ -115,9 +115,10 @@ def init_train_state(parts: ModelParts, tx: optax.GradientTransformation, mesh: 
 
 
 def state_shardings(parts: ModelParts, tx: optax.GradientTransformation, mesh: Mesh, rules) -> StateShardings:
-    """Shardings of the train state (parameters by their logical axes, Adam moments alike), `rest`, batch, memory."""
+    """Shardings of the train state (parameters by their NNX partition metadata, Adam moments alike), `rest`,
+    batch, memory."""
     params = shd.param_shardings(parts.abstract_params, mesh, rules)
-    opt_state = shd.opt_state_shardings(jax.eval_shape(tx.init, _abstract_params(parts)), params, mesh)
+    opt_state = shd.opt_state_shardings(tx, parts.abstract_params, mesh, rules)
     replicated = shd.replicated(mesh)
     state = TrainState(params=params, opt_state=opt_state, step=replicated, rng=replicated,
                        memory=shd.memory_sharding(mesh))
@@ -144,8 +145,10 @@ def _merged(parts: ModelParts, params, rest, dropout_key=None) -> TransformerLM:
     # counters inside whatever transform (grad) this runs under.
     model = nnx.merge(parts.graphdef, params, jax.tree.map(lambda x: x, rest))
     if dropout_key is not None and parts.rng_tags:
-        # One fresh key per stream tag; `reseed` then gives every stream of the tag its own key.
-        nnx.reseed(model, **{tag: jax.random.fold_in(dropout_key, i) for i, tag in enumerate(parts.rng_tags)})
+        # One fresh key per stream tag; `reseed` then gives every stream of the tag its own key (a scanned
+        # model's stacked streams `[K]` get K keys split from it: "match_shape").
+        nnx.reseed(model, policy="match_shape",
+                   **{tag: jax.random.fold_in(dropout_key, i) for i, tag in enumerate(parts.rng_tags)})
     return model
 
 

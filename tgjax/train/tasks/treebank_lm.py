@@ -80,6 +80,7 @@ def resolve_model_config(config, vocab_size: int) -> ModelConfig:
             num_unrestricted_layers=m.num_unrestricted_layers or 0,
             num_unrestricted_heads=m.num_unrestricted_heads or 0,
             embedding_dropout=m.embedding_dropout, core_dropout=m.core_dropout, final_dropout=m.core_output_dropout,
+            dtype=m.dtype, param_dtype=m.param_dtype, remat=bool(m.remat), scan_layers=bool(m.scan_layers),
         )
     except ValueError as e:
         raise ConfigError(str(e)) from e
@@ -119,8 +120,12 @@ def describe(config) -> dict[str, Any]:
     }
 
 
-# Model settings that a checkpoint's arrays depend on (dropout rates may change between runs).
-_DROPOUTS = ("embedding_dropout", "core_dropout", "final_dropout")
+# Model settings that a checkpoint's arrays do not depend on: they may change between runs.
+_FREE_BETWEEN_RUNS = ("embedding_dropout", "core_dropout", "final_dropout", "dtype", "remat")
+
+
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)
+                   if f.default is not dataclasses.MISSING}
 
 
 def check_same_run(meta: dict, step: int, directory: Path, vocab_fp: str, vocab_path: Path,
@@ -131,10 +136,11 @@ def check_same_run(meta: dict, step: int, directory: Path, vocab_fp: str, vocab_
             f"the vocabulary {vocab_path} is not the one checkpoint step {step} in {directory} was trained with "
             f"({meta.get('vocab_size')} ids there, fingerprints differ); restore the original file or use a new "
             f"--workdir")
-    saved = meta.get("model", {})
+    # A key missing from an older checkpoint's meta had its default then (e.g. scan_layers=False).
+    saved = {**_MODEL_DEFAULTS, **meta.get("model", {})}
     here = dataclasses.asdict(model_cfg)
     changed = [f"model.{k}: {saved.get(k)!r} in the checkpoint, {v!r} now" for k, v in here.items()
-               if k not in _DROPOUTS and saved.get(k) != v]
+               if k not in _FREE_BETWEEN_RUNS and saved.get(k) != v]
     if meta.get("batch_size") != batch_size:
         changed.append(f"training.batch_size: {meta.get('batch_size')} in the checkpoint, {batch_size} now")
     if changed:
