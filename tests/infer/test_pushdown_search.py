@@ -29,6 +29,7 @@ from tgjax.infer.pushdown_search import (
     PushdownBeamConfig,
     PushdownSearch,
     apply_attachment,
+    gold_joint_log_prob,
     merge_subword_bracketing,
 )
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig
@@ -136,6 +137,15 @@ def test_wide_beam_equals_enumeration(switches, final):
     np.testing.assert_array_equal(result.best_attach, best_attach)
     assert abs(result.best_log_prob - best_score) < TOL
     np.testing.assert_allclose(result.final_scores, sorted((s for _, s in trees), reverse=True), atol=TOL)
+
+
+@pytest.mark.parametrize("switches,final", [("paper", "scored"), ("release", "forced")])
+def test_one_pass_joint_equals_the_prefix_by_prefix_oracle(switches, final):
+    """`eval score`'s gold joint (one teacher-forced pass) == eq. 7 summed over per-prefix forward passes."""
+    tokens = string([5, 9, 4, 7])
+    for attach in list(oracle.valid_attachment_sequences(tokens.size))[::3]:
+        expected = oracle.joint_log_prob(get_model(switches), tokens, attach, final_attachment=final)
+        assert abs(gold_joint_log_prob(get_model(switches), tokens, attach, final_attachment=final) - expected) < TOL
 
 
 def test_beam_surprisal_is_the_definition():

@@ -86,7 +86,7 @@ def score_records(search: PushdownSearch, trees, *, surprisal: bool = False, per
                   ) -> Iterator[dict]:
     """One record per gold tree: logp = log p(x, y_gold) (eq. 7); with `surprisal`, the beam's log p(x) too."""
     from tgjax.data.pushdown import encode_tree
-    from tgjax.infer.pushdown_oracle import joint_log_prob
+    from tgjax.infer.pushdown_search import gold_joint_log_prob
 
     config = search.config
     for index, tree in trees:
@@ -94,8 +94,8 @@ def score_records(search: PushdownSearch, trees, *, surprisal: bool = False, per
         encoded = encode_tree(tree, search.vocab, name=name)
         words = tree.leaves()
         unknown = sum(1 for w in words if search.space.encode_word(w)[1])
-        logp = joint_log_prob(search.model, encoded.tokens, encoded.attach, final_attachment=config.final_attachment,
-                              name=name)
+        logp = gold_joint_log_prob(search.model, encoded.tokens, encoded.attach,
+                                   final_attachment=config.final_attachment)
         record = {"index": index, "logp": logp, "num_predictions": 2 * (len(encoded.tokens) - 1),
                   "num_words": len(words), "num_unk": unknown}
         if surprisal:

@@ -29,7 +29,6 @@ end (the Dyck evaluation's input).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 
 import jax
@@ -37,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.infer.pushdown_search import forward
 from tgjax.nn.attachment_head import attachment_log_probs
 from tgjax.syntax import stack_tape as stt
 
@@ -48,11 +48,6 @@ def _logsumexp(values) -> float:
         return -np.inf
     top = values.max()
     return float(top + np.log(np.exp(values - top).sum()))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _forward(graphdef, state, batch):
-    return nnx.merge(graphdef, state)(batch, deterministic=True)
 
 
 def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -81,7 +76,7 @@ def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -
     targets[0, :tokens.size - 1] = tokens[1:]
     weights = (np.arange(n) < k).astype(np.float32)[None]
     graphdef, state = nnx.split(model)
-    outputs = _forward(graphdef, state, {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets),
+    outputs = forward(graphdef, state, {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets),
                                          "weights": jnp.asarray(weights), "tape": jnp.asarray(tape)})
     token_log_probs = np.asarray(jax.nn.log_softmax(outputs["lm_logits"][0, k - 1].astype(jnp.float32)), np.float64)
     # Legal slots for token k: the stack elements' rightmost tokens, and shift.

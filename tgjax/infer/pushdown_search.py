@@ -510,22 +510,67 @@ class PushdownSearch:
         return PrefixResult(best_attach, teacher_forced_log_probs(self.model, ids, best_attach), log_prob)
 
 
-def teacher_forced_log_probs(model, ids: np.ndarray, attach: np.ndarray) -> np.ndarray:
-    """Next-token log-probabilities `[n, V]` of the string `ids [n]` under the tape replayed from `attach [n]`."""
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def forward(graphdef, state, batch: dict) -> dict:
+    """The model's teacher-forced outputs (`PushdownLM.__call__`, no dropout), jitted on (graphdef, state)."""
+    return nnx.merge(graphdef, state)(batch, deterministic=True)
+
+
+def _teacher_forced(model, ids: np.ndarray, attach: np.ndarray) -> tuple[dict, int, int]:
+    """(outputs of one teacher-forced pass over `ids` with the tape replayed from `attach`, n, padded length)."""
     n = len(ids)
     if len(attach) != n:
         raise ValueError(f"{len(attach)} attachments for {n} tokens: a tape must have one attachment per token")
     depths, _ = stt.replay(np.asarray(attach))
-    tape = np.minimum(depths, 1) if model.config.binary_tape else depths
-    batch = {"inputs": jnp.asarray(np.asarray(ids, np.int32)[None]), "targets": jnp.zeros((1, n), jnp.int32),
-             "weights": jnp.ones((1, n), jnp.float32), "tape": jnp.asarray(tape[None])}
-    logits = model(batch, deterministic=True)["lm_logits"][0]
-    return np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1))
+    padded = -(-n // 8) * 8  # one compilation for many lengths; attention is causal
+    tape = np.zeros((1, padded, padded), np.int32)
+    tape[0, :n, :n] = np.minimum(depths, 1) if model.config.binary_tape else depths
+    inputs = np.zeros((1, padded), np.int32)
+    inputs[0, :n] = ids
+    targets = np.zeros((1, padded), np.int32)
+    targets[0, :n - 1] = ids[1:]
+    batch = {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets),
+             "weights": jnp.asarray((np.arange(padded) < n).astype(np.float32)[None]), "tape": jnp.asarray(tape)}
+    return forward(*nnx.split(model), batch), n, padded
+
+
+def gold_joint_log_prob(model, ids: Sequence[int], attach: Sequence[int], *, final_attachment: str = "scored"
+                        ) -> float:
+    """log p(x, y) (eq. 7) of a string ``<s> .. <eos>`` and its attachments, from one teacher-forced pass.
+
+    The same sum as `pushdown_oracle.joint_log_prob` (a pass per prefix): each
+    token's log-probability and its attachment's, the head normalised as the
+    model was trained (`attachment_normalise`) over the legal slots of the
+    given parse; ``final_attachment="forced"`` leaves out ``<eos>``'s.
+    """
+    from tgjax.nn.attachment_head import attachment_log_probs, slot_legality
+
+    ids, attach = np.asarray(ids, np.int32), np.asarray(attach, np.int32)
+    outputs, n, padded = _teacher_forced(model, ids, attach)
+    token_lp = jax.nn.log_softmax(outputs["lm_logits"][0].astype(jnp.float32), axis=-1)
+    full_attach = np.arange(padded + 1, dtype=np.int32)
+    full_attach[:n] = attach
+    legal = slot_legality(jnp.asarray(full_attach[None]))
+    slot_lp = attachment_log_probs(outputs["attach_logits"].astype(jnp.float32), legal,
+                                   normalise_over=model.config.attachment_normalise, mask_illegal=True)[0]
+    steps = np.arange(n - 1)
+    words = np.asarray(token_lp)[steps, ids[1:]].astype(np.float64)
+    attachments = np.asarray(slot_lp)[steps, attach[1:]].astype(np.float64)
+    if final_attachment == "forced":
+        attachments[-1] = 0.0
+    return float(words.sum() + attachments.sum())
+
+
+def teacher_forced_log_probs(model, ids: np.ndarray, attach: np.ndarray) -> np.ndarray:
+    """Next-token log-probabilities `[n, V]` of the string `ids [n]` under the tape replayed from `attach [n]`."""
+    outputs, n, _ = _teacher_forced(model, np.asarray(ids, np.int32), np.asarray(attach, np.int32))
+    return np.asarray(jax.nn.log_softmax(outputs["lm_logits"][0, :n].astype(jnp.float32), axis=-1))
 
 
 def _shift(tree: stt.Bracketing, offset: int) -> stt.Bracketing:
     return stt._shift_leaves(tree, offset)
 
 
-__all__ = ["PrefixResult", "PushdownBeamConfig", "PushdownResult", "PushdownSearch", "apply_attachment",
+__all__ = ["PrefixResult", "PushdownBeamConfig", "PushdownResult", "PushdownSearch", "apply_attachment", "forward",
+           "gold_joint_log_prob",
            "merge_subword_bracketing", "teacher_forced_log_probs", "tree_from_word_spans"]
