@@ -146,3 +146,16 @@ def test_live_inputs_are_the_only_nonzero_features():
     dropped = np.setdiff1d(np.arange(1075), live_observation_indices())
     assert np.all(seen[:, dropped] == 0)
     assert len(live_observation_indices()) == 25 * 9 + 21 + 4
+
+
+def test_option_mixture_stays_normalised_over_long_episodes():
+    """sum_i p_{t,i} = 1 at every step of a 65-step episode (the exact recursion's fixed point is unstable in
+    floating point: without renormalising, the sum overflowed after ~50 steps)."""
+    config = CraftPolicyConfig(num_tasks=1, num_options=3, hidden_size=8)
+    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
+    obs = jnp.zeros((2, 65, 1075)).at[:, :10].set(
+        jax.random.bernoulli(jax.random.key(0), 0.2, (2, 10, 1075)).astype(jnp.float32))
+    out = nnx.jit(lambda m, o: m(o, jnp.zeros(2, jnp.int32)))(policy, obs)
+    assert np.all(np.isfinite(np.asarray(out.log_pi)))
+    np.testing.assert_allclose(np.exp(np.asarray(out.log_p)).sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.exp(np.asarray(out.log_pi)).sum(-1), 1.0, atol=1e-5)

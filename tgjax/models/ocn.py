@@ -17,7 +17,8 @@ All three share one interface, over a batch of episodes of one task each:
 * "lstm": one LSTM layer (hidden H) whose initial (c, h) is learned per
   task, and a linear map to the actions.
 
-The observation enters as `live_inputs` (default): only the features that
+The observation (1075 features, or already reduced to its live ones: the
+BC batches are) enters as `live_inputs` (default): only the features that
 can be non-zero in this environment (the window's one-hot kinds that maps
 hold, the inventory, the direction; `live_observation_indices`). The
 dropped ones are always 0, so the network is the same function as one with
@@ -96,8 +97,12 @@ class PolicyOutput(NamedTuple):
 
 
 def _inputs(config: CraftPolicyConfig, obs: jax.Array) -> jax.Array:
-    if not config.live_inputs:
+    """[..., 1075] observations, or [..., input_size] ones already reduced to the live features -> [..., input_size]."""
+    if obs.shape[-1] == config.input_size:
         return obs
+    if obs.shape[-1] != rules.OBS_SIZE:
+        raise ValueError(f"observations of {obs.shape[-1]} features: expected {rules.OBS_SIZE} (the Craft "
+                         f"observation) or {config.input_size} (its live features)")
     return jnp.take(obs, jnp.asarray(live_observation_indices(config.full_view)), axis=-1)
 
 

@@ -151,6 +151,10 @@ def ocn_step(options: CellBank, controller: CellBank, options_x: jax.Array, cont
     log_pi_cont = _log_mix(state.log_p, log_pi_cont)                                # [B, A]
     log_pi = jnp.logaddexp(log_e[:, None] + log_pi_done, log_not_e[:, None] + log_pi_cont)
     log_p = jnp.logaddexp(log_e[:, None] + log_p_new, log_not_e[:, None] + state.log_p)
+    # p_t sums to 1 in exact arithmetic, but s_t = sum p_t follows s_t ~ e + (1 - e) s_{t-1}^2 around 1: an
+    # unstable fixed point that turns float rounding into overflow within ~50 steps. Renormalising is the
+    # identity on the exact values and pins s_t = 1.
+    log_p = log_p - jax.nn.logsumexp(log_p, axis=-1, keepdims=True)
 
     e = jnp.exp(log_e)
     h_c = e[:, None] * h_c_new + (1 - e[:, None]) * state.h_c

@@ -252,6 +252,7 @@ TASKS = {
     "onlstm_lm": "tgjax.train.tasks.onlstm_lm:OnLSTMLMTask",  # ON-LSTM with the AWD recipe
     "mlm": "tgjax.train.tasks.mlm:MLMTask",  # UDGN
     "pushdown_lm": "tgjax.train.tasks.pushdown_lm:PushdownLMTask",  # Pushdown Layers
+    "craft_bc": "tgjax.train.tasks.craft_bc:CraftBCTask",  # OCN / MoE / LSTM behaviour cloning on Craft
 }
 TRAINERS = tuple(TASKS)
 

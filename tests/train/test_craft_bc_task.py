@@ -1,0 +1,104 @@
+"""Behaviour cloning of Craft policies through the trainer: learning, stop/resume bit-identity, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gymnax")
+
+from tgjax.data.craft_demos import CraftDemoError, read_craft_demos, write_craft_demos  # noqa: E402
+from tgjax.train.config import ConfigError, apply_overrides  # noqa: E402
+from tgjax.train.loop import train  # noqa: E402
+from tgjax.train.tasks.craft_bc import default_config  # noqa: E402
+
+SMALL = ["data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
+         "evaluation.batch_size=4", "training.num_steps=8", "evaluation.interval_steps=4",
+         "checkpointing.interval_steps=2", "logging.interval_steps=1", "logging.tensorboard=false",
+         "checkpointing.max_to_keep=10", "training.learning_rate=0.01"]
+
+
+def small_config(demo_dir, *overrides):
+    return apply_overrides(default_config(), [*SMALL, f"data.demo_dir={demo_dir}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    """Bot demonstrations of AC and CD (10 each), made once by the task's own generation path."""
+    directory = tmp_path_factory.mktemp("demos")
+    train(small_config(directory, "training.num_steps=1"), tmp_path_factory.mktemp("gen"), quiet=True)
+    return directory
+
+
+def _losses(workdir):
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if r["split"] == "train"}, [r for r in records
+                                                                           if r["split"] == "valid"]
+
+
+@pytest.mark.parametrize("kind", ["ocn", pytest.param("lstm", marks=pytest.mark.slow)])
+def test_stop_and_resume_is_bit_identical(tmp_path, demo_dir, kind):
+    whole = tmp_path / "whole"
+    train(small_config(demo_dir, f"model.kind={kind}"), whole, quiet=True)
+    parts = tmp_path / "parts"
+    first = train(small_config(demo_dir, f"model.kind={kind}"), parts, stop_after_step=4, quiet=True)
+    assert first.final_step == 4
+    train(small_config(demo_dir, f"model.kind={kind}"), parts, quiet=True)
+    losses_whole, valid_whole = _losses(whole)
+    losses_parts, _ = _losses(parts)
+    assert losses_whole == losses_parts and len(losses_whole) == 8
+    assert losses_whole[8] < losses_whole[1]  # it learns
+    if kind == "ocn":  # the segmentation metrics are reported at validation
+        assert {"f1_tol1", "align_acc", "nmi", "nll"} <= set(valid_whole[-1])
+
+
+def test_demonstrations_of_another_environment_version_are_refused(tmp_path, demo_dir):
+    demos = read_craft_demos(demo_dir / "AC.npz")
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    write_craft_demos(stale / "AC.npz", demos.__class__(**{**demos.__dict__, "env_version": "craft-ocn-0"}))
+    write_craft_demos(stale / "CD.npz", read_craft_demos(demo_dir / "CD.npz"))
+    with pytest.raises(CraftDemoError, match=r"AC.npz: made by Craft environment version 'craft-ocn-0'"):
+        train(small_config(stale, "data.generate=false"), tmp_path / "run", quiet=True)
+
+
+def test_a_file_of_another_task_is_refused(tmp_path, demo_dir):
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    write_craft_demos(swapped / "AC.npz", read_craft_demos(demo_dir / "CD.npz"))
+    write_craft_demos(swapped / "CD.npz", read_craft_demos(demo_dir / "CD.npz"))
+    with pytest.raises(CraftDemoError, match=r"AC.npz: holds demonstrations of task 'CD', expected 'AC'"):
+        train(small_config(swapped, "data.generate=false"), tmp_path / "run", quiet=True)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.tasks=AX", r"data.tasks.*unknown Craft task name 'AX'"),
+    ("data.tasks=AA", r"data.tasks.*'get wood', is unreachable"),
+    ("model.kind=gru", r"model settings: policy kind 'gru'"),
+    ("data.valid_fraction=1.0", r"data.valid_fraction"),
+])
+def test_bad_config_is_named(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        train(small_config(tmp_path, override), tmp_path / "run", quiet=True)
+
+
+def test_missing_file_without_generation_is_named(tmp_path):
+    with pytest.raises(CraftDemoError, match=r"AC.npz: no demonstration file for task 'AC'"):
+        train(small_config(tmp_path / "none", "data.generate=false"), tmp_path / "run", quiet=True)
+
+
+def test_validation_split_is_the_last_fifth(demo_dir, tmp_path):
+    from tgjax.train.tasks.craft_bc import CraftBCTask
+    from tgjax.train.task import RunContext
+    from tgjax.train import sharding as shd
+
+    task = CraftBCTask(small_config(demo_dir))
+    task.setup(RunContext(tmp_path, shd.make_mesh(-1, 1), False, 0, 1, print))
+    assert len(task.train_episodes) == 16 and len(task.valid_episodes) == 4
+    demos = read_craft_demos(demo_dir / "CD.npz")
+    # validation row 2 is CD's episode 8: its actions, padded, masked
+    obs, actions, _ = demos.episode(8)
+    np.testing.assert_array_equal(task.valid_episodes.actions[2, :len(actions)], actions)
+    assert task.valid_episodes.mask[2].sum() == len(actions) and task.valid_episodes.task_ids[2] == 1

@@ -1,0 +1,477 @@
+"""Behaviour cloning of Craft policies (OCN, MoE, LSTM) from bot demonstrations (`trainer="craft_bc"`).
+
+    tgjax train --config configs/ocn_craft.py --workdir runs/ocn_craft            # OCN, the thesis' recipe
+    tgjax train --config configs/ocn_craft.py:moe --workdir runs/moe_craft        # the MoE baseline
+    tgjax train --config configs/ocn_craft.py:lstm --workdir runs/lstm_craft      # the LSTM baseline
+
+What it hands the trainer (`tgjax.train.task`):
+
+* data: one demonstration file per task of `data.tasks` (comma-separated
+  subtask letters; the task id of a file is its position there), read from
+  `data.demo_dir/TASK.npz` with the checked reader
+  (`tgjax.data.craft_demos`: a file of another environment version, task or
+  time limit is refused, naming it). `data.generate=True` makes the missing
+  files with the bot first (`data.num_demos` each, seeded; the same thing
+  `tgjax data craft-demos` writes). The first `data.num_demos` episodes of a
+  file are used: the last `valid_fraction` of them validate (the thesis'
+  80/20 split).
+* batches: whole episodes, padded to max_steps + 1 rows (the final DONE
+  row is trained on too, as OMPN's behaviour cloning does), the observation
+  reduced to its live features (`tgjax.models.ocn.live_observation_indices`)
+  and stored as uint8; an epoch's order is a function of (seed, epoch), so
+  the position {"epoch", "step"} is all a checkpoint needs; the last
+  partial batch of an epoch is dropped (a shuffled epoch loses < 1 batch).
+* the step: the mean over real steps of -log pi_t(a_t) (the mixture of
+  `tgjax.nn.ocn`, gradient through every mixture probability), Adam
+  (thesis: batch 512, lr 1e-3), optional clipping.
+* validation: NLL per step and action accuracy on the held-out episodes;
+  for OCN also the segmentation metrics of `tgjax.data.craft_metrics`
+  (F1 tol 0 / 1, task alignment, NMI of argmax p_t against the subtask's
+  kind), for MoE the NMI. Selection: validation NLL (lower is better).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from tgjax.data.craft_demos import CraftDemoError, CraftDemos, read_craft_demos
+from tgjax.data.craft_metrics import segmentation_metrics
+from tgjax.envs import craft_rules as rules
+from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices
+from tgjax.train import sharding as shd
+from tgjax.train.config import ConfigError, DEFAULT_LOGICAL_AXIS_RULES, to_json_dict
+from tgjax.train.params_state import ParamsState, abstract_params, abstract_params_state, init_params_state
+from tgjax.train.schedules import StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key this task and the trainer read, at the thesis' values (§5.3; configs/ocn_craft.py)."""
+    return ml_collections.ConfigDict(dict(
+        trainer="craft_bc",
+        data=dict(
+            tasks="AC,CD,DA",      # comma-separated tasks (subtask letters A=wood B=gold C=iron D=grass)
+            demo_dir="",           # "" = WORKDIR/demos
+            generate=True,         # make missing files with the bot
+            num_demos=6000,        # episodes used per task (and generated, when generating)
+            valid_fraction=0.2,
+            seed=0,                # the bot's seed (task i uses seed + i)
+            max_steps=64,          # the episode time limit the demonstrations were made with
+        ),
+        model=dict(kind="ocn", num_options=3, hidden_size=128, depth=2, controller_temperature=10.0,
+                   option_temperature=1.0, live_inputs=True),
+        training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
+        evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
+        checkpointing=dict(interval_steps=200, max_to_keep=3, keep_best=1, async_save=True, checksums=False,
+                           save_memory=False),
+        logging=dict(interval_steps=20, tensorboard=True),
+        mesh=dict(data=-1, model=1, logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))
+
+
+def task_names(config) -> tuple[str, ...]:
+    """The tasks of `data.tasks`, each checked (`ConfigError` naming an unknown or unreachable one)."""
+    names = tuple(t.strip() for t in str(config.data.tasks).split(",") if t.strip())
+    if not names:
+        raise ConfigError("config key 'data.tasks': expected comma-separated tasks such as 'AC,CD,DA'")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config key 'data.tasks': a task is listed twice in {config.data.tasks!r}")
+    for name in names:
+        try:
+            rules.parse_task(name)
+        except rules.CraftTaskError as error:
+            raise ConfigError(f"config key 'data.tasks': {error}") from None
+    return names
+
+
+def policy_config(config, num_tasks: int) -> CraftPolicyConfig:
+    m = config.model
+    return CraftPolicyConfig(kind=m.kind, num_tasks=num_tasks, num_options=m.num_options,
+                             hidden_size=m.hidden_size, depth=m.depth,
+                             controller_temperature=m.controller_temperature,
+                             option_temperature=m.option_temperature, live_inputs=m.live_inputs)
+
+
+def check_config(config) -> None:
+    """Every key this task reads, checked before anything starts; `ConfigError` names the key."""
+    for section in ("data", "model", "training", "evaluation", "checkpointing", "logging", "mesh", "distributed"):
+        if section not in config:
+            raise ConfigError(f"config section {section!r} is missing (see tgjax.train.tasks.craft_bc.default_config)")
+    task_names(config)
+    for path in ("data.num_demos", "data.max_steps", "training.num_steps", "training.batch_size",
+                 "evaluation.interval_steps", "evaluation.batch_size", "checkpointing.interval_steps",
+                 "logging.interval_steps"):
+        section, key = path.split(".")
+        value = config[section][key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
+    if not 0 < config.data.valid_fraction < 1:
+        raise ConfigError(f"config key 'data.valid_fraction' must be in (0, 1), got {config.data.valid_fraction!r}")
+    if not config.training.learning_rate > 0:
+        raise ConfigError(f"config key 'training.learning_rate' must be > 0, got {config.training.learning_rate!r}")
+    try:
+        policy_config(config, 1)
+    except ValueError as error:
+        raise ConfigError(f"model settings: {error}") from None
+
+
+def describe(config) -> dict[str, Any]:
+    """What `tgjax info` prints: the policy and its parameter count (no data read)."""
+    check_config(config)
+    cfg = policy_config(config, len(task_names(config)))
+    shapes = abstract_params(lambda rngs: build_policy(cfg, rngs))
+    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(shapes)))
+    return {"model_name": f"craft_{cfg.kind}", "num_parameters": count, "vocab_size": cfg.num_actions,
+            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(cfg)}
+
+
+# -----------------------------------------------------------------------------
+# Data.
+
+
+def demo_path(config, workdir: Path, task: str) -> Path:
+    directory = Path(config.data.demo_dir) if config.data.demo_dir else workdir / "demos"
+    return directory / f"{task}.npz"
+
+
+def load_task_demos(config, workdir: Path, say=print) -> dict[str, CraftDemos]:
+    """task -> its checked demonstrations (generated first when missing and `data.generate`)."""
+    out = {}
+    for index, task in enumerate(task_names(config)):
+        path = demo_path(config, workdir, task)
+        if not path.is_file():
+            if not config.data.generate:
+                raise CraftDemoError(f"{path}: no demonstration file for task {task!r} (make it with `tgjax data "
+                                     f"craft-demos --task {task} -o {path}`, or set data.generate=True)")
+            from tgjax.data.craft_demos import write_craft_demos
+            from tgjax.envs.craft_bot import generate_demos
+
+            say(f"generating {config.data.num_demos} demonstrations of task {task} -> {path}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            demos, _ = generate_demos(task, config.data.num_demos, seed=config.data.seed + index,
+                                      max_steps=config.data.max_steps)
+            write_craft_demos(path, demos)
+        demos = read_craft_demos(path)
+        if demos.task != task:
+            raise CraftDemoError(f"{path}: holds demonstrations of task {demos.task!r}, expected {task!r}")
+        if demos.max_steps != config.data.max_steps:
+            raise CraftDemoError(f"{path}: made with a time limit of {demos.max_steps} steps, but "
+                                 f"data.max_steps={config.data.max_steps}")
+        if demos.full_view:
+            raise CraftDemoError(f"{path}: made with full_view=True; these policies read the default view")
+        if len(demos) < 2:
+            raise CraftDemoError(f"{path}: {len(demos)} demonstration(s); at least 2 are needed (train + valid)")
+        out[task] = demos
+    return out
+
+
+@dataclasses.dataclass
+class Episodes:
+    """Padded episodes: obs [N, T, F] uint8 (live features), actions [N, T] int32, mask [N, T] float32,
+    task_ids [N] int32, boundaries (list of [S] arrays), kinds (list of [S] arrays)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    mask: np.ndarray
+    task_ids: np.ndarray
+    boundaries: list
+    kinds: list
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+    def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.mask[indices],
+                "task_ids": self.task_ids[indices]}
+
+
+def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], length: int,
+                  live: np.ndarray) -> Episodes:
+    """The chosen episodes of every task, padded to `length` rows."""
+    chosen = [(task_id, demos, i) for task_id, (task, demos) in enumerate(task_demos.items()) for i in indices[task]]
+    n = len(chosen)
+    obs = np.zeros((n, length, len(live)), np.uint8)
+    actions = np.zeros((n, length), np.int32)
+    mask = np.zeros((n, length), np.float32)
+    task_ids = np.zeros(n, np.int32)
+    boundaries, kinds = [], []
+    for row, (task_id, demos, i) in enumerate(chosen):
+        start, end = int(demos.offsets[i]), int(demos.offsets[i + 1])
+        if end - start > length:
+            raise CraftDemoError(f"demonstration {i} of task {demos.task!r} has {end - start} rows, more than "
+                                 f"max_steps + 1 = {length}")
+        obs[row, :end - start] = demos.observations[start:end][:, live]
+        actions[row, :end - start] = demos.actions[start:end]
+        mask[row, :end - start] = 1.0
+        task_ids[row] = task_id
+        boundaries.append(np.asarray(demos.boundaries[i]))
+        kinds.append(np.asarray(demos.subtasks))
+    return Episodes(obs, actions, mask, task_ids, boundaries, kinds)
+
+
+class EpisodeBatches:
+    """The training iterator over `Episodes`: position {"epoch", "step"}; drops an epoch's partial batch."""
+
+    def __init__(self, episodes: Episodes, batch_size: int, seed: int, position: dict | None = None):
+        if len(episodes) < batch_size:
+            raise ValueError(f"training.batch_size={batch_size} is larger than the {len(episodes)} training episodes")
+        self.episodes, self.batch_size, self.seed = episodes, batch_size, seed
+        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
+        self.per_epoch = len(episodes) // batch_size
+
+    def _order(self) -> np.ndarray:
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.epoch,)))
+        return rng.permutation(len(self.episodes))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.step >= self.per_epoch:
+            self.epoch, self.step = self.epoch + 1, 0
+        rows = self._order()[self.step * self.batch_size:(self.step + 1) * self.batch_size]
+        self.step += 1
+        return self.episodes.rows(rows)
+
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+
+# -----------------------------------------------------------------------------
+# Steps.
+
+
+def sequence_nll(graphdef, params, batch):
+    """(mean NLL over real steps, (sum NLL, correct argmax actions, real steps, policy output))."""
+    policy = nnx.merge(graphdef, params)
+    out = policy(batch["obs"].astype(jnp.float32), batch["task_ids"])
+    log_pi = jnp.take_along_axis(out.log_pi, batch["actions"][..., None], axis=-1)[..., 0]       # [B, T]
+    mask = batch["mask"]
+    total = -jnp.sum(mask * log_pi)
+    count = jnp.sum(mask)
+    correct = jnp.sum(mask * (jnp.argmax(out.log_pi, -1) == batch["actions"]))
+    return total / jnp.maximum(count, 1.0), (total, correct, count, out)
+
+
+def make_steps(graphdef, tx: optax.GradientTransformation):
+    def train_step(state: ParamsState, batch):
+        (loss, (total, correct, count, _)), grads = jax.value_and_grad(
+            lambda p: sequence_nll(graphdef, p, batch), has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"loss": loss, "sum_nll": total, "num_correct": correct, "num_steps": count,
+                   "grad_norm": optax.tree.norm(grads)}
+        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
+
+    def eval_step(params, batch):
+        _, (total, correct, count, out) = sequence_nll(graphdef, params, batch)
+        return total, correct, count, out.log_done, jnp.argmax(out.log_p, -1)
+
+    return train_step, eval_step
+
+
+class BCWindow:
+    """Sums over a logging interval: NLL per step, action accuracy, steps (the "tokens"), time."""
+
+    def __init__(self, learning_rate: float):
+        self.learning_rate = learning_rate
+        self.steps, self.nll, self.correct, self.count = 0, 0.0, 0.0, 0.0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        self.nll += float(metrics["sum_nll"])
+        self.correct += float(metrics["num_correct"])
+        self.count += float(metrics["num_steps"])
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return {"split": "train", "step": step, "loss": self.nll / max(self.count, 1.0),
+                "action_accuracy": self.correct / max(self.count, 1.0), "learning_rate": self.learning_rate,
+                "grad_norm": float(metrics["grad_norm"]), "steps_per_second": self.steps / elapsed,
+                "tokens_per_second": self.count / elapsed}
+
+
+# -----------------------------------------------------------------------------
+# The task.
+
+
+class CraftBCTask:
+    """Behaviour cloning of a Craft policy; see the module docstring."""
+
+    name = "craft_bc"
+    selection = Selection("valid_nll", "min")
+    schedule = StepSchedule()
+
+    def __init__(self, config):
+        self.config = config
+        self.num_steps = config.training.num_steps
+        self.validation_interval = config.evaluation.interval_steps
+        self.checkpoint_interval = config.checkpointing.interval_steps
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+        self.batch_size = config.training.batch_size
+
+    def validate_config(self, config) -> None:
+        check_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        shd.check_batch_divides(self.batch_size, mesh, "training.batch_size")
+        shd.check_batch_divides(self.config.evaluation.batch_size, mesh, "evaluation.batch_size")
+
+    def setup(self, run: RunContext) -> None:
+        self.run = run
+        self.tasks = task_names(self.config)
+        self.policy_config = policy_config(self.config, len(self.tasks))
+        d = self.config.data
+        task_demos = load_task_demos(self.config, run.workdir, run.say)
+        train_idx, valid_idx = {}, {}
+        for task, demos in task_demos.items():
+            n = min(len(demos), d.num_demos)
+            cut = max(1, min(n - 1, int(round(n * (1 - d.valid_fraction)))))
+            train_idx[task], valid_idx[task] = range(cut), range(cut, n)
+        self.available = {task: len(demos) for task, demos in task_demos.items()}
+        live = (live_observation_indices() if self.policy_config.live_inputs else np.arange(rules.OBS_SIZE))
+        length = d.max_steps + 1
+        self.train_episodes = make_episodes(task_demos, train_idx, length, live)
+        self.valid_episodes = make_episodes(task_demos, valid_idx, length, live)
+        digest = hashlib.sha256()
+        for task, demos in task_demos.items():
+            digest.update(task.encode())
+            digest.update(demos.actions[:int(demos.offsets[train_idx[task].stop])].tobytes())
+        self.data_fingerprint = digest.hexdigest()
+
+        build = lambda rngs: build_policy(self.policy_config, rngs)  # noqa: E731
+        self.graphdef = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))), nnx.Param, ...)[0]
+        self.abstract_params = abstract_params(build)
+        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        t = self.config.training
+        parts = [optax.clip_by_global_norm(t.clip_grad_norm)] if t.clip_grad_norm > 0 else []
+        self.tx = optax.chain(*parts, optax.adam(t.learning_rate))
+        self.replicated = shd.replicated(run.mesh)
+        train_step, eval_step = make_steps(self.graphdef, self.tx)
+        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._eval_step = jax.jit(eval_step)
+
+    def describe_run(self) -> list[str]:
+        c = self.policy_config
+        sizes = f"K={c.num_options} options, " if c.kind != "lstm" else ""
+        return [f"Craft behaviour cloning, policy {c.kind}: {self.num_parameters:,} parameters ({sizes}H={c.hidden_size}"
+                f", {len(self.tasks)} tasks {', '.join(self.tasks)})",
+                f"data: {len(self.train_episodes):,} training and {len(self.valid_episodes):,} validation episodes "
+                f"(of {', '.join(f'{t} {n}' for t, n in self.available.items())} available)"]
+
+    # -- state and checkpoints ---------------------------------------------------------------
+
+    def init_state(self):
+        state = init_params_state(lambda rngs: build_policy(self.policy_config, rngs), self.tx,
+                                  self.config.training.seed, self.replicated)
+        return state, None
+
+    def abstract_state(self):
+        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
+
+    def restored_rest(self):
+        return None
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return {"tasks": list(self.tasks), "policy": dataclasses.asdict(self.policy_config),
+                "batch_size": self.batch_size, "data_sha256": self.data_fingerprint,
+                "config": to_json_dict(self.config)}
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        changed = []
+        if meta.get("policy") != dataclasses.asdict(self.policy_config):
+            changed.append(f"model: {meta.get('policy')} in the checkpoint, {dataclasses.asdict(self.policy_config)} now")
+        if meta.get("tasks") != list(self.tasks):
+            changed.append(f"data.tasks: {meta.get('tasks')} in the checkpoint, {list(self.tasks)} now")
+        if meta.get("batch_size") != self.batch_size:
+            changed.append(f"training.batch_size: {meta.get('batch_size')} in the checkpoint, {self.batch_size} now")
+        if meta.get("data_sha256") != self.data_fingerprint:
+            changed.append("the training demonstrations differ (data.num_demos, data.valid_fraction or the files)")
+        if changed:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another run: " + "; ".join(changed)
+                              + ". Use the original config or a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        pass
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def batches(self, position: dict | None) -> EpisodeBatches:
+        return EpisodeBatches(self.train_episodes, self.batch_size, self.config.training.seed, position)
+
+    def make_train_step(self):
+        step = self._train_step
+        rate = jnp.float32(self.config.training.learning_rate)
+
+        def train_step(state, rest, batch):
+            state, metrics = step(state, batch)
+            return state, {**metrics, "learning_rate": rate}
+
+        return train_step
+
+    def new_window(self) -> BCWindow:
+        return BCWindow(float(self.config.training.learning_rate))
+
+    def decay_learning_rate(self) -> float:
+        return float(self.config.training.learning_rate)
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def has_validation(self) -> bool:
+        return len(self.valid_episodes) > 0
+
+    def validation_outputs(self, params, episodes: Episodes, max_episodes: int = 0) -> dict[str, Any]:
+        """NLL, action accuracy and (OCN / MoE) the segmentation metrics over (the first `max_episodes` of)
+        `episodes`."""
+        n = len(episodes) if not max_episodes else min(max_episodes, len(episodes))
+        size = self.config.evaluation.batch_size
+        total = correct = count = 0.0
+        segmentation = []
+        for start in range(0, n, size):
+            indices = np.arange(start, min(start + size, n))
+            rows = episodes.rows(np.resize(indices, size))  # a fixed shape: the last batch repeats rows,
+            rows["mask"][len(indices):] = 0.0                  # which the mask then leaves out
+            t, c, k, log_done, options = jax.device_get(self._eval_step(params, shd.global_batch(rows, self.run.mesh)))
+            total, correct, count = total + float(t), correct + float(c), count + float(k)
+            for row, index in enumerate(indices):
+                length = int(episodes.mask[index].sum())
+                segmentation.append((episodes.boundaries[index], np.exp(log_done[row, :length]),
+                                     options[row, :length - 1], episodes.kinds[index]))
+        result = {"nll": total / max(count, 1.0), "action_accuracy": correct / max(count, 1.0), "episodes": n}
+        if self.policy_config.kind != "lstm":
+            metrics = segmentation_metrics(segmentation)
+            if self.policy_config.kind == "ocn":
+                result.update(metrics)
+            else:  # MoE has no done signal: only the option usage is meaningful
+                result["nmi"] = metrics["nmi"]
+        return result
+
+    def evaluate(self, state, rest) -> Evaluation:
+        result = self.validation_outputs(state.params, self.valid_episodes, self.config.evaluation.max_episodes)
+        message = f"NLL {result['nll']:.4f}, action accuracy {100 * result['action_accuracy']:.1f}%"
+        if "f1_tol1" in result:
+            message += (f", F1 tol1 {result['f1_tol1']:.3f}, align {result['align_acc']:.3f}, "
+                        f"NMI {result['nmi']:.3f}")
+        elif "nmi" in result:
+            message += f", NMI {result['nmi']:.3f}"
+        return Evaluation(values={"valid_nll": result["nll"]}, record=result, message=message)
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"num_parameters": self.num_parameters, "vocab_size": self.policy_config.num_actions}
+
+    def summary(self, result) -> str | None:
+        return None
