@@ -52,9 +52,12 @@ TOTC = REPO.parent / "shared" / "data" / "tale_of_two_cities"
 TOTC_SIZES = dict(d_model=128, num_layers=4, num_heads=4, ffw_hidden_size=512, sequence_length=64, memory_length=64)
 
 
+DATA_DIR = TOTC  # --data replaces it
+
+
 def corpus(split: str):
-    """ToTC trees of a split, or the built-in treebank's (with a note) when the shared data is absent."""
-    path = TOTC / f"{split}.txt"
+    """ToTC trees of a split (`--data DIR`: DIR/{train,test}.txt), or the built-in treebank's (with a note)."""
+    path = DATA_DIR / f"{split}.txt"
     if path.exists():
         return read_treebank(path), f"ToTC {split}"
     print(f"note: {path} not found; using the built-in treebank", file=sys.stderr)
@@ -114,6 +117,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", default=None, help="a trained run (default: a random-init ToTC-size TG)")
     parser.add_argument("--step", default="best")
+    parser.add_argument("--data", default=str(TOTC),
+                        help="a directory with train.txt and test.txt treebanks (default: ../shared/data/"
+                             "tale_of_two_cities; the built-in treebank when absent)")
     parser.add_argument("--sentences", type=int, default=64, help="first N test sentences (within the word limits)")
     parser.add_argument("--min-words", type=int, default=1)
     parser.add_argument("--max-words", type=int, default=10 ** 9)
@@ -130,6 +136,8 @@ def main(argv=None) -> int:
     parser.add_argument("--scaling", default=None, help="device only: beam sizes W/A,W/A to compare (one process each)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global DATA_DIR
+    DATA_DIR = Path(args.data)
     if args.child:
         return scaling_child(args)
 

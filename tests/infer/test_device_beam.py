@@ -91,6 +91,25 @@ def test_ensemble_of_tg_and_txl_cc_one_beam_over_the_per_action_mixture():
     assert max(abs(a.log_prob - b.log_prob) for a, b in zip(alone, host_results)) > 1e-3
 
 
+@functools.lru_cache(maxsize=None)
+def stack_and_full():
+    vocab = tiny_vocab()
+    model = get_model("tg", vocab.size, seed=1)
+    config = CONFIGS["bound"]
+    return (DeviceBeamSearch(model, vocab, "tg", config, chunk=3),
+            DeviceBeamSearch(model, vocab, "tg", config, stack_cache=False))
+
+
+@settings(max_examples=3, deadline=None)
+@given(sentences=sentence_batches)
+def test_stack_only_cache_and_small_chunks_equal_the_full_cache_path(sentences):
+    """TG with only the stack's keys and values cached, run 3 hypotheses per model call, equals every position's."""
+    stack, full = stack_and_full()
+    assert stack._family.stack_only == (True,) and full._family.stack_only == (False,)
+    assert_same(full.search(sentences), stack.search(sentences))
+    assert stack.last_stats["rows_run"] == full.last_stats["rows_run"] < full.last_stats["rows_offered"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tg_distinct_mha", "tg_head_hybrid", "tg_layer_hybrid", "tg_txl_memory_linear_pos"])
 def test_tg_variants_as_the_host_search(name):

@@ -14,10 +14,12 @@ the current word: the next word beam, kept as the best k_w seen so far, in
 slots 0 .. k_w - 1) or COMPLETE (finished: everything closed). One
 iteration, for every sentence at once:
 
-1. one model call on every FRONTIER slot of every sentence: the pending
-   positions of its last action and the current word's pieces, with its
-   cache as memory (`ChoeCharniakDevice.score`); the pending positions'
-   layer inputs are written into the slot's cache at its length;
+1. the model runs on the FRONTIER slots only: their flat indices are
+   packed and run `chunk` hypotheses per call in an inner loop (the last
+   call padded), so the work follows the live hypotheses, not the pool's
+   size. Each runs the pending positions of its last action and the current
+   word's pieces, with its cache as memory (`ChoeCharniakDevice.score`);
+   the pending positions' keys and values are written into its memory;
 2. per sentence, the host search's selection on device: every FRONTIER slot
    by every allowed action (`allowed`, and the capacity check `fits`), fast
    track (`lax.top_k` over the word successors), the action beam (top k_a of
@@ -37,24 +39,43 @@ Pushdown Layers family of issue 13 is meant as the next one):
 
     family.num_actions, family.word_action    A action codes; the one that generates the next word
     family.initial_state()                    one hypothesis's state (a pytree), before any action
-    family.init_cache(batch, pool)            the caches, a pytree with a [batch, pool] hypothesis axis pair
+    family.init_cache(batch, pool)            the caches: a pytree holding batch * pool hypotheses' memories
+    family.memory_used(state)                 [...] memory slots a hypothesis reads or writes in its next call
+    family.prefix(cache, slots), family.put_prefix(cache, part)
+                                              the caches' first `slots` memory slots, and putting them back
     family.take(cache, src)                   caches gathered by parent `src [batch, pool]`
-    family.score(params, state, cache, word, run)
-        -> log_probs [batch, pool, A], state, cache: one model call for the rows `run`, whose
-           pending positions are then cached (states "committed")
+    family.score(params, state, cache, word, rows)
+        -> log_probs [n, A], state, cache: one model call for n hypotheses (state and word with a
+           leading [n] axis; rows [n] their flat indices b * pool + p into the caches, batch * pool
+           for a padding row), whose pending positions are then cached (states "committed")
     family.allowed(state, finishing, word)    [A] bool for one committed hypothesis (finishing: the end)
     family.fits(state, word)                  [A] bool: the action leaves room in the caches
     family.advance(state, action, word)       -> (state, record code) for one committed hypothesis
     family.complete(state)                    bool: nothing is left to close
     family.tokens(records, words)             the finished action sequence as tokens (host side)
 
-where `word` is a `WordInfo` (the current word's pieces). For TG and TXL
-(CC), and per-action ensembles of them, the family is `ChoeCharniakDevice`:
-the syntax state is `tgjax.infer.device_syntax` (the parse, plus one layout
-per member: TG and TXL (CC) members mix), the cache one `[K, batch, pool,
-capacity, d]` array of layer inputs per member, and an ensemble's
-log-probabilities are mixed per action (and per word piece), as
-`tgjax.infer.ensemble.score_mixed` does, before the beam sees them.
+where `word` is a `WordInfo` (the current word's pieces). (Changed for
+speed in issue 12: `score` takes packed rows instead of a `[batch, pool]`
+mask, and `memory_used` / `prefix` / `put_prefix` let the engine read and
+gather only the memory slots in use.) For TG and TXL (CC), and per-action
+ensembles of them, the family is `ChoeCharniakDevice`: the syntax state is
+`tgjax.infer.device_syntax` (the parse, plus one layout per member: TG and
+TXL (CC) members mix), the cache one `[slots, batch * pool, K, A, 2, H,
+dk]` array of keys and values per member (per layer K and attention module
+A), and an ensemble's log-probabilities are mixed per action (and per word
+piece), as `tgjax.infer.ensemble.score_mixed` does, before the beam sees
+them.
+
+The stack-only memory. A TG whose every head of every layer uses the
+STACK/COMPOSE rule attends, from any later position, only to keys still on
+the stack (and, at a CNT1, to those it pops), and a key's keys and values
+never change once computed. So such a member's memory holds only the
+stack (`device_syntax`'s memory map: a dozen slots where the layout has
+hundreds of positions): the attention, the mask rebuilt from the slots'
+own position, depth, push and pop, and the gather by parent read only the
+stack's slots. TXL (CC) and TG variants with unrestricted heads or layers
+keep every position (`stack_cache=False` gives that path for any TG: the
+tests check both give the same results).
 
 Capacity. A hypothesis may use `capacity` layout positions (BOS, actions,
 TG's doubled closes); the caches, and so memory, grow with it (the
@@ -156,15 +177,14 @@ def _keys_values(attention, x):
 def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
     """`RelativeMultiHeadAttention.__call__` with the keys and values of `[memory, segment]` given.
 
-    x `[N, S, d]`; memory_kv `[2, N, H, M, dk]` (heads before slots: the
-    contractions batch over (row, head) without transposing the cache) and
-    fresh_kv `[2, N, S, H, dk]`
+    x `[N, S, d]`; memory_kv `[2, M, N, H, dk]` (slots first, as the cache
+    is laid out) and fresh_kv `[2, N, S, H, dk]`
     (keys, values; memory and segment apart, so that the cache is read in
     place, never concatenated); mask, relpos `[N, (H,) S, M + S]`.
     """
     q = jnp.einsum("btd,dhk->bthk", x, attention.query[...])
     q_content = q + attention.content_bias[...]
-    content = jnp.concatenate([jnp.einsum("bthk,bhsk->bhts", q_content, memory_kv[0]),
+    content = jnp.concatenate([jnp.einsum("bthk,sbhk->bhts", q_content, memory_kv[0]),
                                jnp.einsum("bthk,bshk->bhts", q_content, fresh_kv[0])], axis=-1)
     rel_keys = jnp.einsum("pd,dhk->phk", attention.position_table[...], attention.rel_key[...])
     by_position = jnp.einsum("bthk,phk->bhtp", q + attention.position_bias[...], rel_keys)
@@ -177,8 +197,8 @@ def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
     scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     weights = jax.nn.softmax(scores, axis=-1)
     weights = jnp.where(mask.any(axis=-1, keepdims=True), weights, 0.0)
-    M = memory_kv.shape[3]
-    attended = (jnp.einsum("bhts,bhsk->bthk", weights[..., :M], memory_kv[1])
+    M = memory_kv.shape[1]
+    attended = (jnp.einsum("bhts,sbhk->bthk", weights[..., :M], memory_kv[1])
                 + jnp.einsum("bhts,bshk->bthk", weights[..., M:], fresh_kv[1]))
     return jnp.einsum("bthk,hkd->btd", attended, attention.out[...]) + attention.out_bias[...]
 
@@ -187,7 +207,7 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
     """Final hidden states `[N, S, d]` of the new positions, and their keys/values `[N, S, K, A, 2, H, dk]`.
 
     `batch`: the new positions' fields `[N, S]` and the memory keys' `[N, M]`
-    (as `hidden_states`); `kv [N, K, A, 2, H, M, dk]`: the cached keys and
+    (as `hidden_states`); `kv [M, N, K, A, 2, H, dk]`: the cached keys and
     values of the memory slots per layer (K) and attention module (A).
     Mirrors `hidden_states` (eval mode) with the memory's projections read
     from the cache.
@@ -217,7 +237,7 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
         for a, attention in enumerate(_attention_modules(layer)):
             fresh = _keys_values(attention, x)  # [2, N, S, H, dk]
             layer_kv.append(fresh)
-            memory_kv = jnp.moveaxis(kv[:, index, a], 1, 0)  # [2, N, H, M, dk] (a view of whole rows)
+            memory_kv = jnp.moveaxis(kv[:, :, index, a], 2, 0)  # [2, M, N, H, dk]
             outputs.append(_attend(attention, x, memory_kv, fresh, m, r))
         attended = outputs[0] if len(outputs) == 1 else jnp.where(compose[..., None], outputs[1], outputs[0])
         x = layer.attention_norm(x + attended)
@@ -277,9 +297,13 @@ class ChoeCharniakDevice:
                              tuple(ds.initial_layout(self.caps, self.bos_id) for _ in self.rules))
 
     def init_cache(self, batch: int, pool: int) -> tuple:
-        """Per member, keys and values `[batch, pool, K, A, 2, H, C, dk]` (K layers, A attention modules)."""
+        """Per member, keys and values `[C, batch * pool, K, A, 2, H, dk]` (K layers, A attention modules).
+
+        Memory slots first: the slots held so far are one contiguous block
+        (`prefix`), gathered by parent in one pass.
+        """
         C = self.caps.capacity
-        return tuple(jnp.zeros((batch, pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads, C,
+        return tuple(jnp.zeros((C, batch * pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads,
                                 c.d_model // c.num_heads), jnp.float32) for c in self.configs)
 
     def memory_used(self, state: CCDeviceState) -> jnp.ndarray:
@@ -287,18 +311,18 @@ class ChoeCharniakDevice:
         return functools.reduce(jnp.maximum, [lay.mem_len + lay.num_pending for lay in state.layouts])
 
     def prefix(self, cache: tuple, slots: int) -> tuple:
-        """The caches of the first `slots` positions only."""
-        return tuple(c[..., :slots, :] for c in cache)
+        """The caches of the first `slots` memory slots only."""
+        return tuple(c[:slots] for c in cache)
 
     def put_prefix(self, cache: tuple, part: tuple) -> tuple:
         """`cache` with its first positions replaced by `part` (what `prefix` took, updated)."""
-        return tuple(c.at[..., :p.shape[-2], :].set(p) for c, p in zip(cache, part))
+        return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, 0, axis=0) for c, p in zip(cache, part))
 
     def take(self, cache: tuple, src: jnp.ndarray) -> tuple:
-        """Whole rows gathered by parent (each row one contiguous block)."""
+        """The hypotheses' memories gathered by parent `src [batch, pool]` (every slot given)."""
         B, P = src.shape
         rows = (jnp.arange(B)[:, None] * P + src).reshape(-1)
-        return tuple(jnp.take(c.reshape((B * P,) + c.shape[2:]), rows, axis=0).reshape(c.shape) for c in cache)
+        return tuple(jnp.take(c, rows, axis=1) for c in cache)
 
     def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, rows: jnp.ndarray):
         """One model call on the hypotheses `rows`: log p of every action `[n, A]`, their committed states, the caches.
@@ -311,17 +335,15 @@ class ChoeCharniakDevice:
         """
         n = rows.shape[0]
         caps = self.caps
-        valid = rows < cache[0].shape[0] * cache[0].shape[1]
+        valid = rows < cache[0].shape[1]
         next_lps, piece_lps, layouts, caches = [], [], [], []
         for k, (graphdef, tg, stack_only) in enumerate(zip(self.graphdefs, self.tg, self.stack_only)):
             layout = state.layouts[k]
-            B, P = cache[k].shape[:2]
-            M = cache[k].shape[-2]  # the slots given (a prefix of the capacity, see `prefix`)
+            M, rows_total = cache[k].shape[:2]  # the slots given (a prefix of the capacity, see `prefix`)
             fields, reads, targets = jax.vmap(
                 lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num, M)
             )(layout, state.tree, word.ids, word.types, word.num)
-            flat = cache[k].reshape((B * P,) + cache[k].shape[2:])
-            kv = jnp.take(flat, jnp.minimum(rows, B * P - 1), axis=0)  # [n, K, A, 2, H, M, dk]
+            kv = jnp.take(cache[k], jnp.minimum(rows, rows_total - 1), axis=1)  # [M, n, K, A, 2, H, dk]
             model = nnx.merge(graphdef, params[k])
             x, fresh = cached_forward(model, fields, kv)
             read = jnp.take_along_axis(x, reads[..., None], axis=1)  # [n, P_max, d]
@@ -331,10 +353,9 @@ class ChoeCharniakDevice:
             slots, _ = jax.vmap(lambda lay: ds.memory_writes(lay, caps, stack_only))(layout)  # [n, Q]
             Q = slots.shape[1]
             at = jnp.where(slots < M, slots, M)
-            # fresh [n, S, K, A, 2, H, dk]: its first Q positions (the pending ones) into the slots `at` of each row
-            # (index dims first, as fresh is laid out); padding rows' index is past the end (dropped).
-            flat = flat.at[rows[:, None], :, :, :, :, at].set(fresh[:, :Q], mode="drop")
-            caches.append(flat.reshape(cache[k].shape))
+            # fresh [n, S, K, A, 2, H, dk]: its first Q positions (the pending ones) into the slots `at` of each row;
+            # padding rows' index is past the end (dropped).
+            caches.append(cache[k].at[at, rows[:, None]].set(fresh[:, :Q], mode="drop"))
             layouts.append(jax.vmap(lambda lay: ds.commit(lay, True, caps, stack_only))(layout))
         next_lp = _mix(next_lps)
         piece_lp = _mix(piece_lps)
@@ -398,7 +419,7 @@ class _Sizes:
     words: int  # N: most words of a sentence in the batch
     records: int
     max_iterations: int
-    row_fractions: tuple = (8, 2, 1)  # the model runs on B * P / d rows, the smallest d that holds the live ones
+    chunk: int  # hypotheses per model call (the live ones are run `chunk` at a time)
 
 
 class _Carry(NamedTuple):
@@ -505,34 +526,37 @@ def _vmap2(fn, *args):
     return jax.vmap(jax.vmap(fn))(*args)
 
 
-def _score_live(family, params, state, cache, word, run, row_buckets: Sequence[int]):
-    """`family.score` on the rows `run [B, P]` only, packed into the smallest of `row_buckets` that holds them.
+def _score_live(family, params, state, cache, word, run, chunk: int):
+    """`family.score` on the rows `run [B, P]` only, `chunk` rows per model call, as many calls as needed.
 
     Returns log p `[B, P, A]` (0 where not run), the states (committed
-    where run) and the caches. Only the live hypotheses run the model: one
-    compiled branch per bucket, the padding rows' writes dropped.
+    where run) and the caches. The live rows are packed (their flat
+    indices in order) and run `chunk` at a time in a `lax.while_loop`, so
+    the work follows the live rows (rounded up to a chunk) with one compiled
+    copy of the model; the last chunk's padding rows' writes are dropped.
     """
     B, P = run.shape
     flat_run = run.reshape(B * P)
+    calls = -(-(B * P) // chunk)
+    rows_all = jnp.nonzero(flat_run, size=calls * chunk, fill_value=B * P)[0].astype(jnp.int32)
+    flat = lambda x: x.reshape((B * P,) + x.shape[2:])
+    state_flat, word_flat = jax.tree.map(flat, state), jax.tree.map(flat, word)
 
-    def packed(size: int):
-        def branch(args):
-            state, cache = args
-            rows = jnp.nonzero(flat_run, size=size, fill_value=B * P)[0].astype(jnp.int32)
-            at = jnp.minimum(rows, B * P - 1)
-            take = lambda x: x.reshape((B * P,) + x.shape[2:])[at]
-            lp, scored, cache = family.score(params, jax.tree.map(take, state), cache, jax.tree.map(take, word), rows)
-            put = lambda full, part: full.reshape((B * P,) + full.shape[2:]).at[rows].set(
-                part, mode="drop").reshape(full.shape)
-            lp_full = put(jnp.zeros((B, P, lp.shape[-1]), lp.dtype), lp)
-            return lp_full, jax.tree.map(put, state, scored), cache
-        return branch
+    def one_call(i, carry):
+        lp_all, state_all, cache = carry
+        rows = jax.lax.dynamic_slice(rows_all, (i * chunk,), (chunk,))
+        at = jnp.minimum(rows, B * P - 1)
+        take = lambda x: x[at]
+        lp, scored, cache = family.score(params, jax.tree.map(take, state_all), cache, jax.tree.map(take, word_flat),
+                                         rows)
+        put = lambda full, part: full.at[rows].set(part, mode="drop")
+        return put(lp_all, lp), jax.tree.map(put, state_all, scored), cache
 
     live = jnp.sum(flat_run)
-    index = jnp.sum(live > jnp.asarray(row_buckets[:-1], jnp.int32))
-    if len(row_buckets) == 1:
-        return packed(row_buckets[0])((state, cache))
-    return jax.lax.switch(index, [packed(n) for n in row_buckets], (state, cache))
+    lp0 = jnp.zeros((B * P, family.num_actions), jnp.float32)
+    lp, state_flat, cache = jax.lax.fori_loop(0, (live + chunk - 1) // chunk, one_call, (lp0, state_flat, cache))
+    unflat = lambda x: x.reshape((B, P) + x.shape[1:])
+    return unflat(lp), jax.tree.map(unflat, state_flat), cache
 
 
 class DeviceBeamSearch:
@@ -547,11 +571,17 @@ class DeviceBeamSearch:
       max_capacity: the most positions a hypothesis may ever take.
       positions_per_piece: the first capacity of a batch is this many
         positions per piece of its longest sentence, plus 8 (doubled when short).
+      stack_cache: TG members whose every head reads the stack only keep
+        only the stack's keys and values (`device_syntax`'s memory map);
+        False: every position's, as TXL (CC) (the same results, slower).
+      chunk: hypotheses per model call; None: an eighth of a batch's pool
+        slots (at least 32).
     """
 
     def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary,
                  rule: str | Sequence[str], config: BeamConfig = BeamConfig(), *, capacity: int | None = None,
-                 max_capacity: int = 1024, positions_per_piece: int = 4):
+                 max_capacity: int = 1024, positions_per_piece: int = 4, stack_cache: bool = True,
+                 chunk: int | None = None):
         members = member_list(model, rule)
         for _, member_rule in members:
             if member_rule not in ("tg", "txl_cc"):
@@ -562,6 +592,8 @@ class DeviceBeamSearch:
                 raise ValueError(f"device beam: {name} must be at least 1, got {getattr(config, name)}")
         if capacity is not None and capacity < 4:
             raise ValueError(f"device beam: capacity must be at least 4 positions, got {capacity}")
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"device beam: chunk must be at least 1 hypothesis, got {chunk}")
         if max_capacity < 4:
             raise ValueError(f"device beam: max_capacity must be at least 4 positions, got {max_capacity}")
         self.space = ActionSpace.from_vocab(vocab)
@@ -571,10 +603,11 @@ class DeviceBeamSearch:
         self.capacity = capacity
         self.max_capacity = int(max_capacity)
         self.positions_per_piece = int(positions_per_piece)
+        self.chunk = chunk
         self.vocab = vocab
         self._family = ChoeCharniakDevice(members, self.space, vocab.bos_id,
                                           ds.Caps(self.space.num_labels, config.max_open_nts,
-                                                  config.max_consecutive_opens, 32, 1))
+                                                  config.max_consecutive_opens, 32, 1), stack_cache)
         self._compiled: dict = {}
         self.steps = 0  # action steps summed over sentences (for benchmarks)
         self.last_stats: dict = {}
@@ -598,7 +631,7 @@ class DeviceBeamSearch:
         if self.capacity is not None:
             return self.capacity
         longest = max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence)
-        return min(self.max_capacity, _round_up(self.positions_per_piece * longest + 8, 16))
+        return min(self.max_capacity, _coarse(self.positions_per_piece * longest + 8))
 
     def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
         sentences = [list(s) for s in sentences]
@@ -642,7 +675,7 @@ class DeviceBeamSearch:
         num = len(sentences)
         B = min(config.batch_sentences, _next_power_of_two(num))
         max_pieces = max(len(p) for pieces, _ in encoded for p in pieces)
-        N = _round_up(max(len(s) for s in sentences), 8)
+        N = _coarse(max(len(s) for s in sentences), 8)
         caps = ds.Caps(self.space.num_labels, config.max_open_nts, config.max_consecutive_opens, C, max_pieces)
         ids = np.zeros((B, N, max_pieces), np.int32)
         types = np.zeros((B, N, max_pieces), np.int32)
@@ -656,8 +689,9 @@ class DeviceBeamSearch:
                 counts[b, t] = len(p)
         later = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1] - counts  # pieces after each word
         D = config.max_open_nts
-        sizes = _Sizes(B, config.word_beam + config.action_beam, N, C,
-                       N * (D + config.max_consecutive_opens + 2) + D + 4)
+        P = config.word_beam + config.action_beam
+        sizes = _Sizes(B, P, N, C, N * (D + config.max_consecutive_opens + 2) + D + 4,
+                       self.chunk or min(B * P, max(32, _round_up(B * P // 8, 8))))
         run = self._compiled.get((sizes, caps))
         if run is None:
             family = self._family.with_caps(caps)
@@ -730,7 +764,7 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         word_bp = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, P) + x.shape[1:]), word)
         run = (c.status == FRONTIER) & (c.phase != DONE)[:, None]
         lp, state, cache = _score_live(family, params, c.state, family.prefix(c.cache, slots), word_bp, run,
-                                       row_buckets)
+                                       sizes.chunk)
         fin_bp = jnp.broadcast_to(finishing[:, None], (B, P))
         allowed = _vmap2(family.allowed, state, fin_bp, word_bp) & run[..., None]
         fits = _vmap2(family.fits, state, word_bp)
@@ -778,8 +812,7 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
     # Memory sizes: the attention and the gathers read only the positions held so far, rounded up to one of
     # a few static sizes (one compiled branch each).
     C = family.caps.capacity
-    buckets = sorted({min(C, m) for m in (16, 32, 64, _round_up(C // 2, 16), C)})
-    row_buckets = sorted({min(B * P, _round_up(B * P // d, 8)) for d in sizes.row_fractions})
+    buckets = sorted({min(C, m) for m in (32, 64, _round_up(C // 2, 16), C)})
 
     def switched(c: _Carry) -> _Carry:
         held = jnp.max(jnp.where(c.status != EMPTY, family.memory_used(c.state), 0))
@@ -794,6 +827,14 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
 
 def _round_up(n: int, multiple: int) -> int:
     return -(-int(n) // multiple) * multiple
+
+
+def _coarse(n: int, least: int = 16) -> int:
+    """n rounded up to `least`, a power of two or 1.5 times one: few distinct shapes, so few compilations."""
+    size = max(int(least), 1)
+    while size < n:
+        size = size * 3 // 2 if size & (size - 1) == 0 and size >= 4 else _next_power_of_two(size + 1)
+    return size
 
 
 def _next_power_of_two(n: int) -> int:
