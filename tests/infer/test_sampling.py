@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import functools
 import math
@@ -25,6 +27,7 @@ from tgjax.infer.scoring import Scorer, encode
 from tgjax.infer.search import SamplingFamily, TokenScores
 from tgjax.models import build_model
 from tgjax.syntax import actions as cc
+from tgjax.syntax import trees
 from tgjax.syntax import token_types as tt
 
 from .test_beam import exact_log_probs, get_model, tiny_vocab
@@ -239,7 +242,9 @@ def test_sentencepiece_pieces_one_id_at_a_time():
     for piece in pieces:
         assert family.allowed_tokens([state], 20)[0, piece]
         state = family.advance_token(state, piece, None)
-        assert family.allowed_tokens([state], 20)[0][continuation].all()  # the word may go on
+        allowed = family.allowed_tokens([state], 20)[0]
+        # the word may go on, with any piece but those that would break it (tgjax.infer.word_guard)
+        assert allowed[continuation & ~space.word_guard.never].all() and not allowed[space.word_guard.never].any()
     assert family.decode(state) == ["(S", "(NP", "elephan"]
     assert family.state_after(["(S", "(NP", "elephan"])[:4] == state[:4]  # one word action, all its pieces
     assert family.steps_to_finish(state) == 2
@@ -268,6 +273,64 @@ def test_sentencepiece_samples_as_pinned():
         ["(S", "(NP", "the", "elephanQ", "NP)", "S)"], ["(S", "(NP", "the", "elephan\ufffd", "NP)", "S)"]]
     np.testing.assert_allclose([s.log_prob for s in continued], [-19.14188289642334, -16.767935752868652,
                                                                  -18.050346851348877, -20.077448844909668], atol=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# SentencePiece words that a tree can hold (tgjax.infer.word_guard): byte pieces decode to any character.
+
+
+@settings(max_examples=3, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_every_sentencepiece_sample_reads_back_as_its_tree(seed):
+    """A near-uniform model samples byte pieces often; before the guard about 1 sample in 5 held a word with
+    whitespace (`\\x0b`, a space byte), a bracket, or nothing in it."""
+    vocab, model = sentencepiece_model()
+    config = SamplingConfig(max_actions=14, max_open_nts=3, max_consecutive_opens=2, batch_size=16, temperature=1.5)
+    for sample in Sampler(model, vocab, "tg", config).sample(16, seed=seed):
+        tree = sample.tree
+        assert trees.parse(tree.to_string()) == tree, sample.actions
+        assert cc.choe_charniak(tree, pos_tags=False) == sample.actions
+
+
+def piece(vocab, text: str) -> int:
+    i = vocab.processor.piece_to_id(text)
+    assert vocab.processor.id_to_piece(i) == text
+    return i
+
+
+def test_word_guard_by_hand():
+    vocab, _ = sentencepiece_model()
+    guard = ActionSpace.from_vocab(vocab).word_guard
+    bare, c2, a0, copyright_byte = (piece(vocab, t) for t in ("\u2581", "<0xC2>", "<0xA0>", "<0xA9>"))
+    assert guard.never[[piece(vocab, t) for t in ("<0x20>", "<0x0B>", "<0x1C>", "<0x28>", "<0x29>")]].all()
+    assert not guard.never[[piece(vocab, t) for t in ("<0x41>", "<0xC2>", "s")]].any()
+    assert guard.start_needs_more[bare] and guard.start_needs_more.sum() == 1
+    # A bare "▁" is an empty word: it must go on.
+    must_continue, allowed = guard.after([bare], can_grow=True)
+    assert must_continue and allowed[copyright_byte] and not allowed[piece(vocab, "<0x20>")]
+    # C2 A0 is U+00A0 (no-break space): after C2, A0 is out and A9 ("©") is in; C2 alone decodes as U+FFFD.
+    must_continue, allowed = guard.after([bare, c2], can_grow=True)
+    assert not must_continue and not allowed[a0] and allowed[copyright_byte]
+    # "<s" then ">" spells BOS: only where one more piece fits, and then the word goes on.
+    less, s_piece, more = piece(vocab, "<0x3C>"), piece(vocab, "s"), piece(vocab, "<0x3E>")
+    assert not guard.after([bare, less, s_piece], can_grow=False)[1][more]
+    assert guard.after([bare, less, s_piece], can_grow=True)[1][more]
+    assert guard.after([bare, less, s_piece, more], can_grow=True)[0]
+
+
+def test_an_empty_word_start_needs_room_for_one_more_piece():
+    vocab, model = sentencepiece_model()
+    space = ActionSpace.from_vocab(vocab)
+    family = ChoeCharniakFamily([PrefixScorer(model, "tg", space.token_types, candidate_ids=None)], space,
+                                max_open_nts=4, max_consecutive_opens=3)
+    state = family.state_after(["(S", "(NP"])
+    bare = piece(vocab, "\u2581")
+    used = len(state.ids)
+    assert not family.allowed_tokens([state], used + 3)[0, bare]  # ▁, NP), S): nothing left for a second piece
+    assert family.allowed_tokens([state], used + 4)[0, bare]
+    after = family.advance_token(state, bare, None)
+    allowed = family.allowed_tokens([after], used + 4)[0]
+    assert allowed.any() and not allowed[space.close_ids].any() and not allowed[space.word_pieces[0]].any()
 
 
 # -----------------------------------------------------------------------------

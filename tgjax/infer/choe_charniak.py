@@ -43,6 +43,7 @@ from tgjax.data.vocab import Vocabulary
 from tgjax.infer.ensemble import score_mixed
 from tgjax.infer.incremental import PrefixScorer
 from tgjax.infer.search import ActionScores, TokenScores
+from tgjax.infer.word_guard import WordGuard
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
 
@@ -98,6 +99,14 @@ class ActionSpace:
             starts = np.array([processor.id_to_piece(i).startswith("\u2581") for i in range(size)])
             word_start &= starts | (np.arange(size) == vocab.unk_id)
         return word_start, terminal & ~word_start
+
+    @functools.cached_property
+    def word_guard(self) -> WordGuard | None:
+        """SentencePiece: which pieces keep a sampled word writable (`tgjax.infer.word_guard`); else None."""
+        processor = getattr(self.vocab, "processor", None)
+        if processor is None:
+            return None
+        return WordGuard(processor, *self.word_pieces, self.vocab.unk_id)
 
     def encode_word(self, word: str) -> tuple[tuple[int, ...], bool]:
         """The ids of one word (one or more terminal pieces), and whether it is unknown (UNK).
@@ -309,10 +318,22 @@ class ChoeCharniakFamily:
             word_start[space.vocab.unk_id] = False
         allowed = np.zeros((len(states), self.vocab_size), bool)
         allowed[:, space.open_ids] = can_open[:, None]
-        allowed |= can_word[:, None] & word_start[None]
-        allowed |= (can_word & after_word)[:, None] & continuation[None]
+        guard = space.word_guard
+        if guard is None:
+            allowed |= can_word[:, None] & word_start[None]
+            allowed |= (can_word & after_word)[:, None] & continuation[None]
+        else:  # SentencePiece: only pieces that keep every word writable in a tree
+            can_grow = 2 + depth <= budget  # room for the next piece and one more
+            allowed |= can_word[:, None] & (word_start & ~guard.never)[None]
+            allowed[:, guard.start_needs_more] &= can_grow[:, None]
         rows = np.flatnonzero(can_close)
         allowed[rows, space.close_ids[top[rows] >> 1]] = True
+        if guard is not None:
+            for row in np.flatnonzero(can_word & after_word):
+                must_continue, pieces = guard.after(states[row].ids, bool(can_grow[row]))
+                if must_continue:
+                    allowed[row] = False
+                allowed[row] |= pieces
         return allowed
 
     def next_token_scores(self, states: Sequence[CCState]) -> TokenScores:

@@ -12,7 +12,9 @@ walks) the allowed ids are
   constituents are open, fewer than `max_consecutive_opens` opens came in a
   row, and the length cap still leaves room to finish;
 * a word (any terminal id; with SentencePiece a continuation piece only right
-  after another piece), if a constituent is open;
+  after another piece, and only pieces that keep the word writable in a tree:
+  no whitespace, no bracket, not empty, not `<s>`; see
+  `tgjax.infer.word_guard`), if a constituent is open;
 * the closing non-terminal of the innermost open label, if that constituent
   is non-empty. Closing the root ends the sample: one root, nothing after it;
 * the length cap `max_actions`: an id is allowed only if the shortest
