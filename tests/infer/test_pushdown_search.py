@@ -245,3 +245,26 @@ def test_bad_input_names_the_sentence():
         oracle.joint_log_prob(get_model(), string([5, 6]), [0, 1, 0, 0], name="tree 8")
     with pytest.raises(ValueError, match="word_index has 2 entries for 3 ids"):
         search(beam_size=3).search_ids(string([5]), word_index=[-1, 0])
+
+
+# -----------------------------------------------------------------------------
+# Sampling.
+
+
+def test_samples_are_parses_with_their_joint_log_prob():
+    from tgjax.infer.pushdown_sampling import PushdownSamplingConfig, sample
+
+    vocab = _Vocab()
+    vocab.pad_id = 0
+    vocab.decode = lambda ids: [f"w{i}" for i in ids]
+    model = get_model("paper")
+    samples = sample(model, vocab, 3, config=PushdownSamplingConfig(max_tokens=6), seed=1)
+    for s in samples:
+        assert s.ids[0] == BOS and s.ids[-1] == EOS and EOS not in s.ids[1:-1] and BOS not in s.ids[1:]
+        assert s.attach[-1] == 0 and 0 not in s.attach[1:-1]  # only <eos> attaches to ROOT
+        assert abs(s.log_prob - gold_joint_log_prob(model, s.ids, s.attach)) < TOL
+        assert s.tree.leaves() == [f"w{i}" for i in s.ids[1:-1]]
+        assert s.truncated == (len(s.ids) == 7)
+    greedy = PushdownSamplingConfig(temperature=0, max_tokens=6)
+    first, second = (sample(model, vocab, 1, config=greedy, seed=seed)[0] for seed in (0, 5))
+    np.testing.assert_array_equal(first.ids, second.ids)

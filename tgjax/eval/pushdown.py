@@ -142,5 +142,50 @@ def main_score_pushdown(args) -> int:
     return 0
 
 
-__all__ = ["add_pushdown_args", "is_pushdown", "main_score_pushdown", "marginal_perplexity", "pushdown_config",
+# -----------------------------------------------------------------------------
+# tgjax sample
+
+
+def main_sample_pushdown(args) -> int:
+    """`tgjax sample` on a Pushdown-LM workdir (called by `tgjax.eval.sample_command` for such workdirs)."""
+    import json
+    import sys
+    import time
+
+    from tgjax.infer.pushdown_loading import load_pushdown
+    from tgjax.infer.pushdown_sampling import PushdownSamplingConfig, sample
+
+    try:
+        if args.prompt:
+            raise ValueError("--prompt is for TG / TXL (CC) action prefixes; a Pushdown-LM samples whole sentences")
+        config = PushdownSamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                        max_tokens=min(args.max_actions, 512), allow_unk=not args.no_unk)
+        loaded = load_pushdown(args.workdir, step=args.step)
+        start = time.perf_counter()
+        samples = sample(loaded.model, loaded.vocab, args.num_samples, config=config, seed=args.seed)
+        seconds = time.perf_counter() - start
+    except (ValueError, FileNotFoundError) as err:
+        print(f"tgjax sample: error: {err}", file=sys.stderr)
+        return 2
+    lines = []
+    for s in samples:
+        if args.json:
+            lines.append(json.dumps({"tree": s.tree.to_string(), "log_prob": s.log_prob,
+                                     "ids": s.ids.tolist(), "attachments": s.attach.tolist()}))
+        else:
+            lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    truncated = sum(s.truncated for s in samples)
+    print(f"{len(samples)} samples from {loaded.describe()} in {seconds:.1f}s (words and attachments drawn token by "
+          f"token; log p = log p(x, y)); {truncated} reached --max-actions and were ended there; unlabelled trees "
+          f"(X): score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
+    return 0
+
+
+__all__ = ["add_pushdown_args", "is_pushdown", "main_sample_pushdown", "main_score_pushdown", "marginal_perplexity", "pushdown_config",
            "pushdown_scorer", "right_branching_trees", "score_records", "table4_f1"]

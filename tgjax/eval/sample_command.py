@@ -49,6 +49,12 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per sample instead of trees")
     parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     args = parser.parse_args(argv)
+    from tgjax.infer.pushdown_loading import is_pushdown_workdir
+
+    if is_pushdown_workdir(args.workdir, args.step):  # words and attachments, not actions
+        from tgjax.eval.pushdown import main_sample_pushdown
+
+        return main_sample_pushdown(args)
     try:
         config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                 max_actions=args.max_actions, max_open_nts=args.max_open_nts,
