@@ -1,4 +1,4 @@
-"""`tgjax eval dyck`: the closing-bracket metric by hand, the sets against a brute-force stack, the scorers, bad input."""
+"""`tgjax eval dyck`: the closing-bracket metric by hand, the sets against a brute-force stack, scorers, bad input."""
 
 from __future__ import annotations
 
@@ -253,3 +253,21 @@ def test_vocabulary_of_another_task_is_refused(capsys):
     loaded.tokens = loaded.tokens[:-1] + ["t]"]
     assert ed.main_dyck(["--workdir", "W"], load=lambda w, s: loaded) == 2
     assert "is not the Dyck vocabulary of 20 bracket types" in capsys.readouterr().err
+
+
+def test_model_tape_is_the_host_beams_top_hypothesis():
+    """--tape model: the attachments are the top of the slow host beam (eq. 7, one pass per step), and the
+    next-token distribution is read under that tape (as the release's eval_dyck.py)."""
+    from tgjax.infer import pushdown_oracle as oracle
+
+    model = small_model(seed=2)
+    prefix = ("(a", "(b", "b)")
+    ids = [np.asarray([1] + [VOCAB2.id_of(t) for t in prefix], np.int32)]
+    gold = [ed.gold_attachments(dyck.DyckExample(prefix, "a)", 0, 0))]
+    log_probs, used = ed.model_tape_scorer(model, VOCAB2, beam_size=2, bucket=8)(ids, gold)
+    host = oracle.host_beam(model, ids[0], 2, prefix=True)
+    np.testing.assert_array_equal(used[0], host.final[0][0])
+    expected, _ = oracle.prefix_step_log_probs(model, ids[0], used[0])
+    np.testing.assert_allclose(log_probs[0], expected, atol=2e-5)
+    # An untrained model's own tape is not the gold one here, so the tape source matters.
+    assert not np.array_equal(used[0], gold[0])
