@@ -1,4 +1,5 @@
-"""What a run reports: `metrics.jsonl` and TensorBoard events (the progress line: `tgjax.progress`).
+"""What a run reports: `metrics.jsonl`, TensorBoard events, and the summing window behind each train record
+(the progress line: `tgjax.progress`).
 
 `WORKDIR/metrics.jsonl` has one JSON object per logged step:
 
@@ -14,9 +15,13 @@ so the history reads as one run. Only process 0 writes.
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tgjax.extras import MissingExtra, require_extra
 from tgjax.progress import format_duration  # noqa: F401 (tasks import it from here)
@@ -96,3 +101,50 @@ def read_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
     return records, unreadable
 
 
+
+
+class SummingWindow:
+    """A task's train record over one logging interval (a `tgjax.train.task.MetricsWindow`).
+
+    Each step's metrics (host scalars) are summed; the record divides the sums:
+
+        SummingWindow(ratios={"loss": ("sum_nll", "num_masked")}, tokens="num_tokens", perplexity_of="loss")
+
+    gives `loss = Σ sum_nll / max(Σ num_masked, 1)`, `perplexity = exp(min(loss, 50))`,
+    `tokens_per_second = Σ num_tokens / seconds`, and always `steps_per_second`,
+    and the last step's `learning_rate` and `grad_norm`.
+
+    Args:
+      ratios: record name -> (numerator key, denominator key), or (numerator key, None) for a mean per step.
+      tokens: the metrics key that counts tokens, for tokens/s.
+      totals: record name -> metrics key, summed and recorded as is (an int stays an int).
+      perplexity_of: a ratio whose exp (capped at e^50) is recorded as "perplexity".
+    """
+
+    def __init__(self, *, ratios: dict[str, tuple[str, str | None]], tokens: str,
+                 totals: dict[str, str] | None = None, perplexity_of: str | None = None):
+        self.ratios, self.tokens, self.totals = ratios, tokens, totals or {}
+        self.perplexity_of = perplexity_of
+        self.keys = sorted({key for pair in ratios.values() for key in pair if key is not None}
+                           | {tokens} | set(self.totals.values()))
+        self.sums: dict[str, int | float] = dict.fromkeys(self.keys, 0)
+        self.steps = 0
+        self.start = time.perf_counter()  # the trainer moves it past validation and saving
+
+    def add(self, metrics: dict) -> None:
+        self.steps += 1
+        for key in self.keys:
+            self.sums[key] += np.asarray(metrics[key]).item()  # a Python int or float, as the metric's dtype
+
+    def record(self, step: int, metrics: dict) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        record: dict[str, Any] = {"split": "train", "step": step}
+        for name, (numerator, denominator) in self.ratios.items():
+            count = self.steps if denominator is None else self.sums[denominator]
+            record[name] = self.sums[numerator] / max(count, 1)
+        if self.perplexity_of is not None:
+            record["perplexity"] = math.exp(min(record[self.perplexity_of], 50.0))
+        record.update({name: self.sums[key] for name, key in self.totals.items()})
+        record.update(learning_rate=float(metrics["learning_rate"]), grad_norm=float(metrics["grad_norm"]),
+                      steps_per_second=self.steps / elapsed, tokens_per_second=self.sums[self.tokens] / elapsed)
+        return record

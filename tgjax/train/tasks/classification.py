@@ -67,9 +67,10 @@ from tgjax.models.ordered_memory import (
     tree_spans,
 )
 from tgjax.models.parts import count_parameters
+from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
-from tgjax.train.metrics import format_duration
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
@@ -387,28 +388,6 @@ def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransf
     return train_step, eval_step
 
 
-class ClassifierWindow:
-    """Sums over a logging interval: loss per example, accuracy, tokens, time."""
-
-    def __init__(self):
-        self.steps, self.nll, self.correct, self.examples, self.tokens = 0, 0.0, 0.0, 0.0, 0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.nll += float(metrics["sum_nll"])
-        self.correct += float(metrics["num_correct"])
-        self.examples += float(metrics["num_examples"])
-        self.tokens += int(metrics["num_tokens"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return {"split": "train", "step": step, "loss": self.nll / max(self.examples, 1.0),
-                "accuracy": self.correct / max(self.examples, 1.0),
-                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
-                "steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed}
-
-
 # -----------------------------------------------------------------------------
 # The task.
 
@@ -582,8 +561,10 @@ class ClassificationTask:
 
         return train_step
 
-    def new_window(self) -> ClassifierWindow:
-        return ClassifierWindow()
+    def new_window(self) -> SummingWindow:
+        """Loss per example and accuracy over the logging interval."""
+        return SummingWindow(ratios={"loss": ("sum_nll", "num_examples"), "accuracy": ("num_correct", "num_examples")},
+                             tokens="num_tokens")
 
     def decay_learning_rate(self) -> float:
         self.learning_rate *= float(self.config.training.lr_decay)

@@ -42,7 +42,6 @@ import collections
 import dataclasses
 import hashlib
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ from tgjax.models.parts import count_parameters
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
@@ -301,25 +301,6 @@ def make_steps(graphdef, tx, mask_rate: float):
     return train_step, eval_step
 
 
-class MLMWindow:
-    def __init__(self):
-        self.steps, self.nll, self.masked, self.tokens = 0, 0.0, 0.0, 0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.nll += float(metrics["sum_nll"])
-        self.masked += float(metrics["num_masked"])
-        self.tokens += int(metrics["num_tokens"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        loss = self.nll / max(self.masked, 1.0)
-        return {"split": "train", "step": step, "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
-                "steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed}
-
-
 # -----------------------------------------------------------------------------
 # Config.
 
@@ -537,8 +518,9 @@ class MLMTask:
 
         return train_step
 
-    def new_window(self) -> MLMWindow:
-        return MLMWindow()
+    def new_window(self) -> SummingWindow:
+        """Loss per masked token (and its perplexity) over the logging interval."""
+        return SummingWindow(ratios={"loss": ("sum_nll", "num_masked")}, tokens="num_tokens", perplexity_of="loss")
 
     def decay_learning_rate(self) -> float:
         self.learning_rate *= float(self.config.training.lr_decay)

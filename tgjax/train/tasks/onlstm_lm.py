@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +89,10 @@ from jax.sharding import PartitionSpec as P
 
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
 from tgjax.models.parts import count_parameters
+from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
-from tgjax.train.metrics import format_duration
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
@@ -444,26 +444,6 @@ def make_eval_fn(graphdef):
     return eval_fn
 
 
-class _Window:
-    def __init__(self):
-        self.steps, self.nll, self.tokens, self.objective = 0, 0.0, 0.0, 0.0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.nll += float(metrics["sum_nll"])
-        self.tokens += float(metrics["num_tokens"])
-        self.objective += float(metrics["objective"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        loss = self.nll / max(self.tokens, 1.0)
-        return {"split": "train", "step": step, "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                "objective": self.objective / max(self.steps, 1),
-                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
-                "tokens_per_second": self.tokens / elapsed, "steps_per_second": self.steps / elapsed}
-
-
 # -----------------------------------------------------------------------------
 # Config.
 
@@ -762,8 +742,10 @@ class OnLSTMLMTask:
 
         return train_step
 
-    def new_window(self) -> _Window:
-        return _Window()
+    def new_window(self) -> SummingWindow:
+        """Loss per token (and its perplexity), and the regularised objective per step, over the logging interval."""
+        return SummingWindow(ratios={"loss": ("sum_nll", "num_tokens"), "objective": ("objective", None)},
+                             tokens="num_tokens", perplexity_of="loss")
 
     def decay_learning_rate(self) -> float:
         raise NotImplementedError("the ON-LSTM recipe switches to ASGD instead of decaying the rate")
