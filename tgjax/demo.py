@@ -57,8 +57,10 @@ MODELS = ("tg", "txl_cc", "txl_terminals", "pushdown_lm")
 DEMO_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
                  "training.lr_schedule.kwargs.cosine_cycle_length=1400", "evaluation.interval_steps=500",
                  "checkpointing.interval_steps=500")
-# configs/pushdown_tiny.py on the same footing: three layers, the same steps and schedule.
-PUSHDOWN_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
+# configs/pushdown_tiny.py on the same footing: three layers, the same steps and schedule. The built-in
+# treebank's tapes reach depth 22, so a depth table of 24 clips nothing and halves the attachment head's
+# per-depth key MLP (its [B, T, depths, 2d] table is most of a step's work at this size).
+PUSHDOWN_SETTINGS = ("model.num_layers=3", "model.num_depths=24", "training.num_steps=1500",
                      "training.lr_schedule.kwargs.cosine_cycle_length=1400", "evaluation.interval_steps=500",
                      "checkpointing.interval_steps=500")
 PUSHDOWN_BEAM = 20  # hypotheses over (word, attachment); the paper's 300 is for BLLIP's ambiguity
@@ -207,11 +209,12 @@ class Evaluation:
 
 
 def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: dict[int, list], beam_config,
-                   stream: TextIO) -> Evaluation:
-    """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs."""
-    from tgjax.infer.beam import make_word_scorer
+                   stream: TextIO, search: str = "device") -> Evaluation:
+    """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs.
+
+    `search`: the TG / TXL (CC) beam engine, "device" or "host" (`tgjax.eval.parse.word_scorer`)."""
     from tgjax.infer.loading import load_model
-    from tgjax.eval.parse import parse_treebank
+    from tgjax.eval.parse import parse_treebank, word_scorer
 
     from tgjax.infer.pushdown_loading import is_pushdown_workdir
 
@@ -226,7 +229,7 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     else:
         loaded = load_model(workdir, step="best")
         rule, title = loaded.pipeline_fields["rule"], TITLES.get(loaded.model_name, loaded.model_name)
-        scorer = make_word_scorer(loaded.model, loaded.vocab, rule, beam_config)
+        scorer = word_scorer(loaded.model, loaded.vocab, rule, beam_config, search)
     num_pairs = len(simple_pairs) + len(pairs) + sum(map(len, deep_pairs.values()))
     print(f"== evaluating {title}: "
           f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)
@@ -250,7 +253,7 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
 
 def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), num_valid: int = 100,
              num_simple_pairs: int = 60, num_pairs: int = 120, num_deep_pairs: int = 60, depths=DEPTHS,
-             beam_config=None, stream: TextIO | None = None) -> DemoReport:
+             beam_config=None, stream: TextIO | None = None, search: str = "device") -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
     from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
     from tgjax.infer.beam import BeamConfig
@@ -266,7 +269,7 @@ def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), n
     rows, baseline = [], (math.nan, math.nan)
     for name in models:
         num_parameters, train_seconds, valid_loss = _train_one(name, workdir / name, list(overrides), stream)
-        e = evaluate_model(workdir / name, valid_trees, simple_pairs, pairs, deep_pairs, beam_config, stream)
+        e = evaluate_model(workdir / name, valid_trees, simple_pairs, pairs, deep_pairs, beam_config, stream, search)
         if e.f1s[2] is not None:
             baseline = (e.f1s[2], e.f1s[3])
         rows.append(ModelReport(name, num_parameters, train_seconds, valid_loss, e.word_perplexity,
@@ -290,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deep-pairs", type=int, default=60,
                         help="agreement minimal pairs at each depth (2 and 3 nested embeddings)")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
+    parser.add_argument("--search", default="device", choices=("device", "host"),
+                        help="the TG / TXL (CC) beam engine: device (tgjax.infer.device_beam) or host (tgjax.infer.beam)")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
     from tgjax.train.config import ConfigError, parse_override_args
@@ -307,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--valid-sentences, --simple-pairs, --pairs and --deep-pairs must be positive")
     start = time.perf_counter()
     report = run_demo(args.workdir, models=models, overrides=overrides, num_valid=args.valid_sentences,
-                      num_simple_pairs=args.simple_pairs, num_pairs=args.pairs, num_deep_pairs=args.deep_pairs)
+                      num_simple_pairs=args.simple_pairs, num_pairs=args.pairs, num_deep_pairs=args.deep_pairs,
+                      search=args.search)
     print()
     print(report.format())
     print(f"\n(total {time.perf_counter() - start:.0f}s; runs, TensorBoard logs and metrics in {args.workdir}/)")
