@@ -230,11 +230,12 @@ def model_tape_scorer(model, vocab, *, beam_size: int = 50, bucket: int = 64) ->
     from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
 
     search = PushdownSearch(model, vocab, PushdownBeamConfig(beam_size=beam_size, bucket=bucket))
-    forced = TeacherForcedScorer(model, bucket=bucket)
 
     def score(ids, gold):
-        own = [np.asarray(search.prefix(row, beam_size=beam_size).best_attach, np.int32) for row in ids]
-        return forced.log_probs(ids, own), own
+        results = [search.prefix(row, beam_size=beam_size) for row in ids]
+        # `prefix` reads the next-token distributions under the top hypothesis's tape; the last row follows the prefix.
+        return (np.stack([r.log_probs[-1] for r in results]),
+                [np.asarray(r.best_attach, np.int32) for r in results])
 
     return score
 
