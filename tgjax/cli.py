@@ -23,11 +23,15 @@ import json
 import runpy
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:  # imported where used: `tgjax --help` stays fast
+    from tgjax.data.pipeline import PipelineConfig
 
-def _pipeline_config(args) -> "PipelineConfig":  # noqa: F821
+
+def _pipeline_config(args) -> PipelineConfig:
     from tgjax.data.pipeline import PipelineConfig
 
     return PipelineConfig(
@@ -100,7 +104,8 @@ def _print_summary(pipeline, counts: dict) -> None:
     print(f"inputs per seq.   mean {lengths.mean():.1f}, max {lengths.max()}")
     print(f"one epoch         {counts['steps']} steps of {pipeline.config.batch_size} rows, "
           f"{counts['segments']} segments, {counts['seconds']:.1f}s")
-    print(f"fill              {counts['real_positions'] / max(counts['padded_positions'], 1):.1%} of positions are tokens")
+    fill = counts["real_positions"] / max(counts["padded_positions"], 1)
+    print(f"fill              {fill:.1%} of positions are tokens")
     if hasattr(rule, "smart_memory"):
         stats = pipeline.epoch_source(0).rule.stats
         print(f"memory            stack entries dropped from a full memory: {stats.dropped_stack_entries}")
@@ -282,6 +287,8 @@ def cmd_info(args) -> int:
         from tgjax.train.tasks.mlm import describe
     elif trainer_of(config) == "pushdown_lm":
         from tgjax.train.tasks.pushdown_lm import describe
+    elif trainer_of(config) == "craft_bc":
+        from tgjax.train.tasks.craft_bc import describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))
@@ -354,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="evaluations").add_subparsers(dest="what", required=True)
     # `tgjax eval f1 ...` is handed whole to its own parser (see main).
     evaluate.add_parser("f1", help="parse F1 with EVALB's rules: --gold G --pred P [--params collins|keep_punct]")
-    evaluate.add_parser("score", help="log p per sentence (and per token / per-word surprisal): --workdir W --input FILE")
+    evaluate.add_parser("score", help="log p per sentence (and per token / per-word surprisal): "
+                                      "--workdir W --input FILE")
     evaluate.add_parser("ppl", help="word-perplexity upper bound from proposal trees: --workdir W --proposals P")
     evaluate.add_parser("rerank", help="rerank proposal trees by log p(x, y), F1 vs --gold: --workdir W --proposals P")
     evaluate.add_parser("merge", help="combine the per-shard results of an eval job")
@@ -368,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "random-projective baselines, MLM perplexity: --workdir W --treebank FILE")
     evaluate.add_parser("dyck", help="Pushdown Layers' Table 1: accuracy at closing Dyck prefixes (long-range, depth) "
                                      "beside the paper: --workdir W [--sets ...] [--tape model|gold]")
+    evaluate.add_parser("craft", help="Craft policies (OCN, MoE, LSTM): held-out F1 tol1 / alignment / NMI, success "
+                                      "rate and return, the option x subtask table: --workdir W")
     commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) on the built-in "
                                      "treebank; table of perplexity, parse F1, agreement accuracy")
     commands.add_parser("sample", help="sample well-formed trees from a trained TG / TXL (CC): --workdir W "
@@ -393,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
                      "rerank": ("commands", "main_rerank"), "merge": ("commands", "main_merge"),
                      "parse": ("parse", "main_parse"), "sg": ("parse", "main_sg"), "blimp": ("parse", "main_blimp"),
                      "unsupervised-parse": ("unsupervised", "main_unsupervised_parse"),
-                     "dependency": ("dependency", "main_dependency"), "dyck": ("dyck", "main_dyck")}
+                     "dependency": ("dependency", "main_dependency"), "dyck": ("dyck", "main_dyck"),
+                     "craft": ("craft", "main_craft")}
     if len(argv) >= 2 and argv[0] == "eval" and argv[1] in eval_commands:
         import importlib
 

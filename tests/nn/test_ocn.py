@@ -11,7 +11,11 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, live_observation_indices
+from tgjax.models.ocn import (
+    CraftPolicyConfig,
+    OptionControllerPolicy,
+    live_observation_indices,
+)
 from tgjax.nn.ocn import CellBank
 
 

@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("gymnax")
 
-from tgjax.data.craft_demos import CraftDemoError, read_craft_demos, write_craft_demos  # noqa: E402
-from tgjax.train.config import ConfigError, apply_overrides  # noqa: E402
-from tgjax.train.loop import train  # noqa: E402
-from tgjax.train.tasks.craft_bc import default_config  # noqa: E402
+from tgjax.data.craft_demos import CraftDemoError, read_craft_demos, write_craft_demos
+from tgjax.train.config import ConfigError, apply_overrides
+from tgjax.train.loop import train
+from tgjax.train.tasks.craft_bc import default_config
 
 SMALL = ["data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
          "evaluation.batch_size=4", "training.num_steps=8", "evaluation.interval_steps=4",
@@ -90,9 +90,9 @@ def test_missing_file_without_generation_is_named(tmp_path):
 
 
 def test_validation_split_is_the_last_fifth(demo_dir, tmp_path):
-    from tgjax.train.tasks.craft_bc import CraftBCTask
-    from tgjax.train.task import RunContext
     from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks.craft_bc import CraftBCTask
 
     task = CraftBCTask(small_config(demo_dir))
     task.setup(RunContext(tmp_path, shd.make_mesh(-1, 1), False, 0, 1, print))

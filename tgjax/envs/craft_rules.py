@@ -81,6 +81,23 @@ DIRECTION = slice(1071, 1075)                                     # one-hot faci
 OBS_SIZE = 1075
 
 
+def live_observation_indices(full_view: bool = False) -> np.ndarray:
+    """Indices of the 1075 observation features that can be non-zero on this environment's maps.
+
+    The 5x5 window (and, with `full_view`, the coarse view) shows only the
+    kinds maps hold: empty, boundary, the placed primitives and workshops;
+    then every inventory count and the direction.
+    """
+    shown = sorted({KIND["empty"], KIND["boundary"]} | {KIND[k] for k in PLACED})
+    cells = WINDOW * WINDOW
+    window = [cell * NUM_KINDS + kind for cell in range(cells) for kind in shown]
+    views = [LOCAL_VIEW.start + i for i in window]
+    if full_view:
+        views += [COARSE_VIEW.start + i for i in window]
+    rest = list(range(INVENTORY.start, OBS_SIZE))
+    return np.array(views + rest, dtype=np.int32)
+
+
 class CraftTaskError(ValueError):
     """A task name or subtask the environment cannot run."""
 

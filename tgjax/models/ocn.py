@@ -32,31 +32,16 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
+from tgjax.envs.craft_rules import live_observation_indices
 from tgjax.nn.ocn import CellBank, OCNState, ocn_step
 from tgjax.nn.params import dense_init, param
 
 POLICIES = ("ocn", "moe", "lstm")
-
-
-def live_observation_indices(full_view: bool = False) -> np.ndarray:
-    """Indices of the 1075 observation features that can be non-zero on this environment's maps.
-
-    The 5x5 window (and, with `full_view`, the coarse view) shows only the
-    kinds maps hold: empty, boundary, the placed primitives and workshops;
-    then every inventory count and the direction.
-    """
-    shown = sorted({rules.KIND["empty"], rules.KIND["boundary"]} | {rules.KIND[k] for k in rules.PLACED})
-    cells = rules.WINDOW * rules.WINDOW
-    window = [cell * rules.NUM_KINDS + kind for cell in range(cells) for kind in shown]
-    views = [rules.LOCAL_VIEW.start + i for i in window]
-    if full_view:
-        views += [rules.COARSE_VIEW.start + i for i in window]
-    rest = list(range(rules.INVENTORY.start, rules.OBS_SIZE))
-    return np.array(views + rest, dtype=np.int32)
+__all__ = ["POLICIES", "CraftPolicyConfig", "LSTMPolicy", "OptionControllerPolicy", "PolicyOutput", "build_policy",
+           "live_observation_indices"]
 
 
 @dataclasses.dataclass(frozen=True)

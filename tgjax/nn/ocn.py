@@ -130,7 +130,7 @@ def ocn_step(options: CellBank, controller: CellBank, options_x: jax.Array, cont
     options_x [B, K, H] and controller_x [B, 1, H]: the cells' `project_observation` of x_t;
     h_o_init [K, H]: the options' initial states h^{o_i}_0.
     """
-    batch, num_options, hidden = state.h_o.shape
+    batch = state.h_o.shape[0]
     # the options once from their running states ("not done") and once from their initial states ("done")
     h_from = jnp.concatenate([state.h_o, jnp.broadcast_to(h_o_init, state.h_o.shape)], axis=0)
     h_all, log_pi_all, done_logit_all = options(jnp.concatenate([options_x, options_x], axis=0), h_from)

@@ -46,12 +46,22 @@ import optax
 from flax import nnx
 
 from tgjax.data.craft_demos import CraftDemoError, CraftDemos, read_craft_demos
-from tgjax.data.craft_metrics import segmentation_metrics
+from tgjax.data.craft_episodes import (
+    Episodes,
+    make_episodes,
+    score_episodes,
+    split_indices,
+)
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices
 from tgjax.train import sharding as shd
-from tgjax.train.config import ConfigError, DEFAULT_LOGICAL_AXIS_RULES, to_json_dict
-from tgjax.train.params_state import ParamsState, abstract_params, abstract_params_state, init_params_state
+from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.params_state import (
+    ParamsState,
+    abstract_params,
+    abstract_params_state,
+    init_params_state,
+)
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 
@@ -171,54 +181,8 @@ def load_task_demos(config, workdir: Path, say=print) -> dict[str, CraftDemos]:
                                  f"data.max_steps={config.data.max_steps}")
         if demos.full_view:
             raise CraftDemoError(f"{path}: made with full_view=True; these policies read the default view")
-        if len(demos) < 2:
-            raise CraftDemoError(f"{path}: {len(demos)} demonstration(s); at least 2 are needed (train + valid)")
         out[task] = demos
     return out
-
-
-@dataclasses.dataclass
-class Episodes:
-    """Padded episodes: obs [N, T, F] uint8 (live features), actions [N, T] int32, mask [N, T] float32,
-    task_ids [N] int32, boundaries (list of [S] arrays), kinds (list of [S] arrays)."""
-
-    obs: np.ndarray
-    actions: np.ndarray
-    mask: np.ndarray
-    task_ids: np.ndarray
-    boundaries: list
-    kinds: list
-
-    def __len__(self) -> int:
-        return len(self.task_ids)
-
-    def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        return {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.mask[indices],
-                "task_ids": self.task_ids[indices]}
-
-
-def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], length: int,
-                  live: np.ndarray) -> Episodes:
-    """The chosen episodes of every task, padded to `length` rows."""
-    chosen = [(task_id, demos, i) for task_id, (task, demos) in enumerate(task_demos.items()) for i in indices[task]]
-    n = len(chosen)
-    obs = np.zeros((n, length, len(live)), np.uint8)
-    actions = np.zeros((n, length), np.int32)
-    mask = np.zeros((n, length), np.float32)
-    task_ids = np.zeros(n, np.int32)
-    boundaries, kinds = [], []
-    for row, (task_id, demos, i) in enumerate(chosen):
-        start, end = int(demos.offsets[i]), int(demos.offsets[i + 1])
-        if end - start > length:
-            raise CraftDemoError(f"demonstration {i} of task {demos.task!r} has {end - start} rows, more than "
-                                 f"max_steps + 1 = {length}")
-        obs[row, :end - start] = demos.observations[start:end][:, live]
-        actions[row, :end - start] = demos.actions[start:end]
-        mask[row, :end - start] = 1.0
-        task_ids[row] = task_id
-        boundaries.append(np.asarray(demos.boundaries[i]))
-        kinds.append(np.asarray(demos.subtasks))
-    return Episodes(obs, actions, mask, task_ids, boundaries, kinds)
 
 
 class EpisodeBatches:
@@ -339,9 +303,7 @@ class CraftBCTask:
         task_demos = load_task_demos(self.config, run.workdir, run.say)
         train_idx, valid_idx = {}, {}
         for task, demos in task_demos.items():
-            n = min(len(demos), d.num_demos)
-            cut = max(1, min(n - 1, int(round(n * (1 - d.valid_fraction)))))
-            train_idx[task], valid_idx[task] = range(cut), range(cut, n)
+            train_idx[task], valid_idx[task] = split_indices(demos, d.num_demos, d.valid_fraction)
         self.available = {task: len(demos) for task, demos in task_demos.items()}
         live = (live_observation_indices() if self.policy_config.live_inputs else np.arange(rules.OBS_SIZE))
         length = d.max_steps + 1
@@ -353,7 +315,7 @@ class CraftBCTask:
             digest.update(demos.actions[:int(demos.offsets[train_idx[task].stop])].tobytes())
         self.data_fingerprint = digest.hexdigest()
 
-        build = lambda rngs: build_policy(self.policy_config, rngs)  # noqa: E731
+        build = lambda rngs: build_policy(self.policy_config, rngs)
         self.graphdef = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))), nnx.Param, ...)[0]
         self.abstract_params = abstract_params(build)
         self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
@@ -370,8 +332,8 @@ class CraftBCTask:
         sizes = f"K={c.num_options} options, " if c.kind != "lstm" else ""
         return [f"Craft behaviour cloning, policy {c.kind}: {self.num_parameters:,} parameters ({sizes}H={c.hidden_size}"
                 f", {len(self.tasks)} tasks {', '.join(self.tasks)})",
-                f"data: {len(self.train_episodes):,} training and {len(self.valid_episodes):,} validation episodes "
-                f"(of {', '.join(f'{t} {n}' for t, n in self.available.items())} available)"]
+                (f"data: {len(self.train_episodes):,} training and {len(self.valid_episodes):,} validation episodes "
+                 f"(of {', '.join(f'{t} {n}' for t, n in self.available.items())} available)")]
 
     # -- state and checkpoints ---------------------------------------------------------------
 
@@ -387,14 +349,14 @@ class CraftBCTask:
         return None
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        return {"tasks": list(self.tasks), "policy": dataclasses.asdict(self.policy_config),
+        return {"tasks": list(self.tasks), "model": dataclasses.asdict(self.policy_config),
                 "batch_size": self.batch_size, "data_sha256": self.data_fingerprint,
                 "config": to_json_dict(self.config)}
 
     def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
         changed = []
-        if meta.get("policy") != dataclasses.asdict(self.policy_config):
-            changed.append(f"model: {meta.get('policy')} in the checkpoint, {dataclasses.asdict(self.policy_config)} now")
+        if meta.get("model") != dataclasses.asdict(self.policy_config):
+            changed.append(f"model: {meta.get('model')} in the checkpoint, {dataclasses.asdict(self.policy_config)} now")
         if meta.get("tasks") != list(self.tasks):
             changed.append(f"data.tasks: {meta.get('tasks')} in the checkpoint, {list(self.tasks)} now")
         if meta.get("batch_size") != self.batch_size:
@@ -435,30 +397,12 @@ class CraftBCTask:
         return len(self.valid_episodes) > 0
 
     def validation_outputs(self, params, episodes: Episodes, max_episodes: int = 0) -> dict[str, Any]:
-        """NLL, action accuracy and (OCN / MoE) the segmentation metrics over (the first `max_episodes` of)
-        `episodes`."""
-        n = len(episodes) if not max_episodes else min(max_episodes, len(episodes))
-        size = self.config.evaluation.batch_size
-        total = correct = count = 0.0
-        segmentation = []
-        for start in range(0, n, size):
-            indices = np.arange(start, min(start + size, n))
-            rows = episodes.rows(np.resize(indices, size))  # a fixed shape: the last batch repeats rows,
-            rows["mask"][len(indices):] = 0.0                  # which the mask then leaves out
-            t, c, k, log_done, options = jax.device_get(self._eval_step(params, shd.global_batch(rows, self.run.mesh)))
-            total, correct, count = total + float(t), correct + float(c), count + float(k)
-            for row, index in enumerate(indices):
-                length = int(episodes.mask[index].sum())
-                segmentation.append((episodes.boundaries[index], np.exp(log_done[row, :length]),
-                                     options[row, :length - 1], episodes.kinds[index]))
-        result = {"nll": total / max(count, 1.0), "action_accuracy": correct / max(count, 1.0), "episodes": n}
-        if self.policy_config.kind != "lstm":
-            metrics = segmentation_metrics(segmentation)
-            if self.policy_config.kind == "ocn":
-                result.update(metrics)
-            else:  # MoE has no done signal: only the option usage is meaningful
-                result["nmi"] = metrics["nmi"]
-        return result
+        """`score_episodes` of (the first `max_episodes` of) `episodes` with `params`."""
+        def run(rows):
+            return jax.device_get(self._eval_step(params, shd.global_batch(rows, self.run.mesh)))
+
+        return score_episodes(run, episodes, self.config.evaluation.batch_size, self.policy_config.kind,
+                              max_episodes)
 
     def evaluate(self, state, rest) -> Evaluation:
         result = self.validation_outputs(state.params, self.valid_episodes, self.config.evaluation.max_episodes)

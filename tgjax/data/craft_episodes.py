@@ -1,0 +1,102 @@
+"""Craft demonstrations as padded episode arrays, and the train / validation split (NumPy, no JAX).
+
+`split_indices` keeps the first `num_demos` episodes of a task's file and
+holds out the last `valid_fraction` of them (the thesis' 80/20 split);
+`make_episodes` pads the chosen episodes of every task to one length, with
+the observation reduced to the given feature columns (uint8, as stored);
+`score_episodes` runs a policy over them in fixed-size batches (the caller's
+jitted function) and pools NLL, action accuracy and the segmentation
+metrics of `tgjax.data.craft_metrics`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tgjax.data.craft_demos import CraftDemoError, CraftDemos
+from tgjax.data.craft_metrics import segmentation_metrics
+
+
+def split_indices(demos: CraftDemos, num_demos: int, valid_fraction: float) -> tuple[range, range]:
+    """(training, validation) episode indices of one file: its first `num_demos`, the last fraction held out."""
+    n = min(len(demos), num_demos)
+    if n < 2:
+        raise CraftDemoError(f"task {demos.task!r}: {n} demonstration(s); at least 2 are needed (train + valid)")
+    cut = max(1, min(n - 1, int(round(n * (1 - valid_fraction)))))
+    return range(cut), range(cut, n)
+
+
+@dataclasses.dataclass
+class Episodes:
+    """Padded episodes: obs [N, T, F] uint8 (live features), actions [N, T] int32, mask [N, T] float32,
+    task_ids [N] int32, boundaries (list of [S] arrays), kinds (list of [S] arrays)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    mask: np.ndarray
+    task_ids: np.ndarray
+    boundaries: list
+    kinds: list
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+    def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.mask[indices],
+                "task_ids": self.task_ids[indices]}
+
+
+def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], length: int,
+                  live: np.ndarray) -> Episodes:
+    """The chosen episodes of every task, padded to `length` rows."""
+    chosen = [(task_id, demos, i) for task_id, (task, demos) in enumerate(task_demos.items()) for i in indices[task]]
+    n = len(chosen)
+    obs = np.zeros((n, length, len(live)), np.uint8)
+    actions = np.zeros((n, length), np.int32)
+    mask = np.zeros((n, length), np.float32)
+    task_ids = np.zeros(n, np.int32)
+    boundaries, kinds = [], []
+    for row, (task_id, demos, i) in enumerate(chosen):
+        start, end = int(demos.offsets[i]), int(demos.offsets[i + 1])
+        if end - start > length:
+            raise CraftDemoError(f"demonstration {i} of task {demos.task!r} has {end - start} rows, more than "
+                                 f"max_steps + 1 = {length}")
+        obs[row, :end - start] = demos.observations[start:end][:, live]
+        actions[row, :end - start] = demos.actions[start:end]
+        mask[row, :end - start] = 1.0
+        task_ids[row] = task_id
+        boundaries.append(np.asarray(demos.boundaries[i]))
+        kinds.append(np.asarray(demos.subtasks))
+    return Episodes(obs, actions, mask, task_ids, boundaries, kinds)
+
+
+def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_episodes: int = 0) -> dict:
+    """NLL per step, action accuracy and (kind "ocn") F1 tol 0/1, task alignment and NMI, or ("moe") NMI.
+
+    `run(rows)` takes `batch_size` rows of `Episodes.rows` and returns NumPy (sum of -log pi over the mask,
+    correct argmax actions, real steps, log done probabilities [B, T], the option in use [B, T]); the last
+    batch is filled by repeating rows, which its mask then leaves out.
+    """
+    n = len(episodes) if not max_episodes else min(max_episodes, len(episodes))
+    total = correct = count = 0.0
+    segmentation = []
+    for start in range(0, n, batch_size):
+        indices = np.arange(start, min(start + batch_size, n))
+        rows = episodes.rows(np.resize(indices, batch_size))
+        rows["mask"][len(indices):] = 0.0
+        t, c, k, log_done, options = run(rows)
+        total, correct, count = total + float(t), correct + float(c), count + float(k)
+        for row, index in enumerate(indices):
+            length = int(episodes.mask[index].sum())
+            segmentation.append((episodes.boundaries[index], np.exp(log_done[row, :length]),
+                                 options[row, :length - 1], episodes.kinds[index]))
+    result = {"nll": total / max(count, 1.0), "action_accuracy": correct / max(count, 1.0), "episodes": n}
+    if kind != "lstm":
+        metrics = segmentation_metrics(segmentation)
+        if kind == "ocn":
+            result.update(metrics)
+        else:  # MoE has no done signal: only the option usage is meaningful
+            result["nmi"] = metrics["nmi"]
+    return result

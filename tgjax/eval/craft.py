@@ -1,0 +1,114 @@
+"""`tgjax eval craft --workdir W`: a Craft behaviour-cloning run's metrics (thesis ch. 5; released-code.md §5.5).
+
+For the policy of W's best checkpoint (lowest validation NLL; `--step`):
+
+* on the held-out demonstrations of every training task (the split the run
+  used): NLL per step, action accuracy and, for OCN, boundary F1 with
+  tolerance 0 and 1, task alignment accuracy and NMI between the option in
+  use and the subtask (`tgjax.data.craft_metrics`); NMI for MoE;
+* in the environment: success rate, return and episode length of
+  `--episodes` sampled episodes per training task;
+* for OCN / MoE: the option x subtask success table (thesis Table 5.2:
+  each option run alone on each one-subtask task, `tgjax.infer.craft`).
+
+Prints a report and writes it as JSON (`--output`, default
+W/craft_eval.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tgjax.envs import craft_rules as rules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tgjax eval craft", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--workdir", required=True, help="the --workdir of `tgjax train --config configs/ocn_craft.py`")
+    parser.add_argument("--step", default="best", help="'best' (default), 'latest' or a step number")
+    parser.add_argument("--episodes", type=int, default=200, help="environment episodes per task and per table cell")
+    parser.add_argument("--valid-episodes", type=int, default=0, help="held-out demonstrations scored (0 = all)")
+    parser.add_argument("--subtasks", default="ACD", help="the table's one-subtask tasks (default ACD, Table 5.2)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None, help="the JSON report (default WORKDIR/craft_eval.json)")
+    return parser
+
+
+def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_episodes: int = 0, subtasks: str = "ACD",
+                   seed: int = 0, say=print) -> dict:
+    """The report of the module docstring, as a dict."""
+    import jax
+
+    from tgjax.data.craft_demos import read_craft_demos
+    from tgjax.data.craft_episodes import make_episodes, score_episodes, split_indices
+    from tgjax.envs.craft import Craft
+    from tgjax.infer.craft import episode_runner, load_craft_policy, option_subtask_success, rollout
+
+    for letter in subtasks:
+        rules.parse_task(letter)  # CraftTaskError naming an unknown subtask
+    policy, checkpoint = load_craft_policy(workdir, step if step in ("best", "latest") else int(step))
+    config = checkpoint.meta["config"]
+    data = config["data"]
+    tasks = list(checkpoint.meta["tasks"])
+    kind = checkpoint.model_config.kind
+    say(f"{checkpoint.where}: policy {kind}, tasks {', '.join(tasks)}")
+    report = {"workdir": str(checkpoint.workdir), "step": checkpoint.step, "policy": kind, "tasks": tasks}
+
+    # held-out demonstrations, the run's own split
+    demo_dir = Path(data["demo_dir"]) if data["demo_dir"] else checkpoint.workdir / "demos"
+    demos = {task: read_craft_demos(demo_dir / f"{task}.npz") for task in tasks}
+    valid = {task: split_indices(d, data["num_demos"], data["valid_fraction"])[1] for task, d in demos.items()}
+    live = (rules.live_observation_indices() if checkpoint.model_config.live_inputs
+            else list(range(rules.OBS_SIZE)))
+    episodes_valid = make_episodes(demos, valid, data["max_steps"] + 1, live)
+    started = time.perf_counter()
+    report["demonstrations"] = score_episodes(episode_runner(policy), episodes_valid, 64, kind, valid_episodes)
+    say(f"held-out demonstrations ({report['demonstrations']['episodes']}): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in report["demonstrations"].items() if k != "episodes")
+        + f" ({time.perf_counter() - started:.0f} s)")
+
+    # the environment
+    env = Craft(tuple(tasks))
+    key = jax.random.key(seed)
+    report["rollouts"] = {}
+    for task_id, task in enumerate(tasks):
+        result = rollout(policy, env, task, task_id, jax.random.fold_in(key, task_id), episodes,
+                         max_steps=data["max_steps"]).summary()
+        report["rollouts"][task] = result
+        say(f"task {task}: success rate {result['success_rate']:.3f}, return {result['return']:.3f}, "
+            f"length {result['episode_length']:.1f} ({episodes} episodes)")
+
+    if kind != "lstm":
+        table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes, subtasks,
+                                       max_steps=data["max_steps"])
+        report["option_subtask_success"] = {"subtasks": list(subtasks), "rows": table.round(4).tolist()}
+        say("option x subtask success (each option alone until its done fires; "
+            + ", ".join(f"{s}={rules.SUBTASK_LETTERS[s]}" for s in subtasks) + "):")
+        say("           " + "  ".join(f"{s:>5}" for s in subtasks))
+        for i, row in enumerate(table):
+            say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
+    return report
+
+
+def main_craft(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.episodes < 1 or args.valid_episodes < 0:
+        print("tgjax eval craft: error: --episodes must be >= 1 and --valid-episodes >= 0", file=sys.stderr)
+        return 2
+    from tgjax.data.craft_demos import CraftDemoError
+    from tgjax.infer.loading import CheckpointError
+
+    try:
+        report = evaluate_craft(args.workdir, step=args.step, episodes=args.episodes,
+                                valid_episodes=args.valid_episodes, subtasks=args.subtasks, seed=args.seed)
+    except (FileNotFoundError, CheckpointError, CraftDemoError, rules.CraftTaskError, ValueError) as error:
+        print(f"tgjax eval craft: error: {error}", file=sys.stderr)
+        return 2
+    output = Path(args.output) if args.output else Path(report["workdir"]) / "craft_eval.json"
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written to {output}")
+    return 0
