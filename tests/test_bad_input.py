@@ -329,7 +329,7 @@ def test_every_reader_of_a_words_or_proposal_file_locates_bad_bytes(tmp_path):
     path.write_bytes(b"the fox\nthe caf\xe9 watches\n")  # line 2: "the caf" is 7 characters
     readers = {"words": lambda: list(read_sentences(path, "words")), "trees": lambda: list(read_sentences(path)),
                "proposals": lambda: list(read_proposals(path))}
-    for what, read in readers.items():
+    for _what, read in readers.items():
         with pytest.raises(trees.TreeSyntaxError, match=rf"{path}:2:8: expected utf-8 text, found the byte 0xe9"):
             read()
 

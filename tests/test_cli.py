@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tgjax import cli, viz
 from tgjax.syntax import trees

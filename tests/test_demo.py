@@ -48,7 +48,8 @@ def test_demo_trains_and_tabulates_four_models(tmp_path, capsys, monkeypatch):
                  "model.sequence_length=32", "model.memory_length=32", "data.num_train_sentences=200",
                  "data.num_valid_sentences=20"]
     report = demo.run_demo(tmp_path, overrides=overrides, num_valid=4, num_simple_pairs=2, num_pairs=3,
-                           num_deep_pairs=3, beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))
+                           num_deep_pairs=3,
+                           beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))
     assert [r.model for r in report.rows] == list(demo.MODELS)
     # Per model: simple, attractor, then the depth-2 and depth-3 pairs, each row holding its own results.
     assert [(depths, n) for depths, n, _ in scored] == [([0], 2), ([1], 3), ([2], 3), ([3], 3)] * 4

@@ -71,7 +71,8 @@ def test_setup_maps_configs_into_the_wheel():
 
 def test_a_missing_extra_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
-    with pytest.raises(MissingExtra, match=r"drawing needs the Python package 'matplotlib'.*pip install 'tgjax\[plots\]'"):
+    with pytest.raises(MissingExtra,
+                       match=r"drawing needs the Python package 'matplotlib'.*pip install 'tgjax\[plots\]'"):
         require_extra("matplotlib", extra="plots", purpose="drawing")
     from tgjax import viz
     from tgjax.syntax import trees

@@ -213,9 +213,8 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs.
 
     `search`: the TG / TXL (CC) beam engine, "device" or "host" (`tgjax.eval.parse.word_scorer`)."""
-    from tgjax.infer.loading import load_model
     from tgjax.eval.parse import parse_treebank, word_scorer
-
+    from tgjax.infer.loading import load_model
     from tgjax.infer.pushdown_loading import is_pushdown_workdir
 
     start = time.perf_counter()
@@ -294,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="agreement minimal pairs at each depth (2 and 3 nested embeddings)")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
     parser.add_argument("--search", default="device", choices=("device", "host"),
-                        help="the TG / TXL (CC) beam engine: device (tgjax.infer.device_beam) or host (tgjax.infer.beam)")
+                        help="the TG / TXL (CC) beam engine: device (tgjax.infer.device_beam) "
+                             "or host (tgjax.infer.beam)")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
     from tgjax.train.config import ConfigError, parse_override_args

@@ -132,7 +132,7 @@ def tree_layout(tree: trees.Tree) -> tuple[list[tuple[str, float, int, bool]], l
     for parent, child in edges:
         children.setdefault(parent, []).append(child)
     x = 0
-    for i, (label, _, depth, is_word) in enumerate(nodes):  # pre-order visits words left to right
+    for i, (label, _, _depth, is_word) in enumerate(nodes):  # pre-order visits words left to right
         if is_word:
             nodes[i] = (label, float(x), height, True)
             x += 1

@@ -15,7 +15,7 @@ from tgjax.syntax.trees import parse as parse_tree
 NUMBER_OF_TAG = {"NN": "sg", "NNS": "pl", "VBZ": "sg", "VBP": "pl"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def train_sample() -> tuple[Tree, ...]:
     return tuple(corpora.builtin_treebank("train", 1000, seed=0))
 
@@ -51,7 +51,7 @@ def check_agreement(node: Tree, relativised_number: str | None = None) -> int:
         assert subject is not None, f"clause without a subject: {node}"
         assert verb_number(vp) == subject, f"agreement violated in {node}"
         checked += 1
-    for i, child in enumerate(kids):
+    for _i, child in enumerate(kids):
         passed = None
         if node.label == "NP" and child.label == "SBAR":
             passed = head_number(node)

@@ -4,7 +4,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tgjax.data import corpora
 from tgjax.data.pipeline import Pipeline, PipelineConfig, build_vocabulary, deal_to_rows, encode_corpus, tokens_for_rule
@@ -194,7 +195,8 @@ def test_txl_terminals_sentences_end_with_eos():
 @pytest.mark.parametrize("kind", ["words", "sentencepiece"])
 def test_txl_terminals_vocabularies_and_pipeline_end_every_sentence_with_eos(small_trees, kind):
     """Whatever the vocabulary: `</s>` is not one of its words, and every sequence is `<s> pieces </s>`."""
-    vocab = build_vocabulary([tokens_for_rule(t, "txl_terminals", pos_tags=True) for t in small_trees], kind=kind, size=400)
+    vocab = build_vocabulary([tokens_for_rule(t, "txl_terminals", pos_tags=True) for t in small_trees], kind=kind,
+                             size=400)
     if kind == "words":
         assert "</s>" not in vocab.terminals
     pipeline = Pipeline(dataclasses.replace(SMALL, rule="txl_terminals"), vocab, tree_list=small_trees)
@@ -216,7 +218,8 @@ def test_too_long_is_an_error_or_skipped_and_counted(small_trees):
     with pytest.raises(ValueError, match="over max_actions=20"):
         make(small_trees, max_actions=20)
     pipeline = make(small_trees, max_actions=20, on_too_long="skip")
-    lengths = [len(pipeline.vocab.encode(__import__("tgjax").syntax.actions.choe_charniak(t, pos_tags=True))) for t in small_trees]
+    choe_charniak = __import__("tgjax").syntax.actions.choe_charniak
+    lengths = [len(pipeline.vocab.encode(choe_charniak(t, pos_tags=True))) for t in small_trees]
     assert pipeline.encoded.skipped_too_long == sum(n > 20 for n in lengths) > 0
     assert len(pipeline.encoded.sequences) == sum(n <= 20 for n in lengths)
 

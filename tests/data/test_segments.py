@@ -1,7 +1,8 @@
 """One definition of a sequence's segments: the batcher deals exactly the segments the masking rule makes."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tgjax.data.pipeline import BatchSource, EncodedCorpus, PipelineConfig, segments_per_sequence
 from tgjax.syntax import masks

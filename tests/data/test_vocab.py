@@ -157,7 +157,8 @@ def test_spm_save_load(spm_bytes, tmp_path):
         assert isinstance(loaded, vb.SentencePieceVocabulary)
         line = "(S (NP a small teacher NP) (VP naps VP) S)"
         np.testing.assert_array_equal(loaded.encode(line), spm_bytes.encode(line))
-        np.testing.assert_array_equal(loaded.token_types(np.arange(loaded.size)), spm_bytes.token_types(np.arange(spm_bytes.size)))
+        np.testing.assert_array_equal(loaded.token_types(np.arange(loaded.size)),
+                                      spm_bytes.token_types(np.arange(spm_bytes.size)))
 
 
 def test_spm_errors(spm_bytes, tmp_path):
@@ -191,7 +192,8 @@ def test_word_dictionary_ranges(word_dict):
     assert d.opening_range == (d.terminal_range[1], d.terminal_range[1] + len(LABELS))
     assert d.closing_range == (d.opening_range[1], d.size)
     types = d.token_types(np.arange(d.size))
-    for (lo, hi), kind in [(d.terminal_range, tt.TERMINAL), (d.opening_range, tt.OPENING_NT), (d.closing_range, tt.CLOSING_NT)]:
+    ranges = [(d.terminal_range, tt.TERMINAL), (d.opening_range, tt.OPENING_NT), (d.closing_range, tt.CLOSING_NT)]
+    for (lo, hi), kind in ranges:
         assert (types[lo:hi] == kind).all()
         assert all(vb.string_token_type(d.tokens[i]) == kind for i in range(lo, hi))
     # A label's closing NT is at the same offset as its opening one.

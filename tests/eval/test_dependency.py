@@ -7,14 +7,13 @@ import json
 
 import numpy as np
 import pytest
+from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from flax import nnx
 
 from tgjax.eval import dependency as dep
 from tgjax.eval.mst import best_single_root_tree, maximum_spanning_tree, tree_score
 from tgjax.syntax.heads import check_heads, is_projective
-
 
 # -- scores on hand-made examples ------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from tests.infer.test_scoring import compilation_cache, trained_workdir  # noqa: F401
 from tgjax.infer.loading import load_model
 from tgjax.infer.perplexity import read_proposals
 from tgjax.infer.sampling import Sampler, SamplingConfig
-from tests.infer.test_scoring import compilation_cache, trained_workdir  # noqa: F401
 
 BARE = "(S (NP the dog) (VP barks))"
 TAGGED = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)))"

@@ -8,13 +8,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tgjax.eval.evalb import evalb
-from tgjax.infer.perplexity import ProposalError, read_proposals
-from tgjax.eval.rerank import rerank, rerank_f1
-from tgjax.infer.scoring import score_trees
-from tgjax.syntax import trees
 from tests.infer.test_perplexity import flat, retagged, right_branching, standard_blocks, write_proposals
 from tests.infer.test_scoring import B, compilation_cache, corpus, fresh_scorer, trained_workdir  # noqa: F401
+from tgjax.eval.evalb import evalb
+from tgjax.eval.rerank import rerank, rerank_f1
+from tgjax.infer.perplexity import ProposalError, read_proposals
+from tgjax.infer.scoring import score_trees
+from tgjax.syntax import trees
 
 
 def test_rerank_picks_the_argmax(tmp_path):

@@ -10,7 +10,6 @@ the same best tree.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -39,7 +38,7 @@ EXHAUSTIVE = BeamConfig(word_beam=10**6, action_beam=10**6, fast_track=10**6, ma
                         max_consecutive_opens=MAX_CONSECUTIVE, min_batch=64, max_batch=64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny_vocab() -> WordDictionary:
     """The vocabulary of every test here and in test_sampling / test_parse (shared compilations)."""
     return WordDictionary(WORDS, LABELS)
@@ -208,7 +207,8 @@ def test_small_beam_scores_and_prefix_marginals_against_the_standard_reading(voc
             pruned += upper - beam > 1e-3
         # Surprisals are differences of the prefix marginals, and the end cost is what closing takes away.
         np.testing.assert_allclose(result.surprisals, -np.diff(result.prefix_log_probs), atol=1e-12)
-        assert result.end_surprisal >= 0 and abs(result.surprisals.sum() + result.end_surprisal + result.log_prob) < 1e-9
+        assert result.end_surprisal >= 0
+        assert abs(result.surprisals.sum() + result.end_surprisal + result.log_prob) < 1e-9
     assert pruned >= 3  # the beam did drop prefixes: the bounds were not met trivially
 
 

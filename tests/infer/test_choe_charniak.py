@@ -13,13 +13,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.infer.test_beam import (  # noqa: F401
+    LABELS,
+    MAX_CONSECUTIVE,
+    MAX_OPEN,
+    enumerate_actions,
+    exact_log_probs,
+    get_model,
+    vocab,
+)
 from tgjax.infer.choe_charniak import ActionSpace, ChoeCharniakFamily
 from tgjax.infer.incremental import PrefixScorer
 from tgjax.infer.search import SearchFamily
 from tgjax.syntax import actions as cc
-
-from tests.infer.test_beam import (LABELS, MAX_CONSECUTIVE, MAX_OPEN, enumerate_actions, exact_log_probs,  # noqa: F401
-                                   get_model, vocab)
 
 WORDS = ["a", "c", "b"]
 

@@ -32,8 +32,7 @@ from tgjax.infer.loading import from_model, load_model
 from tgjax.infer.scoring import Scorer, encode, score_trees, surprisals_from_score
 from tgjax.models import build_model
 
-from .test_beam import (EXHAUSTIVE, LABELS, MAX_CONSECUTIVE, MAX_OPEN, SMALL, enumerate_actions, get_model,
-                        tiny_vocab)
+from .test_beam import EXHAUSTIVE, LABELS, MAX_CONSECUTIVE, MAX_OPEN, SMALL, enumerate_actions, get_model, tiny_vocab
 from .test_scoring import compilation_cache, corpus, fresh_scorer, trained_workdir  # noqa: F401 (a fixture)
 
 LOG_HALF = math.log(0.5)
@@ -174,7 +173,7 @@ def test_score_command_reports_the_mixture(tmp_path, capsys):
 # One beam over the mixed next-action distribution.
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def member_model(name: str, seed: int):
     """A test_beam-sized random model with far-from-uniform next-action distributions.
 
@@ -189,7 +188,7 @@ def member_model(name: str, seed: int):
     return model
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def full_sequence_scorer(name: str, seed: int) -> Scorer:
     """The ordinary (training-pipeline) scorer of a member: the oracle, which uses no prefix caches."""
     return Scorer(from_model(member_model(name, seed), tiny_vocab(), name), batch_size=8)
@@ -235,7 +234,7 @@ def test_one_beam_equals_its_hypotheses_scored_in_full(members):
                         min_batch=64, max_batch=64, batch_sentences=2)
     sentences = [["a", "b", "c", "a"], ["c", "b"], ["b", "a", "a"]]
     results = ensemble_search(members, config).search(sentences)
-    for words, result in zip(sentences, results):
+    for _words, result in zip(sentences, results):
         tokens = [t for t, _ in result.hypotheses]
         oracle = oracle_log_probs(members, tokens)
         np.testing.assert_allclose([lp for _, lp in result.hypotheses], oracle, atol=1e-5)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.models.test_onlstm_lm import oracle_lm, release_state_dict, small_config
 from tgjax.infer import onlstm as O
 from tgjax.infer.loading import CheckpointError
-from tests.models.test_onlstm_lm import oracle_lm, release_state_dict, small_config
 from tgjax.models.onlstm_lm import OnLSTMLM
 
 # 13 ids, as the LM test's released-layout state dict (tests/models/test_onlstm_lm.py).

@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
+from tests.infer.test_scoring import LONG, B, compilation_cache, corpus, fresh, fresh_scorer, trained_workdir  # noqa: F401
 from tgjax.data.vocab import build_word_dictionary
 from tgjax.infer.perplexity import ProposalError, read_proposals, score_documents, score_proposals
 from tgjax.infer.scoring import Scorer, encode, score_trees
 from tgjax.syntax import actions
 from tgjax.syntax.trees import Tree
-from tests.infer.test_scoring import (B, LONG, compilation_cache, corpus, fresh, fresh_scorer,  # noqa: F401
-                                     trained_workdir)
-
 
 # -----------------------------------------------------------------------------
 # Proposals for tests: other bracketings of the gold trees' tagged words.

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import functools
-import math
-
-from flax import nnx
 
 from tgjax.data import corpora
 from tgjax.data import pipeline as pl
@@ -27,8 +26,8 @@ from tgjax.infer.scoring import Scorer, encode
 from tgjax.infer.search import SamplingFamily, TokenScores
 from tgjax.models import build_model
 from tgjax.syntax import actions as cc
-from tgjax.syntax import trees
 from tgjax.syntax import token_types as tt
+from tgjax.syntax import trees
 
 from .test_beam import exact_log_probs, get_model, tiny_vocab
 
@@ -216,7 +215,7 @@ def test_pinned_samples_and_their_scorer_log_probs(vocab, case):
         assert s.log_prob == pytest.approx(float(np.sum(score.token_logprobs[s.num_prompt_actions:])), abs=1e-4)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sentencepiece_model():
     """A SentencePiece vocabulary of the built-in corpus (400 pieces, byte fallback) and a fresh TG for it."""
     trees = corpora.get_corpus("builtin", "train", num_sentences=200, seed=0)
@@ -376,7 +375,7 @@ def oracle_is_tree(tokens):
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shortest_completion(prefix, max_length, max_open, max_consecutive):
     """The fewest tokens that make `prefix` a whole tree within the caps and `max_length` (inf: none)."""
     if not oracle_prefix_ok(prefix, max_open, max_consecutive):

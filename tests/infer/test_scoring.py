@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.train.helpers import small_config
 from tgjax.data import corpora
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import build_word_dictionary, train_sentencepiece
@@ -32,7 +33,6 @@ from tgjax.models import build_model, model_spec, sequence_loss
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import token_types as tt
 from tgjax.workdir import VocabularyMismatch
-from tests.train.helpers import small_config
 
 SIZES = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64)
 
@@ -41,7 +41,7 @@ SIZES = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64)
 # Shared by tests/eval/test_*.py (imported from here).
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trained_workdir() -> tuple[Path, dict]:
     """A TG trained for 4 steps on the built-in corpus (T = M = 16), validated and saved at steps 2 and 4.
 
@@ -59,12 +59,12 @@ def trained_workdir() -> tuple[Path, dict]:
     return workdir, dict(result.valid_losses)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def corpus(split: str = "valid", n: int = 24) -> tuple[trees.Tree, ...]:
     return tuple(corpora.get_corpus("builtin", split, num_sentences=n, seed=0))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def vocabulary(rule: str):
     """A word dictionary of the built-in training split (actions, or words for TXL (terminals))."""
     return build_word_dictionary([pl.tokens_for_rule(t, rule, pos_tags=True) for t in corpus("train", 200)])
@@ -87,7 +87,7 @@ def fresh(name: str, lengths: tuple[int, int] = BASE, *, seed: int = 0, vocab=No
     return from_model(model, vocab, name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fresh_scorer(name: str, lengths: tuple[int, int] = BASE, seed: int = 0) -> Scorer:
     return Scorer(fresh(name, lengths, seed=seed), batch_size=B)
 

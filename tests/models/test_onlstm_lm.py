@@ -9,8 +9,15 @@ import pytest
 from flax import nnx
 
 from tests.ops.onlstm_oracle import onlstm_oracle
-from tgjax.models.onlstm_lm import (OnLSTMLM, OnLSTMLMConfig, activation_penalties, embedding_dropout_mask,
-                                    locked_dropout_mask, syntactic_distances, weight_drop)
+from tgjax.models.onlstm_lm import (
+    OnLSTMLM,
+    OnLSTMLMConfig,
+    activation_penalties,
+    embedding_dropout_mask,
+    locked_dropout_mask,
+    syntactic_distances,
+    weight_drop,
+)
 
 V, E, H, L, C = 13, 8, 12, 3, 4
 

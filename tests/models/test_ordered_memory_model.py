@@ -13,8 +13,14 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tgjax.models.ordered_memory import (OMClassifierConfig, OrderedMemoryClassifier, pair_features, pointer_trees,
-                                         remove_leaves, tree_spans)
+from tgjax.models.ordered_memory import (
+    OMClassifierConfig,
+    OrderedMemoryClassifier,
+    pair_features,
+    pointer_trees,
+    remove_leaves,
+    tree_spans,
+)
 from tgjax.ops.ordered_memory import pointer_tree
 
 

@@ -3,7 +3,6 @@ from PyTorch's LSTM equations), row normalisation, padding, and the tag mixture.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx

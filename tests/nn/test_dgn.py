@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from tgjax.nn.dgn import DependencyGraphLayer, dependency_mask, direction_features
 
 
-
 def oracle_mask(P):
     """A_ij = H_ij + H_ji − H_ij H_ji with H = P, diagonal 0, one entry at a time."""
     B, T, _ = P.shape

@@ -12,8 +12,15 @@ from hypothesis import strategies as st
 
 from tests.ops.om_oracle import om_oracle
 from tgjax.ops import ordered_memory_scan
-from tgjax.ops.ordered_memory import (RELEASE, OrderedMemoryParams, initial_state, ordered_memory_step,
-                                      pointer_distances, pointer_tree, project_inputs)
+from tgjax.ops.ordered_memory import (
+    RELEASE,
+    OrderedMemoryParams,
+    initial_state,
+    ordered_memory_step,
+    pointer_distances,
+    pointer_tree,
+    project_inputs,
+)
 
 OPTIONS = ("n_slots", "query_key_norm", "mask_floor", "padding")
 scan = jax.jit(ordered_memory_scan, static_argnames=OPTIONS + ("attention_dropout", "cell_dropout"))

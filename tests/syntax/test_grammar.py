@@ -61,7 +61,7 @@ def make_tree_enumerator(grammar: WeightedCFG):
     rules = normalised_rules(grammar)
     nts = {lhs for lhs, _, _ in rules}
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def trees(symbol: str, n: int) -> tuple:
         out = []
         for lhs, rhs, p in rules:
@@ -71,7 +71,7 @@ def make_tree_enumerator(grammar: WeightedCFG):
                 out.append((Tree(symbol, list(children)), p * q))
         return tuple(out)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def share(rhs: tuple, n: int) -> tuple:
         if not rhs:
             return (((), 1.0),) if n == 0 else ()

@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tgjax.syntax import masks, token_types as tt
+from tgjax.syntax import masks
+from tgjax.syntax import token_types as tt
 
 from .masks_oracle import oracle_tg_chunks, oracle_txl_chunks
 
@@ -216,8 +218,8 @@ def assert_many_equals_each_alone(make_rule, sequences, *, compact: bool):
         compact_many, compact_index = make_rule().compact_chunks_many(sequences)
         np.testing.assert_array_equal(compact_index, seq_index)
         for name in masks.CompactChunk._fields:
-            np.testing.assert_array_equal(getattr(compact_many, name), np.stack([getattr(c, name) for c in compact_alone]),
-                                          err_msg=name)
+            alone = np.stack([getattr(c, name) for c in compact_alone])
+            np.testing.assert_array_equal(getattr(compact_many, name), alone, err_msg=name)
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
+from tests.strategies import random_trees
 from tgjax.syntax import actions as A
 from tgjax.syntax import pos_tags as P
 from tgjax.syntax.trees import parse, strip_preterminals
-from tests.strategies import random_trees
 
 BARE = "(S (NP the dog) (VP barks))"
 TAGGED = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)))"

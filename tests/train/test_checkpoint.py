@@ -56,7 +56,8 @@ def test_check_names_the_file_that_changed(tmp_path):
     assert store.check(1) is None
     metadata = tmp_path / "checkpoints" / "1" / "pipeline" / "metadata"
     metadata.write_text(metadata.read_text() + " ")
-    assert store.check(1) == f"file {metadata} has {metadata.stat().st_size} bytes, expected {metadata.stat().st_size - 1}"
+    size = metadata.stat().st_size
+    assert store.check(1) == f"file {metadata} has {size} bytes, expected {size - 1}"
     store.close()
 
 

@@ -15,8 +15,14 @@ from tgjax.eval.evalb import evalb
 from tgjax.models.ordered_memory import tree_spans
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
-from tgjax.train.tasks.classification import (TrainBatches, encode_batch, epoch_batches, make_split, span_f1,
-                                              evaluate_best_checkpoint)
+from tgjax.train.tasks.classification import (
+    TrainBatches,
+    encode_batch,
+    epoch_batches,
+    evaluate_best_checkpoint,
+    make_split,
+    span_f1,
+)
 
 from .helpers import read_metrics
 

@@ -5,8 +5,15 @@ from pathlib import Path
 import pytest
 
 from tgjax.data.pipeline import Pipeline, PipelineConfig
-from tgjax.train.config import (ConfigError, apply_overrides, default_config, load_config, parse_override_args,
-                                trainer_of, UNSET_PATH)
+from tgjax.train.config import (
+    UNSET_PATH,
+    ConfigError,
+    apply_overrides,
+    default_config,
+    load_config,
+    parse_override_args,
+    trainer_of,
+)
 from tgjax.train.tasks import make_task
 from tgjax.train.tasks.treebank_lm import resolve_model_config, validate_config
 
@@ -151,7 +158,8 @@ def test_transparency_is_not_a_training_key():
     """Transparent constituents exist in the dense host form only; no model reads them, so no config offers them."""
     with pytest.raises(ConfigError, match=r"config key 'data.transparency_depth' does not exist"):
         apply_overrides(default_config(), ["data.transparency_depth=1"])
-    with pytest.raises(ValueError, match=r"transparency_depth=1: transparent constituents exist in the dense form only"):
+    with pytest.raises(ValueError,
+                       match=r"transparency_depth=1: transparent constituents exist in the dense form only"):
         PipelineConfig(transparency_depth=1)
     dense = Pipeline(PipelineConfig(num_sentences=4, seq_len=16, mem_len=16, batch_size=2, transparency_depth=1,
                                     compact=False))

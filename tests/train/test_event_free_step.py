@@ -11,10 +11,9 @@ import numpy as np
 from tgjax.models.parts import model_parts
 from tgjax.train import inputs
 from tgjax.train import state as st
-from tgjax.train.tasks.treebank_lm import resolve_model_config
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.sharding import make_mesh
-from tgjax.train.tasks.treebank_lm import model_batch
+from tgjax.train.tasks.treebank_lm import model_batch, resolve_model_config
 
 from .helpers import small_config
 

@@ -16,9 +16,21 @@ from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penaltie
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
 from tgjax.train.tasks import make_task
-from tgjax.train.tasks.onlstm_lm import (BPTTBatches, BPTTSettings, OnLSTMLMTask, OnLSTMTrainState, Recipe,
-                                         _hidden_dict, batchify, build_vocabulary, encode, epoch_plan,
-                                         make_step_fn, nt_asgd_triggered, read_sentences)
+from tgjax.train.tasks.onlstm_lm import (
+    BPTTBatches,
+    BPTTSettings,
+    OnLSTMLMTask,
+    OnLSTMTrainState,
+    Recipe,
+    _hidden_dict,
+    batchify,
+    build_vocabulary,
+    encode,
+    epoch_plan,
+    make_step_fn,
+    nt_asgd_triggered,
+    read_sentences,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TOTC = REPO.parent / "shared" / "data" / "tale_of_two_cities"
@@ -192,7 +204,7 @@ def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
 
     def objective(params):
         model = nnx.merge(graphdef, params)
-        hidden = [(hidden0[f"layer_{l}"]["h"], hidden0[f"layer_{l}"]["c"]) for l in range(2)]
+        hidden = [(hidden0[f"layer_{layer}"]["h"], hidden0[f"layer_{layer}"]["c"]) for layer in range(2)]
         logits, _, aux = model(batch["inputs"], hidden, deterministic=False, key=key, mask=batch["mask"])
         logp = jax.nn.log_softmax(logits)
         nll = -jnp.take_along_axis(logp, batch["targets"][..., None], -1)[..., 0]
@@ -213,13 +225,13 @@ def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
     assert int(new_state.num_averaged) == 0 and int(new_state.step) == 1
     # The carried state: where this segment's last real step left it (same dropout masks, pre-update weights).
     model = nnx.merge(graphdef, state.params)
-    hidden = [(hidden0[f"layer_{l}"]["h"], hidden0[f"layer_{l}"]["c"]) for l in range(2)]
+    hidden = [(hidden0[f"layer_{layer}"]["h"], hidden0[f"layer_{layer}"]["c"]) for layer in range(2)]
     _, want_hidden, _ = model(batch["inputs"], hidden, deterministic=False, key=key, mask=batch["mask"])
-    for l in range(2):
-        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{l}"]["h"]), np.asarray(want_hidden[l][0]),
-                                   rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{l}"]["c"]), np.asarray(want_hidden[l][1]),
-                                   rtol=1e-5, atol=1e-6)
+    for layer in range(2):
+        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{layer}"]["h"]),
+                                   np.asarray(want_hidden[layer][0]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{layer}"]["c"]),
+                                   np.asarray(want_hidden[layer][1]), rtol=1e-5, atol=1e-6)
     # Before ASGD the average is untouched.
     assert all(not np.asarray(a).any() for a in jax.tree.leaves(new_state.average))
 

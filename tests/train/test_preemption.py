@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.train.test_sharding import REPO, _TWO_DEVICES, _run_pair, _two_processes_can_join
+from tests.train.test_sharding import _TWO_DEVICES, REPO, _run_pair, _two_processes_can_join
 
 
 def _pair(workdir, env: dict, num_steps: int, runs: str) -> list[list[dict]]:

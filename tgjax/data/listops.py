@@ -40,7 +40,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal, Union
+from typing import Literal, NoReturn
 
 import numpy as np
 
@@ -81,10 +81,10 @@ class ListNode:
     """A list `[OP a1 … an ]`. `operator` is the token with its bracket ("[MAX")."""
 
     operator: str
-    arguments: tuple["Expression", ...]
+    arguments: tuple[Expression, ...]
 
 
-Expression = Union[int, ListNode]  # a digit 0..9, or a list
+Expression = int | ListNode  # a digit 0..9, or a list
 
 
 def apply_operator(operator: str, values: Sequence[int]) -> int:
@@ -207,7 +207,7 @@ def parse_expression(text: str, *, source: str = "<string>", line: int = 1, firs
     """
     located = _split_with_columns(text, first_column)
 
-    def fail(column: int, reason: str):
+    def fail(column: int, reason: str) -> NoReturn:
         raise ListOpsFormatError(source, line, column, reason)
 
     if not located:

@@ -53,7 +53,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
@@ -91,17 +91,17 @@ class LogicFormatError(SourceLocationError):
 
 @dataclasses.dataclass(frozen=True)
 class Not:
-    operand: "Formula"
+    operand: Formula
 
 
 @dataclasses.dataclass(frozen=True)
 class Binary:
     operator: str  # "and" | "or"
-    left: "Formula"
-    right: "Formula"
+    left: Formula
+    right: Formula
 
 
-Formula = Union[str, Not, Binary]  # a variable name, or a node
+Formula = str | Not | Binary  # a variable name, or a node
 
 
 def count_operators(formula: Formula) -> int:
@@ -368,7 +368,7 @@ class LogicFiles:
     test: dict[int, list[LogicExample]]
 
     @classmethod
-    def read(cls, directory: str | os.PathLike) -> "LogicFiles":
+    def read(cls, directory: str | os.PathLike) -> LogicFiles:
         directory = Path(directory)
         if not directory.is_dir():
             raise FileNotFoundError(f"no logic data directory {directory}")

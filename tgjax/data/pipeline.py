@@ -28,7 +28,7 @@ import numpy as np
 
 from tgjax.data import corpora
 from tgjax.data.pushdown import PushdownSentence, encode_tree
-from tgjax.data.vocab import Vocabulary, build_word_dictionary, load_vocabulary, train_sentencepiece
+from tgjax.data.vocab import Vocabulary, build_word_dictionary, train_sentencepiece
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import pos_tags as tagging  # (`pos_tags` names the decision, a bool, below)
 from tgjax.syntax import token_types as tt
@@ -63,7 +63,7 @@ class PipelineConfig:
     pos_tags: str = "auto"  # "yes", "no" or "auto": whether the corpus's trees carry POS tags (`corpus_pos_tags`)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "PipelineConfig":
+    def from_dict(cls, values: dict[str, Any]) -> PipelineConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -208,7 +208,8 @@ def encode_corpus(tree_list: Sequence[trees.Tree], vocab: Vocabulary, config: Pi
                                  "and without alignment; the stack tape would not match the tokens")
             tapes.append(sentence)
     if skipped:
-        log.warning("skipped %d of %d sequences longer than max_actions=%s", skipped, len(tree_list), config.max_actions)
+        log.warning("skipped %d of %d sequences longer than max_actions=%s", skipped, len(tree_list),
+                    config.max_actions)
     if not sequences:
         raise ValueError(f"corpus {config.corpus!r}: no sequences left to batch ({skipped} skipped as too long)")
     return EncodedCorpus(sequences, np.asarray(kept), skipped, tapes)
@@ -362,7 +363,7 @@ class Pipeline:
 
         return grain.MapDataset.source(self.epoch_source(epoch))[start_step:]
 
-    def iterator(self, state: dict[str, int] | None = None) -> "BatchIterator":
+    def iterator(self, state: dict[str, int] | None = None) -> BatchIterator:
         return BatchIterator(self, state)
 
 

@@ -44,7 +44,6 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from typing import Union
 
 import numpy as np
 import sentencepiece as spm
@@ -59,7 +58,7 @@ RESERVED_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 _RESERVED_IDS = {token: i for i, token in enumerate(RESERVED_TOKENS)}
 _RESERVED_TYPES = (tt.PAD, tt.BOS, tt.TERMINAL, tt.PLACEHOLDER)
 
-TokensLike = Union[str, Sequence[str]]
+TokensLike = str | Sequence[str]
 
 _SPM_FORMAT = "tgjax.sentencepiece/1"
 _WORD_FORMAT = "tgjax.word_dictionary/1"
@@ -185,7 +184,7 @@ class Vocabulary(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+    def load(cls, path: str | os.PathLike) -> Vocabulary:
         """Reads a vocabulary written by `save`."""
 
     def encode_with_alignment(
@@ -347,7 +346,7 @@ class SentencePieceVocabulary(Vocabulary):
             json.dump(sidecar, f, ensure_ascii=False, indent=1)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "SentencePieceVocabulary":
+    def load(cls, path: str | os.PathLike) -> SentencePieceVocabulary:
         path = os.fspath(path)
         sidecar_path = path + ".json"
         if not os.path.exists(sidecar_path):
@@ -491,12 +490,13 @@ class WordDictionary(Vocabulary):
 
     def save(self, path: str | os.PathLike) -> None:
         labels = [nt_label(nt) for nt in self.opening_nts]
-        data = {"format": _WORD_FORMAT, "reserved": list(RESERVED_TOKENS), "terminals": self.terminals, "labels": labels}
+        data = {"format": _WORD_FORMAT, "reserved": list(RESERVED_TOKENS), "terminals": self.terminals,
+                "labels": labels}
         with open(os.fspath(path), "w", encoding="utf-8") as f:
             json.dump(data, f, ensure_ascii=False, indent=0)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "WordDictionary":
+    def load(cls, path: str | os.PathLike) -> WordDictionary:
         path = os.fspath(path)
         with open(path, encoding="utf-8") as f:
             try:
@@ -504,7 +504,8 @@ class WordDictionary(Vocabulary):
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: not a word dictionary (JSON error at line {e.lineno}: {e.msg})") from e
         if not isinstance(data, dict) or data.get("format") != _WORD_FORMAT:
-            raise ValueError(f"{path}: format {data.get('format') if isinstance(data, dict) else None!r}, expected {_WORD_FORMAT!r}")
+            found = data.get("format") if isinstance(data, dict) else None
+            raise ValueError(f"{path}: format {found!r}, expected {_WORD_FORMAT!r}")
         if data["reserved"] != list(RESERVED_TOKENS):
             raise ValueError(f"{path}: reserved tokens {data['reserved']}, expected {list(RESERVED_TOKENS)}")
         return cls(data["terminals"], data["labels"])

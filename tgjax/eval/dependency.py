@@ -200,7 +200,8 @@ def read_gold(paths: Sequence[str], *, split: str = "test", heads: str = "auto",
 
 def craft_paths(split: str, craft_dir: str | None = None) -> list[str]:
     """CRAFT's tree files of a split (ids/craft-ids-{train,dev,test}.txt)."""
-    root = Path(craft_dir) if craft_dir else Path(__file__).resolve().parents[2].parent / "shared" / "data" / "craft_treebank"
+    shared = Path(__file__).resolve().parents[2].parent / "shared"
+    root = Path(craft_dir) if craft_dir else shared / "data" / "craft_treebank"
     name = {"valid": "dev"}.get(split, split)
     ids_path = root / "ids" / f"craft-ids-{name}.txt"
     if not ids_path.is_file():

@@ -123,7 +123,6 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Union
 
 import numpy as np
 
@@ -146,7 +145,7 @@ __all__ = [
     "right_branching",
 ]
 
-TreeLike = Union[str, Tree, None]
+TreeLike = str | Tree | None
 
 # ---------------------------------------------------------------------------
 # Parameters

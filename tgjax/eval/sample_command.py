@@ -18,6 +18,7 @@ import numpy as np
 
 from tgjax.infer.sampling import Sampler, SamplingConfig
 
+
 def _load(workdir: str, step: str):
     """`tgjax.infer.loading.load_model` (imported here: tests replace this function)."""
     from tgjax.infer.loading import load_model

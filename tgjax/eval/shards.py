@@ -128,7 +128,7 @@ class ResultWriter:
         self._last = -1
         self._file: io.TextIOBase | None = None
 
-    def __enter__(self) -> "ResultWriter":
+    def __enter__(self) -> ResultWriter:
         if self.path is None:
             self._file = sys.stdout
         else:

@@ -76,7 +76,6 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 
@@ -668,7 +667,7 @@ class SuiteResult:
         return float(self.outcomes.all(axis=1).mean())
 
 
-RegionSurprisals = Mapping[tuple[int, str], Union[Mapping[int, float], Sequence[float]]]
+RegionSurprisals = Mapping[tuple[int, str], Mapping[int, float] | Sequence[float]]
 
 
 def _bits_per_unit(unit: str) -> float:

@@ -318,8 +318,8 @@ def _read_treebanks(paths: Sequence[str], split: str, limit: int | None
         from tgjax.data.corpora import get_corpus
 
         gold = get_corpus("builtin", split)
-        located = [(tree, f"built-in treebank ({split}): tree {i}") for i, tree in enumerate(gold, start=1)]
-        return located[:limit] if limit is not None else located, f"built-in treebank ({split})", 0, []
+        builtin = [(tree, f"built-in treebank ({split}): tree {i}") for i, tree in enumerate(gold, start=1)]
+        return builtin[:limit] if limit is not None else builtin, f"built-in treebank ({split})", 0, []
     located: list[tuple[Tree, str]] = []
     num_malformed, errors = 0, []
     for path in paths:

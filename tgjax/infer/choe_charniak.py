@@ -69,7 +69,7 @@ class ActionSpace:
     token_types: np.ndarray
 
     @classmethod
-    def from_vocab(cls, vocab: Vocabulary) -> "ActionSpace":
+    def from_vocab(cls, vocab: Vocabulary) -> ActionSpace:
         labels = tuple(nt[1:] for nt in vocab.opening_nts)
         open_ids = np.asarray(vocab.encode([cc.opening(label) for label in labels]), np.int32)
         close_ids = np.asarray(vocab.encode([cc.closing(label) for label in labels]), np.int32)

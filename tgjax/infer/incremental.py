@@ -229,7 +229,8 @@ class PrefixScorer:
     """
 
     def __init__(self, model: TransformerLM, rule: str, token_types: np.ndarray, *, bos_id: int = 1,
-                 candidate_ids: Sequence[int] | None = None, length_bucket: int = 32, max_batch: int = 256, min_batch: int = 8):
+                 candidate_ids: Sequence[int] | None = None, length_bucket: int = 32, max_batch: int = 256,
+                 min_batch: int = 8):
         if rule not in RULES:
             raise ValueError(f"rule: expected one of {RULES}, got {rule!r}")
         config = model.config
@@ -356,7 +357,7 @@ class PrefixScorer:
             return max(_next_power_of_two(n), 4)
         return _round_up(n, self.length_bucket)
 
-    def _score_chunk(self, mem_len: int, rows: int, chunk: list["_Row"], out: ScoredPrefixes) -> None:
+    def _score_chunk(self, mem_len: int, rows: int, chunk: list[_Row], out: ScoredPrefixes) -> None:
         config = self.model.config
         lengths = np.array([r.pos[-1] + 1 for r in chunk])  # layout lengths
         starts = np.array([r.start for r in chunk])

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -49,8 +48,15 @@ from tgjax.data.vocab import Vocabulary, load_vocabulary
 from tgjax.models import ModelConfig, TransformerLM, model_spec
 from tgjax.models.parts import model_parts
 from tgjax.models.transformer_lm import unstack_layer_params
-from tgjax.workdir import (WORD_LIST_FILE, VocabularyMismatch, check_step, local_workdir, saved_vocabulary_path,
-                           vocabulary_fingerprint, word_list_fingerprint)
+from tgjax.workdir import (
+    WORD_LIST_FILE,
+    VocabularyMismatch,
+    check_step,
+    local_workdir,
+    saved_vocabulary_path,
+    vocabulary_fingerprint,
+    word_list_fingerprint,
+)
 
 log = logging.getLogger(__name__)
 

@@ -174,7 +174,7 @@ class Sampler:
         self.scorer = scorer
 
     @classmethod
-    def from_family(cls, family: SamplingFamily, config: SamplingConfig = SamplingConfig()) -> "Sampler":
+    def from_family(cls, family: SamplingFamily, config: SamplingConfig = SamplingConfig()) -> Sampler:
         """A sampler of any `SamplingFamily` (its own caps apply; see the module docstring)."""
         sampler = cls.__new__(cls)
         sampler._setup(family, config)

@@ -89,7 +89,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt

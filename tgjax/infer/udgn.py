@@ -56,7 +56,8 @@ class UDGNParser:
 
     def __post_init__(self):
         if tuple(self.words[:3]) != SPECIALS:
-            raise ValueError(f"the vocabulary starts {self.words[:3]}, expected {list(SPECIALS)}: not an mlm vocabulary")
+            raise ValueError(f"the vocabulary starts {self.words[:3]}, expected {list(SPECIALS)}: "
+                             "not an mlm vocabulary")
         if len(self.words) != self.model.config.vocab_size:
             raise ValueError(f"{len(self.words)} words in the vocabulary, the model has {self.model.config.vocab_size}")
         self.index = {w: i for i, w in enumerate(self.words)}

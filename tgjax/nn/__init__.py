@@ -2,7 +2,8 @@
 
 - `attention`: relative multi-head attention over `[memory, segment]`, any mask, any relative positions;
 - `transformer_xl`: the Transformer-XL layer of Transformer Grammars and their baselines;
-- `pushdown_attention`: Pushdown attention (stack-tape depth embeddings on the keys, gathered per depth value) and its block;
+- `pushdown_attention`: Pushdown attention (stack-tape depth embeddings on the keys, gathered per depth value)
+  and its block;
 - `attachment_head`: the Pushdown attachment head, legal-slot masks and the attachment loss;
 - `stack_attention`: stack-attention sublayers (superposition and nondeterministic stacks);
 - `onlstm`: the ON-LSTM cell and layer (cumax master gates; Shen et al., 2019);

@@ -87,7 +87,8 @@ class DependencyGraphLayer(nnx.Module):
                  nonlinear: bool = True, competition: str = "channels", direction_bias: bool = True,
                  dtype=jnp.float32):
         if competition not in ("channels", "sigmoid"):
-            raise ValueError(f"competition must be 'channels' (softmax over channels) or 'sigmoid', got {competition!r}")
+            raise ValueError(f"competition must be 'channels' (softmax over channels) or 'sigmoid', "
+                             f"got {competition!r}")
         self.d_model, self.num_channels, self.channel_size = d_model, num_channels, channel_size
         self.gated, self.nonlinear = gated, nonlinear
         self.competition, self.use_direction_bias = competition, direction_bias

@@ -67,7 +67,6 @@ import collections
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
-from typing import Union
 
 import numpy as np
 
@@ -93,7 +92,7 @@ __all__ = [
 ]
 
 # A word, or a constituent: the list of its children (>= 2 of them).
-Nested = Union[str, list]
+Nested = str | list
 
 # The release's `word_tags` (Ordered-Neurons data_ptb.py): the 36 lexical PTB
 # POS tags. Leaves with any other tag (punctuation, -NONE-, $, #, non-PTB

@@ -123,7 +123,7 @@ class _Groups:
     size: int
 
     @staticmethod
-    def build(targets: np.ndarray, size: int) -> "_Groups":
+    def build(targets: np.ndarray, size: int) -> _Groups:
         order = np.argsort(targets, kind="stable")
         sorted_targets = targets[order]
         if len(sorted_targets) == 0:
@@ -364,7 +364,7 @@ class WeightedCFG:
     # ------------------------------------------------------------ text format
 
     @classmethod
-    def from_string(cls, text: str, start: str | None = None, source: str = "<string>") -> "WeightedCFG":
+    def from_string(cls, text: str, start: str | None = None, source: str = "<string>") -> WeightedCFG:
         """Parses the text format described in the module docstring.
 
         Errors are `GrammarError`s naming `source` and the line number.
@@ -461,7 +461,7 @@ class WeightedCFG:
         return cls(rules, start=start)
 
     @classmethod
-    def from_file(cls, path: str, start: str | None = None) -> "WeightedCFG":
+    def from_file(cls, path: str, start: str | None = None) -> WeightedCFG:
         with open(path, encoding="utf-8") as f:
             return cls.from_string(f.read(), start=start, source=str(path))
 
@@ -1057,7 +1057,7 @@ class WeightedCFG:
 
     # ---------------------------------------------- ε- and unary-rule removal
 
-    def without_epsilon_and_unary(self) -> "WeightedCFG":
+    def without_epsilon_and_unary(self) -> WeightedCFG:
         """An equivalent grammar with no ε-rules and no unary rules A -> B.
 
         For every non-empty string w the new grammar gives

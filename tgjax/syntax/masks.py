@@ -622,7 +622,7 @@ class TGMasking(_Rule):
         return _Segments(compact, layout.chunk_seq, seg(life.open_pos), seg(life.transparent),
                          mem(life.transparent, False))
 
-    def _smart_memory(self, layout: _Layout, life: "_Lifetimes"):
+    def _smart_memory(self, layout: _Layout, life: _Lifetimes):
         """The stack after each segment, newest in slot M - 1 (Figure 8), for every segment at once.
 
         Position j is in the memory after segment c iff it is on the stack at

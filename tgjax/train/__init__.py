@@ -17,11 +17,11 @@ trials (each a run of the trainer with `tasks.cfl`) and tests the best.
 from tgjax.train.checkpoint import CheckpointStore
 from tgjax.train.config import ConfigError, apply_overrides, default_config, load_config
 from tgjax.train.loop import Trainer, TrainingDiverged, TrainResult, train
-from tgjax.train.tasks.treebank_lm import describe
 from tgjax.train.optimizer import linear_warmup_then_cosine_anneal, make_optimizer, make_schedule
 from tgjax.train.sharding import logical_to_spec, make_mesh, param_shardings
 from tgjax.train.state import TrainState, make_eval_step, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, Task
+from tgjax.train.tasks.treebank_lm import describe
 
 __all__ = [
     "CheckpointStore", "ConfigError", "Evaluation", "RunContext", "Selection", "Task", "TrainResult", "TrainState",

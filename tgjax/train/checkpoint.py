@@ -42,8 +42,8 @@ import logging
 import os
 import shutil
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax

@@ -2,8 +2,9 @@
 
 A config's top-level `trainer` key names its task ("lm" when absent,
 `tgjax.train.config.trainer_of`). A new family adds its module and one line
-to `tgjax.train.config.TASKS` (the one registry, which also checks `trainer`); the trainer (`tgjax.train.loop`) is not edited. The CFL task
-(`trainer="cfl"`) is one trial; `tgjax.train.cfl_trials.train_cfl` runs the trials.
+to `tgjax.train.config.TASKS` (the one registry, which also checks `trainer`);
+the trainer (`tgjax.train.loop`) is not edited. The CFL task (`trainer="cfl"`)
+is one trial; `tgjax.train.cfl_trials.train_cfl` runs the trials.
 """
 
 from __future__ import annotations

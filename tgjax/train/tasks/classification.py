@@ -1,4 +1,5 @@
-"""Sequence and sentence-pair classification with Ordered Memory: ListOps and logical inference (`trainer="classification"`).
+"""Sequence and sentence-pair classification with Ordered Memory: ListOps and logical inference
+(`trainer="classification"`).
 
     tgjax train --config configs/om_listops.py --workdir runs/om_listops
     tgjax train --config configs/om_logic.py --workdir runs/om_logic            # length split: test 7..12 ops

@@ -362,11 +362,11 @@ class OnLSTMTrainState:
 
 
 def _hidden_dict(state_list) -> dict:
-    return {f"layer_{l}": {"h": h, "c": c} for l, (h, c) in enumerate(state_list)}
+    return {f"layer_{layer}": {"h": h, "c": c} for layer, (h, c) in enumerate(state_list)}
 
 
 def _hidden_list(hidden: dict) -> list:
-    return [(hidden[f"layer_{l}"]["h"], hidden[f"layer_{l}"]["c"]) for l in range(len(hidden))]
+    return [(hidden[f"layer_{layer}"]["h"], hidden[f"layer_{layer}"]["c"]) for layer in range(len(hidden))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -663,16 +663,16 @@ class OnLSTMLMTask:
 
     def _shardings(self) -> OnLSTMTrainState:
         params = jax.tree.map(lambda _: self.replicated, self.abstract_params)
-        hidden = {f"layer_{l}": {"h": self.rows_sharding, "c": self.rows_sharding}
-                  for l in range(self.model_config.num_layers)}
+        hidden = {f"layer_{layer}": {"h": self.rows_sharding, "c": self.rows_sharding}
+                  for layer in range(self.model_config.num_layers)}
         return OnLSTMTrainState(params=params, average=params, num_averaged=self.replicated, step=self.replicated,
                                 rng=self.replicated, hidden=hidden)
 
     def _shapes(self) -> OnLSTMTrainState:
         batch = self.config.training.batch_size
-        hidden = {f"layer_{l}": {"h": jax.ShapeDtypeStruct((batch, size), jnp.float32),
+        hidden = {f"layer_{layer}": {"h": jax.ShapeDtypeStruct((batch, size), jnp.float32),
                                  "c": jax.ShapeDtypeStruct((batch, size), jnp.float32)}
-                  for l, size in enumerate(self.model_config.layer_sizes())}
+                  for layer, size in enumerate(self.model_config.layer_sizes())}
         scalar = jax.ShapeDtypeStruct((), jnp.int32)
         return OnLSTMTrainState(params=self.abstract_params, average=self.abstract_params, num_averaged=scalar,
                                 step=scalar, rng=jax.ShapeDtypeStruct((2,), jnp.uint32), hidden=hidden)
@@ -768,8 +768,8 @@ class OnLSTMLMTask:
         """Mean per-token cross-entropy of `params` over the validation stream (state carried from zeros)."""
         batches = self._valid_batches()
         batch_size = self.config.evaluation.batch_size
-        hidden = {f"layer_{l}": {"h": jnp.zeros((batch_size, size)), "c": jnp.zeros((batch_size, size))}
-                  for l, size in enumerate(self.model_config.layer_sizes())}
+        hidden = {f"layer_{layer}": {"h": jnp.zeros((batch_size, size)), "c": jnp.zeros((batch_size, size))}
+                  for layer, size in enumerate(self.model_config.layer_sizes())}
         totals, counts = [], []
         for batch in batches:
             total, count, hidden = self._eval_fn(params, hidden, shd.global_batch(batch, self.run.mesh))
