@@ -334,7 +334,7 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
     scores = {}
     for name, examples in sets.items():
         examples = examples[:args.limit] if args.limit else examples
-        bar = Progress(len(examples), label=name, noun="prefix", enabled=not args.quiet, min_interval=1.0)
+        bar = Progress(len(examples), label=name, noun="example", enabled=not args.quiet, min_interval=1.0)
         done = [0]
 
         def progress(n, bar=bar, done=done):
