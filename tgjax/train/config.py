@@ -253,6 +253,7 @@ TASKS = {
     "mlm": "tgjax.train.tasks.mlm:MLMTask",  # UDGN
     "pushdown_lm": "tgjax.train.tasks.pushdown_lm:PushdownLMTask",  # Pushdown Layers
     "craft_bc": "tgjax.train.tasks.craft_bc:CraftBCTask",  # OCN / MoE / LSTM behaviour cloning on Craft
+    "ppo_options": "tgjax.train.tasks.ppo_options:PPOOptionsTask",  # PPO over frozen Craft options (OCN / MoE)
 }
 TRAINERS = tuple(TASKS)
 

@@ -1,0 +1,505 @@
+"""RL fine-tuning in option space: frozen options, a fresh controller trained with PPO (`trainer="ppo_options"`).
+
+    tgjax train --config configs/ocn_craft_rl.py --workdir runs/ocn_rl_ACD       # after configs/ocn_craft.py
+
+Thesis §5.3 and Algorithm 4 (released-code.md §5.3): every option of a
+behaviour-cloned OCN (or MoE) run (`rl.options_workdir`, its best
+checkpoint) is frozen; a new controller (a re-initialised cell over the K
+options with its own learned initial state, temperature as in the BC run,
+and a linear value head on its hidden state) is trained with PPO on one
+unseen, longer task (`rl.task`), with the sparse or the dense reward.
+
+One trainer step is one PPO iteration:
+
+* rollout: `rl.num_envs` environments for `rl.rollout_steps` steps (gymnax's
+  auto-resetting `step`; a truncated episode is treated as terminal). At
+  each step the running option, continued from its state, says done with
+  probability e (sampled, as Algorithm 4 rolls an option out "until its
+  done-signal fires"); at the first step of an episode, or when it fires,
+  the controller steps, an option is sampled from its p~, and that option
+  restarts from its initial state. The action is sampled from the running
+  option. MoE options decide every step ("options run one step").
+* advantages: generalised advantage estimation at the environment-step
+  level (`rlax.truncated_generalized_advantage_estimation`) with lambda_t =
+  1 into steps that are not decisions, so that the advantage at a decision
+  is exactly the semi-MDP one: sum_k gamma^k r_{d+k} + gamma^tau V(s_{d+tau})
+  - V(s_d), lambda-mixed across decisions; intermediate values cancel.
+* loss: `rlax.clipped_surrogate_pg_loss` on the decisions only (ratio 1 and
+  advantage 0 elsewhere, rescaled by steps / decisions, which is the mean
+  over decisions), squared value error at the decisions, an entropy bonus
+  of the controller's `distrax.Categorical`; `rl.num_epochs` epochs of
+  `rl.num_minibatches` minibatches of environments, the controller re-run
+  over each environment's rollout from its saved state (BPTT through the
+  controller's recurrence). Adam, lr linearly to 0 (thesis: lr 3e-4,
+  batch 1024 = num_envs x rollout_steps here).
+* validation: `evaluation.episodes` fresh episodes (sampled actions and
+  options): success rate and mean return; the selection is the return.
+
+rlax and distrax are imported here only (the `rl` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from tgjax.envs import craft_rules as rules
+from tgjax.nn.ocn import CellBank
+from tgjax.train import sharding as shd
+from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.schedules import StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key this task and the trainer read (configs/ocn_craft_rl.py sets the run's)."""
+    return ml_collections.ConfigDict(dict(
+        trainer="ppo_options",
+        rl=dict(options_workdir="", options_step="best", task="ACD", dense_reward=False, max_steps=64,
+                num_envs=16, rollout_steps=64, num_epochs=4, num_minibatches=4, gamma=0.99, gae_lambda=0.95,
+                clip_epsilon=0.2, value_coef=0.5, entropy_coef=0.01),
+        training=dict(num_steps=200, learning_rate=3e-4, clip_grad_norm=0.5, seed=1),
+        evaluation=dict(interval_steps=20, episodes=64),
+        checkpointing=dict(interval_steps=20, max_to_keep=3, keep_best=1, async_save=True, checksums=False,
+                           save_memory=False),
+        logging=dict(interval_steps=5, tensorboard=True),
+        mesh=dict(data=1, model=1, logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))
+
+
+def check_config(config) -> None:
+    r = config.rl
+    if not r.options_workdir:
+        raise ConfigError("config key 'rl.options_workdir': the workdir of a behaviour-cloning run "
+                          "(configs/ocn_craft.py) whose options are reused")
+    try:
+        rules.parse_task(r.task)
+    except rules.CraftTaskError as error:
+        raise ConfigError(f"config key 'rl.task': {error}") from None
+    for path in ("rl.num_envs", "rl.rollout_steps", "rl.num_epochs", "rl.num_minibatches", "rl.max_steps",
+                 "training.num_steps", "evaluation.interval_steps", "evaluation.episodes",
+                 "checkpointing.interval_steps", "logging.interval_steps"):
+        section, key = path.split(".")
+        value = config[section][key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
+    if r.num_envs % r.num_minibatches:
+        raise ConfigError(f"config key 'rl.num_minibatches' ({r.num_minibatches}) must divide rl.num_envs "
+                          f"({r.num_envs})")
+
+
+# -----------------------------------------------------------------------------
+# The controller and its loss pieces.
+
+
+class Controller(nnx.Module):
+    """A fresh controller: cell [1 cell over K options] (tau from the BC run), h_init [H], value head w_v [H], b_v."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_options: int, depth: int, temperature: float, *,
+                 rngs: nnx.Rngs):
+        self.cell = CellBank(1, input_size, hidden_size, num_options, depth=depth, temperature=temperature,
+                             rngs=rngs)
+        self.h_init = nnx.Param(jax.random.normal(rngs.params(), (hidden_size,)) * 0.1)
+        self.w_v = nnx.Param(jnp.zeros((hidden_size,)))
+        self.b_v = nnx.Param(jnp.zeros(()))
+
+    def __call__(self, x: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """x [B, X] (live features), h [B, H] -> (h_new [B, H], log p~ [B, K], value [B])."""
+        h_new, log_p, _ = self.cell(self.cell.project_observation(x), h[:, None])
+        h_new = h_new[:, 0]
+        return h_new, log_p[:, 0], h_new @ self.w_v[...] + self.b_v[...]
+
+
+def smdp_advantages(rewards, discounts, decisions_next, values, gae_lambda):
+    """GAE over environment steps, lambda_t = 1 into non-decision steps (module docstring).
+
+    rewards, discounts [T] (reward and discount of the transition out of step t), decisions_next [T] (whether
+    step t + 1 is a decision), values [T + 1] -> advantages [T].
+    """
+    import rlax
+
+    lambdas = jnp.where(decisions_next, gae_lambda, 1.0)
+    return rlax.truncated_generalized_advantage_estimation(rewards, discounts, lambdas, values)
+
+
+def masked_clipped_loss(log_ratio, advantages, mask, epsilon):
+    """The clipped surrogate loss averaged over the steps where `mask` is 1 (the decisions). [N] arrays."""
+    import rlax
+
+    count = jnp.maximum(jnp.sum(mask), 1.0)
+    ratio = jnp.where(mask > 0, jnp.exp(log_ratio), 1.0)
+    loss = rlax.clipped_surrogate_pg_loss(ratio, advantages * mask, epsilon)
+    return loss * mask.shape[0] / count
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class PPOState:
+    """params (controller, pure dict), opt_state, step [], rng uint32 [2], and the rollout's running state:
+    env (CraftState of [N] arrays), obs [N, 1075], h_c [N, H], h_o [N, K, H], option [N] int32,
+    first [N] bool (next step starts an episode)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+    env: Any
+    obs: jax.Array
+    h_c: jax.Array
+    h_o: jax.Array
+    option: jax.Array
+    first: jax.Array
+
+
+# -----------------------------------------------------------------------------
+# The task.
+
+
+class PPOOptionsTask:
+    """PPO in option space; see the module docstring."""
+
+    name = "ppo_options"
+    selection = Selection("valid_return", "max")
+    schedule = StepSchedule()
+
+    def __init__(self, config):
+        self.config = config
+        self.num_steps = config.training.num_steps
+        self.validation_interval = config.evaluation.interval_steps
+        self.checkpoint_interval = config.checkpointing.interval_steps
+        self.logging_interval = config.logging.interval_steps
+        self.tensorboard = config.logging.tensorboard
+
+    def validate_config(self, config) -> None:
+        check_config(config)
+
+    def check_mesh(self, mesh) -> None:
+        pass  # one device: the rollout is small and sequential
+
+    def setup(self, run: RunContext) -> None:
+        from tgjax.envs.craft import Craft
+
+        self.run = run
+        r = self.config.rl
+        self.options_policy, self.options_meta = _load_options(r.options_workdir, r.options_step)
+        pc = self.options_policy.config
+        if pc.kind not in ("ocn", "moe"):
+            raise ConfigError(f"rl.options_workdir {r.options_workdir}: a {pc.kind!r} policy has no options")
+        self.always_decide = pc.kind == "moe"
+        self.env = Craft((r.task,))
+        self.env_params = self.env.params(r.task, dense_reward=r.dense_reward, max_steps=r.max_steps)
+        self.live = jnp.asarray(rules.live_observation_indices())
+        self.controller_args = (pc.input_size, pc.hidden_size, pc.num_options, pc.depth, pc.controller_temperature)
+        abstract = nnx.eval_shape(lambda: Controller(*self.controller_args, rngs=nnx.Rngs(0)))
+        self.graphdef, abstract_state = nnx.split(abstract)
+        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            nnx.to_pure_dict(abstract_state))
+        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        t = self.config.training
+        updates = self.num_steps * r.num_epochs * r.num_minibatches
+        self.tx = optax.chain(optax.clip_by_global_norm(t.clip_grad_norm),
+                              optax.adam(optax.linear_schedule(t.learning_rate, 0.0, updates)))
+        self.options_state = nnx.state(self.options_policy, nnx.Param)
+        self._iteration = jax.jit(self._make_iteration(), donate_argnums=(0,))
+        self._evaluate = jax.jit(self._make_evaluation())
+
+    def describe_run(self) -> list[str]:
+        r = self.config.rl
+        return [f"PPO in option space on task {r.task} ({'dense' if r.dense_reward else 'sparse'} reward): "
+                f"a fresh controller, {self.num_parameters:,} parameters, over the "
+                f"{self.options_policy.config.num_options} frozen {self.options_policy.config.kind} options of "
+                f"{r.options_workdir} (step {self.options_meta['step']})",
+                f"{r.num_envs} environments x {r.rollout_steps} steps per iteration, {r.num_epochs} epochs of "
+                f"{r.num_minibatches} minibatches"]
+
+    # -- state -----------------------------------------------------------------------------
+
+    def init_state(self):
+        return jax.device_put(self._fresh_state(), shd.replicated(self.run.mesh)), None
+
+    def _fresh_state(self) -> PPOState:
+        r = self.config.rl
+        key = jax.random.key(self.config.training.seed)
+        param_key, env_key, step_key = jax.random.split(key, 3)
+        controller = Controller(*self.controller_args, rngs=nnx.Rngs(params=param_key))
+        params = nnx.to_pure_dict(nnx.state(controller))
+        obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(env_key, r.num_envs),
+                                                                         self.env_params)
+        H, K = self.options_policy.config.hidden_size, self.options_policy.config.num_options
+        state = PPOState(params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32),
+                         rng=jax.random.key_data(step_key), env=env_state, obs=obs,
+                         h_c=jnp.zeros((r.num_envs, H)), h_o=jnp.zeros((r.num_envs, K, H)),
+                         option=jnp.zeros(r.num_envs, jnp.int32), first=jnp.ones(r.num_envs, bool))
+        return state
+
+    def abstract_state(self):
+        state = jax.eval_shape(self._fresh_state)
+        sharding = shd.replicated(self.run.mesh)
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), state)
+
+    def restored_rest(self):
+        return None
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return {"options_workdir": str(self.config.rl.options_workdir), "options_step": self.options_meta["step"],
+                "task": self.config.rl.task, "config": to_json_dict(self.config)}
+
+    def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
+        if meta.get("options_step") != self.options_meta["step"] or meta.get("task") != self.config.rl.task:
+            raise ConfigError(f"checkpoint step {step} in {directory} is of another run (options step "
+                              f"{meta.get('options_step')}, task {meta.get('task')!r}; now "
+                              f"{self.options_meta['step']}, {self.config.rl.task!r}): use a new --workdir")
+
+    def resume_from(self, meta: dict) -> None:
+        pass
+
+    # -- the iteration ---------------------------------------------------------------------
+
+    def _options_step(self, options: CellBank, h_o_init, x, h_o):
+        """Both option branches: (h_cont, log_pi_cont, done_logit, h_restart, log_pi_restart)."""
+        projection = options.project_observation(x)
+        h_cont, log_pi_cont, done_logit = options(projection, h_o)
+        h_rs, log_pi_rs, _ = options(projection, jnp.broadcast_to(h_o_init, h_o.shape))
+        return h_cont, log_pi_cont, done_logit, h_rs, log_pi_rs
+
+    def _act(self, policy, controller, carry, key):
+        """One environment step of every environment (module docstring); returns the new carry and the record."""
+        env_state, obs, h_c, h_o, option, first = carry
+        x = jnp.take(obs, self.live, axis=-1)
+        h_cont, log_pi_cont, done_logit, h_rs, log_pi_rs = self._options_step(policy.options,
+                                                                                policy.h_o_init[...], x, h_o)
+        rows = jnp.arange(x.shape[0])
+        k_done, k_option, k_action, k_env = jax.random.split(key, 4)
+        fires = jax.random.bernoulli(k_done, jax.nn.sigmoid(done_logit[rows, option]))
+        decision = first | fires | self.always_decide
+        h_from = jnp.where(first[:, None], controller.h_init[...][None], h_c)
+        h_c_new, log_p, value = controller(x, h_from)
+        new_option = jnp.where(decision, jax.random.categorical(k_option, log_p), option)
+        h_c = jnp.where(decision[:, None], h_c_new, h_from)
+        h_o = jnp.where(decision[:, None, None], h_rs, h_cont)
+        log_pi = jnp.where(decision[:, None], log_pi_rs[rows, new_option], log_pi_cont[rows, new_option])
+        action = jax.random.categorical(k_action, log_pi)
+        obs_next, env_state, reward, terminated, truncated, info = jax.vmap(
+            self.env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_env, x.shape[0]), env_state, action,
+                                                    self.env_params)
+        done = terminated | truncated
+        record = {"obs": x, "decision": decision, "option": new_option, "log_p_old": log_p[rows, new_option],
+                  "value": value, "reward": reward, "done": done, "first": first, "success": info["success"] & done,
+                  "terminated": terminated}
+        return (env_state, obs_next, h_c, h_o, new_option, done), record
+
+    def _make_iteration(self):
+        import distrax
+
+        r = self.config.rl
+        options_graphdef = nnx.graphdef(self.options_policy)
+        graphdef = self.graphdef
+        tx = self.tx
+
+        def iteration(state: PPOState, options_state):
+            policy = nnx.merge(options_graphdef, options_state)
+            key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+            controller = _merge(graphdef, state.params)
+            carry0 = (state.env, state.obs, state.h_c, state.h_o, state.option, state.first)
+
+            def body(carry, t):
+                return self._act(policy, controller, carry, jax.random.fold_in(key, t))
+
+            carry, rec = jax.lax.scan(body, carry0, jnp.arange(r.rollout_steps))      # rec: [T, N, ...]
+            # the bootstrap value of the state after the rollout (as if the next step were a decision)
+            env_state, obs, h_c, h_o, option, first = carry
+            x_last = jnp.take(obs, self.live, axis=-1)
+            h_last = jnp.where(first[:, None], controller.h_init[...][None], h_c)
+            _, _, last_value = controller(x_last, h_last)
+            values = jnp.concatenate([rec["value"], last_value[None]])                 # [T + 1, N]
+            discounts = r.gamma * (1.0 - rec["done"].astype(jnp.float32))
+            decisions_next = jnp.concatenate([rec["decision"][1:], jnp.ones((1, r.num_envs), bool)])
+            decisions_next = decisions_next | rec["done"]
+            advantages = jax.vmap(smdp_advantages, in_axes=(1, 1, 1, 1, None), out_axes=1)(
+                rec["reward"], discounts, decisions_next, values, r.gae_lambda)
+            targets = advantages + rec["value"]
+
+            def loss_fn(params, envs):
+                controller = _merge(graphdef, params)
+
+                def rerun(h, xs):
+                    x, decision, first = xs
+                    h_from = jnp.where(first[:, None], controller.h_init[...][None], h)
+                    h_new, log_p, value = controller(x, h_from)
+                    return jnp.where(decision[:, None], h_new, h_from), (log_p, value)
+
+                pick = lambda a: a[:, envs]  # noqa: E731
+                _, (log_p, value) = jax.lax.scan(rerun, state.h_c[envs], (pick(rec["obs"]), pick(rec["decision"]),
+                                                                         pick(rec["first"])))
+                option = pick(rec["option"])
+                dist = distrax.Categorical(logits=log_p)
+                log_prob = dist.log_prob(option)
+                mask = pick(rec["decision"]).astype(jnp.float32).reshape(-1)
+                adv = pick(advantages).reshape(-1)
+                count = jnp.maximum(jnp.sum(mask), 1.0)
+                adv_mean = jnp.sum(adv * mask) / count
+                adv_std = jnp.sqrt(jnp.sum(mask * (adv - adv_mean) ** 2) / count) + 1e-8
+                adv = (adv - adv_mean) / adv_std
+                log_ratio = (log_prob - pick(rec["log_p_old"])).reshape(-1)
+                pg = masked_clipped_loss(log_ratio, adv, mask, r.clip_epsilon)
+                v = jnp.sum(mask * (value.reshape(-1) - pick(targets).reshape(-1)) ** 2) / count
+                entropy = jnp.sum(mask * dist.entropy().reshape(-1)) / count
+                return pg + r.value_coef * v - r.entropy_coef * entropy, (pg, v, entropy)
+
+            def epoch(carry, e):
+                params, opt_state = carry
+                order = jax.random.permutation(jax.random.fold_in(key, 10_000 + e), r.num_envs)
+                groups = order.reshape(r.num_minibatches, -1)
+
+                def minibatch(carry, envs):
+                    params, opt_state = carry
+                    (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, envs)
+                    updates, opt_state = tx.update(grads, opt_state, params)
+                    return (optax.apply_updates(params, updates), opt_state), (loss, *parts)
+
+                return jax.lax.scan(minibatch, (params, opt_state), groups)
+
+            (params, opt_state), (loss, pg, v, entropy) = jax.lax.scan(
+                epoch, (state.params, state.opt_state), jnp.arange(r.num_epochs))
+            ended = rec["done"].astype(jnp.float32)
+            metrics = {"loss": loss[-1, -1], "policy_loss": pg.mean(), "value_loss": v.mean(),
+                       "entropy": entropy.mean(), "episodes": ended.sum(),
+                       "successes": (rec["success"]).astype(jnp.float32).sum(),
+                       "sum_rewards": rec["reward"].sum(), "decisions": rec["decision"].astype(jnp.float32).sum(),
+                       "env_steps": jnp.float32(r.rollout_steps * r.num_envs)}
+            new_state = PPOState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng,
+                                 env=env_state, obs=obs, h_c=h_c, h_o=h_o, option=option, first=first)
+            return new_state, metrics
+
+        return iteration
+
+    def _make_evaluation(self):
+        r = self.config.rl
+        n = self.config.evaluation.episodes
+        options_graphdef = nnx.graphdef(self.options_policy)
+        graphdef = self.graphdef
+
+        def evaluate(params, options_state, key):
+            policy = nnx.merge(options_graphdef, options_state)
+            controller = _merge(graphdef, params)
+            obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(key, n), self.env_params)
+            H, K = policy.config.hidden_size, policy.config.num_options
+            carry = (env_state, obs, jnp.zeros((n, H)), jnp.zeros((n, K, H)), jnp.zeros(n, jnp.int32),
+                     jnp.ones(n, bool))
+            alive = jnp.ones(n, bool)
+
+            def body(loop, t):
+                carry, alive, returns, success = loop
+                (env_state, obs, h_c, h_o, option, first), rec = self._act(policy, controller, carry,
+                                                                           jax.random.fold_in(key, t + 1))
+                returns = returns + alive * rec["reward"]
+                success = success | (alive & rec["terminated"])
+                alive = alive & ~rec["done"]
+                # an ended episode is not restarted: `first` stays False so the controller is not re-asked
+                return ((env_state, obs, h_c, h_o, option, jnp.zeros_like(first)), alive, returns, success), None
+
+            final, _ = jax.lax.scan(body, (carry, alive, jnp.zeros(n), jnp.zeros(n, bool)), jnp.arange(r.max_steps))
+            return final[2].mean(), final[3].astype(jnp.float32).mean()
+
+        return evaluate
+
+    # -- trainer hooks ------------------------------------------------------------------------
+
+    def batches(self, position: dict | None):
+        return _NoBatches(position)
+
+    def make_train_step(self):
+        iteration, options_state = self._iteration, self.options_state
+        rate = jnp.float32(self.config.training.learning_rate)
+
+        def train_step(state, rest, batch):
+            state, metrics = iteration(state, options_state)
+            return state, {**metrics, "learning_rate": rate}
+
+        return train_step
+
+    def new_window(self):
+        return _PPOWindow()
+
+    def decay_learning_rate(self) -> float:
+        return float(self.config.training.learning_rate)
+
+    def has_validation(self) -> bool:
+        return True
+
+    def evaluate(self, state, rest) -> Evaluation:
+        key = jax.random.fold_in(jax.random.key(self.config.training.seed + 7), 0)  # the same episodes each time
+        mean_return, success = (float(v) for v in self._evaluate(state.params, self.options_state, key))
+        return Evaluation(values={"valid_return": mean_return},
+                          record={"return": mean_return, "success_rate": success,
+                                  "episodes": self.config.evaluation.episodes},
+                          message=f"return {mean_return:.3f}, success rate {success:.3f}")
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"num_parameters": self.num_parameters, "vocab_size": self.options_policy.config.num_options}
+
+    def summary(self, result) -> str | None:
+        return None
+
+
+def _merge(graphdef, params):
+    """The controller module from its pure-dict parameters."""
+    return nnx.merge(graphdef, params)
+
+
+def _load_options(workdir: str, step):
+    from tgjax.infer.craft import load_craft_policy
+
+    policy, checkpoint = load_craft_policy(workdir, step)
+    return policy, {"step": checkpoint.step, "kind": checkpoint.model_config.kind}
+
+
+class _NoBatches:
+    """The rollout makes its own data: the trainer's iterator yields empty batches, position {"step"}."""
+
+    def __init__(self, position):
+        self.step = int(position["step"]) if position else 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.step += 1
+        return {}
+
+    def get_state(self):
+        return {"step": self.step}
+
+
+class _PPOWindow:
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.sums: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, metrics):
+        self.steps += 1
+        for name in ("policy_loss", "value_loss", "entropy", "episodes", "successes", "decisions", "env_steps",
+                     "loss", "sum_rewards"):
+            self.sums[name] = self.sums.get(name, 0.0) + float(metrics[name])
+
+    def record(self, step, metrics):
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        s, n = self.sums, max(self.steps, 1)
+        return {"split": "train", "step": step, "loss": s["loss"] / n, "policy_loss": s["policy_loss"] / n,
+                "value_loss": s["value_loss"] / n, "entropy": s["entropy"] / n,
+                "success_rate": s["successes"] / max(s["episodes"], 1.0), "episodes": s["episodes"],
+                "reward_per_episode": s["sum_rewards"] / max(s["episodes"], 1.0),
+                "decisions_per_step": s["decisions"] / max(s["env_steps"], 1.0),
+                "learning_rate": float(metrics["learning_rate"]), "steps_per_second": self.steps / elapsed,
+                "tokens_per_second": s["env_steps"] / elapsed}
