@@ -69,8 +69,8 @@ def _randomise(policy, seed: int, scale: float) -> None:
     state = nnx.state(policy, nnx.Param)
     leaves, treedef = jax.tree.flatten(state)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
-    nnx.update(policy, jax.tree.unflatten(treedef, [scale * jax.random.normal(k, l.shape)
-                                                    for k, l in zip(keys, leaves)]))
+    nnx.update(policy, jax.tree.unflatten(treedef, [scale * jax.random.normal(k, leaf.shape)
+                                                    for k, leaf in zip(keys, leaves, strict=True)]))
 
 
 @settings(max_examples=8, deadline=None)

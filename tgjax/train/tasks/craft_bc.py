@@ -330,7 +330,8 @@ class CraftBCTask:
     def describe_run(self) -> list[str]:
         c = self.policy_config
         sizes = f"K={c.num_options} options, " if c.kind != "lstm" else ""
-        return [f"Craft behaviour cloning, policy {c.kind}: {self.num_parameters:,} parameters ({sizes}H={c.hidden_size}"
+        return [f"Craft behaviour cloning, policy {c.kind}: {self.num_parameters:,} parameters "
+                f"({sizes}H={c.hidden_size}"
                 f", {len(self.tasks)} tasks {', '.join(self.tasks)})",
                 (f"data: {len(self.train_episodes):,} training and {len(self.valid_episodes):,} validation episodes "
                  f"(of {', '.join(f'{t} {n}' for t, n in self.available.items())} available)")]
@@ -356,7 +357,8 @@ class CraftBCTask:
     def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
         changed = []
         if meta.get("model") != dataclasses.asdict(self.policy_config):
-            changed.append(f"model: {meta.get('model')} in the checkpoint, {dataclasses.asdict(self.policy_config)} now")
+            changed.append(f"model: {meta.get('model')} in the checkpoint, "
+                           f"{dataclasses.asdict(self.policy_config)} now")
         if meta.get("tasks") != list(self.tasks):
             changed.append(f"data.tasks: {meta.get('tasks')} in the checkpoint, {list(self.tasks)} now")
         if meta.get("batch_size") != self.batch_size:
