@@ -18,6 +18,15 @@ For scale, the authors' PyTorch implementation of the dVPDA takes about
 (under 0.378 s); peak RSS at n = 256 at most 0.89 GB (half of the 1.78 GB
 measured before); peak memory grows no faster than n^2.
 
+Peak RSS counts the whole process. Two parts of it are not the kernel's:
+JAX itself with one trivial compiled program (~0.20 GB, printed as the
+floor), and the heap the XLA compiler frees but glibc keeps (~0.33 GB after
+compiling the n = 256 step, which the step's freshly allocated buffers
+cannot reuse). By default each child calls malloc_trim(0) after compiling,
+so that heap goes back to the system before the step runs; `--no-trim`
+measures the process as it is, and the new kernel also runs untrimmed at
+`--untrimmed-ns` (256) in the same invocation, so both figures are printed.
+
 The previous dVPDA kernel (tgjax/ops/nondeterministic.py at git revision
 --previous-rev, loaded from git into a scratch module) runs in the same
 invocation at the same n, so that the ratio new/previous is measured under
@@ -25,7 +34,7 @@ the same machine load; the load average is printed before and after. The
 machine is shared: absolute times move with the load, the ratios less so.
 
     python benchmarks/stack_attention.py [--ns 32,64,128,256] [--oracle-ns 4,8,12] [--repeats 3]
-        [--previous-rev REV | --previous-rev none]
+        [--previous-rev REV | --previous-rev none] [--no-trim] [--untrimmed-ns 256]
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ AUTHORS_PEAK_GB = {32: 0.66, 64: 1.9}
 BAR_SECONDS_N64 = 56.7 / 150
 BASELINE_PEAK_GB_N256 = 1.78  # issue 11: peak RSS at n = 256 before the memory work
 BAR_MEMORY_GB_N256 = BASELINE_PEAK_GB_N256 / 2
-PREVIOUS_REV = "9f8aa5f"  # the kernel before issue 11's speed work
+PREVIOUS_REV = "5d484fb"  # the kernel before the folded chart (issue 11's memory work, second stop)
 KERNEL_PATH = "tgjax/ops/nondeterministic.py"
 B, Q, S, M_ND, M_SUP = 8, 3, 3, 10, 32
 
@@ -105,11 +114,18 @@ def _function(kind: str, impl: str):
     }[(kind, impl)]
 
 
-def measure(kind: str, impl: str, n: int, repeats: int) -> dict:
-    """Compile and time forward+backward of sum(readings * w) once, in this process."""
+def measure(kind: str, impl: str, n: int, repeats: int, trim: bool = True) -> dict:
+    """Compile and time forward+backward of sum(readings * w) once, in this process.
+
+    trim: after compiling, hand the heap the compiler freed back to the system (glibc
+    malloc_trim(0)); glibc keeps it otherwise (~0.33 GB at n = 256), and the step's buffers, which
+    are allocated afresh, cannot reuse it. The RSS before and after the trim are both reported.
+    """
     import jax
     import jax.numpy as jnp
 
+    jax.block_until_ready(jax.jit(lambda x: x * 2)(jnp.ones(3)))
+    floor = _rss_now_gb()  # the process with JAX and one trivial compiled program: not the kernel's
     args, weights = _inputs(kind, n)
     fn = _function(kind, impl)
     argnums = tuple(range(len(args)))
@@ -119,6 +135,10 @@ def measure(kind: str, impl: str, n: int, repeats: int) -> dict:
     compiled = step.lower(*args).compile()
     compile_s = time.perf_counter() - t0
     rss_after_compile = _rss_now_gb()
+    peak_compile = _maxrss_gb()
+    if trim:
+        _malloc_trim()
+    rss_after_trim = _rss_now_gb()
     jax.block_until_ready(compiled(*args))  # warm-up
     times, cpu_times = [], []
     for _ in range(repeats):
@@ -138,9 +158,23 @@ def measure(kind: str, impl: str, n: int, repeats: int) -> dict:
         "peak_rss_gb": _maxrss_gb(),
         "rss_before_compile_gb": rss_before,
         "rss_after_compile_gb": rss_after_compile,
+        "peak_rss_compile_gb": peak_compile,
+        "rss_after_trim_gb": rss_after_trim,
+        "trimmed": trim,
+        "floor_rss_gb": floor,
         "xla_gb": xla_bytes / 2**30,
         "xla_temp_gb": mem.temp_size_in_bytes / 2**30,
     }
+
+
+def _malloc_trim() -> None:
+    """glibc's malloc_trim(0): return freed heap pages to the system (no-op where there is no glibc)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _cpu_s() -> float:
@@ -166,8 +200,8 @@ def _rss_now_gb() -> float:
 # --------------------------------------------------------------------------- parent: the table
 
 
-def run_child(kind: str, impl: str, n: int, repeats: int, timeout: float) -> dict | None:
-    cmd = [sys.executable, __file__, "--child", kind, impl, str(n), str(repeats)]
+def run_child(kind: str, impl: str, n: int, repeats: int, timeout: float, trim: bool = True) -> dict | None:
+    cmd = [sys.executable, __file__, "--child", kind, impl, str(n), str(repeats), "trim" if trim else "no-trim"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     except subprocess.TimeoutExpired:
@@ -207,21 +241,29 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--previous-rev", default=PREVIOUS_REV, help="git revision of the previous kernel, or none")
+    ap.add_argument("--trim", action=argparse.BooleanOptionalAction, default=True,
+                    help="malloc_trim(0) after compiling (the compiler's freed heap back to the system)")
+    ap.add_argument("--no-sup", action="store_true", help="the dVPDA only (no superposition stack rows)")
+    ap.add_argument("--untrimmed-ns", default="256", help="n at which the new kernel also runs without the trim")
     args = ap.parse_args()
     previous = None if args.previous_rev == "none" else f"previous@{args.previous_rev}"
     ns, oracle_ns, sup_oracle_ns = (_int_list(v) for v in (args.ns, args.oracle_ns, args.sup_oracle_ns))
+    untrimmed_ns = [n for n in _int_list(args.untrimmed_ns) if n in ns] if args.trim else []
 
     print(f"load average {os.getloadavg()}, {os.cpu_count()} CPUs; float32; batch {B}", flush=True)
     rows = {}
     plan = []
     for n in sorted(set(ns) | set(oracle_ns)):  # new and previous kernel side by side, same load
         plan += [("nd", "kernel", n)] + ([("nd", previous, n)] if previous and n in ns else [])
+        plan += [("nd", "kernel-untrimmed", n)] if n in untrimmed_ns else []
     plan += [("nd", "oracle", n) for n in oracle_ns]
-    plan += [("sup", "kernel", n) for n in sorted(set(ns) | set(sup_oracle_ns))]
-    plan += [("sup", "oracle", n) for n in sup_oracle_ns]
+    if not args.no_sup:
+        plan += [("sup", "kernel", n) for n in sorted(set(ns) | set(sup_oracle_ns))]
+        plan += [("sup", "oracle", n) for n in sup_oracle_ns]
     for kind, impl, n in plan:
         repeats = args.repeats if n <= 128 or impl == "oracle" else max(1, args.repeats - 1)
-        rows[kind, impl, n] = run_child(kind, impl, n, repeats, args.timeout)
+        trim = args.trim and impl != "kernel-untrimmed"
+        rows[kind, impl, n] = run_child(kind, impl.replace("-untrimmed", ""), n, repeats, args.timeout, trim)
         if impl == "kernel" and kind == "nd":
             print(f"    load average {os.getloadavg()}", flush=True)
     print(f"load average {os.getloadavg()}", flush=True)
@@ -308,7 +350,16 @@ def main() -> None:
               f" ({BASELINE_PEAK_GB_N256 / r256['peak_rss_gb']:.2f}x below the {BASELINE_PEAK_GB_N256} GB baseline;"
               f" bar 2x) -> {'PASS' if r256['peak_rss_gb'] <= BAR_MEMORY_GB_N256 else 'FAIL'}")
         print(f"    of which XLA's compiled scratch {r256['xla_temp_gb']:.3f} GB; the process held"
-              f" {r256['rss_after_compile_gb']:.2f} GB after compiling, before the first run")
+              f" {r256['rss_after_compile_gb']:.2f} GB after compiling (peak while compiling"
+              f" {r256['peak_rss_compile_gb']:.2f} GB), {r256['rss_after_trim_gb']:.2f} GB after"
+              f" {'the malloc_trim' if r256['trimmed'] else 'no trim'}; JAX with a trivial program holds"
+              f" {r256['floor_rss_gb']:.2f} GB")
+        print(f"    the kernel's own share (peak RSS - that floor): {r256['peak_rss_gb'] - r256['floor_rss_gb']:.2f} GB")
+        u256 = rows.get(("nd", "kernel-untrimmed", 256))
+        if u256:
+            print(f"    without the trim (glibc keeps the compiler's freed heap): peak RSS {u256['peak_rss_gb']:.2f} GB"
+                  f" ({BASELINE_PEAK_GB_N256 / u256['peak_rss_gb']:.2f}x below the baseline) ->"
+                  f" {'PASS' if u256['peak_rss_gb'] <= BAR_MEMORY_GB_N256 else 'FAIL'}")
         p256 = rows.get(("nd", previous, 256)) if previous else None
         if p256:
             print(f"    previous kernel: peak RSS {p256['peak_rss_gb']:.2f} GB,"
@@ -323,7 +374,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _, _, kind, impl, n, repeats = sys.argv
-        print(json.dumps(measure(kind, impl, int(n), int(repeats))))
+        _, _, kind, impl, n, repeats, trim = sys.argv
+        print(json.dumps(measure(kind, impl, int(n), int(repeats), trim == "trim")))
     else:
         main()

@@ -543,3 +543,18 @@ def test_forward_backward_memory_grows_quadratically():
     """The custom VJP keeps O(n^2): doubling n roughly quadruples the scratch memory (not x8)."""
     small, large = _temp_bytes(24, 2), _temp_bytes(48, 2)
     assert large / small < 5.0, (small, large)
+
+
+def test_chart_is_folded_to_half_a_square():
+    """The chart (and so its marginals) keeps lengths past T/2 in the short lengths' unused rows."""
+    import tgjax.ops.nondeterministic as nd
+
+    B, n, Q, S = 2, 40, 2, 3
+    T = n + 1
+    push_t = jax.ShapeDtypeStruct((B, Q * S, Q * S, T), jnp.float32)
+    repl_t = jax.ShapeDtypeStruct((B, Q * S, Q * S, 2 * T), jnp.float32)
+    pop_t = jax.ShapeDtypeStruct((B, Q * S, Q, 2 * T), jnp.float32)
+    chart = jax.eval_shape(lambda a, b, c: nd._chart(a, b, c, 3), push_t, repl_t, pop_t)
+    assert chart.shape == (B, Q * S, S, (T + 1) // 2 + 1, Q, T + 1)
+    square = B * Q * S * S * (T + 1) * Q * T
+    assert np.prod(chart.shape) <= 0.55 * square

@@ -35,6 +35,10 @@ Three facts shape the algorithm.
   forward + backward keep O(n^2 Q^2 S^2) (plus O(n^2 Q S m) for the
   readings) instead of the O(n^3) that reverse-mode AD through the scan
   would store. alpha and the readings are O(n^2) and use plain autodiff.
+  Spans exist only for i + L <= T, so the chart (and its marginals in the
+  backward pass) is folded: lengths past T/2 share the columns of the short
+  ones (layout below), half the memory of a square (n = 256, batch 8,
+  |Q| = |Γ| = 3: 87 MB each instead of 172 MB).
 
 Numerics: everything is exact log space, per term: each sum is a
 logsumexp over the broadcast sum of its operands (as in the authors'
@@ -119,7 +123,8 @@ def default_num_blocks(n: int) -> int:
 
     Block k's steps read a (rows x splits) rectangle sized for its longest
     span and its first row, so the pop work is ~1 + 2.6/k times the cells it
-    needs (1.39x at 8 blocks, 1.26x at 12); each block adds compile time.
+    needs (1.39x at 8 blocks, 1.26x at 12); each block adds compile time. `_blocks` adds one
+    more edge where the folded chart changes layout (L = T/2).
     """
     return int(max(1, min(12, (n + 1) // 8)))
 
@@ -205,7 +210,12 @@ def _share(term, total):
 # over tiny axes (Q, S ~ 3), and XLA's loops vectorise along the minor axis.
 #   transitions: push_t [B, QS, QS, T], repl_t [B, QS, QS, 2T], pop_t [B, QS, Q, 2T]
 #     (by paper time t; -inf padding at t = 0 and t > n for dynamic slices).
-#   G  [B, QS, S, T+1, Q, T]: log gamma[i, L][(q,x) -> (r,y)] at [b, q*S+x, y, L, r, i].
+#   G  [B, QS, S, h+1, Q, T+1]: log gamma[i, L][(q,x) -> (r,y)] at [b, q*S+x, y, L, r, i] for L <= h and,
+#      folded, at [b, q*S+x, y, T+1-L, r, T-i] for L > h (h = ceil(T/2), `_fold`). Spans of length L start
+#      at i <= T - L only, so column L uses rows 0..T-L and column T+1-L rows L..T: the two share one
+#      column, and the chart takes half the memory of a [T+1, T] rectangle. A row past T - L of column
+#      L <= h therefore holds a span of the other length: every read that can reach one pairs it with a
+#      -inf (a transition past the end, a G' cell that does not exist) or masks it, and writes are masked.
 #   G' [B, S, Q, C, Q, E]: log gamma'[k, L'][(u,y) -> r] (eq. 25) at
 #      [b, y, r, T + 1 - L', u, k + L' - 1]: by end time, lengths reversed, so
 #      that gamma'[i + l, L - l] for all (l, i) is one box at (T + 1 - L, L - 1).
@@ -216,7 +226,7 @@ def _share(term, total):
 # at trace time that the box fits for every L of the scan: lax.dynamic_slice
 # clamps an out-of-range start silently, which would read the wrong spans.
 # A span [b, p, y, L, r, i] is split by the pop sum into (l, u): gamma[i, l]
-# at [b, p, y, l, u, i] and gamma'[i + l, L - l] at [b, y, r, T+1-L+l, u, L-1+i].
+# at [b, p, y, l, u, i] (folded for l > h) and gamma'[i + l, L - l] at [b, y, r, T+1-L+l, u, L-1+i].
 
 
 def _time_indexed(push, repl, pop):
@@ -233,11 +243,20 @@ def _time_indexed(push, repl, pop):
 
 
 def _blocks(T: int, num_blocks: int):
-    """Static blocks [L0, L1) covering span lengths 2..T, of near-equal width."""
+    """Static blocks [L0, L1) covering span lengths 2..T, of near-equal width.
+
+    No block straddles the fold (`_fold`): lengths <= h and > h are stored differently, and a
+    block's scan body is compiled for one of the two.
+    """
     lengths = T - 1
     k = max(1, min(num_blocks, lengths))
-    edges = [2 + (lengths * j) // k for j in range(k + 1)]
+    edges = sorted({2 + (lengths * j) // k for j in range(k + 1)} | ({_fold(T) + 1} & set(range(3, T + 1))))
     return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def _fold(T: int) -> int:
+    """h: chart columns L <= h are stored as they are, L > h folded onto column T + 1 - L (see the layout)."""
+    return (T + 1) // 2
 
 
 def _block_sizes(T: int, L0: int, L1: int):
@@ -308,7 +327,7 @@ def _gamma_prime_extent(T: int, blocks) -> int:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _chart(push_t, repl_t, pop_t, num_blocks):
-    """log gamma (eq. 24) for all spans: [B, QS, S, T+1, Q, T] (layout above)."""
+    """log gamma (eq. 24) for all spans: [B, QS, S, h+1, Q, T+1], folded (layout above)."""
     return _inside(push_t, repl_t, pop_t, num_blocks)[0]
 
 
@@ -323,11 +342,11 @@ def _inside(push_t, repl_t, pop_t, num_blocks):
     dt = push_t.dtype
     blocks = _blocks(T, num_blocks)
     extent = _gamma_prime_extent(T, blocks)
-    G = jnp.full((B, QS, S, T + 1, Q, T), -jnp.inf, dt)
+    G = jnp.full((B, QS, S, _fold(T) + 1, Q, T + 1), -jnp.inf, dt)
     Gp = jnp.full((B, S, Q, extent, Q, extent), -jnp.inf, dt)
     # Length 1: the pushes (eq. 24, first line) and the bottom span [-1 -> 0] (eq. 21).
     pushes = _ends(push_t, Q, S)  # [b, p, y, r, i]
-    G = G.at[:, :, :, 1].set(pushes)
+    G = G.at[:, :, :, 1, :, :T].set(pushes)
     first = (1, 1)
     pops_1 = _time_slice("pop_t", pop_t, lambda L: L, T, 1, first)
     Gp = _write_gamma_prime(Gp, _gamma_prime(pushes, pops_1), T, 1, first)
@@ -335,7 +354,7 @@ def _inside(push_t, repl_t, pop_t, num_blocks):
     def step(carry, L, rows, splits, lengths):
         G, Gp = carry
         # Replace (eq. 24, 2nd line): sum_{s,z} gamma[i, L-1][p -> s,z] Delta_t[s,z -> r,y], t = i + L - 1.
-        prev = jnp.swapaxes(_column(G, L - 1, rows, lengths), 2, 3)  # [b, p, s, z, i]
+        prev = jnp.swapaxes(_column(G, L - 1, rows, _minus_one(lengths)), 2, 3)  # [b, p, s, z, i]
         re = _time_slice("repl_t", repl_t, lambda L: L - 1, rows, L, lengths).reshape(B, 1, Q, S, Q, S, rows)
         rep = _lse(prev[:, :, :, :, None, None] + re, (2, 3))  # [b, p, r, y, i]
         # Pop (eq. 24, 3rd line): sum over splits l and states u of
@@ -358,7 +377,7 @@ def _inside(push_t, repl_t, pop_t, num_blocks):
                 jnp.zeros((B, QS, S, Q, rows), dt),
             )
         new = _lse(jnp.stack([jnp.swapaxes(rep, 2, 3), pop_sum]), (0,))
-        G = _put("G", G, new[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
+        G = _write_column(G, new, L, lengths)
         # gamma' of length L + 1 (eq. 25): gamma[i, L] (x) pop at time i + L.
         pops = _time_slice("pop_t", pop_t, lambda L: L, rows, L, lengths)
         Gp = _write_gamma_prime(Gp, _gamma_prime(new, pops), T, L, lengths)
@@ -372,10 +391,104 @@ def _inside(push_t, repl_t, pop_t, num_blocks):
     return carry
 
 
+def _chart_dims(G):
+    """(B, QS, S, Q, T, h) of a folded chart [B, QS, S, h+1, Q, T+1] (G, or its marginals mu)."""
+    B, QS, S, H1, Q, T1 = G.shape
+    return B, QS, S, Q, T1 - 1, H1 - 1
+
+
+def _minus_one(lengths):
+    return lengths[0] - 1, lengths[1] - 1
+
+
+def _side(lengths, h):
+    """"direct" (every L in lengths <= h), "folded" (every L > h) or "both"."""
+    lo, hi = lengths
+    return "direct" if hi <= h else "folded" if lo > h else "both"
+
+
+def _clip(L, lo, hi):
+    """min(max(L, lo), hi) for a Python int (the static checks) or a traced length."""
+    if isinstance(L, (int, np.integer)):
+        return min(max(int(L), lo), hi)
+    return jnp.clip(L, lo, hi)
+
+
 def _column(G, L, rows, lengths):
-    """gamma[i, L] for i < rows: [b, p, y, r, i]."""
-    B, QS, S, _, Q, _ = G.shape
-    return _box("G", G, lambda L: (0, 0, 0, L, 0, 0), (B, QS, S, 1, Q, rows), L, lengths)[:, :, :, 0]
+    """gamma[i, L] for i < rows: [b, p, y, r, i] (a row past T - L holds another span's number).
+
+    `lengths` (first, last) bound L; a range on both sides of the fold reads both places and selects.
+    """
+    B, QS, S, Q, T, h = _chart_dims(G)
+    size = (B, QS, S, 1, Q, rows)
+    side = _side(lengths, h)
+    if side == "direct":
+        return _box("G", G, lambda L: (0, 0, 0, L, 0, 0), size, L, lengths)[:, :, :, 0]
+    if side == "folded":  # rows T - i for i < rows, read upwards, then turned round
+        box = _box("G", G, lambda L: (0, 0, 0, T + 1 - L, 0, T + 1 - rows), size, L, lengths)[:, :, :, 0]
+        return jnp.flip(box, axis=4)
+    direct = _column(G, _clip(L, lengths[0], h), rows, (lengths[0], h))
+    folded = _column(G, _clip(L, h + 1, lengths[1]), rows, (h + 1, lengths[1]))
+    return jnp.where(L <= h, direct, folded)
+
+
+def _write_column(G, new, L, lengths):
+    """G with gamma[i, L] = new[..., i] for the rows i <= T - L of new [b, p, y, r, rows] (the rest kept)."""
+    B, QS, S, Q, T, h = _chart_dims(G)
+    rows = new.shape[-1]
+    side = _side(lengths, h)
+    if side == "both":
+        raise AssertionError(f"G: a block of lengths {lengths} straddles the fold at {h}")
+    merged = jnp.where(jnp.arange(rows) <= T - L, new, _column(G, L, rows, lengths))
+    if side == "direct":
+        return _put("G", G, merged[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
+    return _put("G", G, jnp.flip(merged, axis=4)[:, :, :, None], lambda L: (0, 0, 0, T + 1 - L, 0, T + 1 - rows),
+                L, lengths)
+
+
+def _add_column(name, x, update, L, lengths):
+    """x (a folded chart) with update [b, p, y, r, rows] added to column L's rows i < rows.
+
+    Rows past T - L land on another length's spans: the update must be 0 there.
+    """
+    B, QS, S, Q, T, h = _chart_dims(x)
+    rows = update.shape[-1]
+    side = _side(lengths, h)
+    if side == "both":  # both places, each with the update where L is on its side and 0 elsewhere
+        x = _add_column(name, x, jnp.where(L <= h, update, 0.0), _clip(L, lengths[0], h), (lengths[0], h))
+        return _add_column(name, x, jnp.where(L > h, update, 0.0), _clip(L, h + 1, lengths[1]), (h + 1, lengths[1]))
+    if side == "direct":
+        return _add(name, x, update[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
+    return _add(name, x, jnp.flip(update, axis=4)[:, :, :, None], lambda L: (0, 0, 0, T + 1 - L, 0, T + 1 - rows),
+                L, lengths)
+
+
+def _left_box(G, L, row0, size, splits, lengths, last_row0):
+    """gamma[i, l] for l < splits and row0 <= i < row0 + size: [b, p, y, splits, r, size].
+
+    Lengths l <= h are one box; l > h (columns T + 1 - l, rows T - i) a second, turned round.
+    """
+    B, QS, S, Q, T, h = _chart_dims(G)
+    direct = min(splits, h + 1)
+    parts = [_row_box("G", G, lambda L, r: (0,) * 5 + (r,), (B, QS, S, direct, Q, size), L, row0, lengths,
+                      last_row0)]
+    if splits > direct:  # l = h+1 .. splits-1 at columns T+2-splits .. T-h, rows T+1-row0-size .. T-row0
+        box = _row_box("G", G, lambda L, r: (0, 0, 0, T + 2 - splits, 0, T + 1 - r - size),
+                       (B, QS, S, splits - direct, Q, size), L, row0, lengths, last_row0)
+        parts.append(jnp.flip(box, axis=(3, 5)))
+    return jnp.concatenate(parts, axis=3) if len(parts) > 1 else parts[0]
+
+
+def _add_left_box(x, update, L, row0, lengths, last_row0):
+    """x (folded marginals) with update [b, p, y, splits, r, size] added where `_left_box` reads."""
+    B, QS, S, Q, T, h = _chart_dims(x)
+    splits, size = update.shape[3], update.shape[5]
+    direct = min(splits, h + 1)
+    x = _row_add("mu", x, update[:, :, :, :direct], lambda L, r: (0,) * 5 + (r,), L, row0, lengths, last_row0)
+    if splits > direct:
+        x = _row_add("mu", x, jnp.flip(update[:, :, :, direct:], axis=(3, 5)),
+                     lambda L, r: (0, 0, 0, T + 2 - splits, 0, T + 1 - r - size), L, row0, lengths, last_row0)
+    return x
 
 
 def _pop_operands(G, Gp, L, row0, rows, splits, lengths, last_row0=0):
@@ -386,10 +499,9 @@ def _pop_operands(G, Gp, L, row0, rows, splits, lengths, last_row0=0):
     right[b, 0, y, r, l*Q+u, i] = log gamma'[i + l, L - l][u,y -> r].
     row0 may be traced; it is checked statically over 0..last_row0.
     """
-    B, QS, S, _, Q, T = G.shape
-    left_at = lambda L, r: (0,) * 5 + (r,)  # noqa: E731
+    B, QS, S, Q, T, h = _chart_dims(G)
     right_at = lambda L, r: _pop_box(T, r)(L)  # noqa: E731
-    left = _row_box("G", G, left_at, (B, QS, S, splits, Q, rows), L, row0, lengths, last_row0)
+    left = _left_box(G, L, row0, rows, splits, lengths, last_row0)
     right = _row_box("G'", Gp, right_at, (B, S, Q, splits, Q, rows), L, row0, lengths, last_row0)
     return left.reshape(B, QS, S, 1, splits * Q, rows), right.reshape(B, 1, S, Q, splits * Q, rows)
 
@@ -484,7 +596,7 @@ def _chart_bwd(num_blocks, res, g_bar):
     marginals of the log transition weights collect per time step.
     """
     repl_t, pop_t, G, Gp = res
-    B, QS, S, _, Q, T = G.shape
+    B, QS, S, Q, T, _ = _chart_dims(G)
     dt = G.dtype
     blocks = _blocks(T, num_blocks)
     mu = g_bar
@@ -526,7 +638,7 @@ def _chart_bwd(num_blocks, res, g_bar):
             flow = mu_c[:, :, :, :, None] * _share(left + right, g_c)  # [b, p, y, r, (l, u), i]
             to_left = jnp.sum(flow, axis=3).reshape(B, QS, S, splits, Q, size)  # onto gamma[i, l]
             to_right = jnp.sum(flow, axis=1).reshape(B, S, Q, splits, Q, size)  # onto gamma'[i+l, L-l]
-            mu = _row_add("mu", mu, to_left, lambda L, r: (0,) * 5 + (r,), L, row0, lengths, last)
+            mu = _add_left_box(mu, to_left, L, row0, lengths, last)
             mu_p = _row_add("mu'", mu_p, to_right, lambda L, r: _pop_box(T, r)(L), L, row0, lengths, last)
             return mu, mu_p
 
@@ -535,14 +647,14 @@ def _chart_bwd(num_blocks, res, g_bar):
         else:
             mu, mu_p = lax.fori_loop(0, count, pop_chunk, (mu, mu_p))
         # 3. Replace terms: gamma[i, L-1][p -> s,z] Delta_t[s,z -> r,y], t = i + L - 1.
-        prev = jnp.swapaxes(_column(G, L - 1, rows, lengths), 2, 3)  # [b, p, s, z, i]
+        prev = jnp.swapaxes(_column(G, L - 1, rows, _minus_one(lengths)), 2, 3)  # [b, p, s, z, i]
         re = _time_slice("repl_t", repl_t, lambda L: L - 1, rows, L, lengths).reshape(B, 1, Q, S, Q, S, rows)
         total = jnp.swapaxes(g_l, 2, 3)[:, :, None, None]  # [b, p, 1, 1, r, y, i]
         flow = jnp.swapaxes(mu_l, 2, 3)[:, :, None, None] * _share(prev[:, :, :, :, None, None] + re, total)
         d_repl_l = jnp.sum(flow, axis=1).reshape(B, QS, QS, rows)
         d_repl = _add("d_repl", d_repl, d_repl_l, lambda L: (0, 0, 0, L - 1), L, lengths)
         to_prev = jnp.swapaxes(jnp.sum(flow, axis=(4, 5)), 2, 3)  # onto gamma[i, L-1]: [b, p, y, r, i]
-        mu = _add("mu", mu, to_prev[:, :, :, None], lambda L: (0, 0, 0, L - 1, 0, 0), L, lengths)
+        mu = _add_column("mu", mu, to_prev, L - 1, _minus_one(lengths))
         return (mu, mu_p, d_repl, d_pop), None
 
     carry = (mu, mu_p, d_repl, d_pop)
@@ -576,12 +688,16 @@ def _forward_weights(log_gamma):
     ([T, B, 2T+1, QS]) instead of every step's log-sum-exp shares, which
     are chart-sized ([T, B, QS, S, T+1, Q]: ~0.35 GB at n = 256, batch 8).
     """
-    B, QS, S, _, Q, T = log_gamma.shape
+    B, QS, S, Q, T, h = _chart_dims(log_gamma)
     acc = jnp.full((B, 2 * T + 1, QS), -jnp.inf, log_gamma.dtype).at[:, 0, 0].set(0.0)  # eq. (23)
 
     @jax.checkpoint
     def step(acc, i):
-        row = lax.dynamic_index_in_dim(log_gamma, i, axis=5, keepdims=False)  # [b, p, y, L, r]
+        # Row i over every length: L <= h at row i, L > h folded at row T - i of columns T + 1 - L.
+        # Past L = T - i the numbers are other spans' (junk); they land in A[i + L > T], never read.
+        direct = lax.dynamic_index_in_dim(log_gamma, i, axis=5, keepdims=False)  # [b, p, y, L <= h, r]
+        folded = lax.dynamic_index_in_dim(log_gamma, T - i, axis=5, keepdims=False)[:, :, :, 1 : T - h + 1]
+        row = jnp.concatenate([direct, jnp.flip(folded, axis=3)], axis=3)  # [b, p, y, L, r]
         a_i = lax.dynamic_index_in_dim(acc, i, axis=1, keepdims=False)
         beta = _lse(a_i[:, :, None, None, None] + row, (1,))  # [b, y, L, r]
         beta = beta.transpose(0, 2, 3, 1).reshape(B, T + 1, QS)  # [b, L, r*S+y]
