@@ -354,7 +354,8 @@ def main() -> None:
               f" {r256['peak_rss_compile_gb']:.2f} GB), {r256['rss_after_trim_gb']:.2f} GB after"
               f" {'the malloc_trim' if r256['trimmed'] else 'no trim'}; JAX with a trivial program holds"
               f" {r256['floor_rss_gb']:.2f} GB")
-        print(f"    the kernel's own share (peak RSS - that floor): {r256['peak_rss_gb'] - r256['floor_rss_gb']:.2f} GB")
+        share = r256["peak_rss_gb"] - r256["floor_rss_gb"]
+        print(f"    the kernel's own share (peak RSS - that floor): {share:.2f} GB")
         u256 = rows.get(("nd", "kernel-untrimmed", 256))
         if u256:
             print(f"    without the trim (glibc keeps the compiler's freed heap): peak RSS {u256['peak_rss_gb']:.2f} GB"

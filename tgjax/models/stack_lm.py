@@ -58,13 +58,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tgjax.ops import nondeterministic_stack
 from tgjax.nn.stack_attention import (
     NondeterministicStackAttention,
     PreNormResidual,
     PushedVectors,
     SuperpositionStackAttention,
 )
+from tgjax.ops import nondeterministic_stack
 
 __all__ = [
     "CFL_SPECIAL_IDS",

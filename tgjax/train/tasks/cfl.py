@@ -204,7 +204,8 @@ class CFLTask:
             "data_seed": self._data_seed(), "train_size": d.train_size, "valid_size": d.valid_size,
             "length_bucket": d.length_bucket, "batch_size": t.batch_size, "learning_rate": self.initial_learning_rate,
             "lr_decay": t.lr_decay, "lr_patience": t.lr_patience, "early_stopping_patience": t.early_stopping_patience,
-            "epochs": t.epochs, "max_train_seconds": t.get("max_train_seconds"), "clip_grad_norm": t.clip_grad_norm, "adam": t.adam.to_dict(),
+            "epochs": t.epochs, "max_train_seconds": t.get("max_train_seconds"),
+            "clip_grad_norm": t.clip_grad_norm, "adam": t.adam.to_dict(),
             "model_config": dataclasses.asdict(cfl.resolve_model_config(config, task.vocabulary.size)),
         })
 
