@@ -118,6 +118,18 @@ def test_scanned_layers_draw_their_own_dropout_masks():
     assert float(jnp.abs(first - second).max()) > 1e-3
 
 
+def equations(jaxpr, primitive: str):
+    """Every equation of `primitive` in a jaxpr and the jaxprs nested in it (einsum, pjit, custom_jvp)."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == primitive:
+            yield eqn
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else [value]:
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from equations(inner, primitive)
+
+
 @pytest.mark.parametrize("compute", ["bfloat16", "float16"])
 def test_half_precision_compute_keeps_float32_parameters_and_stays_close(compute):
     base = build_model("tg", VOCAB, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8, **SMALL)
@@ -127,6 +139,10 @@ def test_half_precision_compute_keeps_float32_parameters_and_stays_close(compute
     assert {v.dtype for v in jax.tree.leaves(nnx.state(half, nnx.Param))} == {jnp.dtype(jnp.float32)}
     logits, new_memory = half(batch, memory)
     assert logits.dtype == jnp.dtype(compute) and new_memory.dtype == jnp.float32
+    # Every matrix product of the forward pass (projections, scores, FFN, output) runs in the compute dtype.
+    dots = list(equations(jax.make_jaxpr(lambda: half(batch, memory))().jaxpr, "dot_general"))
+    assert len(dots) == 2 * 10 + 1  # per layer: q, k, v, scores, position keys, position scores, weights.v, out, 2 FFN
+    assert {str(v.aval.dtype) for e in dots for v in e.invars} == {compute}
     loss, _, grads = loss_and_grads(base, batch, memory)
     loss2, _, grads2 = loss_and_grads(half, batch, memory)
     assert {g.dtype for g in jax.tree.leaves(grads2)} == {jnp.dtype(jnp.float32)}
