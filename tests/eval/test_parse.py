@@ -356,3 +356,25 @@ def test_ensembles_refuse_members_with_another_vocabulary(tmp_path, fake_load, m
     treebank.write_text(GOLD[0] + "\n")
     assert parse.main_parse(["--workdir", "tg", "--workdir", "txl_cc", "--treebank", str(treebank), *BEAM_ARGS]) == 2
     assert "share one vocabulary: txl_cc (txl_cc) has another than tg (tg)" in capsys.readouterr().err
+
+
+def test_word_scorer_picks_the_engine(vocab):
+    from tgjax.infer.device_beam import DeviceBeamSearch
+
+    tg, terminals = get_model("tg", vocab.size), get_model("txl_terminals", vocab.size)
+    assert isinstance(parse.word_scorer(tg, vocab, "tg", CONFIG), DeviceBeamSearch)  # the default
+    assert isinstance(parse.word_scorer(tg, vocab, "tg", CONFIG, "host"), WordSynchronousBeamSearch)
+    assert isinstance(parse.word_scorer(terminals, vocab, "txl_terminals", CONFIG), TerminalScorer)
+    with pytest.raises(ValueError, match="search"):
+        parse.word_scorer(tg, vocab, "tg", CONFIG, "gpu")
+
+
+def test_main_sg_device_and_host_searches_give_the_same_report(tmp_path, fake_load, capsys):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "agreement.json").write_text(json.dumps(tiny_suite("agreement")))
+    reports = []
+    for search in ("device", "host"):
+        assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), *BEAM_ARGS, "--search", search]) == 0
+        reports.append(capsys.readouterr().out.split("\n", 1)[1])  # past the first line (it has the time)
+    assert "SG score" in reports[0] and reports[0] == reports[1]

@@ -82,6 +82,10 @@ def add_beam_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-sentences", type=int, default=d.batch_sentences,
                        help="sentences searched together (one model call scores all their hypotheses)")
     group.add_argument("--max-batch", type=int, default=d.max_batch, help="most rows per model call")
+    group.add_argument("--search", default="device", choices=SEARCHES,
+                       help="TG / TXL (CC): 'device' (default: the whole search one compiled loop, "
+                            "tgjax.infer.device_beam) or 'host' (the host-steered search, tgjax.infer.beam); "
+                            "the same trees and log p(x)")
     from tgjax.eval.pushdown import add_pushdown_args  # Pushdown-LM workdirs: their own beam
 
     add_pushdown_args(parser)
@@ -114,7 +118,23 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
 
 
-def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None):
+SEARCHES = ("device", "host")
+
+
+def word_scorer(models, vocab, rules, config: BeamConfig, search: str = "device"):
+    """The word-level scorer of one model or an ensemble: TG / TXL (CC) through the `search` engine
+    ("device": `DeviceBeamSearch`, "host": `WordSynchronousBeamSearch`); TXL (terminals) scores directly."""
+    if search not in SEARCHES:
+        raise ValueError(f"search: expected one of {SEARCHES}, got {search!r}")
+    rule_list = [rules] if isinstance(rules, str) else list(rules)
+    if search == "device" and all(rule in ("tg", "txl_cc") for rule in rule_list):
+        from tgjax.infer.device_beam import DeviceBeamSearch
+
+        return DeviceBeamSearch(models, vocab, rules, config)
+    return make_word_scorer(models, vocab, rules, config)
+
+
+def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "device"):
     """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several.
 
     A Pushdown-LM workdir (trainer `pushdown_lm`) gets its own beam over
@@ -137,7 +157,7 @@ def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pus
     rules = [m.pipeline_fields["rule"] for m in loaded]
     if len({rule == "txl_terminals" for rule in rules}) > 1:
         raise ValueError(f"an ensemble mixes syntactic models or words-only models, not both: {', '.join(names)}")
-    scorer = make_word_scorer([m.model for m in loaded], loaded[0].vocab, rules, config)
+    scorer = word_scorer([m.model for m in loaded], loaded[0].vocab, rules, config, search)
     described = names[0] if len(loaded) == 1 else "ensemble (per-action mixture) of " + ", ".join(names)
     return scorer, rules[0], described
 
@@ -413,7 +433,8 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
         config = beam_config(args)
-        search, rule, described = _ensemble_scorer(args.workdir, args.step, config, pushdown=pushdown_config(args))
+        search, rule, described = _ensemble_scorer(args.workdir, args.step, config, pushdown=pushdown_config(args),
+                                                   search=args.search)
         if rule == "txl_terminals":
             raise ValueError(f"{described} models words only: it cannot parse")
         report = parse_treebank(search, gold, params=args.params)
@@ -541,7 +562,7 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
         if not suites:
             raise ValueError("no suites in this shard")
         scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
-                                                   pushdown=pushdown_config(args))
+                                                   pushdown=pushdown_config(args), search=args.search)
         run = evaluate_sg(scorer, suites, circuits, progress=lambda line: print(line, file=sys.stderr))
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval sg: error: {err}", file=sys.stderr)
@@ -635,7 +656,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         if not pairs:
             raise ValueError("no BLiMP pairs selected (check --paradigm / --shard)")
         scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
-                                                   pushdown=pushdown_config(args))
+                                                   pushdown=pushdown_config(args), search=args.search)
         run = evaluate_blimp_pairs(scorer, pairs)
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval blimp: error: {err}", file=sys.stderr)

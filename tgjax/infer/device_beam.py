@@ -79,10 +79,12 @@ tests check both give the same results).
 
 Capacity. A hypothesis may use `capacity` layout positions (BOS, actions,
 TG's doubled closes); the caches, and so memory, grow with it (the
-attention and the gathers read only the positions held so far, rounded up
-to a quarter, a half or all of the capacity: one compiled branch each). By
+attention and the gathers read only the memory slots in use, rounded up to
+32, 64, half or all of the capacity: one compiled branch each). By
 default a batch gets `positions_per_piece * pieces + 8` (4 per piece)
-rounded up to 16 for its longest sentence. A hypothesis that would outgrow it cannot take the action; when
+for its longest sentence, rounded up to a power of two or 1.5 times one
+(few shapes, few compilations; compiled searches are shared by models of
+one structure). A hypothesis that would outgrow it cannot take the action; when
 that happened to a sentence, it is searched again with twice the room, up
 to `max_capacity` (counted in `last_stats["retried"]`), so the result is
 the host search's. Only at `max_capacity` (or a fixed `capacity`) do the
@@ -92,17 +94,37 @@ then differing from the host's. A sentence that cannot fit at all (its
 pieces, BOS and the root's open and close above the limit) is an error
 naming it.
 
-Where the time goes (CPU, ToTC-size TG, 16 sentences x 25 slots, 128
-cache positions, per iteration): the layers on the new positions 0.16 CPU-s,
-the gather of the caches by parent 0.09, the slice and write-back of the
-held prefix about as much again, the output projection 0.01, the selection
-and syntax state under 0.01. Memory traffic over the caches dominates, and
-every slot of the pool runs whether it holds a frontier hypothesis or not,
-so on 2 CPU cores the engine is slower than the host search (which runs
-only real frontier items, each with a memory bucket of its own length); the
-next steps are a shared-prefix (paged) cache read through per-hypothesis
-index rows instead of gathered copies, and compacting the frontier rows
-before the model call.
+Where the time goes. Before issue 12's work (CPU, ToTC-size TG, 16
+sentences x 25 slots, 128 cache positions, per iteration): the layers on
+the new positions 0.16 CPU-s, the gather of the caches by parent 0.09, the
+slice and write-back of the held prefix about as much again, the output
+projection 0.01, the selection and syntax state under 0.01: memory traffic
+over the caches, and every pool slot running the model whether it held a
+frontier hypothesis or not (0.36x the host search's sentences/s). Three
+changes answer the measured causes: the stack-only memory (TG's memory a
+dozen slots instead of every position, so the attention, its mask and the
+gather by parent shrink with it), the model run on the FRONTIER slots only
+(`chunk` at a time: on the benchmark 28% of the pool's slot-iterations were
+FRONTIER, `last_stats["rows_run"]` against `"rows_offered"`), and the
+caches laid out slots first (the slots in use one contiguous block,
+gathered by parent in one pass and written back in place). On the
+benchmark's setting (16 ToTC test sentences, one run, load average ~37 on
+2 cores) that took the engine from 0.36x to 0.70x the host search's
+sentences/s, with the same trees. What is left is the model itself: the
+search runs about 2,800 hypotheses through the model per sentence (the host
+search runs the same ones), each about 4.6 MFLOP (two window positions
+through 4 layers, then the full-vocabulary output projection, a third of
+it), some 13 GFLOP per sentence. At an estimated 20 GFLOP/s on 2 CPU
+cores that is 0.65 s per sentence of arithmetic alone, against the host
+search's 1.75 s (0.57 sentences/s, measured before at load 13-16), so the
+issue's 5x cannot be reached on this CPU by bookkeeping alone; an
+accelerator, where the host search's model calls (1,148 for these 16
+sentences, each a host round trip) dominate, is where the engine is meant
+to pay. Next steps for CPU: a
+window of one position for the hypotheses whose last action is one
+position (opens, one-piece words: half of the layer work of those rows is
+padding now), and copy-on-write memories (a parent's slots shared by its
+children until one writes) instead of the gather by parent.
 
 Numerics: float32 scores (the host search sums in float64): on the
 benchmark's 64 ToTC sentences (up to 68 words) log p(x) agreed with the
@@ -128,7 +150,7 @@ from tgjax.infer import device_syntax as ds
 from tgjax.infer.beam import BeamConfig, BeamResult, logsumexp
 from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.ensemble import member_list
-from tgjax.infer.incremental import project
+from tgjax.infer.incremental import _Static, project
 from tgjax.models.transformer_lm import TransformerLM, attention_inputs
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
@@ -285,6 +307,12 @@ class ChoeCharniakDevice:
         self.open_ids = jnp.asarray(space.open_ids, jnp.int32)
         self.close_ids = jnp.asarray(space.close_ids, jnp.int32)
         self.candidates = jnp.asarray(np.concatenate([space.open_ids, space.close_ids]), jnp.int32)
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """What the compiled search depends on besides the parameters (models of one structure share it)."""
+        return (tuple(_Static(g) for g in self.graphdefs), self.rules, self.stack_only, self.bos_id,
+                tuple(self.space.open_ids.tolist()), tuple(self.space.close_ids.tolist()))
 
     def with_caps(self, caps: ds.Caps) -> "ChoeCharniakDevice":
         new = object.__new__(ChoeCharniakDevice)
@@ -608,7 +636,6 @@ class DeviceBeamSearch:
         self._family = ChoeCharniakDevice(members, self.space, vocab.bos_id,
                                           ds.Caps(self.space.num_labels, config.max_open_nts,
                                                   config.max_consecutive_opens, 32, 1), stack_cache)
-        self._compiled: dict = {}
         self.steps = 0  # action steps summed over sentences (for benchmarks)
         self.last_stats: dict = {}
 
@@ -692,11 +719,12 @@ class DeviceBeamSearch:
         P = config.word_beam + config.action_beam
         sizes = _Sizes(B, P, N, C, N * (D + config.max_consecutive_opens + 2) + D + 4,
                        self.chunk or min(B * P, max(32, _round_up(B * P // 8, 8))))
-        run = self._compiled.get((sizes, caps))
+        key = (self._family.signature, config, sizes, caps)
+        run = _LOOPS.get(key)
         if run is None:
             family = self._family.with_caps(caps)
             run = jax.jit(functools.partial(_search, family, config, sizes))
-            self._compiled[(sizes, caps)] = run
+            _LOOPS[key] = run
         out = run(self._family.params, jnp.asarray(ids), jnp.asarray(types), jnp.asarray(counts),
                   jnp.asarray(later), jnp.asarray(num_words))
         out = jax.tree.map(np.asarray, out)
@@ -736,6 +764,11 @@ class DeviceBeamSearch:
 
     def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         return np.array([r.log_prob for r in self.search(sentences)])
+
+
+# Compiled searches by (family signature, config, sizes, caps): searches of models of one structure (an eval
+# command run again, the tests) share them; the parameters are arguments.
+_LOOPS: dict = {}
 
 
 def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, counts, later, num_words):
