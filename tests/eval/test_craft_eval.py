@@ -61,5 +61,7 @@ def test_eval_craft_end_to_end(tmp_path):
     for task, result in report["rollouts"].items():
         assert 0 <= result["success_rate"] <= 1 and 0 <= result["return"] <= len(task)
     assert np.array(report["option_subtask_success"]["rows"]).shape == (3, 2)
+    assert main_craft(["--workdir", str(tmp_path), "--curves-only", "--plot", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 0
     assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AX"]) == 2
     assert main_craft(["--workdir", str(tmp_path / "nowhere")]) == 2

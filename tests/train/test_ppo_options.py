@@ -59,3 +59,18 @@ def test_ppo_runs_and_resumes_bit_identically(tmp_path):
         return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
 
     assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 6
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rl.task=AX", r"rl.task.*unknown Craft task name 'AX'"),
+    ("rl.task=CC", r"rl.task.*'get iron', is unreachable"),
+    ("rl.options_workdir=", r"rl.options_workdir"),
+    ("rl.num_minibatches=3", r"must divide rl.num_envs"),
+])
+def test_bad_rl_config_is_named(override, message):
+    from tgjax.train.config import ConfigError, apply_overrides
+    from tgjax.train.tasks.ppo_options import check_config, default_config
+
+    config = apply_overrides(default_config(), ["rl.options_workdir=runs/x", override])
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)

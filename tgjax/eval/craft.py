@@ -35,7 +35,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--subtasks", default="ACD", help="the table's one-subtask tasks (default ACD, Table 5.2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="the JSON report (default WORKDIR/craft_eval.json)")
+    parser.add_argument("--plot", default=None,
+                        help="also draw the run's validation curves (metrics.jsonl) to this PNG")
+    parser.add_argument("--curves-only", action="store_true",
+                        help="only --plot (any craft_bc or ppo_options workdir; no checkpoint is read)")
     return parser
+
+
+#: validation numbers drawn by --plot, when the run has them (craft_bc, then ppo_options)
+CURVES = ("nll", "action_accuracy", "f1_tol1", "align_acc", "nmi", "return", "success_rate")
+
+
+def plot_curves(workdir: str | Path, output: str | Path) -> list[str]:
+    """One panel per validation number of CURVES found in WORKDIR/metrics.jsonl; returns the names drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(workdir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no metrics of a training run")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    valid = [r for r in records if r.get("split") == "valid"]
+    names = [n for n in CURVES if any(n in r for r in valid)]
+    if not names:
+        raise ValueError(f"{path}: no validation records with any of {', '.join(CURVES)}")
+    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 2.8), squeeze=False)
+    for axis, name in zip(axes[0], names):
+        points = [(r["step"], r[name]) for r in valid if name in r]
+        axis.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+        axis.set_title(name)
+        axis.set_xlabel("step")
+    figure.suptitle(str(workdir))
+    figure.tight_layout()
+    figure.savefig(output, dpi=90)
+    plt.close(figure)
+    return names
 
 
 def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_episodes: int = 0, subtasks: str = "ACD",
@@ -102,6 +138,15 @@ def main_craft(argv=None) -> int:
     from tgjax.data.craft_demos import CraftDemoError
     from tgjax.infer.loading import CheckpointError
 
+    if args.plot:
+        try:
+            drawn = plot_curves(args.workdir, args.plot)
+        except (FileNotFoundError, ValueError) as error:
+            print(f"tgjax eval craft: error: {error}", file=sys.stderr)
+            return 2
+        print(f"{args.plot}: validation curves of {', '.join(drawn)}")
+    if args.curves_only:
+        return 0
     try:
         report = evaluate_craft(args.workdir, step=args.step, episodes=args.episodes,
                                 valid_episodes=args.valid_episodes, subtasks=args.subtasks, seed=args.seed)
