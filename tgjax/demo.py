@@ -209,10 +209,10 @@ class Evaluation:
 
 
 def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: dict[int, list], beam_config,
-                   stream: TextIO, search: str = "device") -> Evaluation:
+                   stream: TextIO, search: str = "auto") -> Evaluation:
     """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs.
 
-    `search`: the TG / TXL (CC) beam engine, "device" or "host" (`tgjax.eval.parse.word_scorer`)."""
+    `search`: the TG / TXL (CC) beam engine, "auto", "device" or "host" (`tgjax.eval.parse.word_scorer`)."""
     from tgjax.eval.parse import parse_treebank, word_scorer
     from tgjax.infer.loading import load_model
     from tgjax.infer.pushdown_loading import is_pushdown_workdir
@@ -252,7 +252,7 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
 
 def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), num_valid: int = 100,
              num_simple_pairs: int = 60, num_pairs: int = 120, num_deep_pairs: int = 60, depths=DEPTHS,
-             beam_config=None, stream: TextIO | None = None, search: str = "device") -> DemoReport:
+             beam_config=None, stream: TextIO | None = None, search: str = "auto") -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
     from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
     from tgjax.infer.beam import BeamConfig
@@ -292,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deep-pairs", type=int, default=60,
                         help="agreement minimal pairs at each depth (2 and 3 nested embeddings)")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
-    parser.add_argument("--search", default="device", choices=("device", "host"),
-                        help="the TG / TXL (CC) beam engine: device (tgjax.infer.device_beam) "
-                             "or host (tgjax.infer.beam)")
+    parser.add_argument("--search", default="auto", choices=("auto", "device", "host"),
+                        help="the TG / TXL (CC) beam engine: device (tgjax.infer.device_beam), host "
+                             "(tgjax.infer.beam) or auto (default: device on an accelerator, host on CPU)")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
     from tgjax.train.config import ConfigError, parse_override_args

@@ -82,10 +82,10 @@ def add_beam_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-sentences", type=int, default=d.batch_sentences,
                        help="sentences searched together (one model call scores all their hypotheses)")
     group.add_argument("--max-batch", type=int, default=d.max_batch, help="most rows per model call")
-    group.add_argument("--search", default="device", choices=SEARCHES,
-                       help="TG / TXL (CC): 'device' (default: the whole search one compiled loop, "
-                            "tgjax.infer.device_beam) or 'host' (the host-steered search, tgjax.infer.beam); "
-                            "the same trees and log p(x)")
+    group.add_argument("--search", default="auto", choices=SEARCHES,
+                       help="TG / TXL (CC): 'device' (the whole search one compiled loop, tgjax.infer.device_beam), "
+                            "'host' (the host-steered search, tgjax.infer.beam; the same trees and log p(x)) or "
+                            "'auto' (default: device on an accelerator, host on CPU, where it is faster)")
     from tgjax.eval.pushdown import add_pushdown_args  # Pushdown-LM workdirs: their own beam
 
     add_pushdown_args(parser)
@@ -118,14 +118,26 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
 
 
-SEARCHES = ("device", "host")
+SEARCHES = ("auto", "device", "host")
 
 
-def word_scorer(models, vocab, rules, config: BeamConfig, search: str = "device"):
-    """The word-level scorer of one model or an ensemble: TG / TXL (CC) through the `search` engine
-    ("device": `DeviceBeamSearch`, "host": `WordSynchronousBeamSearch`); TXL (terminals) scores directly."""
+def resolve_search(search: str) -> str:
+    """"device" or "host" for `search`: "auto" is the device engine on an accelerator, the host search on CPU
+    (on 2 CPU cores the host search measured faster: benchmarks/beam_search.py, README)."""
     if search not in SEARCHES:
         raise ValueError(f"search: expected one of {SEARCHES}, got {search!r}")
+    if search == "auto":
+        import jax
+
+        return "host" if jax.default_backend() == "cpu" else "device"
+    return search
+
+
+def word_scorer(models, vocab, rules, config: BeamConfig, search: str = "auto"):
+    """The word-level scorer of one model or an ensemble: TG / TXL (CC) through the `search` engine
+    ("device": `DeviceBeamSearch`, "host": `WordSynchronousBeamSearch`, "auto": see `resolve_search`);
+    TXL (terminals) scores directly."""
+    search = resolve_search(search)
     rule_list = [rules] if isinstance(rules, str) else list(rules)
     if search == "device" and all(rule in ("tg", "txl_cc") for rule in rule_list):
         from tgjax.infer.device_beam import DeviceBeamSearch
@@ -134,7 +146,7 @@ def word_scorer(models, vocab, rules, config: BeamConfig, search: str = "device"
     return make_word_scorer(models, vocab, rules, config)
 
 
-def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "device"):
+def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "auto"):
     """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several.
 
     A Pushdown-LM workdir (trainer `pushdown_lm`) gets its own beam over
