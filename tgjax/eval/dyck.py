@@ -250,16 +250,24 @@ def model_tape_scorer(model, vocab, *, beam_size: int = 50, bucket: int = 64) ->
 # The command.
 
 
+def is_base_lm(model) -> bool:
+    """Base-LM: no layer reads the stack tape (its attachment head still does)."""
+    return model.config.pushdown_layers == ()
+
+
 def check_dyck_run(loaded) -> int:
-    """The run's number of bracket types; a ValueError naming the workdir unless it is a Dyck run."""
-    data = (loaded.config or {}).get("data") or {}
+    """The run's number of bracket types; a ValueError naming the workdir unless it is a Dyck run.
+
+    `loaded`: a `tgjax.infer.pushdown_loading.LoadedPushdown`.
+    """
+    where = f"{loaded.workdir} (step {loaded.step})"
+    data = (loaded.meta.get("config") or {}).get("data") or {}
     if data.get("source") != "dyck":
-        raise ValueError(f"{loaded.where}: trained on data.source={data.get('source')!r}, not Dyck strings; "
+        raise ValueError(f"{where}: trained on data.source={data.get('source')!r}, not Dyck strings; "
                          f"tgjax eval dyck reads runs of configs/pushdown_dyck.py (data.source='dyck')")
     num_types = int(data.get("dyck_num_types", dyck.PAPER_TYPES))
-    expected = list(dyck.dyck_vocabulary(num_types).tokens)
-    if loaded.tokens != expected:
-        raise ValueError(f"{loaded.where}: its vocab.txt is not the Dyck vocabulary of {num_types} bracket types")
+    if list(getattr(loaded.vocab, "tokens", ())) != list(dyck.dyck_vocabulary(num_types).tokens):
+        raise ValueError(f"{where}: its vocabulary is not the Dyck vocabulary of {num_types} bracket types")
     return num_types
 
 
@@ -301,7 +309,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
-    """Returns 0, or 2 with a one-line error for bad input. `load(workdir, step)` (tests) replaces the loader."""
+    """Returns 0, or 2 with a one-line error for bad input.
+
+    `load(workdir, step=...)` (tests) replaces `tgjax.infer.pushdown_loading.load_pushdown`.
+    """
     args = _parser().parse_args(argv)
     from tgjax.infer.loading import CheckpointError
 
@@ -312,12 +323,13 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit: expected at least 1, got {args.limit}")
         if load is None:
-            from tgjax.infer.pushdown_checkpoint import load_pushdown_lm as load
-        loaded = load(args.workdir, args.step)
+            from tgjax.infer.pushdown_loading import load_pushdown as load
+        loaded = load(args.workdir, step=args.step)
         num_types = check_dyck_run(loaded)
         vocab = dyck.dyck_vocabulary(num_types)
         sets = evaluation_sets(names, seed=args.seed, num_types=num_types)
-        if loaded.is_base:
+        base = is_base_lm(loaded.model)
+        if base:
             scorer, tape = gold_tape_scorer(loaded.model, reads_tape=False), "not read (Base-LM)"
         elif args.tape == "gold":
             scorer, tape = gold_tape_scorer(loaded.model), "gold (the true matching; a diagnostic)"
@@ -327,7 +339,7 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
     except (ValueError, OSError, CheckpointError) as error:
         print(f"tgjax eval dyck: error: {error}", file=sys.stderr)
         return 2
-    kind = "base" if loaded.is_base else "pushdown"
+    kind = "base" if base else "pushdown"
     print(f"{loaded.describe()}; tape: {tape}; prediction: argmax over {args.among}; sets from seed {args.seed}")
     from tgjax.progress import Progress
 
