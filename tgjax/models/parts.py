@@ -23,7 +23,7 @@ class ModelParts(NamedTuple):
 
     config: ModelConfig
     graphdef: nnx.GraphDef
-    abstract_params: nnx.State  # with `logical_axes` metadata, for shardings
+    abstract_params: nnx.State  # with NNX partition metadata (logical axis names), for shardings
     rng_tags: tuple[str, ...]  # names of the RNG streams to reseed every step (dropout)
 
 
