@@ -231,7 +231,10 @@ def plot_by_length(results: dict, path: Path) -> bool:
         ax.set_ylim(bottom=0)
         ax.set_xlim(40, 100)
     axes[0].set_ylabel("test cross-entropy diff. (nats)")
-    axes[-1].legend()
+    for ax in axes:  # the legend on the first panel that has lines
+        if ax.get_lines()[1:]:
+            ax.legend()
+            break
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -89,7 +89,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             stack_alphabet_size=None,  # |Γ| (tf_nd)
             pushed_vectors=None,  # None/"released" (the authors' code: raw W_v x) or "paper" (σ, eq. 17)
             init=None,  # None/"released" (U(±0.1), Appendix D.2 and the release) or "xavier"
-            # tf_nd: static blocks of the dVPDA span scan (None: the kernel's default, up to 12 by length).
+            # tf_nd: static blocks of the dVPDA span scan (None: the kernel's default, up to 8 by length).
             # Same numbers either way; 1-2 compile several times faster and suit a GPU.
             nd_num_blocks=None,
         ),

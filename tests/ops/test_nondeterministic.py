@@ -113,14 +113,26 @@ def test_num_blocks_changes_nothing():
         assert_grads_close(grads, results[0][1], rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("num_blocks", [None, 5])
-def test_several_blocks_match_oracle(num_blocks):
+def _fold_always(monkeypatch):
+    """Fold the chart at every size (by default only from T = 129 on), so that small cases test it."""
+    import tgjax.ops.nondeterministic as nd
+
+    monkeypatch.setattr(nd, "_FOLD_FROM_T", 1)
+
+
+@pytest.mark.parametrize("num_blocks, folded", [(None, False), (5, True)])
+def test_several_blocks_match_oracle(num_blocks, folded, monkeypatch):
     """n = 26 cut into 3 (the default) or 5 blocks: values, and a directional derivative, against the oracle.
 
     The gradient is checked against central differences of the NumPy oracle
-    (no compilation of the oracle at this size).
+    (no compilation of the oracle at this size). `folded`: the chart in its
+    folded layout (lengths past T/2 in the short lengths' rows; a sixth block
+    starts at the fold).
     """
     from tgjax.ops.nondeterministic import _blocks, default_num_blocks
+
+    if folded:
+        _fold_always(monkeypatch)
 
     n, Q, S, m = 26, 2, 2, 2
     assert len(_blocks(n + 1, num_blocks or default_num_blocks(n))) >= 3
@@ -145,7 +157,8 @@ def test_several_blocks_match_oracle(num_blocks):
     np.testing.assert_allclose(have, want, rtol=1e-6)
 
 
-def test_row_chunks_change_nothing(monkeypatch):
+@pytest.mark.parametrize("folded", [False, True])
+def test_row_chunks_change_nothing(monkeypatch, folded):
     """The pop sum worked through span starts in chunks (forward and backward) equals one chunk.
 
     A small chunk budget makes every block loop over several chunks, and
@@ -155,6 +168,8 @@ def test_row_chunks_change_nothing(monkeypatch):
     import tgjax.ops.nondeterministic as nd
 
     n, Q, S, m, B, num_blocks = 20, 2, 2, 2, 2, 3
+    if folded:
+        _fold_always(monkeypatch)
     rng = np.random.default_rng(7)
     with jax.enable_x64(True):
         args = random_inputs(rng, B, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
@@ -546,10 +561,11 @@ def test_forward_backward_memory_grows_quadratically():
 
 
 def test_chart_is_folded_to_half_a_square():
-    """The chart (and so its marginals) keeps lengths past T/2 in the short lengths' unused rows."""
+    """From n = 128 on, the chart (and so its marginals) keeps lengths past T/2 in the short lengths' rows."""
     import tgjax.ops.nondeterministic as nd
 
-    B, n, Q, S = 2, 40, 2, 3
+    B, n, Q, S = 1, 128, 1, 2
+    assert n + 1 >= nd._FOLD_FROM_T
     T = n + 1
     push_t = jax.ShapeDtypeStruct((B, Q * S, Q * S, T), jnp.float32)
     repl_t = jax.ShapeDtypeStruct((B, Q * S, Q * S, 2 * T), jnp.float32)
@@ -558,3 +574,22 @@ def test_chart_is_folded_to_half_a_square():
     assert chart.shape == (B, Q * S, S, (T + 1) // 2 + 1, Q, T + 1)
     square = B * Q * S * S * (T + 1) * Q * T
     assert np.prod(chart.shape) <= 0.55 * square
+
+
+def test_folded_chart_equals_the_square_one(monkeypatch):
+    """Values and gradients with the folded chart equal the square layout's (float64, n = 21, 3 blocks)."""
+    rng = np.random.default_rng(21)
+    n, B, Q, S, m = 21, 2, 2, 3, 2
+    with jax.enable_x64(True):
+        args = random_inputs(rng, B, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
+        weights = rng.normal(size=(B, n, Q, S, m))
+
+        def value_and_grads():
+            kernel = functools.partial(nondeterministic_stack, num_blocks=3)
+            return jax.jit(jax.value_and_grad(loss_fn(kernel, weights), argnums=ARGNUMS))(*args)
+
+        square = value_and_grads()
+        _fold_always(monkeypatch)
+        folded = value_and_grads()
+    np.testing.assert_allclose(folded[0], square[0], rtol=1e-12)
+    assert_grads_close(folded[1], square[1], rtol=1e-10, atol=1e-12)

@@ -119,14 +119,19 @@ def nondeterministic_stack(push, repl, pop, pushed, bottom, *, num_blocks: int |
 
 
 def default_num_blocks(n: int) -> int:
-    """Blocks for the span scan: 1 for short sequences, up to 12 for long ones.
+    """Blocks for the span scan: 1 for short sequences, up to 8 for long ones.
 
     Block k's steps read a (rows x splits) rectangle sized for its longest
     span and its first row, so the pop work is ~1 + 2.6/k times the cells it
-    needs (1.39x at 8 blocks, 1.26x at 12); each block adds compile time. `_blocks` adds one
-    more edge where the folded chart changes layout (L = T/2).
+    needs (1.39x at 8 blocks, 1.26x at 12); each block adds compile time and compiler memory.
+    `_blocks` adds one more edge where a folded chart changes layout (L = T/2).
     """
-    return int(max(1, min(12, (n + 1) // 8)))
+    return int(max(1, min(_MAX_DEFAULT_BLOCKS, (n + 1) // 8)))
+
+
+# Each block is one more scan body to compile: at n = 256, 12 blocks (and the fold's edge) made the
+# compiler's heap peak near 0.9 GB; 8 cost ~9% more pop work there (1.33x the cells it needs vs 1.22x).
+_MAX_DEFAULT_BLOCKS = 8
 
 
 def _check_inputs(push, repl, pop, pushed, bottom):
@@ -211,9 +216,10 @@ def _share(term, total):
 #   transitions: push_t [B, QS, QS, T], repl_t [B, QS, QS, 2T], pop_t [B, QS, Q, 2T]
 #     (by paper time t; -inf padding at t = 0 and t > n for dynamic slices).
 #   G  [B, QS, S, h+1, Q, T+1]: log gamma[i, L][(q,x) -> (r,y)] at [b, q*S+x, y, L, r, i] for L <= h and,
-#      folded, at [b, q*S+x, y, T+1-L, r, T-i] for L > h (h = ceil(T/2), `_fold`). Spans of length L start
-#      at i <= T - L only, so column L uses rows 0..T-L and column T+1-L rows L..T: the two share one
-#      column, and the chart takes half the memory of a [T+1, T] rectangle. A row past T - L of column
+#      folded, at [b, q*S+x, y, T+1-L, r, T-i] for L > h (h = ceil(T/2) from T = _FOLD_FROM_T on, else
+#      h = T: nothing folded; `_fold`). Spans of length L start at i <= T - L only, so column L uses
+#      rows 0..T-L and column T+1-L rows L..T: the two share one column, and the chart takes half the
+#      memory of a [T+1, T] rectangle. A row past T - L of column
 #      L <= h therefore holds a span of the other length: every read that can reach one pairs it with a
 #      -inf (a transition past the end, a G' cell that does not exist) or masks it, and writes are masked.
 #   G' [B, S, Q, C, Q, E]: log gamma'[k, L'][(u,y) -> r] (eq. 25) at
@@ -254,9 +260,17 @@ def _blocks(T: int, num_blocks: int):
     return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
+# Charts of at least this many rows (T = n + 1) are folded (layout below). Below it the square layout
+# costs little memory, and its steps are a little cheaper (one box per pop operand, no masked writes).
+_FOLD_FROM_T = 129
+
+
 def _fold(T: int) -> int:
-    """h: chart columns L <= h are stored as they are, L > h folded onto column T + 1 - L (see the layout)."""
-    return (T + 1) // 2
+    """h: chart columns L <= h are stored as they are, L > h folded onto column T + 1 - L (see the layout).
+
+    h = T (nothing folded) below _FOLD_FROM_T.
+    """
+    return (T + 1) // 2 if T >= _FOLD_FROM_T else T
 
 
 def _block_sizes(T: int, L0: int, L1: int):
@@ -439,6 +453,8 @@ def _write_column(G, new, L, lengths):
     side = _side(lengths, h)
     if side == "both":
         raise AssertionError(f"G: a block of lengths {lengths} straddles the fold at {h}")
+    if h >= T:  # not folded: rows past T - L are nobody's, and `new` is -inf there anyway
+        return _put("G", G, new[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
     merged = jnp.where(jnp.arange(rows) <= T - L, new, _column(G, L, rows, lengths))
     if side == "direct":
         return _put("G", G, merged[:, :, :, None], lambda L: (0, 0, 0, L, 0, 0), L, lengths)
@@ -695,9 +711,10 @@ def _forward_weights(log_gamma):
     def step(acc, i):
         # Row i over every length: L <= h at row i, L > h folded at row T - i of columns T + 1 - L.
         # Past L = T - i the numbers are other spans' (junk); they land in A[i + L > T], never read.
-        direct = lax.dynamic_index_in_dim(log_gamma, i, axis=5, keepdims=False)  # [b, p, y, L <= h, r]
-        folded = lax.dynamic_index_in_dim(log_gamma, T - i, axis=5, keepdims=False)[:, :, :, 1 : T - h + 1]
-        row = jnp.concatenate([direct, jnp.flip(folded, axis=3)], axis=3)  # [b, p, y, L, r]
+        row = lax.dynamic_index_in_dim(log_gamma, i, axis=5, keepdims=False)  # [b, p, y, L <= h, r]
+        if h < T:
+            folded = lax.dynamic_index_in_dim(log_gamma, T - i, axis=5, keepdims=False)[:, :, :, 1 : T - h + 1]
+            row = jnp.concatenate([row, jnp.flip(folded, axis=3)], axis=3)  # [b, p, y, L, r]
         a_i = lax.dynamic_index_in_dim(acc, i, axis=1, keepdims=False)
         beta = _lse(a_i[:, :, None, None, None] + row, (1,))  # [b, y, L, r]
         beta = beta.transpose(0, 2, 3, 1).reshape(B, T + 1, QS)  # [b, L, r*S+y]
