@@ -12,7 +12,8 @@ forward, the usual backward = 2 x forward; remat's recomputation is not
 counted, as MFU is defined):
 
     dense       2 N_dense,  N_dense = L (4 d^2 + 2 d F) + d V   (q, k, v, out; FFN; tied output projection)
-    attention   L (4 d (M + T) + 2 d P)   (q.k and weights.v over all M + T keys; q.r over P relative positions)
+    attention   L (4 d (M + T) + 2 d P + 2 P d^2 / T)   (q.k and weights.v over all M + T keys; q.r over the
+                P relative positions, whose keys W_kR PE(R) each segment computes once)
     memory kv   L 4 d^2 M / T              (each segment projects its M memory rows to keys and values)
 
 so 6 N tokens (N: all parameters) is printed beside it for reference. The
@@ -37,11 +38,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
-
+from flax import nnx  # noqa: E402
 from tg_steps import trainer_step  # noqa: E402
+
 from tgjax.models import ModelConfig, count_parameters, model_config  # noqa: E402
 from tgjax.models.transformer_lm import TransformerLM  # noqa: E402
-from flax import nnx  # noqa: E402
 
 # Dense bf16 peak TFLOP/s by device kind (substring, lower case) from the vendors' data sheets.
 PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "tpu v4": 275.0, "tpu v5 lite": 197.0,
@@ -60,7 +61,7 @@ def flops_per_token(c: ModelConfig) -> dict[str, float]:
     P = hi - lo + 1
     forward = {
         "dense": 2.0 * (L * (4 * d * d + 2 * d * F) + d * V),
-        "attention": float(L * (4 * d * (M + T) + 2 * d * P)),
+        "attention": float(L * (4 * d * (M + T) + 2 * d * P + 2 * P * d * d / T)),
         "memory kv": float(L * 4 * d * d * M / T),
     }
     return {k: 3.0 * v for k, v in forward.items()}
