@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
-
 from tg_steps import abstract_trainer_step, trainer_step  # noqa: E402
+
 from tgjax.models import model_config  # noqa: E402
 
 VARIANTS = {
@@ -110,7 +110,8 @@ def main(argv=None) -> int:
             line = (f"{name:<11} {r['lower_s']:8.2f} {r['compile_s']:9.2f} "
                     f"{(r['lower_s'] + r['compile_s']) / (ref['lower_s'] + ref['compile_s']):6.2f}")
             if "peak" in r:
-                line += f" {mib(r['arguments'])} {mib(r['temporaries'])} {mib(r['peak'])} {r['peak'] / ref['peak']:6.2f}"
+                line += (f" {mib(r['arguments'])} {mib(r['temporaries'])} {mib(r['peak'])} "
+                         f"{r['peak'] / ref['peak']:6.2f}")
             if args.steps:
                 line += f" {r['step_s']:8.3f} {r['step_s'] / ref['step_s']:6.2f}"
             print(line, flush=True)

@@ -19,7 +19,7 @@ of the on-device mask rebuild (`attention_inputs`) alone.
 
     python benchmarks/train_step.py                     # 4 layers, d=256, 4 heads, FFN 1024, T=M=128, batch 8
     python benchmarks/train_step.py --size paper-ptb    # d=192, 16 layers (heads 8, FFN 768, T=M=256)
-    python benchmarks/train_step.py --size paper-ptb --rounds 4 --steps 3 --warmup 1   # the same in ~3 min on 2 CPU cores
+    python benchmarks/train_step.py --size paper-ptb --rounds 4 --steps 3 --warmup 1   # the same, ~3 min on 2 cores
     python benchmarks/train_step.py --profile           # + cost analysis, rebuild timing
     python benchmarks/train_step.py --trace /tmp/trace  # + a jax.profiler trace of a few steps (TensorBoard)
     python benchmarks/train_step.py --models tg_txl_memory_linear_pos txl_cc   # any other pair (no bar)
@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tgjax.data.pipeline import Pipeline, PipelineConfig, segments_per_sequence, make_rule  # noqa: E402
+from tgjax.data.pipeline import Pipeline, PipelineConfig, make_rule, segments_per_sequence  # noqa: E402
 from tgjax.models import build_model, model_spec, sequence_loss  # noqa: E402
 from tgjax.models.transformer_lm import attention_inputs  # noqa: E402
 from tgjax.syntax import masks  # noqa: E402
@@ -269,7 +269,8 @@ def main(argv=None) -> int:
     runners = [Runner(name, vocab.size, sizes, batches[name]) for name in names]
     for r in runners:
         print(f"  {r.name}: compile + first step {r.compile():.1f} s; "
-              f"{sum(r.positions) / len(r.positions):.0f} positions/step of {sizes['batch_size'] * sizes['sequence_length']}")
+              f"{sum(r.positions) / len(r.positions):.0f} positions/step of "
+              f"{sizes['batch_size'] * sizes['sequence_length']}")
         r.run(args.warmup, record=False)
     for k in range(args.rounds):
         order = runners if k % 2 == 0 else runners[::-1]

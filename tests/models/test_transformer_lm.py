@@ -7,8 +7,15 @@ import optax
 import pytest
 from flax import nnx
 
-from tgjax.models import MODEL_NAMES, build_model, count_parameters, model_config, model_spec, sequence_loss
-from tgjax.models import transformer_lm
+from tgjax.models import (
+    MODEL_NAMES,
+    build_model,
+    count_parameters,
+    model_config,
+    model_spec,
+    sequence_loss,
+    transformer_lm,
+)
 from tgjax.models.transformer_lm import attention_inputs
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt

@@ -28,7 +28,8 @@ def oracle_attention(module: RelativeMultiHeadAttention, x, memory, mask, relpos
     """`[B, T, d]` by the equation, one (query, key) pair at a time."""
     f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
     Wq, Wk, Wv, Wr = (f64(p[...]) for p in (module.query, module.key, module.value, module.rel_key))
-    u, v_bias, Wo, bo = f64(module.content_bias[...]), f64(module.position_bias[...]), f64(module.out[...]), f64(module.out_bias[...])
+    u, v_bias = f64(module.content_bias[...]), f64(module.position_bias[...])
+    Wo, bo = f64(module.out[...]), f64(module.out_bias[...])
     x, memory = f64(x), f64(memory)
     B, T, d = x.shape
     H, dk = Wq.shape[1], Wq.shape[2]

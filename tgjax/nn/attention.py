@@ -59,8 +59,8 @@ class RelativeMultiHeadAttention(nnx.Module):
                                   param_dtype)  # u
         self.position_bias = param(rngs, nnx.initializers.zeros, (num_heads, self.head_dim), ("heads", "kv"),
                                    param_dtype)  # v
-        self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model), ("heads", "kv", "embed"),
-                         param_dtype)
+        self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model),
+                         ("heads", "kv", "embed"), param_dtype)
         self.out_bias = param(rngs, nnx.initializers.zeros, (d_model,), ("embed",), param_dtype)
         # PE(R) for every R in [min, max]: a constant of the module, not a parameter.
         self.position_table = nnx.Cache(jnp.asarray(sinusoidal_encoding(np.arange(rel_min, rel_max + 1), d_model)))

@@ -44,7 +44,8 @@ class LayerNorm(nnx.Module):
         x = x.astype(jnp.float32)
         mean = x.mean(-1, keepdims=True)
         var = jnp.square(x - mean).mean(-1, keepdims=True)
-        y = (x - mean) * jax.lax.rsqrt(var + 1e-5) * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        scale, bias = self.scale[...].astype(jnp.float32), self.bias[...].astype(jnp.float32)
+        y = (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale + bias
         return y.astype(self.dtype)
 
 

@@ -80,7 +80,7 @@ def _initialiser(parts: ModelParts, seed: int):
     return init, step_key
 
 
-def init_rest(parts: ModelParts, shardings: "StateShardings", seed: int) -> nnx.State:
+def init_rest(parts: ModelParts, shardings: StateShardings, seed: int) -> nnx.State:
     """The model's non-parameter state (position tables, dropout streams), replicated.
 
     The same for a fresh and a resumed run: dropout streams are reseeded every
@@ -93,7 +93,7 @@ def init_rest(parts: ModelParts, shardings: "StateShardings", seed: int) -> nnx.
 
 
 def init_train_state(parts: ModelParts, tx: optax.GradientTransformation, mesh: Mesh, rules, *,
-                     seed: int, batch_size: int) -> tuple[TrainState, nnx.State, "StateShardings"]:
+                     seed: int, batch_size: int) -> tuple[TrainState, nnx.State, StateShardings]:
     """Initialises parameters (directly in their shardings), optimiser state and empty memory.
 
     Returns the state, the model's `rest` (constants and RNG streams,
