@@ -62,7 +62,7 @@ import numpy as np
 from flax import nnx
 
 from tgjax.models.registry import model_spec
-from tgjax.models.transformer_lm import TransformerLM, attention_inputs
+from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt
 
@@ -90,43 +90,17 @@ def hidden_states(model: TransformerLM, batch: dict[str, jax.Array], memory: jax
                   *, with_layer_inputs: bool = False):
     """The final hidden states `[B, T, d]` of `model(batch, memory, deterministic=True)`, before the projection.
 
-    Mirrors `TransformerLM.__call__` (same submodules, same attention inputs)
-    without the output projection, so that callers can project only the rows
-    they need; `tests/infer/test_beam.py` checks that projecting every row gives
-    the model's own logits for every registered variant. With
-    `with_layer_inputs`, also returns the input of every layer `[K, B, T, d]`
+    The model's own forward pass (`TransformerLM.hidden_states`), so that callers can project only the rows
+    they need (`project`). With `with_layer_inputs`, also returns the input of every layer `[K, B, T, d]`
     (what Transformer-XL memory holds, and what `PrefixCache` keeps).
     """
-    c = model.config
-    attn = attention_inputs(c, batch)
-    mask, relpos = attn["mask"], attn["relpos"]
-    if c.tg and c.num_unrestricted_heads:
-        heads_tg = c.num_heads - c.num_unrestricted_heads
-
-        def per_head(tg_part, causal_part):
-            return jnp.concatenate([jnp.repeat(tg_part[:, None], heads_tg, 1),
-                                    jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
-
-        mask = per_head(attn["mask"], attn["causal_mask"])
-        relpos = per_head(attn["relpos"], attn["causal_relpos"])
-    compose = batch["inputs_ttypes"] == tt.CNT1
-    x = model.embedding[...][batch["inputs"]] * jnp.sqrt(float(c.d_model))
-    first_unrestricted = c.num_layers - c.num_unrestricted_layers
-    layer_inputs = []
-    for index, layer in enumerate(model.layers):
-        layer_inputs.append(x)
-        if c.tg and index >= first_unrestricted:
-            x = layer(x, memory[index], attn["causal_mask"], attn["causal_relpos"], compose, deterministic=True)
-        else:
-            x = layer(x, memory[index], mask, relpos, compose, deterministic=True)
-    if with_layer_inputs:
-        return x, jnp.stack(layer_inputs)
-    return x
+    x, _, layer_inputs = model.hidden_states(batch, memory, deterministic=True, with_layer_inputs=True)
+    return (x, layer_inputs) if with_layer_inputs else x
 
 
 def project(model: TransformerLM, x: jax.Array) -> jax.Array:
-    """Output logits `[..., V]` of hidden states `[..., d]` (tied embeddings plus bias)."""
-    return x @ model.embedding[...].T + model.output_bias[...]
+    """Output logits `[..., V]` of hidden states `[..., d]` (`TransformerLM.logits`)."""
+    return model.logits(x)
 
 
 class _Static:

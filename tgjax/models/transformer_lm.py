@@ -34,7 +34,6 @@ from tgjax.nn.transformer_xl import TransformerXLLayer
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt
 
-
 # The dtypes a model may compute in or store parameters in, by config name.
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -95,7 +94,8 @@ class ModelConfig:
     @property
     def uses_linear_positions(self) -> bool:
         """Whether any attention uses i - j (TXL, linear TG, or an unrestricted part)."""
-        return (not self.tg) or self.linear_relpos or self.num_unrestricted_layers > 0 or self.num_unrestricted_heads > 0
+        unrestricted = self.num_unrestricted_layers > 0 or self.num_unrestricted_heads > 0
+        return (not self.tg) or self.linear_relpos or unrestricted
 
     @property
     def relative_range(self) -> tuple[int, int]:
@@ -203,13 +203,34 @@ class TransformerLM(nnx.Module):
     def __call__(self, batch: dict[str, jax.Array], memory: jax.Array, *, deterministic: bool = True
                  ) -> tuple[jax.Array, jax.Array]:
         """Logits `[B, T, V]` (compute dtype) and the next memory `[K, B, M, d]` for one segment per row."""
+        x, new_memory = self.hidden_states(batch, memory, deterministic=deterministic)
+        return self.logits(x), new_memory
+
+    def logits(self, x: jax.Array) -> jax.Array:
+        """Output logits `[..., V]` (compute dtype) of hidden states `[..., d]`: tied embeddings plus bias.
+
+        Apart from `hidden_states` so that inference projects only the rows it reads.
+        """
+        c = self.config
+        embedding = self.embedding[...].astype(c.compute_dtype)
+        return x @ embedding.T + self.output_bias[...].astype(c.compute_dtype)
+
+    def hidden_states(self, batch: dict[str, jax.Array], memory: jax.Array, *, deterministic: bool = True,
+                      with_layer_inputs: bool = False):
+        """The final hidden states `[B, T, d]` (before `logits`) and the next memory `[K, B, M, d]`.
+
+        The next memory is None for a batch without its selections (`mem_src_seq`, `mem_src_mem`), as in
+        incremental scoring. With `with_layer_inputs` (list layout only, what inference walks): also the input
+        of every layer `[K, B, T, d]`, which Transformer-XL memory is made of and incremental scoring caches.
+        """
         c = self.config
         attn = attention_inputs(c, batch)
         mask, relpos = attn["mask"], attn["relpos"]
         if c.tg and c.num_unrestricted_heads:
             heads_tg = c.num_heads - c.num_unrestricted_heads
             per_head = lambda tg_part, causal_part: jnp.concatenate(
-                [jnp.repeat(tg_part[:, None], heads_tg, 1), jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
+                [jnp.repeat(tg_part[:, None], heads_tg, 1),
+                 jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
             mask = per_head(attn["mask"], attn["causal_mask"])
             relpos = per_head(attn["relpos"], attn["causal_relpos"])
         compose = batch["inputs_ttypes"] == tt.CNT1
@@ -225,18 +246,22 @@ class TransformerLM(nnx.Module):
         if c.scan_layers:
             x, new_memory = self._scanned(run_layer, x, memory, batch, mask, relpos, attn, first_unrestricted)
         else:
-            new_memory = []
+            new_memory, layer_inputs = [], []
             for index, layer in enumerate(self.layers):
-                new_memory.append(update_memory(x, memory[index], batch["mem_src_seq"], batch["mem_src_mem"]))
+                layer_inputs.append(x)
+                if "mem_src_seq" in batch:
+                    new_memory.append(update_memory(x, memory[index], batch["mem_src_seq"], batch["mem_src_mem"]))
                 if c.tg and index >= first_unrestricted:
                     x = run_layer(layer, x, memory[index], attn["causal_mask"], attn["causal_relpos"])
                 else:
                     x = run_layer(layer, x, memory[index], mask, relpos)
-            new_memory = jnp.stack(new_memory)
+            new_memory = jnp.stack(new_memory) if new_memory else None
         x = self.final_dropout(x, deterministic=deterministic)
-        embedding = self.embedding[...].astype(c.compute_dtype)
-        logits = x @ embedding.T + self.output_bias[...].astype(c.compute_dtype)
-        return logits, new_memory
+        if with_layer_inputs:
+            if c.scan_layers:
+                raise ValueError("with_layer_inputs needs the list layout: tgjax.models.transformer_lm.unscanned")
+            return x, new_memory, jnp.stack(layer_inputs)
+        return x, new_memory
 
     def _scanned(self, run_layer, x, memory, batch, mask, relpos, attn, first_unrestricted):
         """The stacked layers under `nnx.scan`: `x [B, T, d]` carried, memory `[K, B, M, d]` in and out."""
