@@ -52,9 +52,10 @@ def main() -> None:
     args = parser.parse_args()
     env = Craft((args.task,))
     params = env.params(args.task)
-    sides = {"batched": (make_rollout(env, params, args.batch), args.batch), "single": (make_rollout(env, params, 1), 1)}
+    sides = {"batched": (make_rollout(env, params, args.batch), args.batch),
+             "single": (make_rollout(env, params, 1), 1)}
     times = {name: [] for name in sides}
-    for name, (rollout, _) in sides.items():
+    for rollout, _ in sides.values():
         rollout(jax.random.key(0)).block_until_ready()  # compile
     for repeat in range(args.repeats):
         for name, (rollout, _) in sides.items():

@@ -58,7 +58,8 @@ class Keys3DAttention(PushdownAttention):
 def keys3d_scores(attention, q, k, tape, distance):
     """The release's scores: (q · (k_j + β[W[i, j]]) + q · P_{i-j}) / sqrt(d_head) with 3-D keys."""
     beta = attention.depth_embedding[...]
-    augmented = k[:, None, :, :, :] + beta[jnp.clip(tape, 0, attention.num_depths - 1)][:, :, :, None, :]  # [B,T,T,H,dh]
+    depth = jnp.clip(tape, 0, attention.num_depths - 1)
+    augmented = k[:, None, :, :, :] + beta[depth][:, :, :, None, :]  # [B,T,T,H,dh]
     content_and_depth = jnp.einsum("bthk,btshk->bhts", q, augmented)
     rel_keys = jnp.einsum("pd,dhk->phk", attention.position_table[...], attention.rel_key[...])
     by_distance = jnp.einsum("bthk,phk->bhtp", q, rel_keys)

@@ -364,7 +364,8 @@ def main() -> None:
         p256 = rows.get(("nd", previous, 256)) if previous else None
         if p256:
             print(f"    previous kernel: peak RSS {p256['peak_rss_gb']:.2f} GB,"
-                  f" XLA scratch {p256['xla_temp_gb']:.3f} GB -> ratios previous/new: RSS {p256['peak_rss_gb'] / r256['peak_rss_gb']:.2f}x,"
+                  f" XLA scratch {p256['xla_temp_gb']:.3f} GB -> ratios previous/new:"
+                  f" RSS {p256['peak_rss_gb'] / r256['peak_rss_gb']:.2f}x,"
                   f" XLA scratch {p256['xla_temp_gb'] / r256['xla_temp_gb']:.2f}x")
     mem = [(n, get("nd", "kernel", n, "xla_gb")) for n in ns if rows.get(("nd", "kernel", n))]
     if len(mem) >= 2:

@@ -10,15 +10,14 @@ import jax
 import numpy as np
 import pytest
 
+from tests.infer.test_beam import LABELS, get_model, tiny_vocab
 from tgjax.eval import parse, shards
 from tgjax.eval import syntaxgym as sg
-from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
 from tgjax.eval.blimp import BlimpPair, words_of
 from tgjax.eval.evalb import evalb, right_branching
+from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
-
-from tests.infer.test_beam import LABELS, get_model, tiny_vocab
 
 CONFIG = BeamConfig(word_beam=3, action_beam=6, fast_track=1, max_open_nts=4, max_consecutive_opens=2,
                     min_batch=64, max_batch=64)
@@ -151,7 +150,8 @@ def right_branching_actions(words: list[str]) -> list[str]:
 def test_parse_f1_equals_brackets_counted_by_hand(vocab):
     """Parse F1 against gold trees written independently of the parses: by hand, then by an oracle count."""
     gold = [trees_lib.parse(t) for t in GOLD]
-    search = WordSynchronousBeamSearch(get_model("tg", vocab.size), vocab, "tg", dataclasses.replace(CONFIG, max_open_nts=1))
+    search = WordSynchronousBeamSearch(get_model("tg", vocab.size), vocab, "tg",
+                                       dataclasses.replace(CONFIG, max_open_nts=1))
     # One open constituent at most: every parse is flat, (A w1 ... wn A) or (B ...), one bracket over the words
     # (the `.` deleted). By hand, the gold trees have 3 + 4 + 2 + 1 + 4 = 14 brackets and each sentence's
     # whole span is one of them: 5 matched of 14 gold and 5 predicted (none labelled A or B).

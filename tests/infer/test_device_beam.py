@@ -18,8 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.infer.test_beam import LABELS, MAX_CONSECUTIVE, MAX_OPEN, WORDS, enumerate_actions, exact_log_probs, \
-    get_model, tiny_vocab
+from tests.infer.test_beam import (
+    LABELS,
+    MAX_CONSECUTIVE,
+    MAX_OPEN,
+    WORDS,
+    enumerate_actions,
+    exact_log_probs,
+    get_model,
+    tiny_vocab,
+)
 from tgjax.infer.beam import BeamConfig, WordSynchronousBeamSearch, logsumexp
 from tgjax.infer.device_beam import DeviceBeamSearch
 from tgjax.infer.incremental import rule_of
@@ -34,7 +42,7 @@ CONFIGS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def searches(names: tuple[str, ...], setting: str):
     """(host, device) searches of a model or an ensemble, built once (the device one compiles once per shape)."""
     vocab = tiny_vocab()
@@ -91,7 +99,7 @@ def test_ensemble_of_tg_and_txl_cc_one_beam_over_the_per_action_mixture():
     assert max(abs(a.log_prob - b.log_prob) for a, b in zip(alone, host_results)) > 1e-3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stack_and_full():
     vocab = tiny_vocab()
     model = get_model("tg", vocab.size, seed=1)

@@ -78,7 +78,8 @@ def test_causal_in_tokens_and_tape():
     nudged = dict(batch, targets=batch["targets"].at[:, i].set(11))
     out = model(nudged)
     np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(base["lm_logits"]), rtol=1e-6, atol=1e-6)
-    assert not np.allclose(np.asarray(out["attach_logits"][:, i, : i + 2]), np.asarray(base["attach_logits"][:, i, : i + 2]))
+    assert not np.allclose(np.asarray(out["attach_logits"][:, i, : i + 2]),
+                           np.asarray(base["attach_logits"][:, i, : i + 2]))
     np.testing.assert_allclose(np.asarray(out["attach_logits"][:, :i]), np.asarray(base["attach_logits"][:, :i]))
 
 
@@ -93,7 +94,8 @@ def test_clipped_depths_and_partial_pushdown_layers():
     _, eq6 = small(depth_space="model")
     assert eq6.layers[0].attention.depth_embedding.shape == (4, 16)
     config, partial = small(pushdown_layers=(1,))
-    assert partial.layers[0].attention.depth_embedding is None and partial.layers[1].attention.depth_embedding is not None
+    assert partial.layers[0].attention.depth_embedding is None
+    assert partial.layers[1].attention.depth_embedding is not None
     with pytest.raises(ValueError, match="pushdown_layers"):
         PushdownLMConfig(vocab_size=5, num_layers=2, pushdown_layers=(2,))
     with pytest.raises(ValueError, match="binary_tape"):

@@ -17,8 +17,13 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tgjax.nn.attachment_head import (AttachmentHead, attachment_log_probs, attachment_loss, legal_attachments,
-                                      slot_legality)
+from tgjax.nn.attachment_head import (
+    AttachmentHead,
+    attachment_log_probs,
+    attachment_loss,
+    legal_attachments,
+    slot_legality,
+)
 from tgjax.nn.attention import sinusoidal_encoding
 from tgjax.syntax import stack_tape as stt
 

@@ -513,7 +513,7 @@ def cfl_task(name: str) -> CFLTask:
     return _build_task(key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build_task(key: str) -> CFLTask:
     make_text, symbols = _TASK_GRAMMARS[key]
     grammar = WeightedCFG.from_string(make_text(), source=f"<cfl:{key}>")

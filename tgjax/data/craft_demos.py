@@ -60,7 +60,7 @@ class CraftDemos:
                 self.boundaries[index])
 
     @classmethod
-    def from_episodes(cls, episodes, **meta) -> "CraftDemos":
+    def from_episodes(cls, episodes, **meta) -> CraftDemos:
         """From (observations [T+1, 1075], actions [T+1], boundaries [S]) triples and the metadata fields."""
         observations = np.concatenate([obs for obs, _, _ in episodes])
         if observations.min() < 0 or observations.max() > 255 or not np.array_equal(observations,

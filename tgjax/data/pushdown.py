@@ -184,7 +184,8 @@ def encode_tree(tree: Tree, vocab, *, name: str = "sentence") -> PushdownSentenc
                              num_binarised=count_nary(tree))
 
 
-def encode_trees(tree_list: Sequence[Tree], vocab, *, source: str = "corpus") -> tuple[list[PushdownSentence], PushdownReport]:
+def encode_trees(tree_list: Sequence[Tree], vocab, *, source: str = "corpus"
+                 ) -> tuple[list[PushdownSentence], PushdownReport]:
     sentences = [encode_tree(tree, vocab, name=f"{source}: tree {i}") for i, tree in enumerate(tree_list)]
     report = PushdownReport(num_sentences=len(sentences), num_binarised=sum(s.num_binarised for s in sentences))
     if report.num_binarised:

@@ -73,7 +73,8 @@ def right_branching_trees(gold) -> list:
 
 
 def marginal_perplexity(results) -> tuple[float, int]:
-    """(exp(−Σ log p(x) / Σ predicted tokens), tokens): per predicted token (pieces and ``<eos>``), from the beam's p(x)."""
+    """(exp(−Σ log p(x) / Σ predicted tokens), tokens): per predicted token (pieces and ``<eos>``), from the
+    beam's p(x)."""
     tokens = sum(len(r.ids) - 1 for r in results)
     return math.exp(-sum(r.log_prob for r in results) / max(tokens, 1)), tokens
 
@@ -187,5 +188,5 @@ def main_sample_pushdown(args) -> int:
     return 0
 
 
-__all__ = ["add_pushdown_args", "is_pushdown", "main_sample_pushdown", "main_score_pushdown", "marginal_perplexity", "pushdown_config",
-           "pushdown_scorer", "right_branching_trees", "score_records", "table4_f1"]
+__all__ = ["add_pushdown_args", "is_pushdown", "main_sample_pushdown", "main_score_pushdown", "marginal_perplexity",
+           "pushdown_config", "pushdown_scorer", "right_branching_trees", "score_records", "table4_f1"]

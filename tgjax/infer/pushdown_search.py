@@ -302,26 +302,26 @@ def tree_from_word_spans(n: int, spans) -> Tree | str:
     spans = sorted(set(spans) | {(0, n - 1)}, key=lambda s: (s[0], -s[1]))
     if n == 1:
         return "0"
-    root = Tree("X", [])
-    stack: list[tuple[int, int, Tree]] = [(0, n - 1, root)]
+    inside: dict[tuple[int, int], list[tuple[int, int]]] = {(0, n - 1): []}  # span -> its largest sub-spans
+    stack = [(0, n - 1)]
     for lo, hi in spans[1:]:
         while not (stack[-1][0] <= lo and hi <= stack[-1][1]):
             stack.pop()
-        node = Tree("X", [])
-        stack[-1][2].children.append((lo, hi, node))
-        stack.append((lo, hi, node))
+        inside[stack[-1]].append((lo, hi))
+        inside[(lo, hi)] = []
+        stack.append((lo, hi))
 
-    def build(node: Tree, lo: int, hi: int) -> Tree:
-        kids = sorted(node.children, key=lambda c: c[0])
-        out, position = [], lo
-        for clo, chi, child in kids:
+    def build(lo: int, hi: int) -> Tree:
+        out: list[Tree | str] = []
+        position = lo
+        for clo, chi in sorted(inside[(lo, hi)]):
             out.extend(str(w) for w in range(position, clo))
-            out.append(build(child, clo, chi))
+            out.append(build(clo, chi))
             position = chi + 1
         out.extend(str(w) for w in range(position, hi + 1))
         return Tree("X", out)
 
-    return build(root, 0, n - 1)
+    return build(0, n - 1)
 
 
 def _with_words(tree: Tree | str, words: Sequence[str]) -> Tree:

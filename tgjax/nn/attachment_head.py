@@ -107,7 +107,8 @@ def attachment_log_probs(logits: jax.Array, legal: jax.Array | None, *,
 
 
 def attachment_loss(log_probs: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:
-    """Mean attachment cross-entropy: `log_probs [B, T, T + 1]`, `labels [B, T]` slots, `weights [B, T]` (0 = ignore)."""
+    """Mean attachment cross-entropy: `log_probs [B, T, T + 1]`, `labels [B, T]` slots, `weights [B, T]`
+    (0 = ignore)."""
     picked = jnp.take_along_axis(log_probs, jnp.clip(labels, 0, log_probs.shape[-1] - 1)[..., None], axis=-1)[..., 0]
     weights = weights.astype(log_probs.dtype)
     picked = jnp.where(weights > 0, picked, 0.0)  # an ignored −inf must not turn the sum into nan
@@ -141,7 +142,8 @@ class AttachmentHead(nnx.Module):
                  relative_positions: bool = False, max_relative_position: int = 512,
                  query_chunk: int | None = None, rngs: nnx.Rngs):
         if self_key_input not in ("projection", "query"):
-            raise ValueError(f"self_key_input must be 'projection' (paper) or 'query' (release), got {self_key_input!r}")
+            raise ValueError(f"self_key_input must be 'projection' (paper) or 'query' (release), "
+                             f"got {self_key_input!r}")
         if num_depths < 1:
             raise ValueError(f"num_depths must be >= 1, got {num_depths}")
         if query_chunk is not None and query_chunk < 1:

@@ -82,7 +82,8 @@ class PushdownAttention(nnx.Module):
         self.key = param(rngs, dense_init(), qkv_shape, qkv_axes)
         self.value = param(rngs, dense_init(), qkv_shape, qkv_axes)
         self.rel_key = param(rngs, dense_init(), qkv_shape, qkv_axes)
-        self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model), ("heads", "kv", "embed"))
+        self.out = param(rngs, dense_init(in_axis=(0, 1)), (num_heads, self.head_dim, d_model),
+                         ("heads", "kv", "embed"))
         # num_depths = 0 gives the same layer without the depth term (a plain layer of the same size).
         # N(0, 1), the release's `nn.Embedding` default: the depth term starts as large as the keys.
         if depth_space not in ("head", "model"):
@@ -129,7 +130,8 @@ class PushdownAttention(nnx.Module):
         return logits / np.sqrt(self.head_dim)
 
     def attend(self, scores: jax.Array, mask: jax.Array, v: jax.Array) -> jax.Array:
-        """Softmax of `scores [B, H, Tq, Tk]` where `mask [B or 1, Tq, Tk]`, applied to `v [B, Tk, H, dh]`; `[B, Tq, d]`."""
+        """Softmax of `scores [B, H, Tq, Tk]` where `mask [B or 1, Tq, Tk]`, applied to `v [B, Tk, H, dh]`;
+        `[B, Tq, d]`."""
         mask = jnp.broadcast_to(mask[:, None], scores.shape)
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
         weights = jax.nn.softmax(scores, axis=-1)

@@ -61,13 +61,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
 from tgjax.syntax.trees import Tree
 
-Bracketing = Union[int, tuple["Bracketing", "Bracketing"]]
+Bracketing = int | tuple["Bracketing", "Bracketing"]
 Forest = list[Bracketing]
 
 # Roles of the positions of a context window (`WindowStackTape.roles`).
@@ -252,7 +252,8 @@ def _node_arrays(trees: Bracketing | Sequence[Bracketing]) -> tuple[int, np.ndar
             node, expanded = todo.pop()
             if isinstance(node, (int, np.integer)) and not isinstance(node, bool):
                 if int(node) != next_leaf:
-                    raise ValueError(f"leaves must be 0, 1, 2, ... left to right; found {int(node)} where {next_leaf} was expected")
+                    raise ValueError(f"leaves must be 0, 1, 2, ... left to right; found {int(node)} "
+                                     f"where {next_leaf} was expected")
                 spans.append((next_leaf, next_leaf))
                 next_leaf += 1
             elif isinstance(node, tuple) and len(node) == 2:
@@ -294,7 +295,8 @@ def format_bracketing(tree: Bracketing, tokens: Sequence[str] | None = None) -> 
 def _check_word_index(word_index: np.ndarray, num_words: int | None = None) -> np.ndarray:
     word_index = np.asarray(word_index)
     if word_index.ndim != 1 or not np.issubdtype(word_index.dtype, np.integer):
-        raise ValueError(f"word_index must be a 1-D integer array, got shape {word_index.shape} dtype {word_index.dtype}")
+        raise ValueError(f"word_index must be a 1-D integer array, got shape {word_index.shape} "
+                         f"dtype {word_index.dtype}")
     if word_index.size == 0:
         raise ValueError("word_index is empty")
     steps = np.diff(word_index)
@@ -553,7 +555,7 @@ class IncrementalStackTape:
         ends = [element[1] for element in self._stack]
         return np.asarray(ends + [self._length], dtype=np.int32)
 
-    def copy(self) -> "IncrementalStackTape":
+    def copy(self) -> IncrementalStackTape:
         other = IncrementalStackTape.__new__(IncrementalStackTape)
         other._depths = self._depths.copy()
         other._length = self._length

@@ -54,9 +54,21 @@ from tgjax.data.cfl import CFLTask as CFLLanguage
 from tgjax.data.cfl import cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference, cross_entropy_difference
 from tgjax.models.stack_lm import StackLMConfig
-from tgjax.train.cfl import (DISPLAY_NAMES, MAX_TRAIN_LENGTH, check_config, difference_dict, init_model,
-                             make_batches, make_steps, plot_results, read_params, resolve_model_config,
-                             selected_test_lengths, string_log_probs_of, write_json)
+from tgjax.train.cfl import (
+    DISPLAY_NAMES,
+    MAX_TRAIN_LENGTH,
+    check_config,
+    difference_dict,
+    init_model,
+    make_batches,
+    make_steps,
+    plot_results,
+    read_params,
+    resolve_model_config,
+    selected_test_lengths,
+    string_log_probs_of,
+    write_json,
+)
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.loop import Trainer
 from tgjax.train.metrics import MetricsWriter, format_duration, read_metrics

@@ -127,7 +127,7 @@ class TrialResult:
                 "valid": self.valid, "test": self.test, "run": self.run}
 
     @classmethod
-    def from_json(cls, saved: dict[str, Any]) -> "TrialResult":
+    def from_json(cls, saved: dict[str, Any]) -> TrialResult:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in saved.items() if k in names}
         return cls(**{**fields, "workdir": Path(saved["workdir"])})
