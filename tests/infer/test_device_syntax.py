@@ -29,13 +29,13 @@ T = 128  # host segment length (longer than any sequence drawn)
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted(caps: ds.Caps, tg: bool):
+def _jitted(caps: ds.Caps, tg: bool, stack_only: bool = False):
     open_ids = jnp.arange(caps.num_labels, dtype=jnp.int32) + OPEN_BASE
     close_ids = jnp.arange(caps.num_labels, dtype=jnp.int32) + CLOSE_BASE
 
     @jax.jit
     def step(layout, tree, action, word_ids, word_types, num_pieces):
-        layout = ds.commit(layout, True, caps)
+        layout = ds.commit(layout, True, caps, stack_only)
         new_layout = ds.advance_layout(layout, tree, action, caps, tg, open_ids, close_ids, word_ids, word_types,
                                        num_pieces)
         new_tree, record = ds.advance_tree(tree, action, caps)
@@ -116,8 +116,8 @@ def host_layout(caps, actions, words, tg):
     return jax.tree.map(lambda x: np.asarray(x)[0], compact), jax.tree.map(lambda x: np.asarray(x)[0], dense)
 
 
-def check_walk(caps, actions, words, tg):
-    step, fields, allowed_fn = _jitted(caps, tg)
+def check_walk(caps, actions, words, tg, stack_only=False):
+    step, fields, allowed_fn = _jitted(caps, tg, stack_only)
     compact, dense = host_layout(caps, actions, words, tg)
     layout, tree = ds.initial_layout(caps, BOS_ID), ds.initial_tree(caps)
     L, P = caps.num_labels, caps.max_pieces
@@ -136,12 +136,22 @@ def check_walk(caps, actions, words, tg):
         seq_mask, seq_rel = masks.attention_from_vectors(
             f["position"], f["inputs_ttypes"], f["depth"], f["position"], f["depth"], f["push_time"], f["pop_time"],
             causal=not tg, linear_relpos=not tg)
+        held = f["memory_pos"] >= 0
+        memory = f["memory_pos"][held]
+        if stack_only:
+            # The stack: every cached key a query from `length` on can still attend (pushed, not popped before
+            # it), in order, and nothing else.
+            push, pop = np.asarray(layout.key_push)[:length], np.asarray(layout.key_pop)[:length]
+            np.testing.assert_array_equal(memory, np.flatnonzero((push != ds.NEVER) & (pop >= length)))
+        else:
+            np.testing.assert_array_equal(memory, np.arange(length))
         for s in range(n):
             i = length + s
             assert f["inputs"][s] == compact.inputs[i] and f["inputs_ttypes"][s] == compact.inputs_ttypes[i]
             row = np.zeros(T, bool)
             rel = np.zeros(T, np.int64)
-            row[:length], rel[:length] = mem_mask[s, :length], mem_rel[s, :length]
+            # The memory slots' columns at their positions (columns of keys not held stay 0).
+            row[memory], rel[memory] = mem_mask[s, held], mem_rel[s, held]
             row[length:length + n], rel[length:length + n] = seq_mask[s, :n], seq_rel[s, :n]
             np.testing.assert_array_equal(row, dense.attn_mask[i].astype(bool), err_msg=f"mask row {i}")
             np.testing.assert_array_equal(rel, dense.attn_relpos[i, 1:], err_msg=f"relpos row {i}")
@@ -167,7 +177,7 @@ def check_walk(caps, actions, words, tg):
         check_window(layout, tree)
         position += int(layout.num_pending)
     # Popped keys: where the host's pop time has passed, the device wrote the same time.
-    layout = ds.commit(layout, True, caps)
+    layout = ds.commit(layout, True, caps, stack_only)
     host_pop = compact.pop_time[:position]
     np.testing.assert_array_equal(np.asarray(layout.key_pop)[:position],
                                   np.where(host_pop < position, host_pop, ds.NEVER) if tg else ds.NEVER)
@@ -179,6 +189,13 @@ def check_walk(caps, actions, words, tg):
 @given(walks())
 def test_tg_rows_relpos_liveness_and_allowed_equal_the_host_rule(walk):
     check_walk(*walk, tg=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(walks())
+def test_tg_stack_only_memory_is_the_stack_and_gives_the_same_rows(walk):
+    """The stack-only memory map holds exactly the keys still attendable, and the rebuilt rows are the host's."""
+    check_walk(*walk, tg=True, stack_only=True)
 
 
 @settings(max_examples=20, deadline=None)
