@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tgjax.data.craft_metrics import (boundary_f1, decode_segments, normalized_mutual_info, predicted_boundaries,
-                                      segmentation_metrics)
+from tgjax.data.craft_metrics import (
+    boundary_f1,
+    decode_segments,
+    normalized_mutual_info,
+    predicted_boundaries,
+    segmentation_metrics,
+)
 
 
 def test_f1_with_tolerance_by_hand():

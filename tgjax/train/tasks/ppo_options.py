@@ -53,6 +53,7 @@ import optax
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
+from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
 from tgjax.nn.ocn import CellBank
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
@@ -193,8 +194,6 @@ class PPOOptionsTask:
         r = self.config.rl
         self.options_policy, self.options_meta = _load_options(r.options_workdir, r.options_step)
         pc = self.options_policy.config
-        if pc.kind not in ("ocn", "moe"):
-            raise ConfigError(f"rl.options_workdir {r.options_workdir}: a {pc.kind!r} policy has no options")
         self.always_decide = pc.kind == "moe"
         self.env = Craft((r.task,))
         self.env_params = self.env.params(r.task, dense_reward=r.dense_reward, max_steps=r.max_steps)
@@ -457,11 +456,64 @@ def _merge(graphdef, params):
     return nnx.merge(graphdef, params)
 
 
-def _load_options(workdir: str, step):
-    from tgjax.infer.craft import load_craft_policy
+def _options_checkpoint(workdir: str | Path, step) -> tuple[int, dict]:
+    """(step, meta) of a craft_bc run's "best" (validation NLL), "latest" or numbered checkpoint."""
+    from tgjax.train.checkpoint import CheckpointStore
 
-    policy, checkpoint = load_craft_policy(workdir, step)
-    return policy, {"step": checkpoint.step, "kind": checkpoint.model_config.kind}
+    directory = Path(workdir)
+    if not (directory / "checkpoints").is_dir():
+        raise ConfigError(f"rl.options_workdir {workdir}: no checkpoints (train configs/ocn_craft.py there first)")
+    store = CheckpointStore(directory)
+    try:
+        latest = store.latest_step()
+        if latest is None:
+            raise ConfigError(f"rl.options_workdir {workdir}: no checkpoints")
+        meta = store.read_meta(latest)
+        chosen = {"latest": latest, "best": meta.get("best_step") or latest}.get(str(step))
+        chosen = int(step) if chosen is None else int(chosen)
+        if chosen != latest:
+            meta = store.read_meta(chosen)
+    finally:
+        store.close()
+    trainer = (meta.get("config") or {}).get("trainer")
+    if trainer != "craft_bc":
+        raise ConfigError(f"rl.options_workdir {workdir}: step {chosen} was written by trainer {trainer!r}, not "
+                          f"'craft_bc': PPO in option space reuses a behaviour-cloned OCN or MoE")
+    return chosen, meta
+
+
+def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
+    """The frozen policy (its options) of a craft_bc checkpoint: parameters only (an orbax partial restore)."""
+    import orbax.checkpoint as ocp
+
+    chosen, meta = _options_checkpoint(workdir, step)
+    policy_config = CraftPolicyConfig(**meta["model"])
+    if policy_config.kind not in ("ocn", "moe"):
+        raise ConfigError(f"rl.options_workdir {workdir}: a {policy_config.kind!r} policy has no options")
+    abstract = nnx.eval_shape(lambda: build_policy(policy_config, nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    target = {"params": jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(state))}
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    restored = ocp.PyTreeCheckpointer().restore(
+        (Path(workdir) / "checkpoints" / str(chosen) / "state").resolve(),
+        args=ocp.args.PyTreeRestore(item=target, partial_restore=True,
+                                    restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
+                                                              target)))
+    nnx.replace_by_pure_dict(state, restored["params"])
+    return nnx.merge(graphdef, state), {"step": chosen, "kind": policy_config.kind}
+
+
+def describe(config) -> dict[str, Any]:
+    """What `tgjax info` prints: the fresh controller's size, from the options run's recorded policy config."""
+    check_config(config)
+    chosen, meta = _options_checkpoint(config.rl.options_workdir, config.rl.options_step)
+    pc = CraftPolicyConfig(**meta["model"])
+    abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth,
+                                                 pc.controller_temperature, rngs=nnx.Rngs(0)))
+    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract))))
+    return {"model_name": f"ppo_options controller over {pc.kind} options (step {chosen})",
+            "num_parameters": count, "vocab_size": pc.num_options, "vocab_source": "the frozen options",
+            "model": dataclasses.asdict(pc)}
 
 
 class _NoBatches:
