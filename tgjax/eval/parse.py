@@ -315,7 +315,17 @@ class ParseReport:
         ] + ([] if self.binarised_f1 is None else [
             "unlabelled F1 against the right-binarised gold (Pushdown paper, Table 4; punctuation kept): "
             f"beam {self.binarised_f1:.2f}, right-branching {self.baseline_binarised_f1:.2f} "
-            "(the parses are unlabelled: the labelled F1 above means nothing for them)"]))
+            "(the parses are unlabelled: the labelled F1 above means nothing for them)",
+            _pushdown_perplexity(self.results)]))
+
+
+def _pushdown_perplexity(results) -> str:
+    """The Pushdown beam's p(x) per predicted token (what the trainer's teacher-forced validation loss counts)."""
+    from tgjax.eval.pushdown import marginal_perplexity
+
+    perplexity, tokens = marginal_perplexity(results)
+    return (f"perplexity from the beam's p(x) per predicted token (pieces and <eos>, {tokens}): {perplexity:.2f} "
+            f"({math.log(perplexity):.4f} nats; compare with the trainer's teacher-forced validation loss)")
 
 
 def parse_treebank(search, gold_trees: Sequence[Tree], *, params: str = "collins") -> ParseReport:
