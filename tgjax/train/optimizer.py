@@ -30,7 +30,10 @@ def linear_warmup_then_cosine_anneal(start_lr: float, max_lr: float, min_lr: flo
     `lr(0) = start_lr`, `lr(warmup_steps) = max_lr`, and
     `lr(warmup_steps + t) = min_lr + (max_lr - min_lr) * (1 + cos(pi * min(t / cycle, 1))) / 2`.
     optax counts its `decay_steps` from step 0 (warm-up included), the authors
-    count `cosine_cycle_length` from the end of the warm-up.
+    count `cosine_cycle_length` from the end of the warm-up. optax interpolates
+    the warm-up as `(start_lr - max_lr) * (1 - t) + max_lr`, so in float32 its
+    values are exact up to half an ulp of `max_lr`, not of themselves: with
+    `max_lr = 1e-3` the first step's 1e-7 reads 1.0012e-7.
     """
     if warmup_steps < 0 or cosine_cycle_length <= 0:
         raise ValueError(f"lr_schedule: warmup_steps={warmup_steps} must be >= 0 and "
