@@ -31,6 +31,7 @@ from flax import nnx
 
 from tgjax.nn.params import param
 from tgjax.nn.transformer_xl import TransformerXLLayer
+from tgjax.ops.log_probs import token_log_probs
 from tgjax.syntax import masks
 from tgjax.syntax import token_types as tt
 
@@ -322,11 +323,6 @@ def prediction_mask(batch: dict[str, Any]) -> jax.Array:
 
 def sequence_loss(logits: jax.Array, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
     """Summed negative log-likelihood over prediction events, and their count."""
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(log_probs, batch["labels"][..., None].astype(jnp.int32), axis=-1)[..., 0]
+    nll = -token_log_probs(logits, batch["labels"])
     events = prediction_mask(batch)
     return jnp.sum(jnp.where(events, nll, 0.0)), jnp.sum(events)
-
-
-def count_parameters(model: nnx.Module) -> int:
-    return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
