@@ -28,7 +28,7 @@ OPEN_BASE, CLOSE_BASE, WORD_BASE = 10, 20, 30
 T = 128  # host segment length (longer than any sequence drawn)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(caps: ds.Caps, tg: bool, stack_only: bool = False):
     open_ids = jnp.arange(caps.num_labels, dtype=jnp.int32) + OPEN_BASE
     close_ids = jnp.arange(caps.num_labels, dtype=jnp.int32) + CLOSE_BASE
@@ -94,7 +94,7 @@ def walks(draw):
 def host_layout(caps, actions, words, tg):
     """The rule's compact and dense single segment of BOS + the actions (ids, types), and each action's positions."""
     L = caps.num_labels
-    ids, types, stack, owner = [BOS_ID], [tt.BOS], [], []
+    ids, types, stack = [BOS_ID], [tt.BOS], []
     t = 0
     for a, *_ in actions:
         if a < L:

@@ -314,7 +314,7 @@ class ChoeCharniakDevice:
         return (tuple(_Static(g) for g in self.graphdefs), self.rules, self.stack_only, self.bos_id,
                 tuple(self.space.open_ids.tolist()), tuple(self.space.close_ids.tolist()))
 
-    def with_caps(self, caps: ds.Caps) -> "ChoeCharniakDevice":
+    def with_caps(self, caps: ds.Caps) -> ChoeCharniakDevice:
         new = object.__new__(ChoeCharniakDevice)
         new.__dict__.update(self.__dict__)
         new.caps = caps
@@ -774,7 +774,7 @@ _LOOPS: dict = {}
 def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, counts, later, num_words):
     """The whole search of a batch (under jit): `lax.while_loop` over iterations until every sentence is DONE."""
     B, P, N, R = sizes.batch, sizes.pool, sizes.words, sizes.records
-    A, word_action = family.num_actions, family.word_action
+    word_action = family.word_action
     init = family.initial_state()
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, P) + x.shape), init)
     status = jnp.zeros((B, P), jnp.int32).at[:, 0].set(FRONTIER)
