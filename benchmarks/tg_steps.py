@@ -38,7 +38,7 @@ def random_actions(rng: np.random.Generator, length: int, vocab_size: int):
         if choice == 0 and len(types) < length and depth < 20:
             types.append(tt.OPENING_NT)
             depth += 1
-        elif choice == 1 and len(types) < length:
+        elif (choice == 1 and len(types) < length) or types[-1] == tt.OPENING_NT:  # no empty constituent
             types.append(tt.TERMINAL)
         elif depth and types[-1] != tt.OPENING_NT:
             types.append(tt.CLOSING_NT)
