@@ -73,9 +73,9 @@ def _randomise(policy, seed: int, scale: float) -> None:
                                                     for k, leaf in zip(keys, leaves, strict=True)]))
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=4, deadline=None)  # each example compiles its own shapes
 @given(seed=st.integers(0, 10_000), num_options=st.integers(1, 4), depth=st.integers(1, 3),
-       steps=st.integers(1, 6), kind=st.sampled_from(["ocn", "moe"]), scale=st.sampled_from([0.3, 1.0, 3.0]))
+       steps=st.integers(1, 5), kind=st.sampled_from(["ocn", "moe"]), scale=st.sampled_from([0.3, 1.0, 3.0]))
 def test_ocn_matches_oracle(seed, num_options, depth, steps, kind, scale):
     config = CraftPolicyConfig(kind=kind, num_tasks=3, num_options=num_options, hidden_size=5, depth=depth,
                                controller_temperature=10.0, num_actions=4, live_inputs=False)
