@@ -120,7 +120,14 @@ search's 1.75 s (0.57 sentences/s, measured before at load 13-16), so the
 issue's 5x cannot be reached on this CPU by bookkeeping alone; an
 accelerator, where the host search's model calls (1,148 for these 16
 sentences, each a host round trip) dominate, is where the engine is meant
-to pay. Next steps for CPU: a
+to pay. A second run as the machine emptied (load ~14 in the device
+part, ~1.4 in the host's) gave 0.20x (70.0 s against 14.3 s): about
+170 ms per iteration where the ~112 live hypotheses' arithmetic needs
+~40 ms, so fixed per-iteration costs remain. Not yet measured, the first
+suspect: the whole-capacity caches (`[C, batch * pool, ...]`, ~400 MB at
+C = 256) pass through the `lax.switch` over memory sizes every iteration
+and may be copied there; a stack-only member needs far fewer than C slots.
+Next steps for CPU: profile that, a
 window of one position for the hypotheses whose last action is one
 position (opens, one-piece words: half of the layer work of those rows is
 padding now), and copy-on-write memories (a parent's slots shared by its
