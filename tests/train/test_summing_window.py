@@ -46,6 +46,17 @@ def test_an_empty_denominator_gives_zero_not_a_division_error_and_perplexity_is_
     assert record["perplexity"] == pytest.approx(math.exp(50.0))
 
 
+def test_epoch_a_constant_rate_and_a_step_without_grad_norm():
+    window = SummingWindow(ratios={"loss": ("sum_nll", "num_examples")}, tokens="num_tokens", steps_per_epoch=4,
+                           learning_rate=0.001)
+    metrics = step_metrics(nll=3.0, examples=3, correct=0, tokens=3, objective=0.0)
+    del metrics["learning_rate"], metrics["grad_norm"]  # a step that reports neither (Craft BC, PPO)
+    window.add(metrics)
+    record = window.record(5, metrics)
+    assert record["epoch"] == 2  # steps 5-8 are the second epoch
+    assert record["learning_rate"] == 0.001 and "grad_norm" not in record
+
+
 @settings(max_examples=30, deadline=None)
 @given(steps=st.lists(st.tuples(st.floats(0, 1e4), st.integers(0, 64), st.integers(0, 64), st.integers(0, 10**6),
                                 st.floats(-10, 10)), min_size=1, max_size=12))

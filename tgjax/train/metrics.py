@@ -112,19 +112,23 @@ class SummingWindow:
 
     gives `loss = Σ sum_nll / max(Σ num_masked, 1)`, `perplexity = exp(min(loss, 50))`,
     `tokens_per_second = Σ num_tokens / seconds`, and always `steps_per_second`,
-    and the last step's `learning_rate` and `grad_norm`.
+    and the last step's `learning_rate` and `grad_norm` (when the step reports one).
 
     Args:
       ratios: record name -> (numerator key, denominator key), or (numerator key, None) for a mean per step.
       tokens: the metrics key that counts tokens, for tokens/s.
       totals: record name -> metrics key, summed and recorded as is (an int stays an int).
       perplexity_of: a ratio whose exp (capped at e^50) is recorded as "perplexity".
+      steps_per_epoch: when given, the record has the `epoch` its step falls in (1-based).
+      learning_rate: a constant rate to record, for a step that does not report its own.
     """
 
     def __init__(self, *, ratios: dict[str, tuple[str, str | None]], tokens: str,
-                 totals: dict[str, str] | None = None, perplexity_of: str | None = None):
+                 totals: dict[str, str] | None = None, perplexity_of: str | None = None,
+                 steps_per_epoch: int | None = None, learning_rate: float | None = None):
         self.ratios, self.tokens, self.totals = ratios, tokens, totals or {}
         self.perplexity_of = perplexity_of
+        self.steps_per_epoch, self.learning_rate = steps_per_epoch, learning_rate
         self.keys = sorted({key for pair in ratios.values() for key in pair if key is not None}
                            | {tokens} | set(self.totals.values()))
         self.sums: dict[str, int | float] = dict.fromkeys(self.keys, 0)
@@ -139,12 +143,17 @@ class SummingWindow:
     def record(self, step: int, metrics: dict) -> dict[str, Any]:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         record: dict[str, Any] = {"split": "train", "step": step}
+        if self.steps_per_epoch is not None:
+            record["epoch"] = -(-step // self.steps_per_epoch)
         for name, (numerator, denominator) in self.ratios.items():
             count = self.steps if denominator is None else self.sums[denominator]
             record[name] = self.sums[numerator] / max(count, 1)
         if self.perplexity_of is not None:
             record["perplexity"] = math.exp(min(record[self.perplexity_of], 50.0))
         record.update({name: self.sums[key] for name, key in self.totals.items()})
-        record.update(learning_rate=float(metrics["learning_rate"]), grad_norm=float(metrics["grad_norm"]),
-                      steps_per_second=self.steps / elapsed, tokens_per_second=self.sums[self.tokens] / elapsed)
+        record["learning_rate"] = (float(metrics["learning_rate"]) if self.learning_rate is None
+                                   else self.learning_rate)
+        if "grad_norm" in metrics:  # a step without gradients of its own (PPO's inner epochs) has none
+            record["grad_norm"] = float(metrics["grad_norm"])
+        record.update(steps_per_second=self.steps / elapsed, tokens_per_second=self.sums[self.tokens] / elapsed)
         return record

@@ -37,7 +37,7 @@ from tgjax.data.cfl_metric import cross_entropy_difference
 from tgjax.train import cfl
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
-from tgjax.train.metrics import format_duration
+from tgjax.train.metrics import SummingWindow, format_duration
 from tgjax.train.schedules import Plateau
 from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged
 
@@ -62,27 +62,6 @@ class _TrialBatches:
 
     def get_state(self) -> dict[str, int]:
         return self._batches.get_state()
-
-
-class SymbolWindow:
-    """The steps since the last train record: nats and symbols summed, and the time they took."""
-
-    def __init__(self, steps_per_epoch: int):
-        self.steps_per_epoch = steps_per_epoch
-        self.steps, self.nll, self.symbols = 0, 0.0, 0.0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.nll += float(metrics["sum_nll"])
-        self.symbols += float(metrics["num_symbols"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return {"split": "train", "step": step, "epoch": -(-step // self.steps_per_epoch),
-                "loss": self.nll / max(self.symbols, 1.0),  # nats per symbol over the window
-                "learning_rate": float(metrics["learning_rate"]), "steps_per_second": self.steps / elapsed,
-                "tokens_per_second": self.symbols / elapsed, "grad_norm": float(metrics["grad_norm"])}
 
 
 def _json_value(value):
@@ -310,8 +289,10 @@ class CFLTask:
 
         return train_step
 
-    def new_window(self) -> SymbolWindow:
-        return SymbolWindow(self.steps_per_epoch)
+    def new_window(self) -> SummingWindow:
+        # nats per symbol over the window; the symbols are the "tokens" of tokens/s
+        return SummingWindow(ratios={"loss": ("sum_nll", "num_symbols")}, tokens="num_symbols",
+                             steps_per_epoch=self.steps_per_epoch)
 
     def decay_learning_rate(self) -> float:
         self.learning_rate *= float(self.config.training.lr_decay)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import (
     ParamsState,
     abstract_params,
@@ -246,28 +246,6 @@ def make_steps(graphdef, tx: optax.GradientTransformation):
     return train_step, eval_step
 
 
-class BCWindow:
-    """Sums over a logging interval: NLL per step, action accuracy, steps (the "tokens"), time."""
-
-    def __init__(self, learning_rate: float):
-        self.learning_rate = learning_rate
-        self.steps, self.nll, self.correct, self.count = 0, 0.0, 0.0, 0.0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.nll += float(metrics["sum_nll"])
-        self.correct += float(metrics["num_correct"])
-        self.count += float(metrics["num_steps"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return {"split": "train", "step": step, "loss": self.nll / max(self.count, 1.0),
-                "action_accuracy": self.correct / max(self.count, 1.0), "learning_rate": self.learning_rate,
-                "grad_norm": float(metrics["grad_norm"]), "steps_per_second": self.steps / elapsed,
-                "tokens_per_second": self.count / elapsed}
-
-
 # -----------------------------------------------------------------------------
 # The task.
 
@@ -387,8 +365,10 @@ class CraftBCTask:
 
         return train_step
 
-    def new_window(self) -> BCWindow:
-        return BCWindow(float(self.config.training.learning_rate))
+    def new_window(self) -> SummingWindow:
+        # per environment step (the "tokens" of tokens/s); the step does not report its constant rate
+        return SummingWindow(ratios={"loss": ("sum_nll", "num_steps"), "action_accuracy": ("num_correct", "num_steps")},
+                             tokens="num_steps", learning_rate=float(self.config.training.learning_rate))
 
     def decay_learning_rate(self) -> float:
         return float(self.config.training.learning_rate)

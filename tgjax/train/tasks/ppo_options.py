@@ -41,7 +41,6 @@ rlax and distrax are imported here only (the `rl` extra).
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_po
 from tgjax.nn.ocn import CellBank
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
 
@@ -427,8 +427,14 @@ class PPOOptionsTask:
 
         return train_step
 
-    def new_window(self):
-        return _PPOWindow()
+    def new_window(self) -> SummingWindow:
+        # losses are means per step (iteration); environment steps are the "tokens" of tokens/s
+        return SummingWindow(ratios={"loss": ("loss", None), "policy_loss": ("policy_loss", None),
+                                     "value_loss": ("value_loss", None), "entropy": ("entropy", None),
+                                     "success_rate": ("successes", "episodes"),
+                                     "reward_per_episode": ("sum_rewards", "episodes"),
+                                     "decisions_per_step": ("decisions", "env_steps")},
+                             tokens="env_steps", totals={"episodes": "episodes"})
 
     def decay_learning_rate(self) -> float:
         return float(self.config.training.learning_rate)
@@ -531,27 +537,3 @@ class _NoBatches:
 
     def get_state(self):
         return {"step": self.step}
-
-
-class _PPOWindow:
-    def __init__(self):
-        self.start = time.perf_counter()
-        self.sums: dict[str, float] = {}
-        self.steps = 0
-
-    def add(self, metrics):
-        self.steps += 1
-        for name in ("policy_loss", "value_loss", "entropy", "episodes", "successes", "decisions", "env_steps",
-                     "loss", "sum_rewards"):
-            self.sums[name] = self.sums.get(name, 0.0) + float(metrics[name])
-
-    def record(self, step, metrics):
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        s, n = self.sums, max(self.steps, 1)
-        return {"split": "train", "step": step, "loss": s["loss"] / n, "policy_loss": s["policy_loss"] / n,
-                "value_loss": s["value_loss"] / n, "entropy": s["entropy"] / n,
-                "success_rate": s["successes"] / max(s["episodes"], 1.0), "episodes": s["episodes"],
-                "reward_per_episode": s["sum_rewards"] / max(s["episodes"], 1.0),
-                "decisions_per_step": s["decisions"] / max(s["env_steps"], 1.0),
-                "learning_rate": float(metrics["learning_rate"]), "steps_per_second": self.steps / elapsed,
-                "tokens_per_second": s["env_steps"] / elapsed}

@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +66,7 @@ from tgjax.data.pushdown import PushdownReport, PushdownSentence, encode_trees, 
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
 from tgjax.train import sharding as shd
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
-from tgjax.train.metrics import format_duration
+from tgjax.train.metrics import SummingWindow, format_duration
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import StepSchedule
@@ -403,33 +402,6 @@ def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_w
     return train_step, eval_step
 
 
-class PushdownWindow:
-    """Sums over the steps since the last train record."""
-
-    def __init__(self):
-        self.steps, self.loss, self.lm, self.attach, self.correct = 0, 0.0, 0.0, 0.0, 0.0
-        self.tokens, self.attachments = 0.0, 0.0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.loss += float(metrics["loss"])
-        self.lm += float(metrics["sum_lm_nll"])
-        self.attach += float(metrics["sum_attach_nll"])
-        self.correct += float(metrics["attach_correct"])
-        self.tokens += float(metrics["num_tokens"])
-        self.attachments += float(metrics["num_attach"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        lm = self.lm / max(self.tokens, 1.0)
-        return {"split": "train", "step": step, "loss": self.loss / max(self.steps, 1), "lm_loss": lm,
-                "perplexity": math.exp(min(lm, 50.0)), "attach_loss": self.attach / max(self.attachments, 1.0),
-                "attach_accuracy": self.correct / max(self.attachments, 1.0),
-                "learning_rate": float(metrics["learning_rate"]), "grad_norm": float(metrics["grad_norm"]),
-                "steps_per_second": self.steps / elapsed, "tokens_per_second": self.tokens / elapsed}
-
-
 # -----------------------------------------------------------------------------
 # `tgjax info`.
 
@@ -654,8 +626,12 @@ class PushdownLMTask:
 
         return train_step
 
-    def new_window(self) -> PushdownWindow:
-        return PushdownWindow()
+    def new_window(self) -> SummingWindow:
+        # loss: the step's weighted objective, a mean per step; the rest per token or per attachment
+        return SummingWindow(ratios={"loss": ("loss", None), "lm_loss": ("sum_lm_nll", "num_tokens"),
+                                     "attach_loss": ("sum_attach_nll", "num_attach"),
+                                     "attach_accuracy": ("attach_correct", "num_attach")},
+                             tokens="num_tokens", perplexity_of="lm_loss")
 
     def decay_learning_rate(self) -> float:
         raise NotImplementedError("Pushdown-LM's learning rate follows the step schedule")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
-from tgjax.train.metrics import format_duration
+from tgjax.train.metrics import SummingWindow, format_duration
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
@@ -150,32 +149,6 @@ def check_same_run(meta: dict, step: int, directory: Path, vocab_fp: str, vocab_
 
 # -----------------------------------------------------------------------------
 # Per step.
-
-
-class TokenWindow:
-    """Sums over the steps since the last log record: loss, events, tokens and the time they took."""
-
-    def __init__(self):
-        self.steps, self.nll, self.events, self.tokens = 0, 0.0, 0, 0
-        self.start = time.perf_counter()
-
-    def add(self, metrics: dict) -> None:
-        self.steps += 1
-        self.nll += float(metrics["sum_nll"])
-        self.events += int(metrics["num_events"])
-        self.tokens += int(metrics["num_tokens"])
-
-    def record(self, step: int, metrics: dict) -> dict[str, Any]:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return {
-            "split": "train", "step": step,
-            "loss": self.nll / max(self.events, 1),  # per prediction event over the window
-            "learning_rate": float(metrics["learning_rate"]),
-            "tokens_per_second": self.tokens / elapsed,
-            "steps_per_second": self.steps / elapsed,
-            "grad_norm": float(metrics["grad_norm"]),
-            "num_events": self.events,
-        }
 
 
 def model_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -301,8 +274,10 @@ class TreebankLMTask:
     def make_train_step(self):
         return st.make_train_step(self.parts, self.tx, self.lr_schedule, self.shardings)
 
-    def new_window(self) -> TokenWindow:
-        return TokenWindow()
+    def new_window(self) -> SummingWindow:
+        # loss per prediction event over the window
+        return SummingWindow(ratios={"loss": ("sum_nll", "num_events")}, tokens="num_tokens",
+                             totals={"num_events": "num_events"})
 
     def decay_learning_rate(self) -> float:
         raise NotImplementedError("the treebank LM's learning rate follows the step schedule")
