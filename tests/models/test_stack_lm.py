@@ -16,6 +16,7 @@ from flax import nnx
 
 from tgjax.data.cfl import cfl_task
 from tgjax.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from tgjax.models import count_parameters
 from tgjax.models.stack_lm import (
     CFL_SPECIAL_IDS,
     EXCLUDED_LOGIT,
@@ -31,8 +32,7 @@ TABLE_5_HARDEST_CFL = {"tf": 43_304, "tf_sup": 41_224, "tf_nd": 36_861}
 
 
 def _count(model_cfg: StackLMConfig) -> int:
-    model = nnx.eval_shape(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(0)))
-    return int(sum(p.size for p in jax.tree.leaves(nnx.state(model, nnx.Param))))
+    return count_parameters(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(0)))
 
 
 @pytest.mark.parametrize("model", sorted(TABLE_5_HARDEST_CFL))

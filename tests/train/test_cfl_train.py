@@ -16,7 +16,7 @@ from tgjax.train.cfl import (
     MODEL_NAMES,
     ShuffledBatches,
     check_config,
-    count_parameters,
+    count_stack_lm_parameters,
     load_model,
     make_batches,
     make_steps,
@@ -72,7 +72,7 @@ def test_config_is_the_papers_setup_for_every_task_and_model(task):
             assert (cfg.num_states, cfg.stack_alphabet_size) == PAPER_PDA[task]
         # The CFL vocabulary (PAD, BOS, EOS, symbols) with the authors' embedding (BOS + symbols) and
         # softmax (EOS + symbols): the parameter count is Table 5's.
-        assert count_parameters(cfg) == counts[model], (task, model)
+        assert count_stack_lm_parameters(cfg) == counts[model], (task, model)
     t, d = config.training, config.data
     assert (t.batch_size, t.clip_grad_norm, t.learning_rate) == (10, 5.0, None)
     assert tuple(t.learning_rate_range) == (5e-4, 1e-2)
@@ -195,7 +195,7 @@ def test_tiny_run_writes_metrics_results_and_plot(model, tmp_path, capsys):
 
     # The best epoch's checkpoint reproduces the reported validation number.
     loaded, task = load_model(workdir)
-    assert count_parameters(loaded.config) == results["num_parameters"]
+    assert count_stack_lm_parameters(loaded.config) == results["num_parameters"]
     valid_strings = task.sample_split("valid", seed=1, size=20)
     enc = task.encode(valid_strings)
     log_probs = string_log_probs(loaded(enc["inputs"]), enc["targets"], enc["weights"])

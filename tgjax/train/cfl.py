@@ -42,6 +42,7 @@ from flax import nnx
 from tgjax.data.cfl import SPLITS, TASK_NAMES, CFLTask, cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference
 from tgjax.extras import require_extra
+from tgjax.models.parts import count_parameters
 from tgjax.models.stack_lm import StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.train.config import ConfigError
 
@@ -187,9 +188,9 @@ def selected_test_lengths(config, task: CFLTask) -> list[int]:
     return sorted(set(wanted))
 
 
-def count_parameters(model_cfg: StackLMConfig) -> int:
-    model = nnx.eval_shape(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(0)))
-    return int(sum(p.size for p in jax.tree.leaves(nnx.state(model, nnx.Param))))
+def count_stack_lm_parameters(model_cfg: StackLMConfig) -> int:
+    """The parameters of a stack LM of this configuration (built abstractly: nothing allocated)."""
+    return count_parameters(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(0)))
 
 
 def describe_cfl(config) -> dict[str, Any]:
@@ -197,7 +198,7 @@ def describe_cfl(config) -> dict[str, Any]:
     task, model = check_config(config)
     vocab_size = cfl_task(task).vocabulary.size
     model_cfg = resolve_model_config(config, vocab_size)
-    return {"task": task, "model_name": model, "num_parameters": count_parameters(model_cfg),
+    return {"task": task, "model_name": model, "num_parameters": count_stack_lm_parameters(model_cfg),
             "vocab_size": vocab_size, "vocab_source": f"the {task} task's symbols + PAD, BOS, EOS",
             "model": dataclasses.asdict(model_cfg)}
 

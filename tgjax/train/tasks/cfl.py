@@ -198,7 +198,7 @@ class CFLTask:
         self.run = run
         self.task = cfl_task(self.task_name)
         self.model_config = cfl.resolve_model_config(config, self.task.vocabulary.size)
-        self.num_parameters = cfl.count_parameters(self.model_config)
+        self.num_parameters = cfl.count_stack_lm_parameters(self.model_config)
         self.facts = self.run_facts()
         data_seed = self._data_seed()
         run.say(f"{self.label}sampling {d.train_size} training and {d.valid_size} validation strings of "

@@ -53,6 +53,7 @@ from tgjax.data.craft_episodes import (
 )
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices
+from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
@@ -141,8 +142,7 @@ def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: the policy and its parameter count (no data read)."""
     check_config(config)
     cfg = policy_config(config, len(task_names(config)))
-    shapes = abstract_params(lambda rngs: build_policy(cfg, rngs))
-    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(shapes)))
+    count = count_parameters(lambda: build_policy(cfg, nnx.Rngs(0)))
     return {"model_name": f"craft_{cfg.kind}", "num_parameters": count, "vocab_size": cfg.num_actions,
             "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(cfg)}
 
@@ -294,9 +294,10 @@ class CraftBCTask:
         self.data_fingerprint = digest.hexdigest()
 
         build = lambda rngs: build_policy(self.policy_config, rngs)
-        self.graphdef = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))), nnx.Param, ...)[0]
+        abstract = nnx.eval_shape(lambda: build(nnx.Rngs(0)))
+        self.graphdef = nnx.split(abstract, nnx.Param, ...)[0]
         self.abstract_params = abstract_params(build)
-        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.num_parameters = count_parameters(abstract)
         t = self.config.training
         parts = [optax.clip_by_global_norm(t.clip_grad_norm)] if t.clip_grad_norm > 0 else []
         self.tx = optax.chain(*parts, optax.adam(t.learning_rate))

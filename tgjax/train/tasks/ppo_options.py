@@ -47,12 +47,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
+from tgjax.models.parts import count_parameters
 from tgjax.nn.ocn import CellBank
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
@@ -203,7 +203,7 @@ class PPOOptionsTask:
         self.graphdef, abstract_state = nnx.split(abstract)
         self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
                                             nnx.to_pure_dict(abstract_state))
-        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.num_parameters = count_parameters(abstract)
         t = self.config.training
         updates = self.num_steps * r.num_epochs * r.num_minibatches
         self.tx = optax.chain(optax.clip_by_global_norm(t.clip_grad_norm),
@@ -516,7 +516,7 @@ def describe(config) -> dict[str, Any]:
     pc = CraftPolicyConfig(**meta["model"])
     abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth,
                                                  pc.controller_temperature, rngs=nnx.Rngs(0)))
-    count = int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract))))
+    count = count_parameters(abstract)
     return {"model_name": f"ppo_options controller over {pc.kind} options (step {chosen})",
             "num_parameters": count, "vocab_size": pc.num_options, "vocab_source": "the frozen options",
             "model": dataclasses.asdict(pc)}

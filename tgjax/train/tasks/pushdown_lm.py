@@ -63,6 +63,7 @@ import optax
 from flax import nnx
 
 from tgjax.data.pushdown import PushdownReport, PushdownSentence, encode_trees, make_batch
+from tgjax.models.parts import count_parameters
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
 from tgjax.train import sharding as shd
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
@@ -406,11 +407,6 @@ def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_w
 # `tgjax info`.
 
 
-def _count(model_cfg: PushdownLMConfig) -> int:
-    abstract = nnx.eval_shape(lambda: PushdownLM(model_cfg, rngs=nnx.Rngs(0)))
-    return int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
-
-
 def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: parameters, and the vocabulary (from the data; or `model.vocab_size` when
     the configuration names one and the data are absent, e.g. BLLIP's 32,768 SentencePiece pieces)."""
@@ -429,7 +425,8 @@ def describe(config) -> dict[str, Any]:
                 raise
             vocab_size, source = int(config.model.vocab_size), f"model.vocab_size; the data are absent ({missing})"
     model_cfg = model_config(config, vocab_size)
-    return {"model_name": "pushdown_lm", "num_parameters": _count(model_cfg), "vocab_size": vocab_size,
+    num_parameters = count_parameters(lambda: PushdownLM(model_cfg, rngs=nnx.Rngs(0)))
+    return {"model_name": "pushdown_lm", "num_parameters": num_parameters, "vocab_size": vocab_size,
             "vocab_source": source, "model": dataclasses.asdict(model_cfg)}
 
 
@@ -527,7 +524,7 @@ class PushdownLMTask:
         self.graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
         self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
                                             nnx.to_pure_dict(abstract_params))
-        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.num_parameters = count_parameters(abstract)
         self.tx, self.lr_schedule = make_optimizer(t)
         self.replicated = shd.replicated(run.mesh)
         train_step, eval_step = make_steps(self.graphdef, self.model_config, self.tx, self.lr_schedule,
