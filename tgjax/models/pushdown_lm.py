@@ -34,6 +34,7 @@ from flax import nnx
 from tgjax.nn.attachment_head import AttachmentHead, attachment_log_probs, attachment_loss, slot_legality
 from tgjax.nn.params import param
 from tgjax.nn.pushdown_attention import PushdownLayer, count_clipped_depths, stack_tape_from_nodes
+from tgjax.ops.log_probs import token_log_probs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +123,8 @@ def pushdown_loss(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
                   config: PushdownLMConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     """LM cross-entropy + attachment cross-entropy (means over their valid positions); and metrics."""
     weights = batch["weights"]
-    log_probs = jax.nn.log_softmax(outputs["lm_logits"], axis=-1)
-    token_log_probs = jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
-    lm_loss = -(token_log_probs * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+    target_log_probs = token_log_probs(outputs["lm_logits"], batch["targets"])
+    lm_loss = -(target_log_probs * weights).sum() / jnp.maximum(weights.sum(), 1.0)
     legal = slot_legality(batch["attach"])
     attach_log_probs = attachment_log_probs(outputs["attach_logits"], legal,
                                             normalise_over=config.attachment_normalise, mask_illegal=False)

@@ -44,6 +44,7 @@ from tgjax.data.cfl_metric import CrossEntropyDifference
 from tgjax.extras import require_extra
 from tgjax.models.parts import count_parameters
 from tgjax.models.stack_lm import StackLMConfig, StackTransformerLM, stack_cfl_config
+from tgjax.ops.log_probs import token_log_probs
 from tgjax.train.config import ConfigError
 
 __all__ = [
@@ -331,10 +332,6 @@ def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: floa
     train_def, _, _ = nnx.split(template, nnx.Param, ...)
     template.eval()
     eval_def, _, _ = nnx.split(template, nnx.Param, ...)
-
-    def token_log_probs(logits, targets):
-        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-        return jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
 
     def train_step(state: CFLState, rest, inputs, targets, weights, lr):
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
