@@ -54,6 +54,7 @@ from tgjax.data.cfl import CFLTask as CFLLanguage
 from tgjax.data.cfl import cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference, cross_entropy_difference
 from tgjax.models.stack_lm import StackLMConfig
+from tgjax.progress import format_duration
 from tgjax.train.cfl import (
     DISPLAY_NAMES,
     MAX_TRAIN_LENGTH,
@@ -71,7 +72,7 @@ from tgjax.train.cfl import (
 )
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.loop import Trainer
-from tgjax.train.metrics import MetricsWriter, format_duration, read_metrics
+from tgjax.train.metrics import MetricsWriter, read_metrics
 from tgjax.train.tasks.cfl import CFLTask, TrialResult
 
 __all__ = ["CFLResult", "train_cfl"]

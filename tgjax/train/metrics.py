@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from tgjax.extras import MissingExtra, require_extra
-from tgjax.progress import format_duration  # noqa: F401 (tasks import it from here)
 
 
 class MetricsWriter:

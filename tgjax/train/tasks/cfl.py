@@ -34,10 +34,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from tgjax.data.cfl import cfl_task
 from tgjax.data.cfl_metric import cross_entropy_difference
+from tgjax.progress import format_duration
 from tgjax.train import cfl
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
-from tgjax.train.metrics import SummingWindow, format_duration
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import Plateau
 from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged
 

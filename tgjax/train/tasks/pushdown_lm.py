@@ -65,9 +65,10 @@ from flax import nnx
 from tgjax.data.pushdown import PushdownReport, PushdownSentence, encode_trees, make_batch
 from tgjax.models.parts import count_parameters
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
+from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
-from tgjax.train.metrics import SummingWindow, format_duration
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import StepSchedule

@@ -25,12 +25,13 @@ from tgjax.data import pipeline as pl
 from tgjax.data.vocab import load_vocabulary
 from tgjax.models import MODEL_NAMES, ModelConfig, TransformerLM, count_parameters, model_config
 from tgjax.models.parts import model_parts
+from tgjax.progress import format_duration
 from tgjax.syntax import masks
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
 from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
-from tgjax.train.metrics import SummingWindow, format_duration
+from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection
