@@ -101,6 +101,22 @@ class RunContext:
     say: Callable[[str], None]  # a message for the person running this
 
 
+def read_intervals(task: Any, config, *, fixed_steps: bool = True) -> None:
+    """Sets a task's run lengths from the config keys every family shares (one place reads them).
+
+    Always `logging_interval` (logging.interval_steps) and `tensorboard` (logging.tensorboard); with
+    `fixed_steps`, also `num_steps` (training.num_steps), `validation_interval` (evaluation.interval_steps)
+    and `checkpoint_interval` (checkpointing.interval_steps). A task that derives those from its data
+    (epochs) passes `fixed_steps=False` and sets them itself.
+    """
+    task.logging_interval = config.logging.interval_steps
+    task.tensorboard = config.logging.tensorboard
+    if fixed_steps:
+        task.num_steps = config.training.num_steps
+        task.validation_interval = config.evaluation.interval_steps
+        task.checkpoint_interval = config.checkpointing.interval_steps
+
+
 class MetricsWindow(Protocol):
     """Sums over the steps since the last train record; `start` (perf_counter seconds) is moved forward by
     the trainer over validation and saving, which do not count towards steps/s."""

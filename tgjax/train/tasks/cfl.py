@@ -40,7 +40,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import Plateau
-from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged
+from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged, read_intervals
 
 _MODEL_FIELDS = ("inputs", "targets", "weights")
 
@@ -156,8 +156,7 @@ class CFLTask:
                                          budget_s=None if budget is None else float(budget),
                                          elapsed=self.training_seconds)
         self.valid_history: list[float] = []
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config, fixed_steps=False)
         self.num_steps = self.validation_interval = self.checkpoint_interval = 0  # set by `setup` (the data's)
         self.seconds_before = 0.0  # training time of earlier calls (from the checkpoint's meta)
         self.started = time.perf_counter()  # reset by `setup`, once the data is ready

@@ -74,7 +74,7 @@ from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 DATASETS = ("listops", "logic")
 SPLITS = ("length", "A", "B", "C")
@@ -401,11 +401,7 @@ class ClassificationTask:
 
     def __init__(self, config):
         self.config = config
-        self.num_steps = config.training.num_steps
-        self.validation_interval = config.evaluation.interval_steps
-        self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config)
         self.batch_size = config.training.batch_size
         self.eval_batch_size = config.evaluation.batch_size
         self.dataset = config.dataset

@@ -64,7 +64,7 @@ from tgjax.train.params_state import (
     init_params_state,
 )
 from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -259,11 +259,7 @@ class CraftBCTask:
 
     def __init__(self, config):
         self.config = config
-        self.num_steps = config.training.num_steps
-        self.validation_interval = config.evaluation.interval_steps
-        self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config)
         self.batch_size = config.training.batch_size
 
     def validate_config(self, config) -> None:

@@ -60,7 +60,7 @@ from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import Plateau, StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
 SOURCES = ("builtin", "treebank", "craft", "text")
@@ -382,11 +382,7 @@ class MLMTask:
 
     def __init__(self, config):
         self.config = config
-        self.num_steps = config.training.num_steps
-        self.validation_interval = config.evaluation.interval_steps
-        self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config)
         t = config.training
         self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="min") if t.schedule == "plateau"
                          else StepSchedule())

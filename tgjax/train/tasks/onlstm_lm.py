@@ -94,7 +94,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
 EOS = "<eos>"
@@ -541,9 +541,8 @@ class OnLSTMLMTask:
     def __init__(self, config):
         self.config = config
         self.schedule = StepSchedule()  # the rate is constant but for the seq_len rescale; NT-ASGD is not a decay
+        read_intervals(self, config, fixed_steps=False)
         self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
         self.num_steps = config.training.num_steps or 0  # set from num_epochs in setup
         self.asgd_start_step: int | None = None  # the step after whose validation ASGD began
         self.valid_history: list[float] = []  # validation losses while on SGD (the release's best_val_loss list)

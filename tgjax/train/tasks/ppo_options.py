@@ -58,7 +58,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -175,11 +175,7 @@ class PPOOptionsTask:
 
     def __init__(self, config):
         self.config = config
-        self.num_steps = config.training.num_steps
-        self.validation_interval = config.evaluation.interval_steps
-        self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config)
 
     def validate_config(self, config) -> None:
         check_config(config)

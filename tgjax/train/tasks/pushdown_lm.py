@@ -72,7 +72,7 @@ from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
 from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 SOURCES = ("builtin", "treebank", "dyck")
 VOCABULARY_FILE = "vocab.json"
@@ -443,11 +443,7 @@ class PushdownLMTask:
 
     def __init__(self, config):
         self.config = config
-        self.num_steps = config.training.num_steps
-        self.validation_interval = config.evaluation.interval_steps
-        self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config)
         self.schedule = StepSchedule()
 
     def validate_config(self, config) -> None:

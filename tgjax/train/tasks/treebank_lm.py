@@ -34,7 +34,7 @@ from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.train.validation import check_values
 from tgjax.workdir import VocabularyMismatch, vocabulary_fingerprint
 
@@ -185,11 +185,7 @@ class TreebankLMTask:
 
     def __init__(self, config):
         self.config = config
-        self.num_steps = config.training.num_steps
-        self.validation_interval = config.evaluation.interval_steps
-        self.checkpoint_interval = config.checkpointing.interval_steps
-        self.logging_interval = config.logging.interval_steps
-        self.tensorboard = config.logging.tensorboard
+        read_intervals(self, config)
         self.batch_size = config.training.batch_size
         self.schedule = StepSchedule()
         self._valid_batches: list[dict[str, np.ndarray]] | None = None
