@@ -44,6 +44,7 @@ from typing import Literal, NoReturn
 
 import numpy as np
 
+from tgjax.syntax.distance import brackets
 from tgjax.syntax.trees import SourceLocationError, text_lines
 
 # --------------------------------------------------------------------------
@@ -160,17 +161,7 @@ def gold_spans(expression: Expression) -> list[tuple[int, int]]:
 
     Includes the root span; ordered by start, then by decreasing end.
     """
-    spans: list[tuple[int, int]] = []
-
-    def walk(node, start: int) -> int:
-        if isinstance(node, tuple):
-            middle = walk(node[0], start)
-            end = walk(node[1], middle)
-            spans.append((start, end))
-            return end
-        return start + 1
-
-    walk(gold_tree(expression), 0)
+    spans = brackets(gold_tree(expression), include_root=True)  # every node is binary: each spans >= 2 tokens
     return sorted(spans, key=lambda span: (span[0], -span[1]))
 
 

@@ -57,6 +57,7 @@ from typing import Literal
 
 import numpy as np
 
+from tgjax.syntax.distance import brackets
 from tgjax.syntax.trees import SourceLocationError, text_lines
 
 VARIABLES = ("a", "b", "c", "d", "e", "f")
@@ -140,17 +141,7 @@ def gold_spans(formula: Formula) -> list[tuple[int, int]]:
 
     Includes the root span. `( d ( and e ) )` -> words d, and, e -> [(0, 3), (1, 3)].
     """
-    spans: list[tuple[int, int]] = []
-
-    def walk(node, start: int) -> int:
-        if isinstance(node, tuple):
-            middle = walk(node[0], start)
-            end = walk(node[1], middle)
-            spans.append((start, end))
-            return end
-        return start + 1
-
-    walk(gold_tree(formula), 0)
+    spans = brackets(gold_tree(formula), include_root=True)  # every node is binary: each spans >= 2 tokens
     return sorted(spans, key=lambda span: (span[0], -span[1]))
 
 

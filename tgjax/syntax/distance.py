@@ -93,6 +93,8 @@ __all__ = [
 
 # A word, or a constituent: the list of its children (>= 2 of them).
 Nested = str | list
+# What `brackets` also reads: the same with tuples for constituents (the logic and ListOps gold trees).
+NestedOrTuples = str | list | tuple
 
 # The release's `word_tags` (Ordered-Neurons data_ptb.py): the 36 lexical PTB
 # POS tags. Leaves with any other tag (punctuation, -NONE-, $, #, non-PTB
@@ -243,10 +245,10 @@ def distances_from_tree(tree: Nested) -> np.ndarray:
     return distances
 
 
-def _widths(tree: Nested) -> dict[int, int]:
+def _widths(tree: NestedOrTuples) -> dict[int, int]:
     """`id(node) -> number of words` for every constituent (lists) of `tree`, in one post-order pass."""
     widths: dict[int, int] = {}
-    stack: list[tuple[Nested, bool]] = [(tree, False)]
+    stack: list[tuple[NestedOrTuples, bool]] = [(tree, False)]
     while stack:
         node, children_done = stack.pop()
         if isinstance(node, str):
@@ -259,7 +261,7 @@ def _widths(tree: Nested) -> dict[int, int]:
     return widths
 
 
-def _width(node: Nested, widths: dict[int, int]) -> int:
+def _width(node: NestedOrTuples, widths: dict[int, int]) -> int:
     return 1 if isinstance(node, str) else widths[id(node)]
 
 
@@ -286,16 +288,18 @@ def nested_words(tree: Nested) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def brackets(tree: Nested, *, include_root: bool = False) -> set[tuple[int, int]]:
+def brackets(tree: NestedOrTuples, *, include_root: bool = False) -> set[tuple[int, int]]:
     """The constituents' word spans `(start, end)` (end exclusive) of length >= 2, as a set.
 
     As the release's `get_brackets`: every child of every node that covers two
-    or more words; the whole-sentence span only with `include_root`.
+    or more words; the whole-sentence span only with `include_root`. Constituents
+    may be lists or tuples (the logic and ListOps gold trees); the walk is
+    iterative, so deep trees do not hit the recursion limit.
     """
     spans: set[tuple[int, int]] = set()
     widths = _widths(tree)
     # Work items: (node, start); a node's span is recorded by its parent.
-    stack: list[tuple[Nested, int]] = [(tree, 0)]
+    stack: list[tuple[NestedOrTuples, int]] = [(tree, 0)]
     while stack:
         node, start = stack.pop()
         if isinstance(node, str):
