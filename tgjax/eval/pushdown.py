@@ -149,10 +149,10 @@ def main_score_pushdown(args) -> int:
 
 def main_sample_pushdown(args) -> int:
     """`tgjax sample` on a Pushdown-LM workdir (called by `tgjax.eval.sample_command` for such workdirs)."""
-    import json
     import sys
     import time
 
+    from tgjax.eval.sample_command import write_samples
     from tgjax.infer.pushdown_loading import load_pushdown
     from tgjax.infer.pushdown_sampling import PushdownSamplingConfig, sample
 
@@ -168,19 +168,7 @@ def main_sample_pushdown(args) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"tgjax sample: error: {err}", file=sys.stderr)
         return 2
-    lines = []
-    for s in samples:
-        if args.json:
-            lines.append(json.dumps({"tree": s.tree.to_string(), "log_prob": s.log_prob,
-                                     "ids": s.ids.tolist(), "attachments": s.attach.tolist()}))
-        else:
-            lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
-    text = "\n".join(lines) + ("\n" if lines else "")
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    write_samples(samples, args, lambda s: {"ids": s.ids.tolist(), "attachments": s.attach.tolist()})
     truncated = sum(s.truncated for s in samples)
     print(f"{len(samples)} samples from {loaded.describe()} in {seconds:.1f}s (words and attachments drawn token by "
           f"token; log p = log p(x, y)); {truncated} reached --max-actions and were ended there; unlabelled trees "

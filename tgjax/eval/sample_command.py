@@ -12,7 +12,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,24 @@ def _load(workdir: str, step: str):
     from tgjax.infer.loading import load_model
 
     return load_model(workdir, step=step)
+
+
+def write_samples(samples: Sequence, args: argparse.Namespace, json_fields: Callable[[Any], dict[str, Any]]) -> None:
+    """Writes one line per sample to stdout, or to `args.output`: the bracketed tree, with `args.log_probs`
+    its log p and a tab first; with `args.json`, a JSON object of the tree, log p and `json_fields(sample)`
+    (what the model family drew). Shared by the TG / TXL (CC) and Pushdown-LM samplers."""
+    lines = []
+    for s in samples:
+        if args.json:
+            lines.append(json.dumps({"tree": s.tree.to_string(), "log_prob": s.log_prob, **json_fields(s)}))
+        else:
+            lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
 
 
 def main_sample(argv: Sequence[str] | None = None) -> int:
@@ -70,22 +89,11 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"tgjax sample: error: {err}", file=sys.stderr)
         return 2
-    lines = []
-    for s in samples:
-        if args.json:
-            lines.append(json.dumps({"tree": s.tree.to_string(), "log_prob": s.log_prob, "actions": s.actions}))
-        else:
-            lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
-    text = "\n".join(lines) + ("\n" if lines else "")
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    write_samples(samples, args, lambda s: {"actions": s.actions})
     print(f"{len(samples)} samples from {loaded.model_name} in {seconds:.1f}s "
           f"(mean {np.mean([len(s.actions) for s in samples]) if samples else 0:.1f} actions); trees without POS "
           f"tags: score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
     return 0
 
 
-__all__ = ["main_sample"]
+__all__ = ["main_sample", "write_samples"]
