@@ -29,7 +29,7 @@ from tests.infer.test_beam import (
     tiny_vocab,
 )
 from tgjax.infer.beam import BeamConfig, WordSynchronousBeamSearch, logsumexp
-from tgjax.infer.device_beam import DeviceBeamSearch
+from tgjax.infer.device_beam import DeviceBeamSearch, _assign_rows
 from tgjax.infer.incremental import rule_of
 from tgjax.syntax import actions as cc
 
@@ -188,6 +188,47 @@ def test_too_little_room_is_retried_with_more_and_gives_the_host_results():
         results = device.search(sentences)
     assert device.last_stats["retried"] > 0 and not device.last_stats["capacity_pruned"]
     assert_same(host.search(sentences), results)
+
+
+def test_too_few_stack_slots_are_retried_with_more_and_give_the_host_results():
+    """4 stack slots hold BOS, the root and two more: deeper stacks refuse successors, and the search runs again."""
+    vocab = tiny_vocab()
+    host = searches(("tg",), "bound")[0]
+    device = DeviceBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIGS["bound"], stack_slots=4)
+    sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"], ["c", "a"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = device.search(sentences)
+    assert device.last_stats["retried"] > 0 and not device.last_stats["capacity_pruned"]
+    assert_same(host.search(sentences), results)
+    default = searches(("tg",), "bound")[1]
+    default.search(sentences)
+    assert default.last_stats["retried"] == 0  # the default slots bound every stack
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_memory_rows_after_a_selection_hold_each_childs_parent_memory(data):
+    """Copy on write (`_assign_rows`): after the copies, every kept slot's row holds its parent's memory.
+
+    Memories are modelled as one id per row; the copies are applied in any
+    order (they read rows no copy writes), and the rows stay a permutation.
+    """
+    pool = data.draw(st.integers(1, 12))
+    rows = np.asarray(data.draw(st.permutations(range(pool))), np.int32)
+    src = np.asarray(data.draw(st.lists(st.integers(0, pool - 1), min_size=pool, max_size=pool)), np.int32)
+    kept = np.asarray(data.draw(st.lists(st.booleans(), min_size=pool, max_size=pool)))
+    new_rows, copy_from, copy_to = (np.asarray(x) for x in _assign_rows(rows, src, kept))
+    assert sorted(new_rows.tolist()) == list(range(pool))
+    memory = np.arange(pool) * 10  # row r holds memory 10 r; parent slot p's memory is 10 rows[p]
+    copies = [(f, t) for f, t in zip(copy_from, copy_to) if t >= 0]
+    assert not {f for f, _ in copies} & {t for _, t in copies}
+    for f, t in data.draw(st.permutations(copies)):
+        memory[t] = memory[f]
+    for slot in np.flatnonzero(kept):
+        assert memory[new_rows[slot]] == 10 * rows[src[slot]]
+    # Nothing is copied that a row already holds: one copy per kept child beyond its parent's first.
+    assert len(copies) == int(kept.sum()) - len(set(src[kept].tolist()))
 
 
 def test_successors_refused_for_capacity_are_counted_and_reported():

@@ -18,8 +18,8 @@ iteration, for every sentence at once:
    packed and run `chunk` hypotheses per call in an inner loop (the last
    call padded), so the work follows the live hypotheses, not the pool's
    size. Each runs the pending positions of its last action and the current
-   word's pieces, with its cache as memory (`ChoeCharniakDevice.score`);
-   the pending positions' keys and values are written into its memory;
+   word's pieces, with its memory (`ChoeCharniakDevice.score`);
+   the pending positions' keys and values are written into it;
 2. per sentence, the host search's selection on device: every FRONTIER slot
    by every allowed action (`allowed`, and the capacity check `fits`), fast
    track (`lax.top_k` over the word successors), the action beam (top k_a of
@@ -27,8 +27,12 @@ iteration, for every sentence at once:
    the stop rule; when the word is done, the next word beam becomes the
    frontier (and after the last word, the finishing closes run one per
    iteration);
-3. the new pool is gathered by parent index (state, cache, the actions
-   taken) and advanced by the chosen actions (`advance`).
+3. the new pool is gathered by parent index (state, the actions taken)
+   and advanced by the chosen actions (`advance`). Memories are not
+   gathered: each pool slot names the row of the caches that holds its
+   memory, the first child of a parent takes over its parent's row, and
+   only a parent's further children get a copy, into the rows of parents
+   that had none (copy on write, `_assign_rows`).
 
 Sentences advance independently: a sentence between two words moves on in
 the same iteration, a finished one idles (its rows still run: sentences of
@@ -39,15 +43,16 @@ Pushdown Layers family of issue 13 is meant as the next one):
 
     family.num_actions, family.word_action    A action codes; the one that generates the next word
     family.initial_state()                    one hypothesis's state (a pytree), before any action
-    family.init_cache(batch, pool)            the caches: a pytree holding batch * pool hypotheses' memories
+    family.init_cache(batch, pool)            the caches: a pytree of batch * pool rows, one memory each
+    family.cache_slots                        the most memory slots of a row
     family.memory_used(state)                 [...] memory slots a hypothesis reads or writes in its next call
-    family.prefix(cache, slots), family.put_prefix(cache, part)
-                                              the caches' first `slots` memory slots, and putting them back
-    family.take(cache, src)                   caches gathered by parent `src [batch, pool]`
-    family.score(params, state, cache, word, rows)
-        -> log_probs [n, A], state, cache: one model call for n hypotheses (state and word with a
-           leading [n] axis; rows [n] their flat indices b * pool + p into the caches, batch * pool
-           for a padding row), whose pending positions are then cached (states "committed")
+    family.score(params, state, cache, word, rows, slots)
+        -> log_probs [n, A], state, writes: one model call for n hypotheses (state and word with a
+           leading [n] axis; rows [n] the rows of their memories, past the end for padding), reading
+           the first `slots` memory slots; the states come back "committed", their pending
+           positions' keys and values in `writes`
+    family.write(cache, writes, rows)         the caches with `writes` stored in rows [n]
+    family.copy_rows(cache, src, dst, slots)  the caches with rows dst [n] a copy of rows src [n] (first `slots`)
     family.allowed(state, finishing, word)    [A] bool for one committed hypothesis (finishing: the end)
     family.fits(state, word)                  [A] bool: the action leaves room in the caches
     family.advance(state, action, word)       -> (state, record code) for one committed hypothesis
@@ -56,13 +61,15 @@ Pushdown Layers family of issue 13 is meant as the next one):
 
 where `word` is a `WordInfo` (the current word's pieces). (Changed for
 speed in issue 12: `score` takes packed rows instead of a `[batch, pool]`
-mask, and `memory_used` / `prefix` / `put_prefix` let the engine read and
-gather only the memory slots in use.) For TG and TXL (CC), and per-action
+mask, `memory_used` lets the engine read and copy only the memory slots in
+use, and `write` / `copy_rows` replace the gather of every memory by
+parent.) For TG and TXL (CC), and per-action
 ensembles of them, the family is `ChoeCharniakDevice`: the syntax state is
 `tgjax.infer.device_syntax` (the parse, plus one layout per member: TG and
-TXL (CC) members mix), the cache one `[slots, batch * pool, K, A, 2, H,
+TXL (CC) members mix), the cache one `[batch * pool, K, A, 2, H, slots,
 dk]` array of keys and values per member (per layer K and attention module
-A), and an ensemble's log-probabilities are mixed per action (and per word
+A: each head's slots one block, as the attention's batched products read
+them, and a row copied in one piece), and an ensemble's log-probabilities are mixed per action (and per word
 piece), as `tgjax.infer.ensemble.score_mixed` does, before the beam sees
 them.
 
@@ -72,15 +79,17 @@ the stack (and, at a CNT1, to those it pops), and a key's keys and values
 never change once computed. So such a member's memory holds only the
 stack (`device_syntax`'s memory map: a dozen slots where the layout has
 hundreds of positions): the attention, the mask rebuilt from the slots'
-own position, depth, push and pop, and the gather by parent read only the
-stack's slots. TXL (CC) and TG variants with unrestricted heads or layers
+own position, depth, push and pop, and the copies of memories read only
+the stack's slots (at most BOS, the open constituents and one per piece:
+`stack_slots`, by default that bound, so no sentence is searched again
+for it). TXL (CC) and TG variants with unrestricted heads or layers
 keep every position (`stack_cache=False` gives that path for any TG: the
 tests check both give the same results).
 
 Capacity. A hypothesis may use `capacity` layout positions (BOS, actions,
 TG's doubled closes); the caches, and so memory, grow with it (the
-attention and the gathers read only the memory slots in use, rounded up to
-32, 64, half or all of the capacity: one compiled branch each). By
+attention and the copies read only the memory slots in use, rounded up to
+32, 64, half or all of the slots: one compiled branch each). By
 default a batch gets `positions_per_piece * pieces + 8` (4 per piece)
 for its longest sentence, rounded up to a power of two or 1.5 times one
 (few shapes, few compilations; compiled searches are shared by models of
@@ -100,38 +109,31 @@ the new positions 0.16 CPU-s, the gather of the caches by parent 0.09, the
 slice and write-back of the held prefix about as much again, the output
 projection 0.01, the selection and syntax state under 0.01: memory traffic
 over the caches, and every pool slot running the model whether it held a
-frontier hypothesis or not (0.36x the host search's sentences/s). Three
-changes answer the measured causes: the stack-only memory (TG's memory a
-dozen slots instead of every position, so the attention, its mask and the
-gather by parent shrink with it), the model run on the FRONTIER slots only
-(`chunk` at a time: on the benchmark 28% of the pool's slot-iterations were
-FRONTIER, `last_stats["rows_run"]` against `"rows_offered"`), and the
-caches laid out slots first (the slots in use one contiguous block,
-gathered by parent in one pass and written back in place). On the
-benchmark's setting (16 ToTC test sentences, one run, load average ~37 on
-2 cores) that took the engine from 0.36x to 0.70x the host search's
-sentences/s, with the same trees. What is left is the model itself: the
-search runs about 2,800 hypotheses through the model per sentence (the host
-search runs the same ones), each about 4.6 MFLOP (two window positions
-through 4 layers, then the full-vocabulary output projection, a third of
-it), some 13 GFLOP per sentence. At an estimated 20 GFLOP/s on 2 CPU
-cores that is 0.65 s per sentence of arithmetic alone, against the host
-search's 1.75 s (0.57 sentences/s, measured before at load 13-16), so the
-issue's 5x cannot be reached on this CPU by bookkeeping alone; an
-accelerator, where the host search's model calls (1,148 for these 16
-sentences, each a host round trip) dominate, is where the engine is meant
-to pay. A second run as the machine emptied (load ~14 in the device
-part, ~1.4 in the host's) gave 0.20x (70.0 s against 14.3 s): about
-170 ms per iteration where the ~112 live hypotheses' arithmetic needs
-~40 ms, so fixed per-iteration costs remain. Not yet measured, the first
-suspect: the whole-capacity caches (`[C, batch * pool, ...]`, ~400 MB at
-C = 256) pass through the `lax.switch` over memory sizes every iteration
-and may be copied there; a stack-only member needs far fewer than C slots.
-Next steps for CPU: profile that, a
-window of one position for the hypotheses whose last action is one
-position (opens, one-piece words: half of the layer work of those rows is
-padding now), and copy-on-write memories (a parent's slots shared by its
-children until one writes) instead of the gather by parent.
+frontier hypothesis or not (0.36x the host search's sentences/s). The
+model run on the FRONTIER slots only (`chunk` at a time: 28-40% of the
+pool's slot-iterations, `last_stats["rows_run"]` against
+`"rows_offered"`) and the stack-only memory took that to 0.20-0.70x. A
+profile (`jax.profiler`, XLA CPU ops) then showed the rest was still
+memory traffic, not arithmetic: 2-3 copies per iteration of the whole
+caches (`[256, 400, ...]`, 420 MB: XLA copies a buffer that a `lax.switch`
+branch both slices and updates), the gather of every memory by parent, and
+per model call a transpose of every layer's memory keys and values into
+the layout the attention's batched products read. Three changes remove
+them: the switch over memory sizes wraps only the model call, to which the
+caches are read-only (the writes and copies run outside it; the copies
+pick their size with one loop per size that runs no times but for one);
+copy on write instead of the gather by parent; and the caches laid out
+hypothesis-major with each head's slots one block. On the benchmark (64
+ToTC test sentences, random-init ToTC-size TG, 2 quiet cores) the engine
+went from 0.20x to 1.55x the host search's sentences/s (2.53 against 1.64;
+same best trees 64/64, log p(x) within 1.6e-4); per iteration of 16
+sentences, 83 ms -> 26 ms. The issue's 5x on CPU is still not met: the
+search runs as many hypotheses through the model as the host search does
+(~2,200 per sentence here), and on 2 CPU cores the host search's one
+model call per step is mostly that arithmetic too. What is left: a
+one-position window for hypotheses whose pending action is one position
+(opens, one-piece words, every TXL (CC) action: half of the layer work of
+those rows is padding), at the price of twice the compiled branches.
 
 Numerics: float32 scores (the host search sums in float64): on the
 benchmark's 64 ToTC sentences (up to 68 words) log p(x) agreed with the
@@ -206,14 +208,15 @@ def _keys_values(attention, x):
 def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
     """`RelativeMultiHeadAttention.__call__` with the keys and values of `[memory, segment]` given.
 
-    x `[N, S, d]`; memory_kv `[2, M, N, H, dk]` (slots first, as the cache
-    is laid out) and fresh_kv `[2, N, S, H, dk]`
-    (keys, values; memory and segment apart, so that the cache is read in
-    place, never concatenated); mask, relpos `[N, (H,) S, M + S]`.
+    x `[N, S, d]`; memory_kv `[N, 2, H, M, dk]` (as the cache holds them:
+    each head's slots one block, what the attention's batched products
+    read) and fresh_kv `[2, N, S, H, dk]` (keys, values; memory and segment
+    apart, so that the cache is never concatenated); mask, relpos
+    `[N, (H,) S, M + S]`.
     """
     q = jnp.einsum("btd,dhk->bthk", x, attention.query[...])
     q_content = q + attention.content_bias[...]
-    content = jnp.concatenate([jnp.einsum("bthk,sbhk->bhts", q_content, memory_kv[0]),
+    content = jnp.concatenate([jnp.einsum("bthk,bhsk->bhts", q_content, memory_kv[:, 0]),
                                jnp.einsum("bthk,bshk->bhts", q_content, fresh_kv[0])], axis=-1)
     rel_keys = jnp.einsum("pd,dhk->phk", attention.position_table[...], attention.rel_key[...])
     by_position = jnp.einsum("bthk,phk->bhtp", q + attention.position_bias[...], rel_keys)
@@ -226,8 +229,8 @@ def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
     scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     weights = jax.nn.softmax(scores, axis=-1)
     weights = jnp.where(mask.any(axis=-1, keepdims=True), weights, 0.0)
-    M = memory_kv.shape[1]
-    attended = (jnp.einsum("bhts,sbhk->bthk", weights[..., :M], memory_kv[1])
+    M = memory_kv.shape[3]
+    attended = (jnp.einsum("bhts,bhsk->bthk", weights[..., :M], memory_kv[:, 1])
                 + jnp.einsum("bhts,bshk->bthk", weights[..., M:], fresh_kv[1]))
     return jnp.einsum("bthk,hkd->btd", attended, attention.out[...]) + attention.out_bias[...]
 
@@ -236,7 +239,7 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
     """Final hidden states `[N, S, d]` of the new positions, and their keys/values `[N, S, K, A, 2, H, dk]`.
 
     `batch`: the new positions' fields `[N, S]` and the memory keys' `[N, M]`
-    (as `hidden_states`); `kv [M, N, K, A, 2, H, dk]`: the cached keys and
+    (as `hidden_states`); `kv [N, K, A, 2, H, M, dk]`: the cached keys and
     values of the memory slots per layer (K) and attention module (A).
     Mirrors `hidden_states` (eval mode) with the memory's projections read
     from the cache.
@@ -266,8 +269,7 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
         for a, attention in enumerate(_attention_modules(layer)):
             fresh = _keys_values(attention, x)  # [2, N, S, H, dk]
             layer_kv.append(fresh)
-            memory_kv = jnp.moveaxis(kv[:, :, index, a], 2, 0)  # [2, M, N, H, dk]
-            outputs.append(_attend(attention, x, memory_kv, fresh, m, r))
+            outputs.append(_attend(attention, x, kv[:, index, a], fresh, m, r))
         attended = outputs[0] if len(outputs) == 1 else jnp.where(compose[..., None], outputs[1], outputs[0])
         x = layer.attention_norm(x + attended)
         x = layer.feed_forward_norm(x + layer.feed_forward(x))
@@ -332,65 +334,75 @@ class ChoeCharniakDevice:
                              tuple(ds.initial_layout(self.caps, self.bos_id) for _ in self.rules))
 
     def init_cache(self, batch: int, pool: int) -> tuple:
-        """Per member, keys and values `[C, batch * pool, K, A, 2, H, dk]` (K layers, A attention modules).
+        """Per member, keys and values `[batch * pool, K, A, 2, H, M, dk]` (K layers, A attention modules, M slots).
 
-        Memory slots first: the slots held so far are one contiguous block
-        (`prefix`), gathered by parent in one pass.
+        One row per hypothesis (a row is copied whole, `copy_rows`); within
+        it each head's slots are one block, as the attention reads them.
         """
-        C = self.caps.capacity
-        return tuple(jnp.zeros((C, batch * pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads,
-                                c.d_model // c.num_heads), jnp.float32) for c in self.configs)
+        return tuple(jnp.zeros((batch * pool, c.num_layers, 1 + c.distinct_compose, 2, c.num_heads,
+                                self.caps.memory_slots(stack_only), c.d_model // c.num_heads), jnp.float32)
+                     for c, stack_only in zip(self.configs, self.stack_only))
+
+    @property
+    def cache_slots(self) -> int:
+        """The most memory slots of any member's cache (`init_cache`)."""
+        return max(self.caps.memory_slots(stack_only) for stack_only in self.stack_only)
 
     def memory_used(self, state: CCDeviceState) -> jnp.ndarray:
         """`[...]`: memory slots a hypothesis reads or writes in its next call (the most over members)."""
         return functools.reduce(jnp.maximum, [lay.mem_len + lay.num_pending for lay in state.layouts])
 
-    def prefix(self, cache: tuple, slots: int) -> tuple:
-        """The caches of the first `slots` memory slots only."""
-        return tuple(c[:slots] for c in cache)
+    def copy_rows(self, cache: tuple, src: jnp.ndarray, dst: jnp.ndarray, slots: int) -> tuple:
+        """`cache` with the memories of rows `dst [n]` replaced by those of rows `src [n]` (dst past the end: none).
 
-    def put_prefix(self, cache: tuple, part: tuple) -> tuple:
-        """`cache` with its first positions replaced by `part` (what `prefix` took, updated)."""
-        return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, 0, axis=0) for c, p in zip(cache, part))
+        Only the first `slots` memory slots are copied (every hypothesis holds
+        fewer). The engine never copies into a row it reads from in the same call.
+        """
+        def one(c):
+            m = min(slots, c.shape[5])
+            return c.at[dst, :, :, :, :, :m].set(c[jnp.minimum(src, c.shape[0] - 1), :, :, :, :, :m], mode="drop")
 
-    def take(self, cache: tuple, src: jnp.ndarray) -> tuple:
-        """The hypotheses' memories gathered by parent `src [batch, pool]` (every slot given)."""
-        B, P = src.shape
-        rows = (jnp.arange(B)[:, None] * P + src).reshape(-1)
-        return tuple(jnp.take(c, rows, axis=1) for c in cache)
+        return tuple(one(c) for c in cache)
 
-    def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, rows: jnp.ndarray):
-        """One model call on the hypotheses `rows`: log p of every action `[n, A]`, their committed states, the caches.
+    def write(self, cache: tuple, writes: tuple, rows: jnp.ndarray) -> tuple:
+        """The pending positions' keys and values `writes` (from `score`) stored in the memories of `rows [n]`.
 
-        state, word: the n hypotheses' (leading axis `[n]`); rows `[n]`: their
-        flat indices `b * pool + p` into the caches (`batch * pool`: a padding
-        row, whose results are ignored and whose cache writes are dropped).
-        The pending positions' keys and values are written into the rows'
-        memory slots (`device_syntax.memory_writes`).
+        Per member, `writes` is (slots `[n, Q]`, keys and values `[n, Q, K, A, 2, H, dk]`); slots past the
+        member's cache (positions not kept) and rows past the end (padding) are dropped.
+        """
+        return tuple(c.at[rows[:, None], :, :, :, :, slots].set(kv, mode="drop")
+                     for c, (slots, kv) in zip(cache, writes))
+
+    def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, rows: jnp.ndarray, slots: int):
+        """One model call on n hypotheses: log p of every action `[n, A]`, their committed states, the cache writes.
+
+        state, word: the n hypotheses' (leading axis `[n]`); rows `[n]`: the
+        rows of their memories in the caches (past the end: a padding
+        hypothesis, whose results are ignored); slots: how many memory slots
+        to read (every hypothesis holds fewer). The pending positions' keys
+        and values go to `write` (`device_syntax.memory_writes` says where).
         """
         n = rows.shape[0]
         caps = self.caps
-        valid = rows < cache[0].shape[1]
-        next_lps, piece_lps, layouts, caches = [], [], [], []
+        valid = rows < cache[0].shape[0]
+        next_lps, piece_lps, layouts, writes = [], [], [], []
         for k, (graphdef, tg, stack_only) in enumerate(zip(self.graphdefs, self.tg, self.stack_only)):
             layout = state.layouts[k]
-            M, rows_total = cache[k].shape[:2]  # the slots given (a prefix of the capacity, see `prefix`)
+            rows_total = cache[k].shape[0]
+            M = min(slots, cache[k].shape[5])
             fields, reads, targets = jax.vmap(
                 lambda lay, tr, ids, types, num: ds.model_fields(lay, tr, caps, tg, ids, types, num, M)
             )(layout, state.tree, word.ids, word.types, word.num)
-            kv = jnp.take(cache[k], jnp.minimum(rows, rows_total - 1), axis=1)  # [M, n, K, A, 2, H, dk]
+            kv = cache[k][jnp.minimum(rows, rows_total - 1), :, :, :, :, :M]  # [n, K, A, 2, H, M, dk]
             model = nnx.merge(graphdef, params[k])
             x, fresh = cached_forward(model, fields, kv)
             read = jnp.take_along_axis(x, reads[..., None], axis=1)  # [n, P_max, d]
             log_probs = jax.nn.log_softmax(project(model, read).astype(jnp.float32), axis=-1)  # [n, P_max, V]
             next_lps.append(log_probs[:, 0][:, self.candidates])  # [n, 2L]
             piece_lps.append(jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0])  # [n, P_max]
-            slots, _ = jax.vmap(lambda lay: ds.memory_writes(lay, caps, stack_only))(layout)  # [n, Q]
-            Q = slots.shape[1]
-            at = jnp.where(slots < M, slots, M)
-            # fresh [n, S, K, A, 2, H, dk]: its first Q positions (the pending ones) into the slots `at` of each row;
-            # padding rows' index is past the end (dropped).
-            caches.append(cache[k].at[at, rows[:, None]].set(fresh[:, :Q], mode="drop"))
+            write_slots, _ = jax.vmap(lambda lay: ds.memory_writes(lay, caps, stack_only))(layout)  # [n, Q]
+            # fresh [n, S, K, A, 2, H, dk]: its first Q positions are the pending ones.
+            writes.append((write_slots, fresh[:, :write_slots.shape[1]]))
             layouts.append(jax.vmap(lambda lay: ds.commit(lay, True, caps, stack_only))(layout))
         next_lp = _mix(next_lps)
         piece_lp = _mix(piece_lps)
@@ -400,15 +412,15 @@ class ChoeCharniakDevice:
         close_lp = jnp.take_along_axis(next_lp[:, L:], top[:, None], axis=1)
         lp = jnp.concatenate([next_lp[:, :L], close_lp, word_lp[:, None]], axis=1)
         lp = jnp.where(valid[:, None], lp, 0.0)
-        return lp, CCDeviceState(state.tree, tuple(layouts)), tuple(caches)
+        return lp, CCDeviceState(state.tree, tuple(layouts)), tuple(writes)
 
     def allowed(self, state: CCDeviceState, finishing, word: WordInfo) -> jnp.ndarray:
         return ds.allowed(state.tree, self.caps, finishing)
 
     def fits(self, state: CCDeviceState, word: WordInfo) -> jnp.ndarray:
         ok = jnp.ones(self.num_actions, bool)
-        for layout, tg in zip(state.layouts, self.tg):
-            ok &= ds.fits(layout, state.tree, self.caps, tg, word.num, word.later)
+        for layout, tg, stack_only in zip(state.layouts, self.tg, self.stack_only):
+            ok &= ds.fits(layout, state.tree, self.caps, tg, word.num, word.later, stack_only)
         return ok
 
     def advance(self, state: CCDeviceState, action, word: WordInfo):
@@ -460,6 +472,7 @@ class _Sizes:
 class _Carry(NamedTuple):
     state: object
     cache: object
+    memory_rows: jnp.ndarray  # [B, P] int32: the row of each pool slot's memory in the caches
     status: jnp.ndarray  # [B, P] int32
     score: jnp.ndarray  # [B, P] float32: log p(prefix)
     records: jnp.ndarray  # [B, P, R] int32
@@ -561,37 +574,90 @@ def _vmap2(fn, *args):
     return jax.vmap(jax.vmap(fn))(*args)
 
 
-def _score_live(family, params, state, cache, word, run, chunk: int):
-    """`family.score` on the rows `run [B, P]` only, `chunk` rows per model call, as many calls as needed.
+def _score_live(family, params, state, cache, word, run, memory_rows, chunk: int, buckets: Sequence[int], bucket):
+    """`family.score` on the hypotheses `run [B, P]` only, `chunk` per model call, as many calls as needed.
 
     Returns log p `[B, P, A]` (0 where not run), the states (committed
-    where run) and the caches. The live rows are packed (their flat
-    indices in order) and run `chunk` at a time in a `lax.while_loop`, so
-    the work follows the live rows (rounded up to a chunk) with one compiled
-    copy of the model; the last chunk's padding rows' writes are dropped.
+    where run) and the caches with the run hypotheses' new keys and values
+    written (into their memories' rows `memory_rows [B, P]`). The live
+    hypotheses are packed (their flat indices in order) and run `chunk` at a
+    time in a loop, so the work follows them (rounded up to a chunk) with
+    one compiled copy of the model; padding hypotheses' writes are dropped.
+    Each call reads `buckets[bucket]` memory slots (`lax.switch`: one
+    compiled branch per size; the caches enter it read-only, so they are
+    never copied).
     """
     B, P = run.shape
     flat_run = run.reshape(B * P)
     calls = -(-(B * P) // chunk)
-    rows_all = jnp.nonzero(flat_run, size=calls * chunk, fill_value=B * P)[0].astype(jnp.int32)
+    hyps_all = jnp.nonzero(flat_run, size=calls * chunk, fill_value=B * P)[0].astype(jnp.int32)
     flat = lambda x: x.reshape((B * P,) + x.shape[2:])
-    state_flat, word_flat = jax.tree.map(flat, state), jax.tree.map(flat, word)
+    state_flat, word_flat, rows_flat = jax.tree.map(flat, state), jax.tree.map(flat, word), flat(memory_rows)
+    branches = [functools.partial(lambda m, *args: family.score(*args, slots=m), m) for m in buckets]
 
     def one_call(i, carry):
         lp_all, state_all, cache = carry
-        rows = jax.lax.dynamic_slice(rows_all, (i * chunk,), (chunk,))
-        at = jnp.minimum(rows, B * P - 1)
-        take = lambda x: x[at]
-        lp, scored, cache = family.score(params, jax.tree.map(take, state_all), cache, jax.tree.map(take, word_flat),
-                                         rows)
-        put = lambda full, part: full.at[rows].set(part, mode="drop")
-        return put(lp_all, lp), jax.tree.map(put, state_all, scored), cache
+        hyps = jax.lax.dynamic_slice(hyps_all, (i * chunk,), (chunk,))
+        padding = hyps >= B * P
+        take = lambda x: x[jnp.minimum(hyps, B * P - 1)]
+        rows = jnp.where(padding, B * P, take(rows_flat))
+        lp, scored, writes = jax.lax.switch(bucket, branches, params, jax.tree.map(take, state_all), cache,
+                                            jax.tree.map(take, word_flat), rows)
+        put = lambda full, part: full.at[hyps].set(part, mode="drop")
+        return put(lp_all, lp), jax.tree.map(put, state_all, scored), family.write(cache, writes, rows)
 
     live = jnp.sum(flat_run)
     lp0 = jnp.zeros((B * P, family.num_actions), jnp.float32)
     lp, state_flat, cache = jax.lax.fori_loop(0, (live + chunk - 1) // chunk, one_call, (lp0, state_flat, cache))
     unflat = lambda x: x.reshape((B, P) + x.shape[1:])
     return unflat(lp), jax.tree.map(unflat, state_flat), cache
+
+
+def _assign_rows(memory_rows, src, kept):
+    """One sentence's memory rows after a selection, and the copies that gives (copy on write).
+
+    memory_rows `[P]`: the rows of the pool's memories; src `[P]`: each new
+    slot's parent slot; kept `[P]`: whether the new slot holds a
+    hypothesis. The first kept child of a parent takes over its parent's
+    row (nothing moves); every other kept child gets the row of a parent
+    with no child, and its parent's memory is copied there. Returns the new
+    rows `[P]`, and per new slot the row to copy from and to (-1: none).
+    There are as many childless parents as slots needing a row, and a copy
+    never writes a row another copy reads (those have children).
+    """
+    P = src.shape[0]
+    slot = jnp.arange(P)
+    first_child = jnp.full(P, P, jnp.int32).at[jnp.where(kept, src, P)].min(slot.astype(jnp.int32), mode="drop")
+    has_child = first_child < P
+    inherits = kept & (first_child[src] == slot)
+    needs_copy = kept & ~inherits
+    free = memory_rows[jnp.argsort(has_child, stable=True)]  # the childless parents' rows first
+    rank = jnp.cumsum(~inherits) - 1
+    new_rows = jnp.where(inherits, memory_rows[src], free[jnp.clip(rank, 0, P - 1)])
+    return new_rows, jnp.where(needs_copy, memory_rows[src], -1), jnp.where(needs_copy, new_rows, -1)
+
+
+def _copy_memories(family, cache, copy_from, copy_to, chunk: int, buckets: Sequence[int], bucket):
+    """The copies `copy_from -> copy_to [B, P]` (-1: none) made, `chunk` rows at a time: as many as there are.
+
+    Each copies `buckets[bucket]` memory slots (as `_score_live` reads them):
+    one loop per size, all but the chosen one running no times (a
+    `lax.switch` returning the caches would copy them whole).
+    """
+    total = copy_from.size
+    wanted = copy_to.reshape(-1) >= 0
+    calls = -(-total // chunk)
+    order = jnp.nonzero(wanted, size=calls * chunk, fill_value=total)[0]
+    src = jnp.append(copy_from.reshape(-1), 0)[order]
+    dst = jnp.where(order < total, jnp.append(copy_to.reshape(-1), 0)[order], cache[0].shape[0])
+    needed = (jnp.sum(wanted) + chunk - 1) // chunk
+    for b, slots in enumerate(buckets):
+        def one_call(i, cache, slots=slots):
+            part = lambda x: jax.lax.dynamic_slice(x, (i * chunk,), (chunk,))
+            return family.copy_rows(cache, part(src), part(dst), slots)
+
+        cache = jax.lax.fori_loop(0, jnp.where(bucket == b, needed, 0), one_call, cache)
+    return cache
 
 
 class DeviceBeamSearch:
@@ -609,6 +675,10 @@ class DeviceBeamSearch:
       stack_cache: TG members whose every head reads the stack only keep
         only the stack's keys and values (`device_syntax`'s memory map);
         False: every position's, as TXL (CC) (the same results, slower).
+      stack_slots: the memory slots of such a member's cache (its stack,
+        not the layout's length); None: per batch, enough for any stack
+        (`_stack_bound`). Fewer save memory; a sentence whose stack outgrows
+        them is searched again with twice as many (as with capacity).
       chunk: hypotheses per model call; None: an eighth of a batch's pool
         slots (at least 32).
     """
@@ -616,7 +686,7 @@ class DeviceBeamSearch:
     def __init__(self, model: TransformerLM | Sequence[TransformerLM], vocab: Vocabulary,
                  rule: str | Sequence[str], config: BeamConfig = BeamConfig(), *, capacity: int | None = None,
                  max_capacity: int = 1024, positions_per_piece: int = 4, stack_cache: bool = True,
-                 chunk: int | None = None):
+                 stack_slots: int | None = None, chunk: int | None = None):
         members = member_list(model, rule)
         for _, member_rule in members:
             if member_rule not in ("tg", "txl_cc"):
@@ -629,6 +699,8 @@ class DeviceBeamSearch:
             raise ValueError(f"device beam: capacity must be at least 4 positions, got {capacity}")
         if chunk is not None and chunk < 1:
             raise ValueError(f"device beam: chunk must be at least 1 hypothesis, got {chunk}")
+        if stack_slots is not None and stack_slots < 4:
+            raise ValueError(f"device beam: stack_slots must be at least 4, got {stack_slots}")
         if max_capacity < 4:
             raise ValueError(f"device beam: max_capacity must be at least 4 positions, got {max_capacity}")
         self.space = ActionSpace.from_vocab(vocab)
@@ -639,6 +711,7 @@ class DeviceBeamSearch:
         self.max_capacity = int(max_capacity)
         self.positions_per_piece = int(positions_per_piece)
         self.chunk = chunk
+        self.stack_slots = stack_slots
         self.vocab = vocab
         self._family = ChoeCharniakDevice(members, self.space, vocab.bos_id,
                                           ds.Caps(self.space.num_labels, config.max_open_nts,
@@ -660,6 +733,17 @@ class DeviceBeamSearch:
     def _min_positions(self, pieces) -> int:
         """The fewest layout positions a tree of the sentence needs (BOS, root open, words, all but the last close)."""
         return 2 + sum(len(p) for p in pieces)
+
+    def _stack_bound(self, pieces_per_sentence) -> int:
+        """The most stack slots a hypothesis of these sentences can hold, rounded up (`_coarse`).
+
+        A stack holds BOS, open constituents' ONTs (at most max_open_nts) and
+        words' pieces and closed constituents' CNT1s (each of those covers a
+        piece no other on the stack covers, so at most the pieces); plus the
+        two positions of a close being run.
+        """
+        longest = max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence)
+        return _coarse(3 + self.config.max_open_nts + longest)
 
     def _capacity(self, pieces_per_sentence) -> int:
         if self.capacity is not None:
@@ -684,33 +768,47 @@ class DeviceBeamSearch:
         for start in range(0, len(order), B):
             todo = order[start:start + B]
             capacity = self._capacity([encoded[i][0] for i in todo])
+            stack_slots = min(capacity, self.stack_slots or self._stack_bound([encoded[i][0] for i in todo]))
             while todo:
                 pruned = {}
                 for i, result, count in zip(todo, *self._search_batch([sentences[i] for i in todo],
-                                                                      [encoded[i] for i in todo], todo, capacity)):
+                                                                      [encoded[i] for i in todo], todo, capacity,
+                                                                      stack_slots)):
                     results[i] = result
                     if count:
                         pruned[i] = count
                 # Fallback: sentences whose search refused successors for room run again with twice the room.
-                if not pruned or capacity >= limit or self.capacity is not None:
+                grown = capacity if self.capacity is not None else min(limit, 2 * capacity)
+                more_slots = min(2 * stack_slots, grown) if any(self._family.stack_only) else stack_slots
+                if not pruned or (grown, more_slots) == (capacity, stack_slots):
                     self.last_stats["capacity_pruned"].update(pruned)
+                    for i in todo:
+                        if results[i] is None:
+                            raise RuntimeError(f"sentence {i}: no complete tree within the device beam's capacity "
+                                               f"{capacity} positions, {stack_slots} stack slots")
                     break
                 self.last_stats["retried"] += len(pruned)
-                todo, capacity = sorted(pruned), min(limit, 2 * capacity)
+                todo, capacity, stack_slots = sorted(pruned), grown, more_slots
         pruned = self.last_stats["capacity_pruned"]
         if pruned:
             warnings.warn(f"device beam: {len(pruned)} sentence(s) had successors refused for lack of cache capacity "
                           f"(sentence: count) {pruned}; raise capacity for the host search's results", stacklevel=2)
         return results  # type: ignore[return-value]
 
-    def _search_batch(self, sentences, encoded, indices, C: int) -> tuple[list[BeamResult], list[int]]:
-        """One compiled search of up to `batch_sentences` sentences with capacity C: results, successors pruned."""
+    def _search_batch(self, sentences, encoded, indices, C: int,
+                      stack_slots: int) -> tuple[list[BeamResult | None], list[int]]:
+        """One compiled search of up to `batch_sentences` sentences with capacity C: results, successors pruned.
+
+        A sentence whose every hypothesis ran out of room gets None (and a
+        count of pruned successors): `search` tries it again with more.
+        """
         config = self.config
         num = len(sentences)
         B = min(config.batch_sentences, _next_power_of_two(num))
         max_pieces = max(len(p) for pieces, _ in encoded for p in pieces)
         N = _coarse(max(len(s) for s in sentences), 8)
-        caps = ds.Caps(self.space.num_labels, config.max_open_nts, config.max_consecutive_opens, C, max_pieces)
+        caps = ds.Caps(self.space.num_labels, config.max_open_nts, config.max_consecutive_opens, C, max_pieces,
+                       stack_slots)
         ids = np.zeros((B, N, max_pieces), np.int32)
         types = np.zeros((B, N, max_pieces), np.int32)
         counts = np.zeros((B, N), np.int32)
@@ -742,7 +840,7 @@ class DeviceBeamSearch:
         self.last_stats["rows_run"] = self.last_stats.get("rows_run", 0) + int(out.rows_run)
         self.last_stats["rows_offered"] = self.last_stats.get("rows_offered", 0) + int(out.iteration) * B * sizes.pool
         family = self._family
-        results = []
+        results: list[BeamResult | None] = []
         for b, words in enumerate(sentences):
             n = len(words)
             if int(out.phase[b]) != DONE:  # pragma: no cover
@@ -750,6 +848,9 @@ class DeviceBeamSearch:
             self.steps += int(out.steps[b])
             complete = np.flatnonzero(out.status[b] == COMPLETE)
             if not complete.size:
+                if out.pruned[b]:  # room refused every way to the end: `search` tries again with more
+                    results.append(None)
+                    continue
                 raise RuntimeError(f"sentence {indices[b]}: no complete tree within the device beam's capacity {C}")
             totals = out.score[b, complete].astype(np.float64)
             ranked = complete[np.argsort(-totals, kind="stable")]
@@ -786,7 +887,8 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, P) + x.shape), init)
     status = jnp.zeros((B, P), jnp.int32).at[:, 0].set(FRONTIER)
     phase = jnp.where(num_words > 0, IN_WORDS, DONE)
-    carry = _Carry(state, family.init_cache(B, P), status, jnp.zeros((B, P), jnp.float32),
+    memory_rows = jnp.arange(B * P, dtype=jnp.int32).reshape(B, P)
+    carry = _Carry(state, family.init_cache(B, P), memory_rows, status, jnp.zeros((B, P), jnp.float32),
                    jnp.zeros((B, P, R), jnp.int32), jnp.zeros((B, P), jnp.int32), jnp.zeros(B, jnp.int32), phase,
                    jnp.zeros((B, N + 1), jnp.float32), jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32),
                    jnp.int32(0), jnp.int32(0))
@@ -797,14 +899,20 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         return WordInfo(ids[rows, tt_], types[rows, tt_], jnp.where(finishing, 0, counts[rows, tt_]),
                         jnp.where(finishing, 0, later[rows, tt_]))
 
-    def body(slots: int, c: _Carry) -> _Carry:
-        """One iteration, reading and gathering the caches' first `slots` positions only (all that is held)."""
+    # Memory sizes: the attention reads only the slots held so far, rounded up to one of a few static sizes
+    # (one compiled branch each).
+    C = family.cache_slots
+    buckets = sorted({min(C, m) for m in (32, 64, _round_up(C // 2, 16), C)})
+
+    def body(c: _Carry) -> _Carry:
         finishing = c.phase == FINISHING
         word = word_of(c.t, finishing)
         word_bp = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, P) + x.shape[1:]), word)
         run = (c.status == FRONTIER) & (c.phase != DONE)[:, None]
-        lp, state, cache = _score_live(family, params, c.state, family.prefix(c.cache, slots), word_bp, run,
-                                       sizes.chunk)
+        held = jnp.max(jnp.where(c.status != EMPTY, family.memory_used(c.state), 0))
+        bucket = jnp.sum(held > jnp.asarray(buckets[:-1]))  # every slot read or written is below `held`
+        lp, state, cache = _score_live(family, params, c.state, c.cache, word_bp, run, c.memory_rows, sizes.chunk,
+                                       buckets, bucket)
         fin_bp = jnp.broadcast_to(finishing[:, None], (B, P))
         allowed = _vmap2(family.allowed, state, fin_bp, word_bp) & run[..., None]
         fits = _vmap2(family.fits, state, word_bp)
@@ -831,7 +939,9 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
             c.status, c.score, lp, allowed, c.phase, c.t, num_words, c.prefix)
         gather = lambda x: jnp.take_along_axis(x, src.reshape((B, P) + (1,) * (x.ndim - 2)), axis=1)
         state = jax.tree.map(gather, state)
-        cache = family.put_prefix(c.cache, family.take(cache, src))
+        # The children's memories: copies only where a parent has more than one (`_assign_rows`).
+        memory_rows, copy_from, copy_to = jax.vmap(_assign_rows)(c.memory_rows, src, new_status != EMPTY)
+        cache = _copy_memories(family, cache, copy_from, copy_to, sizes.chunk, buckets, bucket)
         records = gather(c.records)
         num_records = gather(c.num_records)
         # Advance by the chosen actions (the word is the one just generated: the current word of the step).
@@ -846,23 +956,13 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         complete = finishing[:, None] & (new_status == FRONTIER) & _vmap2(family.complete, state)
         new_status = jnp.where(complete, COMPLETE, new_status)
         new_phase = jnp.where(finishing & ~jnp.any(new_status == FRONTIER, axis=1), DONE, new_phase)
-        return _Carry(state, cache, new_status, val, records, num_records, t, new_phase, prefix,
+        return _Carry(state, cache, memory_rows, new_status, val, records, num_records, t, new_phase, prefix,
                       c.steps + stepped, pruned, c.iteration + 1, c.rows_run + jnp.sum(run))
-
-    # Memory sizes: the attention and the gathers read only the positions held so far, rounded up to one of
-    # a few static sizes (one compiled branch each).
-    C = family.caps.capacity
-    buckets = sorted({min(C, m) for m in (32, 64, _round_up(C // 2, 16), C)})
-
-    def switched(c: _Carry) -> _Carry:
-        held = jnp.max(jnp.where(c.status != EMPTY, family.memory_used(c.state), 0))
-        index = jnp.sum(held > jnp.asarray(buckets[:-1]))  # every position read or written is below `held`
-        return jax.lax.switch(index, [functools.partial(body, m) for m in buckets], c)
 
     def cond(c: _Carry):
         return jnp.any(c.phase != DONE) & (c.iteration < sizes.max_iterations)
 
-    return jax.lax.while_loop(cond, switched if len(buckets) > 1 else functools.partial(body, buckets[0]), carry)
+    return jax.lax.while_loop(cond, body, carry)
 
 
 def _round_up(n: int, multiple: int) -> int:

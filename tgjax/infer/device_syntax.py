@@ -106,6 +106,7 @@ class Caps(NamedTuple):
       max_open_nts, max_consecutive_opens: the well-formedness caps (as `BeamConfig`).
       capacity: C, layout positions a hypothesis may use.
       max_pieces: the most pieces of one word in the batch (1 for a word dictionary).
+      stack_slots: the memory slots of a `stack_only` layout (its stack; 0: the capacity).
     """
 
     num_labels: int
@@ -113,6 +114,11 @@ class Caps(NamedTuple):
     max_consecutive_opens: int
     capacity: int
     max_pieces: int
+    stack_slots: int = 0
+
+    def memory_slots(self, stack_only: bool) -> int:
+        """The memory slots a layout's cache holds: every position, or with `stack_only` the stack's."""
+        return min(self.stack_slots or self.capacity, self.capacity) if stack_only else self.capacity
 
     @property
     def pending_width(self) -> int:
@@ -157,13 +163,17 @@ def allowed(tree: TreeState, caps: Caps, finishing) -> jnp.ndarray:
                             jnp.stack([can_close, can_word & not_finishing])])
 
 
-def fits(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, word_pieces, later_pieces) -> jnp.ndarray:
+def fits(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, word_pieces, later_pieces,
+         stack_only: bool = False) -> jnp.ndarray:
     """`[L + 2]` bool: after the action, the hypothesis can still end within `caps.capacity` positions.
 
     Counts the positions after the action (the cached ones, the pending
     ones, the action's), the later words' pieces (`later_pieces`: words
     after the next one) and closing everything then open. Conservative by
-    one close (the very last is never run).
+    one close (the very last is never run). With `stack_only`, also: the
+    action's pushed positions fit in the `caps.stack_slots` memory slots
+    (`layout` committed; a close pops its constituent's keys first, so
+    it always fits).
     """
     used = layout.length + layout.num_pending
     cw = close_width(tg)
@@ -171,8 +181,12 @@ def fits(layout: LayoutState, tree: TreeState, caps: Caps, tg: bool, word_pieces
     after_close = used + cw + word_pieces + later_pieces + cw * (tree.depth - 1)
     after_word = used + word_pieces + later_pieces + cw * tree.depth
     C = caps.capacity
-    return jnp.concatenate([jnp.broadcast_to(after_open <= C, (caps.num_labels,)),
-                            jnp.stack([after_close <= C, after_word <= C])])
+    open_ok, word_ok = after_open <= C, after_word <= C
+    if stack_only:
+        slots = caps.memory_slots(True)
+        open_ok &= layout.mem_len + 1 <= slots
+        word_ok &= layout.mem_len + word_pieces <= slots
+    return jnp.concatenate([jnp.broadcast_to(open_ok, (caps.num_labels,)), jnp.stack([after_close <= C, word_ok])])
 
 
 def advance_tree(tree: TreeState, action, caps: Caps) -> tuple[TreeState, jnp.ndarray]:
