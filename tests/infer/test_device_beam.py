@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -218,7 +219,7 @@ def test_memory_rows_after_a_selection_hold_each_childs_parent_memory(data):
     rows = np.asarray(data.draw(st.permutations(range(pool))), np.int32)
     src = np.asarray(data.draw(st.lists(st.integers(0, pool - 1), min_size=pool, max_size=pool)), np.int32)
     kept = np.asarray(data.draw(st.lists(st.booleans(), min_size=pool, max_size=pool)))
-    new_rows, copy_from, copy_to = (np.asarray(x) for x in _assign_rows(rows, src, kept))
+    new_rows, copy_from, copy_to = (np.asarray(x) for x in jax.jit(_assign_rows)(rows, src, kept))
     assert sorted(new_rows.tolist()) == list(range(pool))
     memory = np.arange(pool) * 10  # row r holds memory 10 r; parent slot p's memory is 10 rows[p]
     copies = [(f, t) for f, t in zip(copy_from, copy_to) if t >= 0]

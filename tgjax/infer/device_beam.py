@@ -804,7 +804,12 @@ class DeviceBeamSearch:
         """
         config = self.config
         num = len(sentences)
-        B = min(config.batch_sentences, _next_power_of_two(num))
+        P = config.word_beam + config.action_beam
+        # Every batch the full size while its pool is small (a finished or absent sentence costs little: only
+        # FRONTIER hypotheses run the model), so one compiled search serves every batch of a length; a large
+        # pool (paper-size beams) gets the power of two at or above its sentences, to spare memory.
+        full = config.batch_sentences * P <= _FULL_BATCH_ROWS
+        B = config.batch_sentences if full else min(config.batch_sentences, _next_power_of_two(num))
         max_pieces = max(len(p) for pieces, _ in encoded for p in pieces)
         N = _coarse(max(len(s) for s in sentences), 8)
         caps = ds.Caps(self.space.num_labels, config.max_open_nts, config.max_consecutive_opens, C, max_pieces,
@@ -821,7 +826,6 @@ class DeviceBeamSearch:
                 counts[b, t] = len(p)
         later = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1] - counts  # pieces after each word
         D = config.max_open_nts
-        P = config.word_beam + config.action_beam
         sizes = _Sizes(B, P, N, C, N * (D + config.max_consecutive_opens + 2) + D + 4,
                        self.chunk or min(B * P, max(32, _round_up(B * P // 8, 8))))
         key = (self._family.signature, config, sizes, caps)
@@ -873,6 +877,8 @@ class DeviceBeamSearch:
     def log_probs(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         return np.array([r.log_prob for r in self.search(sentences)])
 
+
+_FULL_BATCH_ROWS = 4096  # most pool slots (batch_sentences x pool) for which every batch is padded to full size
 
 # Compiled searches by (family signature, config, sizes, caps): searches of models of one structure (an eval
 # command run again, the tests) share them; the parameters are arguments.
