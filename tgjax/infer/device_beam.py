@@ -160,7 +160,7 @@ from tgjax.infer.beam import BeamConfig, BeamResult, logsumexp
 from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.ensemble import member_list
 from tgjax.infer.incremental import _Static, project
-from tgjax.models.transformer_lm import TransformerLM, attention_inputs
+from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
 
@@ -193,10 +193,6 @@ class WordInfo(NamedTuple):
 # two), and runs the layers below on the new positions only, with the model's own weights and its own
 # masks and relative positions (`attention_inputs`). The tests check it against the host search, which
 # runs `hidden_states`.
-
-
-def _attention_modules(layer) -> list:
-    return [layer.attention] + ([layer.compose_attention] if layer.compose_attention is not None else [])
 
 
 def _keys_values(attention, x):
@@ -241,23 +237,14 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
     `batch`: the new positions' fields `[N, S]` and the memory keys' `[N, M]`
     (as `hidden_states`); `kv [N, K, A, 2, H, M, dk]`: the cached keys and
     values of the memory slots per layer (K) and attention module (A).
-    Mirrors `hidden_states` (eval mode) with the memory's projections read
-    from the cache.
+    `hidden_states` (eval mode) with each layer's attention reading the
+    memory's keys and values from the cache: the model's own embedding,
+    rule, layers and norms, only the attention's inputs differ.
     """
     c = model.config
-    attn = attention_inputs(c, batch)
-    mask, relpos = attn["mask"], attn["relpos"]
-    if c.tg and c.num_unrestricted_heads:
-        heads_tg = c.num_heads - c.num_unrestricted_heads
-
-        def per_head(tg_part, causal_part):
-            return jnp.concatenate([jnp.repeat(tg_part[:, None], heads_tg, 1),
-                                    jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
-
-        mask = per_head(attn["mask"], attn["causal_mask"])
-        relpos = per_head(attn["relpos"], attn["causal_relpos"])
+    attn, mask, relpos = model.attention_rule(batch)
     compose = batch["inputs_ttypes"] == tt.CNT1
-    x = model.embedding[...][batch["inputs"]] * jnp.sqrt(float(c.d_model))
+    x = model.embed(batch["inputs"])
     first_unrestricted = c.num_layers - c.num_unrestricted_layers
     new_kv = []
     for index, layer in enumerate(model.layers):
@@ -265,15 +252,14 @@ def cached_forward(model: TransformerLM, batch: dict, kv: jax.Array):
             m, r = attn["causal_mask"], attn["causal_relpos"]
         else:
             m, r = mask, relpos
-        outputs, layer_kv = [], []
-        for a, attention in enumerate(_attention_modules(layer)):
-            fresh = _keys_values(attention, x)  # [2, N, S, H, dk]
-            layer_kv.append(fresh)
-            outputs.append(_attend(attention, x, kv[:, index, a], fresh, m, r))
-        attended = outputs[0] if len(outputs) == 1 else jnp.where(compose[..., None], outputs[1], outputs[0])
-        x = layer.attention_norm(x + attended)
-        x = layer.feed_forward_norm(x + layer.feed_forward(x))
-        new_kv.append(jnp.stack(layer_kv))  # [A, 2, N, S, H, dk]
+        fresh = [_keys_values(attention, x) for attention in layer.attention_modules()]  # each [2, N, S, H, dk]
+
+        def attend(attention, x=x, fresh=fresh, layer=layer, index=index, m=m, r=r):
+            a = 0 if attention is layer.attention else 1  # the STACK module, or the COMPOSE one
+            return _attend(attention, x, kv[:, index, a], fresh[a], m, r)
+
+        x = layer.around_attention(x, attend, compose, deterministic=True)
+        new_kv.append(jnp.stack(fresh))  # [A, 2, N, S, H, dk]
     # [K, A, 2, N, S, H, dk] -> [N, S, K, A, 2, H, dk]
     return x, jnp.transpose(jnp.stack(new_kv), (3, 4, 0, 1, 2, 5, 6))
 

@@ -216,13 +216,18 @@ class TransformerLM(nnx.Module):
         embedding = self.embedding[...].astype(c.compute_dtype)
         return x @ embedding.T + self.output_bias[...].astype(c.compute_dtype)
 
-    def hidden_states(self, batch: dict[str, jax.Array], memory: jax.Array, *, deterministic: bool = True,
-                      with_layer_inputs: bool = False):
-        """The final hidden states `[B, T, d]` (before `logits`) and the next memory `[K, B, M, d]`.
+    def embed(self, inputs: jax.Array) -> jax.Array:
+        """`[B, T] -> [B, T, d]`: the scaled token embeddings, in the compute dtype."""
+        c = self.config
+        return (self.embedding[...][inputs] * jnp.sqrt(float(c.d_model))).astype(c.compute_dtype)
 
-        The next memory is None for a batch without its selections (`mem_src_seq`, `mem_src_mem`), as in
-        incremental scoring. With `with_layer_inputs` (list layout only, what inference walks): also the input
-        of every layer `[K, B, T, d]`, which Transformer-XL memory is made of and incremental scoring caches.
+    def attention_rule(self, batch: dict[str, jax.Array]):
+        """(`attention_inputs`, mask, relpos): the rows the restricted layers read, per head for head hybrids.
+
+        mask, relpos `[B, (H,) T, M + T]`: the model's rule (TG's STACK/COMPOSE
+        or the causal one); with `num_unrestricted_heads`, the TG rule for the
+        first heads and the causal one for the rest. The unrestricted layers
+        of a layer hybrid read `attention_inputs`' causal_mask / causal_relpos.
         """
         c = self.config
         attn = attention_inputs(c, batch)
@@ -234,9 +239,20 @@ class TransformerLM(nnx.Module):
                  jnp.repeat(causal_part[:, None], c.num_unrestricted_heads, 1)], 1)
             mask = per_head(attn["mask"], attn["causal_mask"])
             relpos = per_head(attn["relpos"], attn["causal_relpos"])
+        return attn, mask, relpos
+
+    def hidden_states(self, batch: dict[str, jax.Array], memory: jax.Array, *, deterministic: bool = True,
+                      with_layer_inputs: bool = False):
+        """The final hidden states `[B, T, d]` (before `logits`) and the next memory `[K, B, M, d]`.
+
+        The next memory is None for a batch without its selections (`mem_src_seq`, `mem_src_mem`), as in
+        incremental scoring. With `with_layer_inputs` (list layout only, what inference walks): also the input
+        of every layer `[K, B, T, d]`, which Transformer-XL memory is made of and incremental scoring caches.
+        """
+        c = self.config
+        attn, mask, relpos = self.attention_rule(batch)
         compose = batch["inputs_ttypes"] == tt.CNT1
-        x = self.embedding[...][batch["inputs"]] * jnp.sqrt(float(c.d_model))
-        x = self.embedding_dropout(x.astype(c.compute_dtype), deterministic=deterministic)
+        x = self.embedding_dropout(self.embed(batch["inputs"]), deterministic=deterministic)
 
         def run_layer(layer, x, layer_memory, mask, relpos):
             return layer(x, layer_memory, mask, relpos, compose, deterministic=deterministic)

@@ -71,10 +71,18 @@ class TransformerXLLayer(nnx.Module):
 
     def __call__(self, x, memory, mask, relpos, compose=None, *, deterministic: bool):
         """`x [B, T, d]`, `memory [B, M, d]`, mask/relpos `[B, (H,) T, M + T]` -> `[B, T, d]`."""
-        attended = self.attention(x, memory, mask, relpos)
+        return self.around_attention(x, lambda attention: attention(x, memory, mask, relpos), compose,
+                                     deterministic=deterministic)
+
+    def attention_modules(self) -> list:
+        """The attention modules: the STACK one, and with `distinct_compose` the COMPOSE one."""
+        return [self.attention] + ([self.compose_attention] if self.compose_attention is not None else [])
+
+    def around_attention(self, x, attend, compose=None, *, deterministic: bool):
+        """The layer with `attend(attention_module) -> [B, T, d]` as its attention (a KV-cached decoder's too)."""
+        attended = attend(self.attention)
         if self.compose_attention is not None:
-            composed = self.compose_attention(x, memory, mask, relpos)
-            attended = jnp.where(compose[..., None], composed, attended)
+            attended = jnp.where(compose[..., None], attend(self.compose_attention), attended)
         x = self.attention_norm(x + self.dropout(attended, deterministic=deterministic))
         x = self.feed_forward_norm(x + self.dropout(self.feed_forward(x), deterministic=deterministic))
         return x
