@@ -31,6 +31,7 @@ def main_craft_demos(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from tgjax.data.craft_demos import write_craft_demos
     from tgjax.envs.craft_bot import generate_demos
+    from tgjax.progress import Progress
 
     if args.num < 1 or args.max_steps < 1 or args.batch_size < 1:
         print("tgjax data craft-demos: error: --num, --max-steps and --batch-size must be >= 1", file=sys.stderr)
@@ -39,18 +40,20 @@ def main_craft_demos(argv: list[str]) -> int:
     if not parent.is_dir():  # fail before the generation, not after
         print(f"tgjax data craft-demos: error: -o {args.output}: directory {parent} does not exist", file=sys.stderr)
         return 2
+    progress = Progress(args.num, label="kept", noun="demonstration")
     try:
         demos, summary = generate_demos(
             args.task, args.num, seed=args.seed, dense_reward=not args.sparse, max_steps=args.max_steps,
             full_view=args.full_view, batch_size=args.batch_size,
-            progress=lambda kept, tried: print(f"\r{kept}/{args.num} demonstrations ({tried} episodes)",
-                                               end="", file=sys.stderr, flush=True))
+            progress=lambda kept, tried: progress.update(kept, totals={"episodes": tried}))
     except rules.CraftTaskError as error:
-        print(f"\ntgjax data craft-demos: error: {error}", file=sys.stderr)
+        progress.close()
+        print(f"tgjax data craft-demos: error: {error}", file=sys.stderr)
         return 2
+    progress.close()
     write_craft_demos(args.output, demos)
     lengths = demos.offsets[1:] - demos.offsets[:-1]
-    print(f"\n{args.output}: {len(demos)} demonstrations of task {args.task} "
+    print(f"{args.output}: {len(demos)} demonstrations of task {args.task} "
           f"(bot success rate {summary['success_rate']:.4f} over {summary['episodes_tried']} episodes; "
           f"{lengths.mean():.1f} steps on average incl. DONE; {summary['seconds']:.1f} s)")
     return 0

@@ -35,19 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from scipy.special import logsumexp  # float64 on the host; -inf for no values or all -inf
 
 from tgjax.infer.pushdown_search import forward
 from tgjax.nn.attachment_head import attachment_log_probs
 from tgjax.syntax import stack_tape as stt
-
-
-def _logsumexp(values) -> float:
-    values = np.asarray(list(values), np.float64)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return -np.inf
-    top = values.max()
-    return float(top + np.log(np.exp(values - top).sum()))
 
 
 def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +157,7 @@ class HostBeamResult:
 
     @property
     def log_prob(self) -> float:
-        return _logsumexp(score for _, score in self.final)
+        return float(logsumexp([score for _, score in self.final]))
 
 
 def host_beam(model, tokens: Sequence[int], beam_size: int, *, final_attachment: str = "scored",
@@ -191,13 +183,13 @@ def host_beam(model, tokens: Sequence[int], beam_size: int, *, final_attachment:
                 if np.isfinite(attach_lp):
                     candidates.append((score + word_lp + attach_lp, b, r))
         scores = np.asarray([s for _, s, _ in beam])
-        surprisals[k] = -(_logsumexp(scores + np.asarray(word_lps)) - _logsumexp(scores))
+        surprisals[k] = -(logsumexp(scores + np.asarray(word_lps)) - logsumexp(scores))
         # Stable order: score descending, then (parent, r) ascending, as the device's top-k breaks ties.
         candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
         kept = candidates[:beam_size]
         origins = sorted({parent for _, parent, _ in kept})
         # The release indexes the sorted candidates by origin (quirk §1.10.6): candidate o's parent, not o.
-        release[k] = _logsumexp(scores[kept[o][1]] + word_lps[kept[o][1]] for o in origins if o < len(kept))
+        release[k] = logsumexp([scores[kept[o][1]] + word_lps[kept[o][1]] for o in origins if o < len(kept)])
         new_beam = []
         for score, parent, r in kept:
             attach, _, tape = beam[parent]
