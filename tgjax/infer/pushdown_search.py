@@ -158,9 +158,7 @@ def _layer_step(layer, x: jax.Array, keys: jax.Array, values: jax.Array, tape_ro
     distance = (i - steps)[None, None, :]
     mask = (steps <= i)[None, None, :]
     attended = attention.attend(attention.scores(q, keys, tape_row[:, None, :], distance), mask, values)
-    x = layer.attention_norm(x + attended)
-    hidden = jax.nn.relu(x @ layer.w_in[...] + layer.b_in[...])
-    return layer.feed_forward_norm(x + hidden @ layer.w_out[...] + layer.b_out[...]), keys, values
+    return layer.around_attention(x, attended), keys, values
 
 
 def _head_row(head, hidden: jax.Array, next_embedding: jax.Array, head_keys: jax.Array, tape_row: jax.Array,

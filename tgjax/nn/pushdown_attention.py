@@ -182,8 +182,12 @@ class PushdownLayer(nnx.Module):
     def __call__(self, x: jax.Array, tape: jax.Array, valid: jax.Array | None = None, *,
                  deterministic: bool = True) -> jax.Array:
         """`x [B, T, d]`, `tape [B, T, T]`, `valid [B, T]` -> `[B, T, d]`."""
+        return self.around_attention(x, self.attention(x, tape, valid), deterministic=deterministic)
+
+    def around_attention(self, x: jax.Array, attended: jax.Array, *, deterministic: bool = True) -> jax.Array:
+        """The block given its attention's output `attended` (`[..., d]`, as x): the incremental decoder's too."""
         drop = lambda a: self.dropout(a, deterministic=deterministic)  # noqa: E731
-        x = self.attention_norm(x + drop(self.attention(x, tape, valid)))
+        x = self.attention_norm(x + drop(attended))
         hidden = drop(jax.nn.relu(x @ self.w_in[...] + self.b_in[...]))
         return self.feed_forward_norm(x + drop(hidden @ self.w_out[...] + self.b_out[...]))
 
