@@ -442,3 +442,29 @@ def test_cli_info_and_train_on_the_tiny_config(tmp_path, capsys):
     vocab_size = len(build_vocabulary(read_sentences("builtin", None, "train", num_sentences=800)))
     assert losses[0] == pytest.approx(math.log(vocab_size), abs=0.1)  # uniform at the start
     assert np.mean(losses[-5:]) < losses[0] - 0.5
+
+
+CRAFT = REPO.parent / "shared" / "data" / "craft_treebank"
+
+
+@pytest.mark.skipif(not CRAFT.is_dir(), reason=f"CRAFT not found at {CRAFT}")
+def test_craft_config_reads_the_train_and_dev_articles_in_the_release_form(tmp_path):
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks.mlm import craft_files
+
+    config = load_config(str(REPO / "configs" / "onlstm_craft.py"))
+    assert config.data.source == "craft" and Path(config.data.craft_dir) == CRAFT
+    first = read_sentences("craft", config.data.craft_dir, "train", num_sentences=1)[0]
+    # The first train article's title, punctuation dropped, lower-cased (the eval's --word-form release).
+    assert first[:6] == ["intraocular", "pressure", "in", "genetically", "distinct", "mice"]
+    dev = read_sentences("craft", config.data.craft_dir, "valid")
+    assert len(craft_files(config.data.craft_dir, "valid")) == 7 and len(dev) == 2780
+    letters = {ch for s in dev for w in s for ch in w}  # lower-cased; digit runs read as N
+    assert "N" in letters and not any(ch.isdigit() or (ch.isupper() and ch != "N") for ch in letters)
+    # The task builds its vocabulary and validation stream from those articles (a small slice).
+    config.data.num_train_sentences, config.data.num_valid_sentences = 200, 40
+    task = OnLSTMLMTask(config)
+    task.validate_config(config)
+    task.setup(RunContext(tmp_path, shd.make_mesh(), False, 0, 1, lambda text: None))
+    assert task.words[:2] == ["intraocular", "pressure"] and task.valid_data is not None

@@ -7,7 +7,12 @@ shared trainer:
   line (an empty line is a lone `<eos>`), all lines concatenated. Sources:
   `data.source = "builtin"` (the synthetic treebank's sentences), `"text"`
   (plain-text files, e.g. Mikolov's PTB `train.txt` / `valid.txt`) or
-  `"treebank"` (the words of a bracketed treebank, e.g. Tale of Two Cities).
+  `"treebank"` (the words of a bracketed treebank, e.g. Tale of Two Cities)
+  or `"craft"` (CRAFT's train / dev articles by their id lists under
+  `data.craft_dir`, as UDGN's task reads them; words in the release's form,
+  as `tgjax eval unsupervised-parse` feeds them: only the release's 36 word
+  tags, lower-cased, digit runs -> `N`; sentences left empty or with a word
+  outside a POS tag are skipped).
   The vocabulary is built from the training split in order of first
   appearance, plus `<unk>`; validation words outside it become `<unk>`
   (counted and reported); `data.min_word_count` > 1 also maps rare training
@@ -99,7 +104,7 @@ from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
 EOS = "<eos>"
 UNK = "<unk>"
-SOURCES = ("builtin", "text", "treebank")
+SOURCES = ("builtin", "text", "treebank", "craft")
 _BPTT_STREAM = 0x0B77  # separates the seq_len draws from any other stream of the same seed
 
 # -----------------------------------------------------------------------------
@@ -117,6 +122,9 @@ def read_sentences(source: str, path: str | None, split: str, *, num_sentences=N
         from tgjax.data.corpora import builtin_treebank
 
         return [tree.leaves() for tree in builtin_treebank(split, num_sentences, seed=corpus_seed)]
+    if source == "craft":
+        sentences = craft_sentences(path or "", split)
+        return sentences[:num_sentences] if num_sentences is not None else sentences
     if not path or not Path(path).is_file():
         raise FileNotFoundError(f"{key}: {path!r} is not a file ({split} split, data.source={source!r}); "
                                 f"give your {split} file: `--config.{key}=FILE` on the command line")
@@ -131,6 +139,38 @@ def read_sentences(source: str, path: str | None, split: str, *, num_sentences=N
     else:
         raise ConfigError(f"data.source: unknown {source!r}; expected one of {SOURCES}")
     return sentences[:num_sentences] if num_sentences is not None else sentences
+
+
+def craft_sentences(craft_dir: str, split: str) -> list[list[str]]:
+    """CRAFT's sentences of `split` ("train", "valid" = the dev ids, "test") in the release's word form.
+
+    The articles come from `tgjax.train.tasks.mlm.craft_files` (the id lists);
+    each tree is filtered as the parsing evaluation filters it
+    (`tgjax.syntax.distance.release_filter`: the release's 36 word tags), its
+    words lower-cased with digit runs -> `N`. Trees with a word outside a POS
+    tag, and trees left without words, are skipped.
+    """
+    from tgjax.syntax.distance import release_filter, release_word_form
+    from tgjax.syntax.trees import read_treebank
+    from tgjax.train.tasks.mlm import craft_files
+
+    sentences = []
+    for path in craft_files(craft_dir, split):
+        for tree in read_treebank(path):
+            try:
+                words = release_filter(tree).words
+            except ValueError:
+                continue
+            if words:
+                sentences.append([release_word_form(w) for w in words])
+    return sentences
+
+
+def split_path(data, split: str) -> str | None:
+    """The path `read_sentences` reads for a split: the CRAFT directory, or data.{train,valid}_path."""
+    if data.source == "craft":
+        return data.craft_dir
+    return data.train_path if split == "train" else data.valid_path
 
 
 def build_vocabulary(*splits: list[list[str]], min_count: int = 1) -> list[str]:
@@ -482,6 +522,8 @@ def validate_config(config) -> None:
         raise ConfigError(f"data.vocabulary_from: expected 'train' or 'all', got {config.data.vocabulary_from!r}")
     for k in ("train_path", "valid_path", "num_train_sentences", "num_valid_sentences", "corpus_seed"):
         need(f"data.{k}")
+    if config.data.source == "craft":
+        need("data.craft_dir")
     positive_int("data.min_word_count")
     for k in ("batch_size", "bptt", "length_bucket", "min_seq_len", "nonmono"):
         positive_int(f"training.{k}")
@@ -515,17 +557,17 @@ def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: parameters, the vocabulary (built from the training data) and the model's sizes."""
     validate_config(config)
     d = config.data
-    train = read_sentences(d.source, d.train_path, "train", num_sentences=d.num_train_sentences,
+    train = read_sentences(d.source, split_path(d, "train"), "train", num_sentences=d.num_train_sentences,
                            corpus_seed=d.corpus_seed, key="data.train_path")
     splits = [train]
-    if d.vocabulary_from == "all" and d.valid_path:
-        splits.append(read_sentences(d.source, d.valid_path, "valid", num_sentences=d.num_valid_sentences,
+    if d.vocabulary_from == "all" and split_path(d, "valid"):
+        splits.append(read_sentences(d.source, split_path(d, "valid"), "valid", num_sentences=d.num_valid_sentences,
                                      corpus_seed=d.corpus_seed, key="data.valid_path"))
     words = build_vocabulary(*splits, min_count=d.min_word_count)
     model_cfg = model_config(config, len(words))
     count = count_parameters(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
     return {"model_name": "onlstm_lm", "num_parameters": count, "vocab_size": len(words),
-            "vocab_source": f"built from {d.train_path}", "model": dataclasses.asdict(model_cfg)}
+            "vocab_source": f"built from {split_path(d, 'train')}", "model": dataclasses.asdict(model_cfg)}
 
 
 # -----------------------------------------------------------------------------
@@ -562,11 +604,11 @@ class OnLSTMLMTask:
         c = self.config
         self.run = run
         d = c.data
-        train = read_sentences(d.source, d.train_path, "train", num_sentences=d.num_train_sentences,
+        train = read_sentences(d.source, split_path(d, "train"), "train", num_sentences=d.num_train_sentences,
                                corpus_seed=d.corpus_seed, key="data.train_path")
-        valid = (read_sentences(d.source, d.valid_path, "valid", num_sentences=d.num_valid_sentences,
+        valid = (read_sentences(d.source, split_path(d, "valid"), "valid", num_sentences=d.num_valid_sentences,
                                 corpus_seed=d.corpus_seed, key="data.valid_path")
-                 if d.valid_path else None)
+                 if split_path(d, "valid") else None)
         self.words = build_vocabulary(train, *([valid] if valid and d.vocabulary_from == "all" else []),
                                       min_count=d.min_word_count)
         index = {w: i for i, w in enumerate(self.words)}
