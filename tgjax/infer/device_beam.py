@@ -91,9 +91,10 @@ TG's doubled closes); the caches, and so memory, grow with it (the
 attention and the copies read only the memory slots in use, rounded up to
 32, 64, half or all of the slots: one compiled branch each). By
 default a batch gets `positions_per_piece * pieces + 8` (4 per piece)
-for its longest sentence, rounded up to a power of two or 1.5 times one
-(few shapes, few compilations; compiled searches are shared by models of
-one structure). A hypothesis that would outgrow it cannot take the action; when
+for its longest sentence, the pieces and the result rounded up to a power
+of two or 1.5 times one (few shapes, few compilations: with a word
+dictionary one per length bucket; compiled searches are shared by models
+of one structure). A hypothesis that would outgrow it cannot take the action; when
 that happened to a sentence, it is searched again with twice the room, up
 to `max_capacity` (counted in `last_stats["retried"]`), so the result is
 the host search's. Only at `max_capacity` (or a fixed `capacity`) do the
@@ -730,14 +731,12 @@ class DeviceBeamSearch:
         piece no other on the stack covers, so at most the pieces); plus the
         two positions of a close being run.
         """
-        longest = max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence)
-        return _coarse(3 + self.config.max_open_nts + longest)
+        return _coarse(3 + self.config.max_open_nts + _longest(pieces_per_sentence))
 
     def _capacity(self, pieces_per_sentence) -> int:
         if self.capacity is not None:
             return self.capacity
-        longest = max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence)
-        return min(self.max_capacity, _coarse(self.positions_per_piece * longest + 8))
+        return min(self.max_capacity, _coarse(self.positions_per_piece * _longest(pieces_per_sentence) + 8))
 
     def search(self, sentences: Iterable[Sequence[str]]) -> list[BeamResult]:
         sentences = [list(s) for s in sentences]
@@ -957,6 +956,15 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         return jnp.any(c.phase != DONE) & (c.iteration < sizes.max_iterations)
 
     return jax.lax.while_loop(cond, body, carry)
+
+
+def _longest(pieces_per_sentence) -> int:
+    """The most pieces of a sentence, rounded up as the words are (`_coarse(n, 8)`).
+
+    So capacity and stack slots follow the length bucket: with a word
+    dictionary every batch of one bucket gets one compiled search.
+    """
+    return _coarse(max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence), 8)
 
 
 def _round_up(n: int, multiple: int) -> int:
