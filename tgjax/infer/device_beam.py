@@ -128,7 +128,8 @@ hypothesis-major with each head's slots one block. On the benchmark (64
 ToTC test sentences, random-init ToTC-size TG, 2 quiet cores) the engine
 went from 0.20x to 1.55x the host search's sentences/s (2.53 against 1.64;
 same best trees 64/64, log p(x) within 1.6e-4); per iteration of 16
-sentences, 83 ms -> 26 ms. The issue's 5x on CPU is still not met: the
+sentences, 83 ms -> 26 ms; with the attention against the memory as
+fused products and sums, 1.73x (load ~4). The issue's 5x on CPU is still not met: the
 search runs as many hypotheses through the model as the host search does
 (~2,200 per sentence here), and on 2 CPU cores the host search's one
 model call per step is mostly that arithmetic too. What is left: a
