@@ -40,6 +40,27 @@ def test_keeps_the_latest_and_the_best_by_validation_loss(tmp_path):
     chex.assert_trees_all_equal(restored.state, fake_state(5))  # params, optimiser state, step, rng, memory
 
 
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_the_best_step_survives_a_resume(tmp_path, mode):
+    """A run stopped and resumed (a new store on the same directory) still knows its earlier best.
+
+    Orbax writes a step's metrics to disk only when it tracks a best; without
+    them a resumed run saw the earlier steps as metric-less and deleted its best.
+    """
+    best, worse = (1.0, 9.0) if mode == "min" else (9.0, 1.0)
+    first = CheckpointStore(tmp_path, max_to_keep=1, keep_best=1, best_mode=mode)
+    first.save(1, fake_state(1), {"step": 1}, {}, valid_loss=best)
+    first.save(2, fake_state(2), {"step": 2}, {}, valid_loss=(best + worse) / 2)
+    first.wait()
+    first.close()
+    resumed = CheckpointStore(tmp_path, max_to_keep=1, keep_best=1, best_mode=mode)
+    for step in (3, 4):
+        resumed.save(step, fake_state(step), {"step": step}, {}, valid_loss=worse)
+    resumed.wait()
+    assert resumed.all_steps() == [1, 4]  # 1: still the best; 4: the latest
+    resumed.close()
+
+
 def test_a_state_saved_without_memory_restores_with_empty_memory(tmp_path):
     store = CheckpointStore(tmp_path, save_memory=False, async_save=False)
     store.save(7, fake_state(7), {"epoch": 1, "step": 0}, {})

@@ -122,6 +122,10 @@ class CheckpointStore:
                                            keep_checkpoints_without_metrics=False))
         options = ocp.CheckpointManagerOptions(
             preservation_policy=policies.AnyPreservationPolicy(preserve),
+            # Retention is the policy above; best_fn only makes orbax write each step's metrics to disk (it does
+            # so only when it tracks a best), so that a resumed run still ranks the steps saved before it.
+            best_fn=(lambda m: m[VALID_LOSS]) if o["keep_best"] > 0 else None,
+            best_mode=o["best_mode"],
             enable_async_checkpointing=o["async_save"],
             create=True,
             cleanup_tmp_directories=True,  # a save cut short leaves a temporary directory: remove it
