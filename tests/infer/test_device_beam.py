@@ -178,11 +178,14 @@ def test_bad_words_and_empty_sentences_name_the_sentence():
         device.search([["(A"]])
 
 
-def test_too_little_room_is_retried_with_more_and_gives_the_host_results():
+@pytest.mark.parametrize("room", [dict(positions_per_piece=1, max_capacity=64), dict(stack_slots=4)],
+                         ids=["capacity", "stack_slots"])
+def test_too_little_room_is_retried_with_more_and_gives_the_host_results(room):
+    """Too few layout positions, or 4 stack slots (BOS, the root and two more): successors are refused, and
+    the sentences are searched again with more room."""
     vocab = tiny_vocab()
     host = searches(("tg",), "bound")[0]
-    device = DeviceBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIGS["bound"], positions_per_piece=1,
-                              max_capacity=64)
+    device = DeviceBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIGS["bound"], **room)
     sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"], ["c", "a"]]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -191,20 +194,10 @@ def test_too_little_room_is_retried_with_more_and_gives_the_host_results():
     assert_same(host.search(sentences), results)
 
 
-def test_too_few_stack_slots_are_retried_with_more_and_give_the_host_results():
-    """4 stack slots hold BOS, the root and two more: deeper stacks refuse successors, and the search runs again."""
-    vocab = tiny_vocab()
-    host = searches(("tg",), "bound")[0]
-    device = DeviceBeamSearch(get_model("tg", vocab.size), vocab, "tg", CONFIGS["bound"], stack_slots=4)
-    sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"], ["c", "a"]]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        results = device.search(sentences)
-    assert device.last_stats["retried"] > 0 and not device.last_stats["capacity_pruned"]
-    assert_same(host.search(sentences), results)
+def test_the_default_stack_slots_bound_every_stack():
     default = searches(("tg",), "bound")[1]
-    default.search(sentences)
-    assert default.last_stats["retried"] == 0  # the default slots bound every stack
+    default.search([["a", "b", "c", "a"], ["c"], ["b", "b", "a"], ["c", "a"]])
+    assert default.last_stats["retried"] == 0
 
 
 @settings(max_examples=200, deadline=None)

@@ -578,9 +578,7 @@ def _score_live(family, params, state, cache, word, run, memory_rows, chunk: int
     never copied).
     """
     B, P = run.shape
-    flat_run = run.reshape(B * P)
-    calls = -(-(B * P) // chunk)
-    hyps_all = jnp.nonzero(flat_run, size=calls * chunk, fill_value=B * P)[0].astype(jnp.int32)
+    hyps_all, calls = _packed(run.reshape(B * P), chunk)
     flat = lambda x: x.reshape((B * P,) + x.shape[2:])
     state_flat, word_flat, rows_flat = jax.tree.map(flat, state), jax.tree.map(flat, word), flat(memory_rows)
     branches = [functools.partial(lambda m, *args: family.score(*args, slots=m), m) for m in buckets]
@@ -596,11 +594,18 @@ def _score_live(family, params, state, cache, word, run, memory_rows, chunk: int
         put = lambda full, part: full.at[hyps].set(part, mode="drop")
         return put(lp_all, lp), jax.tree.map(put, state_all, scored), family.write(cache, writes, rows)
 
-    live = jnp.sum(flat_run)
     lp0 = jnp.zeros((B * P, family.num_actions), jnp.float32)
-    lp, state_flat, cache = jax.lax.fori_loop(0, (live + chunk - 1) // chunk, one_call, (lp0, state_flat, cache))
+    lp, state_flat, cache = jax.lax.fori_loop(0, calls, one_call, (lp0, state_flat, cache))
     unflat = lambda x: x.reshape((B, P) + x.shape[1:])
     return unflat(lp), jax.tree.map(unflat, state_flat), cache
+
+
+def _packed(flags, chunk: int):
+    """The indices where `flags [n]` holds, packed first and padded with n to whole chunks, and how many
+    chunks hold any: the loops over live hypotheses and over copies run that many `chunk`-sized calls."""
+    n = flags.shape[0]
+    indices = jnp.nonzero(flags, size=-(-n // chunk) * chunk, fill_value=n)[0].astype(jnp.int32)
+    return indices, (jnp.sum(flags) + chunk - 1) // chunk
 
 
 def _assign_rows(memory_rows, src, kept):
@@ -635,12 +640,9 @@ def _copy_memories(family, cache, copy_from, copy_to, chunk: int, buckets: Seque
     `lax.switch` returning the caches would copy them whole).
     """
     total = copy_from.size
-    wanted = copy_to.reshape(-1) >= 0
-    calls = -(-total // chunk)
-    order = jnp.nonzero(wanted, size=calls * chunk, fill_value=total)[0]
+    order, needed = _packed(copy_to.reshape(-1) >= 0, chunk)
     src = jnp.append(copy_from.reshape(-1), 0)[order]
     dst = jnp.where(order < total, jnp.append(copy_to.reshape(-1), 0)[order], cache[0].shape[0])
-    needed = (jnp.sum(wanted) + chunk - 1) // chunk
     for b, slots in enumerate(buckets):
         def one_call(i, cache, slots=slots):
             part = lambda x: jax.lax.dynamic_slice(x, (i * chunk,), (chunk,))
