@@ -58,6 +58,29 @@ def test_generator_constraints():
     assert 6 <= np.mean([len(s) for s in strings]) < 200
 
 
+def test_expected_length_by_hand():
+    # A fair walk between an empty and a full stack returns in 2m tokens; two excursions on average.
+    assert dyck.expected_length(max_depth=10) == pytest.approx(40.0)
+    assert dyck.expected_length(max_depth=1, open_probability=0.3) == pytest.approx(4.0)  # "(a a)", then END or again
+    # m = 2, p = 1/4: E_1 = 1 + E_2/4, E_2 = 1 + E_1  ->  E_1 = 5/3; 2 (1 + 5/3) = 16/3.
+    assert dyck.expected_length(max_depth=2, open_probability=0.25) == pytest.approx(16 / 3)
+
+
+@pytest.mark.parametrize("max_depth, open_probability", [(10, 0.5), (10, 0.3), (4, 0.7)])
+def test_sampler_mean_length_matches_the_markov_chain(max_depth, open_probability):
+    rng = np.random.default_rng(11)
+    lengths = np.array([len(dyck.sample_dyck(rng, max_depth=max_depth, min_length=1, open_probability=open_probability))
+                        for _ in range(4000)])
+    standard_error = lengths.std() / np.sqrt(len(lengths))
+    expected = dyck.expected_length(max_depth=max_depth, open_probability=open_probability)
+    assert abs(lengths.mean() - expected) < 4 * standard_error
+
+
+def test_open_probability_is_checked():
+    with pytest.raises(ValueError, match="open_probability"):
+        dyck.sample_dyck(np.random.default_rng(0), open_probability=1.0)
+
+
 def test_corpus_redraws_and_counts_long_strings():
     strings, redrawn = dyck.dyck_corpus(300, seed=3, max_length=20)
     assert len(strings) == 300 and all(1 <= len(s) <= 20 for s in strings) and redrawn > 0

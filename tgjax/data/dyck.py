@@ -8,6 +8,22 @@ and each opener 1/(2k); with a full stack (depth m), close. END before
 ``min_length`` tokens is rejected and sampling goes on. The paper trains on
 100k strings of Dyck_{20,10}.
 
+That automaton does not make strings like the release's own data file.
+From an empty stack each string is a run of excursions, each ending back at
+depth 0; opening with probability 1/2 makes every excursion a fair walk.
+A fair walk between depth 0 and a full stack at depth m returns after 2m
+tokens on average. With min_length 1 there are two excursions on average,
+so strings average 4m = 40 tokens (`expected_length`; 40.6 over 20,000
+sampled strings), and 22% of them reach depth 8. released-code.md measured the shipped
+k-20 depth-10 validation file instead: lengths 6–76, mean 13.3, depth 8 or
+more in under 0.2% of strings. Those figures need a walk that favours
+closing: opening with probability 0.25–0.3 and a minimum length of 6 gives
+mean 10.3–11.6, maximum 64–94 and depth 8 or more in 0.1–0.5% of 20,000
+strings. The release's train and test files are not in ../shared, so that
+is as far as the check goes. The default stays the automaton as restated;
+`open_probability` and `min_length` (`data.dyck_open_probability`,
+`data.dyck_min_length` in the pushdown task) approximate the file.
+
 (`tgjax.data.cfl` has a Dyck-2 *grammar* for the CFL tasks of DuSell &
 Chiang, sampled by length from a PCFG; a different distribution, so it is not
 reused here. Its `CFLVocabulary` is: ids PAD 0, BOS 1, EOS 2, then the
@@ -75,15 +91,20 @@ def dyck_vocabulary(num_types: int = PAPER_TYPES) -> CFLVocabulary:
 
 
 def sample_dyck(rng: np.random.Generator, *, num_types: int = PAPER_TYPES, max_depth: int = PAPER_TRAIN_DEPTH,
-                min_length: int = 0, max_length: int | None = None) -> list[str]:
+                min_length: int = 0, max_length: int | None = None,
+                open_probability: float = 0.5) -> list[str]:
     """One string of the release's automaton (see the module docstring).
 
     ``max_length``: when reached with an empty stack, the string ends; a
     string cannot end with an open bracket, so the bound is soft by at most
-    ``max_depth`` closers.
+    ``max_depth`` closers. ``open_probability``: the chance of opening
+    (each type equally likely) when the stack is neither empty nor full;
+    1/2 in the release's automaton.
     """
     if max_depth < 1:
         raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+    if not 0.0 < open_probability < 1.0:
+        raise ValueError(f"open_probability must be in (0, 1), got {open_probability}")
     opens, closes = openers(num_types), closers(num_types)
     stack: list[int] = []
     out: list[str] = []
@@ -97,7 +118,7 @@ def sample_dyck(rng: np.random.Generator, *, num_types: int = PAPER_TYPES, max_d
                     return out
                 continue
             t = int(rng.integers(num_types))
-        elif len(stack) >= max_depth or rng.random() < 0.5:
+        elif len(stack) >= max_depth or rng.random() >= open_probability:
             out.append(closes[stack.pop()])
             continue
         else:
@@ -107,7 +128,8 @@ def sample_dyck(rng: np.random.Generator, *, num_types: int = PAPER_TYPES, max_d
 
 
 def dyck_corpus(num_strings: int, seed: int, *, num_types: int = PAPER_TYPES, max_depth: int = PAPER_TRAIN_DEPTH,
-                min_length: int = 1, max_length: int = 600) -> tuple[list[list[str]], int]:
+                min_length: int = 1, max_length: int = 600,
+                open_probability: float = 0.5) -> tuple[list[list[str]], int]:
     """``num_strings`` strings of the automaton (the paper: 100k of Dyck_{20,10}) and how many were redrawn.
 
     Strings longer than ``max_length`` are dropped and redrawn, as the release
@@ -117,12 +139,38 @@ def dyck_corpus(num_strings: int, seed: int, *, num_types: int = PAPER_TYPES, ma
     strings: list[list[str]] = []
     redrawn = 0
     while len(strings) < num_strings:
-        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_length)
+        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_length,
+                             open_probability=open_probability)
         if len(tokens) > max_length:
             redrawn += 1
             continue
         strings.append(tokens)
     return strings, redrawn
+
+
+def expected_length(*, max_depth: int = PAPER_TRAIN_DEPTH, open_probability: float = 0.5) -> float:
+    """The mean length of `sample_dyck` strings with ``min_length`` 1 and no ``max_length``.
+
+    Markov-chain arithmetic, independent of the sampler. Let E_d be the
+    expected number of tokens to get back to an empty stack from depth d:
+    E_0 = 0, E_d = 1 + p E_{d+1} + (1 − p) E_{d−1} for 0 < d < m, and
+    E_m = 1 + E_{m−1}. An excursion is 1 + E_1 tokens. The first visit to the
+    empty stack must open (END is rejected before any token); each later
+    visit ends the string with probability 1/2, so one more excursion is
+    expected, and the string has 2 (1 + E_1) tokens on average.
+    """
+    m, p = max_depth, open_probability
+    # Unknowns E_1..E_m as rows of a linear system A E = 1.
+    system = np.zeros((m, m))
+    for d in range(1, m + 1):
+        row = d - 1
+        system[row, row] = 1.0
+        if d > 1:  # E_0 = 0 drops out of the first row
+            system[row, row - 1] = -1.0 if d == m else -(1.0 - p)
+        if d < m:
+            system[row, row + 1] = -p
+    hitting = np.linalg.solve(system, np.ones(m))
+    return 2.0 * (1.0 + hitting[0])
 
 
 def _bracket_kind(token: str) -> tuple[bool, str]:

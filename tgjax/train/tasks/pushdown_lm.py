@@ -92,7 +92,7 @@ def default_config() -> ml_collections.ConfigDict:
         data=dict(source="builtin", train_path="", valid_path="", vocab_path="", num_train_sentences=None,
                   num_valid_sentences=None, corpus_seed=0, min_word_count=1, on_too_long="skip", windows=False,
                   dyck_num_types=20, dyck_max_depth=10, dyck_num_train=100_000, dyck_num_valid=1000,
-                  dyck_max_length=600),
+                  dyck_max_length=600, dyck_min_length=1, dyck_open_probability=0.5),
         training=dict(num_steps=1000, batch_size=16, seed=42, attachment_weight=1.0, clip_grad_norm=3.0,
                       optimizer=dict(name="adam", kwargs=dict(b1=0.9, b2=0.999, eps=1e-7)),
                       lr_schedule=dict(name="linear_warmup_then_cosine_anneal",
@@ -472,8 +472,12 @@ class PushdownLMTask:
                 if not count:
                     continue
                 strings, redrawn = dyck.dyck_corpus(count, seed, num_types=d.dyck_num_types,
-                                                    max_depth=d.dyck_max_depth, max_length=d.dyck_max_length)
-                self.notes.append(f"Dyck {split}: {count} strings of Dyck_({d.dyck_num_types},{d.dyck_max_depth}); "
+                                                    max_depth=d.dyck_max_depth, max_length=d.dyck_max_length,
+                                                    min_length=d.dyck_min_length,
+                                                    open_probability=d.dyck_open_probability)
+                mean_length = sum(map(len, strings)) / len(strings)
+                self.notes.append(f"Dyck {split}: {count} strings of Dyck_({d.dyck_num_types},{d.dyck_max_depth}), "
+                                  f"mean length {mean_length:.1f} (open probability {d.dyck_open_probability}); "
                                   f"{redrawn} longer than data.dyck_max_length={d.dyck_max_length} redrawn")
                 rows = dyck.encode_for_pushdown(strings, vocab)
                 splits[split] = prepare_split(rows, PushdownReport(num_sentences=len(rows)),
