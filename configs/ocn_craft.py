@@ -3,6 +3,7 @@
     tgjax train --config configs/ocn_craft.py --workdir runs/ocn_craft
     tgjax train --config configs/ocn_craft.py:moe --workdir runs/moe_craft      # baseline: options run one step
     tgjax train --config configs/ocn_craft.py:lstm --workdir runs/lstm_craft    # baseline: a flat LSTM policy
+    tgjax train --config configs/ocn_craft.py:ompn --workdir runs/ompn_craft    # baseline: OMPN, 3 memory slots
     tgjax train --config configs/ocn_craft.py:cpu --workdir runs/ocn_craft_cpu  # the README's CPU scale
     tgjax eval craft --workdir runs/ocn_craft                                   # metrics, option x subtask table
 
@@ -12,13 +13,15 @@ tasks AC, CD, DA (A = get wood, C = get iron, D = get grass), 6000
 demonstrations each (80/20 train/validation), hidden 128, cell depth 2,
 controller temperature 10, Adam lr 1e-3, batch 512. The demonstrations are
 made with the bot into WORKDIR/demos on first use (`data.generate`).
-Arguments, comma-separated: "moe" or "lstm" (the baselines, same recipe);
+Arguments, comma-separated: "moe", "lstm" or "ompn" (the baselines, same
+recipe; OMPN with n = 3 slots of size H, released-code.md §5.7);
 "cpu" (the README's run: 400 demonstrations per task, batch 64, 600 steps).
 """
 
 from tgjax.train.tasks.craft_bc import default_config
 
-VARIANTS = ("moe", "lstm", "cpu")
+BASELINES = ("moe", "lstm", "ompn")
+VARIANTS = (*BASELINES, "cpu")
 
 
 def get_config(arg: str | None = None):
@@ -27,9 +30,11 @@ def get_config(arg: str | None = None):
     unknown = [w for w in words if w not in VARIANTS]
     if unknown:
         raise ValueError(f"configs/ocn_craft.py: unknown argument(s) {unknown}; expected any of {VARIANTS}")
-    if "moe" in words and "lstm" in words:
-        raise ValueError("configs/ocn_craft.py: 'moe' and 'lstm' are two baselines; pick one")
-    for kind in ("moe", "lstm"):
+    chosen = [w for w in BASELINES if w in words]
+    if len(chosen) > 1:
+        raise ValueError(f"configs/ocn_craft.py: {' and '.join(repr(w) for w in chosen)} are different baselines; "
+                         f"pick one")
+    for kind in BASELINES:
         if kind in words:
             config.model.kind = kind
     if "cpu" in words:

@@ -38,7 +38,7 @@ def _losses(workdir):
                                                                            if r["split"] == "valid"]
 
 
-@pytest.mark.parametrize("kind", ["ocn", pytest.param("lstm", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["ocn", "ompn", pytest.param("lstm", marks=pytest.mark.slow)])
 def test_stop_and_resume_is_bit_identical(tmp_path, demo_dir, kind):
     whole = tmp_path / "whole"
     train(small_config(demo_dir, f"model.kind={kind}"), whole, quiet=True)
@@ -52,6 +52,9 @@ def test_stop_and_resume_is_bit_identical(tmp_path, demo_dir, kind):
     assert losses_whole[8] < losses_whole[1]  # it learns
     if kind == "ocn":  # the segmentation metrics are reported at validation
         assert {"f1_tol1", "align_acc", "nmi", "nll"} <= set(valid_whole[-1])
+    if kind == "ompn":  # boundaries from the expected expansion position; the pointer is no option: no NMI
+        assert {"f1_tol0", "f1_tol1", "align_acc", "nll"} <= set(valid_whole[-1])
+        assert "nmi" not in valid_whole[-1]
 
 
 def test_demonstrations_of_another_environment_version_are_refused(tmp_path, demo_dir):
@@ -102,3 +105,21 @@ def test_validation_split_is_the_last_fifth(demo_dir, tmp_path):
     obs, actions, _ = demos.episode(8)
     np.testing.assert_array_equal(task.valid_episodes.actions[2, :len(actions)], actions)
     assert task.valid_episodes.mask[2].sum() == len(actions) and task.valid_episodes.task_ids[2] == 1
+
+
+def test_checkpoint_of_before_num_slots_is_the_same_model(demo_dir, tmp_path):
+    """A checkpoint whose model config predates a field (num_slots, added with OMPN) holds that field's default,
+    so it still matches; another value of a field is refused, naming the model."""
+    import dataclasses
+
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks.craft_bc import CraftBCTask
+
+    task = CraftBCTask(small_config(demo_dir))
+    task.setup(RunContext(tmp_path, shd.make_mesh(-1, 1), False, 0, 1, print))
+    meta = task.checkpoint_meta()
+    old = {k: v for k, v in dataclasses.asdict(task.policy_config).items() if k != "num_slots"}
+    task.check_checkpoint({**meta, "model": old}, 2, tmp_path)
+    with pytest.raises(ConfigError, match=r"is of another run: model:"):
+        task.check_checkpoint({**meta, "model": {**old, "num_slots": 5}}, 2, tmp_path)

@@ -73,7 +73,9 @@ def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], 
 
 
 def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_episodes: int = 0) -> dict:
-    """NLL per step, action accuracy and (kind "ocn") F1 tol 0/1, task alignment and NMI, or ("moe") NMI.
+    """NLL per step, action accuracy and (kind "ocn") F1 tol 0/1, task alignment and NMI, ("moe") NMI, or
+    ("ompn") F1 tol 0/1 and task alignment (the boundary score is OMPN's expected expansion position; its
+    pointer slot is not an option, so no NMI).
 
     `run(rows)` takes `batch_size` rows of `Episodes.rows` and returns NumPy (sum of -log pi over the mask,
     correct argmax actions, real steps, log done probabilities [B, T], the option in use [B, T]); the last
@@ -97,6 +99,8 @@ def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_epis
         metrics = segmentation_metrics(segmentation)
         if kind == "ocn":
             result.update(metrics)
+        elif kind == "ompn":
+            result.update({k: v for k, v in metrics.items() if k != "nmi"})
         else:  # MoE has no done signal: only the option usage is meaningful
             result["nmi"] = metrics["nmi"]
     return result

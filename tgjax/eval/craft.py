@@ -5,7 +5,8 @@ For the policy of W's best checkpoint (lowest validation NLL; `--step`):
 * on the held-out demonstrations of every training task (the split the run
   used): NLL per step, action accuracy and, for OCN, boundary F1 with
   tolerance 0 and 1, task alignment accuracy and NMI between the option in
-  use and the subtask (`tgjax.data.craft_metrics`); NMI for MoE;
+  use and the subtask (`tgjax.data.craft_metrics`); NMI for MoE; F1 and
+  task alignment for OMPN (boundaries from its expected expansion position);
 * in the environment: success rate, return and episode length of
   `--episodes` sampled episodes per training task;
 * for OCN / MoE: the option x subtask success table (thesis Table 5.2:
@@ -118,7 +119,7 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
         say(f"task {task}: success rate {result['success_rate']:.3f}, return {result['return']:.3f}, "
             f"length {result['episode_length']:.1f} ({episodes} episodes)")
 
-    if kind != "lstm":
+    if kind in ("ocn", "moe"):  # the LSTM and OMPN have no options
         table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes, subtasks,
                                        max_steps=data["max_steps"])
         report["option_subtask_success"] = {"subtasks": list(subtasks), "rows": table.round(4).tolist()}

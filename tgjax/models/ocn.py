@@ -1,6 +1,6 @@
-"""Craft policies: the Option-Controller Network and the thesis' baselines MoE and LSTM (thesis ch. 5).
+"""Craft policies: the Option-Controller Network and the thesis' baselines MoE, LSTM and OMPN (thesis ch. 5).
 
-All three share one interface, over a batch of episodes of one task each:
+All four share one interface, over a batch of episodes of one task each:
 
     carry = policy.init_carry(task_ids)                  # task_ids [B] int32
     carry, out = policy.step(carry, obs)                 # obs [B, 1075] -> out.log_pi [B, A], ...
@@ -16,6 +16,15 @@ All three share one interface, over a batch of episodes of one task each:
   state (thesis §5.3: "options run for only one step, with no termination").
 * "lstm": one LSTM layer (hidden H) whose initial (c, h) is learned per
   task, and a linear map to the actions.
+* "ompn": the Ordered-Memory policy network (Lu et al., ICLR 2021;
+  released-code.md §5.7) with `num_slots` slots of size H: the step is
+  `tgjax.nn.ompn.OMPNCell` (equations and choices there). The observation
+  is encoded by one linear map (o_t = x W + b, no activation, as in the
+  release) and the task by a learned embedding per task id (N(0, 1) at
+  initialisation, PyTorch's nn.Embedding) [choice: the release has several
+  task encoders]. DONE gets p_end, the "end" class of the pointer softmax;
+  log_done is log s_t, s_t = 1 - E_t / n with E_t the expected expansion
+  position (OMPN's boundary score, same top-k); log_p is the pointer p_t.
 
 The observation (1075 features, or already reduced to its live ones: the
 BC batches are) enters as `live_inputs` (default): only the features that
@@ -37,11 +46,12 @@ from flax import nnx
 from tgjax.envs import craft_rules as rules
 from tgjax.envs.craft_rules import live_observation_indices
 from tgjax.nn.ocn import CellBank, OCNState, ocn_step
+from tgjax.nn.ompn import OMPNCell, OMPNState
 from tgjax.nn.params import dense_init, param
 
-POLICIES = ("ocn", "moe", "lstm")
-__all__ = ["POLICIES", "CraftPolicyConfig", "LSTMPolicy", "OptionControllerPolicy", "PolicyOutput", "build_policy",
-           "live_observation_indices"]
+POLICIES = ("ocn", "moe", "lstm", "ompn")
+__all__ = ["POLICIES", "CraftPolicyConfig", "LSTMPolicy", "OptionControllerPolicy", "OrderedMemoryPolicy",
+           "PolicyOutput", "build_policy", "live_observation_indices"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +61,7 @@ class CraftPolicyConfig:
     num_options: int = 3           # K (ocn, moe)
     hidden_size: int = 128         # H
     depth: int = 2                 # MLP layers of a cell (ocn, moe)
+    num_slots: int = 3             # n, memory slots (ompn)
     controller_temperature: float = 10.0
     option_temperature: float = 1.0
     num_actions: int = rules.NUM_ACTIONS
@@ -60,7 +71,7 @@ class CraftPolicyConfig:
     def __post_init__(self):
         if self.kind not in POLICIES:
             raise ValueError(f"policy kind {self.kind!r}: expected one of {', '.join(POLICIES)}")
-        for name in ("num_tasks", "num_options", "hidden_size", "depth", "num_actions"):
+        for name in ("num_tasks", "num_options", "hidden_size", "depth", "num_actions", "num_slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"policy {name} must be >= 1, got {getattr(self, name)}")
         if self.controller_temperature <= 0 or self.option_temperature <= 0:
@@ -73,8 +84,8 @@ class CraftPolicyConfig:
 
 class PolicyOutput(NamedTuple):
     """log_pi [..., A]; log_done [...] (log e_t: the running option's done probability; 0 for MoE and at the
-    first step, and 0 for the LSTM, which has none); log_p [..., K] (the option mixture p_t; [..., 1] of
-    zeros for the LSTM)."""
+    first step, and 0 for the LSTM, which has none; for OMPN log s_t, the boundary score of `tgjax.nn.ompn`);
+    log_p [..., K] (the option mixture p_t; [..., 1] of zeros for the LSTM; for OMPN the pointer [..., n])."""
 
     log_pi: jax.Array
     log_done: jax.Array
@@ -175,8 +186,50 @@ class LSTMPolicy(nnx.Module):
         return jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), out)
 
 
-def build_policy(config: CraftPolicyConfig, rngs: nnx.Rngs) -> OptionControllerPolicy | LSTMPolicy:
+class OrderedMemoryPolicy(nnx.Module):
+    """The OMPN baseline (kind "ompn"). w_obs [X, H], b_obs [H] (the observation encoder);
+    task_embedding [num_tasks, H]; cell: `tgjax.nn.ompn.OMPNCell` (n = num_slots)."""
+
+    def __init__(self, config: CraftPolicyConfig, *, rngs: nnx.Rngs):
+        if config.kind != "ompn":
+            raise ValueError(f"OrderedMemoryPolicy is the ompn policy, got kind {config.kind!r}")
+        self.config = config
+        X, H = config.input_size, config.hidden_size
+        self.w_obs = param(rngs, dense_init(0), (X, H), ("obs", "hidden"))
+        self.b_obs = param(rngs, nnx.initializers.zeros, (H,), ("hidden",))
+        self.task_embedding = param(rngs, nnx.initializers.normal(1.0), (config.num_tasks, H), ("tasks", "hidden"))
+        self.cell = OMPNCell(config.num_slots, H, config.num_actions, rngs=rngs)
+
+    def init_carry(self, task_ids: jax.Array) -> OMPNState:
+        return self.cell.initial_state(self.task_embedding[...][task_ids])
+
+    def _encode(self, obs: jax.Array) -> jax.Array:
+        return _inputs(self.config, obs) @ self.w_obs[...] + self.b_obs[...]
+
+    def _step_encoded(self, carry: OMPNState, obs_enc: jax.Array) -> tuple[OMPNState, PolicyOutput]:
+        carry, out = self.cell(carry, obs_enc)
+        return carry, PolicyOutput(out.log_pi, out.log_done, out.log_p)
+
+    def step(self, carry: OMPNState, obs: jax.Array) -> tuple[OMPNState, PolicyOutput]:
+        """obs [B, 1075] -> the next carry and this step's output."""
+        return self._step_encoded(carry, self._encode(obs))
+
+    def __call__(self, obs: jax.Array, task_ids: jax.Array) -> PolicyOutput:
+        """obs [B, T, 1075], task_ids [B] -> PolicyOutput with a time axis [B, T, ...]."""
+        encoded = jnp.moveaxis(self._encode(obs), 1, 0)            # [T, B, H], every step at once
+
+        def body(carry, obs_enc):
+            return self._step_encoded(carry, obs_enc)
+
+        _, out = jax.lax.scan(body, self.init_carry(task_ids), encoded)
+        return jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), out)
+
+
+def build_policy(config: CraftPolicyConfig, rngs: nnx.Rngs
+                 ) -> OptionControllerPolicy | LSTMPolicy | OrderedMemoryPolicy:
     """The policy `config.kind` names."""
     if config.kind == "lstm":
         return LSTMPolicy(config, rngs=rngs)
+    if config.kind == "ompn":
+        return OrderedMemoryPolicy(config, rngs=rngs)
     return OptionControllerPolicy(config, rngs=rngs)

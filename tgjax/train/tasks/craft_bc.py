@@ -1,8 +1,9 @@
-"""Behaviour cloning of Craft policies (OCN, MoE, LSTM) from bot demonstrations (`trainer="craft_bc"`).
+"""Behaviour cloning of Craft policies (OCN, MoE, LSTM, OMPN) from bot demonstrations (`trainer="craft_bc"`).
 
     tgjax train --config configs/ocn_craft.py --workdir runs/ocn_craft            # OCN, the thesis' recipe
     tgjax train --config configs/ocn_craft.py:moe --workdir runs/moe_craft        # the MoE baseline
     tgjax train --config configs/ocn_craft.py:lstm --workdir runs/lstm_craft      # the LSTM baseline
+    tgjax train --config configs/ocn_craft.py:ompn --workdir runs/ompn_craft      # the OMPN baseline
 
 What it hands the trainer (`tgjax.train.task`):
 
@@ -27,7 +28,9 @@ What it hands the trainer (`tgjax.train.task`):
 * validation: NLL per step and action accuracy on the held-out episodes;
   for OCN also the segmentation metrics of `tgjax.data.craft_metrics`
   (F1 tol 0 / 1, task alignment, NMI of argmax p_t against the subtask's
-  kind), for MoE the NMI. Selection: validation NLL (lower is better).
+  kind), for MoE the NMI, for OMPN F1 and task alignment (its boundary
+  score is the expected expansion position, `tgjax.nn.ompn`; its pointer
+  is no option, so no NMI). Selection: validation NLL (lower is better).
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def default_config() -> ml_collections.ConfigDict:
             max_steps=64,          # the episode time limit the demonstrations were made with
         ),
         model=dict(kind="ocn", num_options=3, hidden_size=128, depth=2, controller_temperature=10.0,
-                   option_temperature=1.0, live_inputs=True),
+                   option_temperature=1.0, live_inputs=True, num_slots=3),  # num_slots: OMPN's memory
         training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
         evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
         checkpointing=dict(interval_steps=200, max_to_keep=3, keep_best=1, async_save=True, checksums=False,
@@ -112,7 +115,8 @@ def policy_config(config, num_tasks: int) -> CraftPolicyConfig:
     return CraftPolicyConfig(kind=m.kind, num_tasks=num_tasks, num_options=m.num_options,
                              hidden_size=m.hidden_size, depth=m.depth,
                              controller_temperature=m.controller_temperature,
-                             option_temperature=m.option_temperature, live_inputs=m.live_inputs)
+                             option_temperature=m.option_temperature, live_inputs=m.live_inputs,
+                             num_slots=m.get("num_slots", 3))  # configs written before OMPN lack it
 
 
 def check_config(config) -> None:
@@ -304,7 +308,8 @@ class CraftBCTask:
 
     def describe_run(self) -> list[str]:
         c = self.policy_config
-        sizes = f"K={c.num_options} options, " if c.kind != "lstm" else ""
+        sizes = {"ocn": f"K={c.num_options} options, ", "moe": f"K={c.num_options} options, ",
+                 "ompn": f"n={c.num_slots} slots, "}.get(c.kind, "")
         return [f"Craft behaviour cloning, policy {c.kind}: {self.num_parameters:,} parameters "
                 f"({sizes}H={c.hidden_size}"
                 f", {len(self.tasks)} tasks {', '.join(self.tasks)})",
@@ -331,7 +336,12 @@ class CraftBCTask:
 
     def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
         changed = []
-        if meta.get("model") != dataclasses.asdict(self.policy_config):
+        saved = meta.get("model")
+        try:  # a checkpoint from before a config field existed (num_slots) holds that field's default
+            same_model = isinstance(saved, dict) and CraftPolicyConfig(**saved) == self.policy_config
+        except (TypeError, ValueError):
+            same_model = False
+        if not same_model:
             changed.append(f"model: {meta.get('model')} in the checkpoint, "
                            f"{dataclasses.asdict(self.policy_config)} now")
         if meta.get("tasks") != list(self.tasks):
@@ -387,9 +397,8 @@ class CraftBCTask:
         result = self.validation_outputs(state.params, self.valid_episodes, self.config.evaluation.max_episodes)
         message = f"NLL {result['nll']:.4f}, action accuracy {100 * result['action_accuracy']:.1f}%"
         if "f1_tol1" in result:
-            message += (f", F1 tol1 {result['f1_tol1']:.3f}, align {result['align_acc']:.3f}, "
-                        f"NMI {result['nmi']:.3f}")
-        elif "nmi" in result:
+            message += f", F1 tol1 {result['f1_tol1']:.3f}, align {result['align_acc']:.3f}"
+        if "nmi" in result:
             message += f", NMI {result['nmi']:.3f}"
         return Evaluation(values={"valid_nll": result["nll"]}, record=result, message=message)
 
