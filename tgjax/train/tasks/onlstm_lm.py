@@ -86,6 +86,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 from flax import nnx
@@ -486,6 +487,42 @@ def make_eval_fn(graphdef):
 
 # -----------------------------------------------------------------------------
 # Config.
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key this task reads, at the release's PTB recipe (released-code.md §2.3); configs set their own.
+
+    3 layers [400 -> 1150 -> 1150 -> 400], chunk 10; dropouts output 0.45,
+    between layers 0.3, input 0.5, embedding 0.1, DropConnect 0.45; AR 2, TAR 1;
+    SGD lr 30, weight decay 1.2e-6, clip 0.25, batch 20, BPTT 70 with the
+    release's random lengths; NT-ASGD with nonmono 5; 1000 epochs; validation
+    batch 10 every epoch. Data paths are empty: a config names its corpus.
+    """
+    return ml_collections.ConfigDict(dict(
+        trainer="onlstm_lm",
+        model=dict(
+            embedding_size=400, hidden_size=1150, num_layers=3, chunk_size=10,
+            dropout=0.45, dropout_hidden=0.3, dropout_input=0.5, dropout_embedding=0.1, weight_drop=0.45,
+        ),
+        data=dict(
+            source="text", train_path="", valid_path="", craft_dir="",
+            num_train_sentences=None, num_valid_sentences=None, corpus_seed=0, min_word_count=1,
+            vocabulary_from="train",
+        ),
+        training=dict(
+            batch_size=20, bptt=70, bptt_short_probability=0.05, bptt_std=5.0, min_seq_len=5,
+            length_bucket=16,  # pad segments to a multiple of 16 steps: a few compiled shapes
+            lr=30.0, weight_decay=1.2e-6, clip=0.25, alpha=2.0, beta=1.0,
+            asgd=True, nonmono=5, asgd_as_released=False,
+            num_epochs=1000, num_steps=None, seed=141,
+        ),
+        evaluation=dict(every_epoch=True, interval_steps=0, batch_size=10, bptt=70),
+        checkpointing=dict(interval_steps=1000, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
+                           save_memory=True),
+        logging=dict(interval_steps=200, tensorboard=True),
+        mesh=dict(data=-1, model=1),
+        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+    ))
+
 
 _MODEL_KEYS = ("embedding_size", "hidden_size", "num_layers", "chunk_size", "dropout", "dropout_hidden",
                "dropout_input", "dropout_embedding", "weight_drop")
