@@ -34,6 +34,44 @@ def test_masked_clipped_loss_by_hand():
     assert float(loss) == pytest.approx(-0.2, abs=1e-6)
 
 
+def _policy(num_options: int, seed: int, hidden_size: int = 8):
+    from flax import nnx
+
+    from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy
+
+    config = CraftPolicyConfig(kind="ocn", num_tasks=2, num_options=num_options, hidden_size=hidden_size)
+    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(seed))
+    policy.h_o_init[...] = jnp.asarray(np.random.default_rng(seed).normal(size=policy.h_o_init[...].shape))
+    return policy
+
+
+def test_pooled_options_are_each_runs_options():
+    """Setting S2: pooling runs of 2 and 1 options gives 3 options that act exactly as the runs' own."""
+    from tgjax.train.tasks.ppo_options import pool_options
+
+    first, second = _policy(2, seed=1), _policy(1, seed=2)
+    pooled = pool_options([first, second])
+    assert pooled.config.num_options == 3
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(5, first.config.input_size)), jnp.float32)
+    h = jnp.asarray(rng.normal(size=(5, 3, 8)), jnp.float32)
+    pooled_out = pooled.options(pooled.options.project_observation(x), h)
+    for run, cells in ((first, slice(0, 2)), (second, slice(2, 3))):
+        run_out = run.options(run.options.project_observation(x), h[:, cells])
+        for got, want in zip(pooled_out, run_out):
+            np.testing.assert_allclose(got[:, cells], want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(pooled.h_o_init[...][cells], run.h_o_init[...])
+
+
+def test_options_that_differ_are_not_pooled():
+    from tgjax.train.config import ConfigError
+    from tgjax.train.tasks.ppo_options import options_workdirs, pool_options
+
+    assert options_workdirs(" runs/a, runs/b ,") == ["runs/a", "runs/b"]
+    with pytest.raises(ConfigError, match=r"runs/a and runs/b cannot be pooled: hidden_size 8 against 16"):
+        pool_options([_policy(2, 1), _policy(2, 2, hidden_size=16)], ["runs/a", "runs/b"])
+
+
 @pytest.mark.slow
 def test_ppo_runs_and_resumes_bit_identically(tmp_path):
     from tgjax.train.config import apply_overrides
@@ -59,6 +97,30 @@ def test_ppo_runs_and_resumes_bit_identically(tmp_path):
         return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
 
     assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 6
+
+
+@pytest.mark.slow
+def test_ppo_over_two_runs_pooled_options(tmp_path):
+    """Setting S2 through the trainer: two BC runs of 2 options on disjoint tasks, one controller over all 4."""
+    from tgjax.train.config import apply_overrides
+    from tgjax.train.loop import train
+    from tgjax.train.tasks import craft_bc, ppo_options
+
+    for name, tasks in (("bc1", "AC"), ("bc2", "CD")):
+        bc = apply_overrides(craft_bc.default_config(), [
+            f"data.tasks={tasks}", "data.num_demos=10", "model.num_options=2", "model.hidden_size=8",
+            "training.batch_size=4", "evaluation.batch_size=4", "training.num_steps=2", "evaluation.interval_steps=2",
+            "checkpointing.interval_steps=2", "logging.tensorboard=false"])
+        train(bc, tmp_path / name, quiet=True)
+    config = apply_overrides(ppo_options.default_config(), [
+        f"rl.options_workdir={tmp_path / 'bc1'},{tmp_path / 'bc2'}", "rl.task=DCA", "rl.num_envs=4",
+        "rl.rollout_steps=8", "rl.num_minibatches=2", "rl.num_epochs=1", "rl.max_steps=16", "training.num_steps=2",
+        "evaluation.interval_steps=2", "evaluation.episodes=4", "checkpointing.interval_steps=2",
+        "logging.interval_steps=1", "logging.tensorboard=false"])
+    assert ppo_options.describe(config)["vocab_size"] == 4
+    train(config, tmp_path / "s2", quiet=True)
+    records = [json.loads(line) for line in (tmp_path / "s2" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [1, 2]
 
 
 @pytest.mark.parametrize("override, message", [

@@ -32,6 +32,10 @@ One trainer step is one PPO iteration:
   over each environment's rollout from its saved state (BPTT through the
   controller's recurrence). Adam, lr linearly to 0 (thesis: lr 3e-4,
   batch 1024 = num_envs x rollout_steps here).
+* setting S2 (thesis §5.3: two models' options reused together):
+  `rl.options_workdir` names several BC runs separated by commas; their
+  options are pooled in that order (`pool_options`) and the controller
+  chooses among all of them.
 * validation: `evaluation.episodes` fresh episodes (sampled actions and
   options): success rate and mean return; the selection is the return.
 
@@ -484,8 +488,8 @@ def _options_checkpoint(workdir: str | Path, step) -> tuple[int, dict]:
     return chosen, meta
 
 
-def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
-    """The frozen policy (its options) of a craft_bc checkpoint: parameters only (an orbax partial restore)."""
+def _load_one(workdir: str, step) -> tuple[OptionControllerPolicy, int]:
+    """The frozen policy of one craft_bc checkpoint: parameters only (an orbax partial restore)."""
     import orbax.checkpoint as ocp
 
     chosen, meta = _options_checkpoint(workdir, step)
@@ -502,18 +506,71 @@ def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
                                     restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
                                                               target)))
     nnx.replace_by_pure_dict(state, restored["params"])
-    return nnx.merge(graphdef, state), {"step": chosen, "kind": policy_config.kind}
+    policy = nnx.merge(graphdef, state)
+    assert isinstance(policy, OptionControllerPolicy)
+    return policy, chosen
+
+
+def options_workdirs(value) -> list[str]:
+    """`rl.options_workdir`: one workdir, or several separated by commas (setting S2: their options pooled)."""
+    return [w.strip() for w in str(value).split(",") if w.strip()]
+
+
+# What pooled option sets must share: the options' inputs, widths, depth and temperature, and the controller's
+# temperature (the fresh controller takes it from the BC runs).
+_POOLED_MUST_AGREE = ("kind", "input_size", "hidden_size", "depth", "option_temperature", "controller_temperature")
+
+
+def pool_options(policies: list[OptionControllerPolicy], names: list[str] | None = None) -> OptionControllerPolicy:
+    """One policy whose K = sum K_i options are the given policies' options, in order (thesis §5.3, setting S2).
+
+    Only the options (`options`, a CellBank with every parameter on a leading cell axis, and their initial
+    states `h_o_init` [K, H]) are pooled; the PPO task trains a fresh controller over them, so the pooled
+    policy's own controller and per-task states are left at initialisation and never read.
+    Raises ConfigError (naming the runs) when the option sets differ in what they must share.
+    """
+    if len(policies) == 1:
+        return policies[0]
+    names = names or [f"options run {i}" for i in range(len(policies))]
+    first = policies[0].config
+    for name, policy in zip(names[1:], policies[1:]):
+        for field in _POOLED_MUST_AGREE:
+            mine, theirs = getattr(first, field), getattr(policy.config, field)
+            if mine != theirs:
+                raise ConfigError(f"rl.options_workdir: {names[0]} and {name} cannot be pooled: {field} "
+                                  f"{mine!r} against {theirs!r}")
+    pooled_config = dataclasses.replace(first, num_options=sum(p.config.num_options for p in policies),
+                                        num_tasks=1)
+    pooled = OptionControllerPolicy(pooled_config, rngs=nnx.Rngs(0))
+    banks = [nnx.to_pure_dict(nnx.state(p.options, nnx.Param)) for p in policies]
+    options_state = nnx.state(pooled.options, nnx.Param)
+    nnx.replace_by_pure_dict(options_state, jax.tree.map(lambda *cells: jnp.concatenate(cells, axis=0), *banks))
+    nnx.update(pooled.options, options_state)
+    pooled.h_o_init[...] = jnp.concatenate([p.h_o_init[...] for p in policies], axis=0)
+    return pooled
+
+
+def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
+    """The frozen options of one craft_bc run, or of several pooled (`options_workdirs`); meta {"step", "kind"}:
+    step an int for one run, a list of ints for several."""
+    workdirs = options_workdirs(workdir)
+    loaded = [_load_one(w, step) for w in workdirs]
+    policy = pool_options([p for p, _ in loaded], workdirs)
+    steps = [chosen for _, chosen in loaded]
+    return policy, {"step": steps[0] if len(steps) == 1 else steps, "kind": policy.config.kind}
 
 
 def describe(config) -> dict[str, Any]:
-    """What `tgjax info` prints: the fresh controller's size, from the options run's recorded policy config."""
+    """What `tgjax info` prints: the fresh controller's size, from the options runs' recorded policy configs."""
     check_config(config)
-    chosen, meta = _options_checkpoint(config.rl.options_workdir, config.rl.options_step)
-    pc = CraftPolicyConfig(**meta["model"])
+    found = [_options_checkpoint(w, config.rl.options_step) for w in options_workdirs(config.rl.options_workdir)]
+    configs = [CraftPolicyConfig(**meta["model"]) for _, meta in found]
+    pc = dataclasses.replace(configs[0], num_options=sum(c.num_options for c in configs))
     abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth,
                                                  pc.controller_temperature, rngs=nnx.Rngs(0)))
     count = count_parameters(abstract)
-    return {"model_name": f"ppo_options controller over {pc.kind} options (step {chosen})",
+    steps = ", ".join(str(chosen) for chosen, _ in found)
+    return {"model_name": f"ppo_options controller over {pc.kind} options (step {steps})",
             "num_parameters": count, "vocab_size": pc.num_options, "vocab_source": "the frozen options",
             "model": dataclasses.asdict(pc)}
 
