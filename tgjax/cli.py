@@ -291,6 +291,8 @@ def cmd_info(args) -> int:
         from tgjax.train.tasks.craft_bc import describe
     elif trainer_of(config) == "ppo_options":
         from tgjax.train.tasks.ppo_options import describe
+    elif trainer_of(config) == "ppo_actions":
+        from tgjax.train.tasks.ppo_actions import describe
     info = describe(config)
     if args.json:
         print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))

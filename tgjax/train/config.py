@@ -254,6 +254,7 @@ TASKS = {
     "pushdown_lm": "tgjax.train.tasks.pushdown_lm:PushdownLMTask",  # Pushdown Layers
     "craft_bc": "tgjax.train.tasks.craft_bc:CraftBCTask",  # OCN / MoE / LSTM behaviour cloning on Craft
     "ppo_options": "tgjax.train.tasks.ppo_options:PPOOptionsTask",  # PPO over frozen Craft options (OCN / MoE)
+    "ppo_actions": "tgjax.train.tasks.ppo_actions:PPOActionsTask",  # PPO in action space (LSTM / OMPN baselines)
 }
 TRAINERS = tuple(TASKS)
 

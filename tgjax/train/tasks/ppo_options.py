@@ -462,18 +462,21 @@ def _merge(graphdef, params):
     return nnx.merge(graphdef, params)
 
 
-def _options_checkpoint(workdir: str | Path, step) -> tuple[int, dict]:
-    """(step, meta) of a craft_bc run's "best" (validation NLL), "latest" or numbered checkpoint."""
+def _options_checkpoint(workdir: str | Path, step, key: str = "rl.options_workdir",
+                        reused: str = "PPO in option space reuses a behaviour-cloned OCN or MoE") -> tuple[int, dict]:
+    """(step, meta) of a craft_bc run's "best" (validation NLL), "latest" or numbered checkpoint.
+
+    `key` (the config key that named the workdir) and `reused` (what the caller reuses) only word the errors."""
     from tgjax.train.checkpoint import CheckpointStore
 
     directory = Path(workdir)
     if not (directory / "checkpoints").is_dir():
-        raise ConfigError(f"rl.options_workdir {workdir}: no checkpoints (train configs/ocn_craft.py there first)")
+        raise ConfigError(f"{key} {workdir}: no checkpoints (train configs/ocn_craft.py there first)")
     store = CheckpointStore(directory)
     try:
         latest = store.latest_step()
         if latest is None:
-            raise ConfigError(f"rl.options_workdir {workdir}: no checkpoints")
+            raise ConfigError(f"{key} {workdir}: no checkpoints")
         meta = store.read_meta(latest)
         chosen = {"latest": latest, "best": meta.get("best_step") or latest}.get(str(step))
         chosen = int(step) if chosen is None else int(chosen)
@@ -483,19 +486,27 @@ def _options_checkpoint(workdir: str | Path, step) -> tuple[int, dict]:
         store.close()
     trainer = (meta.get("config") or {}).get("trainer")
     if trainer != "craft_bc":
-        raise ConfigError(f"rl.options_workdir {workdir}: step {chosen} was written by trainer {trainer!r}, not "
-                          f"'craft_bc': PPO in option space reuses a behaviour-cloned OCN or MoE")
+        raise ConfigError(f"{key} {workdir}: step {chosen} was written by trainer {trainer!r}, not "
+                          f"'craft_bc': {reused}")
     return chosen, meta
 
 
 def _load_one(workdir: str, step) -> tuple[OptionControllerPolicy, int]:
     """The frozen policy of one craft_bc checkpoint: parameters only (an orbax partial restore)."""
-    import orbax.checkpoint as ocp
-
     chosen, meta = _options_checkpoint(workdir, step)
     policy_config = CraftPolicyConfig(**meta["model"])
     if policy_config.kind not in ("ocn", "moe"):
         raise ConfigError(f"rl.options_workdir {workdir}: a {policy_config.kind!r} policy has no options")
+    policy = _restore_policy(workdir, chosen, policy_config)
+    assert isinstance(policy, OptionControllerPolicy)
+    return policy, chosen
+
+
+def _restore_policy(workdir: str | Path, chosen: int, policy_config: CraftPolicyConfig):
+    """The policy of a craft_bc run's checkpoint `chosen`, built from `policy_config` (its recorded one):
+    parameters only (an orbax partial restore)."""
+    import orbax.checkpoint as ocp
+
     abstract = nnx.eval_shape(lambda: build_policy(policy_config, nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     target = {"params": jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(state))}
@@ -506,9 +517,7 @@ def _load_one(workdir: str, step) -> tuple[OptionControllerPolicy, int]:
                                     restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
                                                               target)))
     nnx.replace_by_pure_dict(state, restored["params"])
-    policy = nnx.merge(graphdef, state)
-    assert isinstance(policy, OptionControllerPolicy)
-    return policy, chosen
+    return nnx.merge(graphdef, state)
 
 
 def options_workdirs(value) -> list[str]:

@@ -1,0 +1,228 @@
+"""PPO in action space (the flat LSTM / OMPN baselines): plain GAE by hand, gradients into the value head and the
+policy, the carry restarted at episode starts (in the rollout and in the loss's re-run, which must agree), config
+errors named, and a run through the trainer (stop / resume bit-identical) fine-tuning a tiny behaviour-cloned LSTM."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("rlax")
+pytest.importorskip("distrax")
+pytest.importorskip("gymnax")
+
+from tgjax.train.tasks.ppo_actions import ActorCritic, plain_gae, ppo_loss, rerun  # noqa: E402
+
+
+def test_plain_gae_by_hand():
+    # gamma 0.5, lambda 0.5, the episode ends after step 1 (discount 0). deltas: 0 + 0.5 * 2 - 1 = 0,
+    # 0 + 0 * 3 - 2 = -2, 1 + 0.5 * 4 - 3 = 0. A2 = 0; A1 = -2 (nothing flows across the episode end);
+    # A0 = 0 + 0.5 * 0.5 * -2 = -0.5 (lambda 1, as between an option's steps, would give -1).
+    advantages = plain_gae(jnp.array([0.0, 0.0, 1.0]), jnp.array([0.5, 0.0, 0.5]), jnp.array([1.0, 2.0, 3.0, 4.0]),
+                           0.5)
+    np.testing.assert_allclose(advantages, [-0.5, -2.0, 0.0], atol=1e-6)
+
+
+def test_plain_gae_matches_the_recursion():
+    rng = np.random.default_rng(0)
+    rewards, values = rng.normal(size=9), rng.normal(size=10)
+    discounts = 0.9 * (rng.random(9) > 0.3)
+    expected, running = np.zeros(9), 0.0
+    for t in reversed(range(9)):
+        running = rewards[t] + discounts[t] * values[t + 1] - values[t] + discounts[t] * 0.8 * running
+        expected[t] = running
+    got = plain_gae(jnp.asarray(rewards, jnp.float32), jnp.asarray(discounts, jnp.float32),
+                    jnp.asarray(values, jnp.float32), 0.8)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _module(kind: str):
+    from flax import nnx
+
+    from tgjax.models.ocn import CraftPolicyConfig
+
+    return ActorCritic(CraftPolicyConfig(kind=kind, num_tasks=1, hidden_size=8), rngs=nnx.Rngs(0))
+
+
+def _records(module, T: int = 5, B: int = 3, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = module.policy.config.input_size
+    first = np.zeros((T, B), bool)
+    first[0] = True
+    first[3, 1] = True
+    return {"obs": jnp.asarray(rng.random((T, B, X)) < 0.1, jnp.float32), "first": jnp.asarray(first),
+            "action": jnp.asarray(rng.integers(0, module.policy.config.num_actions, (T, B))),
+            "log_pi_old": jnp.asarray(np.log(rng.uniform(0.1, 0.3, (T, B))), jnp.float32)}
+
+
+@pytest.mark.parametrize("kind", ["lstm", "ompn"])
+def test_value_head_and_policy_receive_gradients(kind):
+    from flax import nnx
+
+    module = _module(kind)
+    rec = _records(module)
+    rng = np.random.default_rng(1)
+    advantages, targets = (jnp.asarray(rng.normal(size=(5, 3)), jnp.float32) for _ in range(2))
+    graphdef, state = nnx.split(module)
+    carry = module.init_carry(3)
+
+    def loss(state):
+        return ppo_loss(nnx.merge(graphdef, state), carry, rec, advantages, targets, clip_epsilon=0.2,
+                        value_coef=0.5, entropy_coef=0.01)[0]
+
+    grads = nnx.to_pure_dict(jax.grad(loss)(state))
+    norm = lambda tree: float(sum(jnp.abs(g).sum() for g in jax.tree.leaves(tree)))  # noqa: E731
+    assert norm(grads["w_v"]) > 0 and norm(grads["b_v"]) > 0
+    assert norm(grads["policy"]) > 0
+    # the initial-state table (the RL task's row) and the action head are trained
+    table, head = {"lstm": ("carry_init", "w_out"), "ompn": ("task_embedding", "cell")}[kind]
+    assert norm(grads["policy"][table]) > 0 and norm(grads["policy"][head]) > 0
+
+
+@pytest.mark.parametrize("kind", ["lstm", "ompn"])
+def test_carry_restarts_at_an_episode_start(kind):
+    """From an episode's first step on, the re-run does not depend on the carry it came with."""
+    module = _module(kind)
+    rec = _records(module)
+    log_pi, value = rerun(module, module.init_carry(3), rec["obs"], rec["first"])
+    garbage = jax.tree.map(lambda a: a + 3.0 if a.dtype != bool else a, module.init_carry(3))
+    log_pi_late, value_late = rerun(module, garbage, rec["obs"][3:], rec["first"][3:].at[0].set(True))
+    np.testing.assert_allclose(log_pi[3:, 1], log_pi_late[:, 1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value[3:, 1], value_late[:, 1], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(log_pi[3:, 0], log_pi_late[:, 0], atol=1e-4)  # row 0 did carry its state on
+
+
+def _task(tmp_path, overrides):
+    from tgjax.train import sharding as shd
+    from tgjax.train.config import apply_overrides
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks.ppo_actions import PPOActionsTask, default_config
+
+    config = apply_overrides(default_config(), overrides)
+    task = PPOActionsTask(config)
+    task.validate_config(config)
+    task.setup(RunContext(tmp_path, shd.make_mesh(1, 1), False, 0, 1, lambda text: None))
+    return task
+
+
+def test_rollout_is_what_the_loss_reruns(tmp_path):
+    """The rollout's log-probabilities and values are those the loss's re-run computes from the saved carry, over
+    several episodes (the carry restarted at each one's first step in both)."""
+    from flax import nnx
+
+    task = _task(tmp_path, ["model.hidden_size=8", "rl.num_envs=3", "rl.rollout_steps=10", "rl.max_steps=4",
+                            "rl.num_minibatches=1"])
+    state, _ = task.init_state()
+    # a state in the middle of episodes, with a carry that is not the initial one
+    state, _ = task._iteration(state)
+    assert not bool(state.first.all())
+    (_, _, _, _), rec = task._rollout(state)
+    assert int(rec["first"][1:].sum()) >= 3
+    log_pi, value = rerun(nnx.merge(task.graphdef, state.params), state.carry, rec["obs"], rec["first"])
+    taken = jnp.take_along_axis(log_pi, rec["action"][..., None], axis=-1)[..., 0]
+    np.testing.assert_allclose(taken, rec["log_pi_old"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, rec["value"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rl.task=AX", r"rl.task.*unknown Craft task name 'AX'"),
+    ("rl.num_minibatches=3", r"must divide rl.num_envs"),
+    ("model.kind=ocn", r"model.kind.*'ocn'.*ppo_options"),
+    ("rl.policy_workdir=/nonexistent/run", r"rl.policy_workdir /nonexistent/run: no checkpoints"),
+])
+def test_bad_config_is_named(override, message):
+    from tgjax.train.config import ConfigError, apply_overrides
+    from tgjax.train.tasks.ppo_actions import default_config, describe
+
+    config = apply_overrides(default_config(), [override])
+    with pytest.raises(ConfigError, match=message):
+        describe(config)  # check_config, then the BC run's checkpoint
+
+
+def test_config_file():
+    from configs.lstm_craft_rl import get_config
+
+    config = get_config("DCA,dense,ompn")
+    assert (config.trainer, config.rl.task, config.rl.dense_reward) == ("ppo_actions", "DCA", True)
+    assert config.rl.policy_workdir == "runs/ompn_craft" and config.model.kind == "ompn"
+    assert get_config().rl.policy_workdir == "runs/lstm_craft"
+    with pytest.raises(ValueError, match="unknown argument 'ocn'"):
+        get_config("ocn")
+
+
+@pytest.mark.slow
+def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
+    from flax import nnx
+
+    from tgjax.train.config import ConfigError, apply_overrides
+    from tgjax.train.loop import train
+    from tgjax.train.tasks import craft_bc, ppo_actions
+    from tgjax.train.tasks.ppo_options import _restore_policy
+
+    bc = apply_overrides(craft_bc.default_config(), [
+        "model.kind=lstm", "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
+        "evaluation.batch_size=4", "training.num_steps=4", "evaluation.interval_steps=4",
+        "checkpointing.interval_steps=4", "logging.tensorboard=false"])
+    train(bc, tmp_path / "bc", quiet=True)
+    overrides = [f"rl.policy_workdir={tmp_path / 'bc'}", "rl.task=ACD", "rl.num_envs=4", "rl.rollout_steps=8",
+                 "rl.num_minibatches=2", "rl.num_epochs=2", "rl.max_steps=16", "training.num_steps=6",
+                 "evaluation.interval_steps=3", "evaluation.episodes=4", "checkpointing.interval_steps=1",
+                 "logging.interval_steps=1", "logging.tensorboard=false"]
+    config = apply_overrides(ppo_actions.default_config(), overrides)
+    assert "lstm policy with a value head (fine-tuned from step 4)" in ppo_actions.describe(config)["model_name"]
+
+    # the fine-tuned policy starts from the BC run's parameters, its task row the mean of the BC rows
+    task = _task(tmp_path / "probe", overrides)
+    bc_policy = _restore_policy(tmp_path / "bc", 4, dataclasses.replace(task.policy_config, num_tasks=2))
+    start = task.init_state()[0].params["policy"]
+    np.testing.assert_array_equal(start["w_out"], bc_policy.w_out[...])
+    np.testing.assert_allclose(start["carry_init"][0], bc_policy.carry_init[...].mean(0), rtol=1e-6)
+    assert nnx.to_pure_dict(nnx.state(bc_policy)).keys() == start.keys()
+
+    train(config, tmp_path / "whole", quiet=True)
+    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", stop_after_step=3,
+          quiet=True)
+    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", quiet=True)
+
+    def losses(workdir):
+        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
+
+    assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 6
+
+    # an OCN run has no flat policy to fine-tune: named
+    ocn = apply_overrides(craft_bc.default_config(), [
+        "data.tasks=AC", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
+        "evaluation.batch_size=4", "training.num_steps=1", "evaluation.interval_steps=1",
+        "checkpointing.interval_steps=1", "logging.tensorboard=false"])
+    train(ocn, tmp_path / "ocn", quiet=True)
+    with pytest.raises(ConfigError, match=r"'ocn' policy; PPO in action space fine-tunes lstm or ompn"):
+        ppo_actions.describe(apply_overrides(ppo_actions.default_config(), [f"rl.policy_workdir={tmp_path / 'ocn'}"]))
+
+
+@pytest.mark.slow
+def test_fresh_ompn_resumes_bit_identically(tmp_path):
+    """A fresh OMPN (rl.policy_workdir=""): its carry (memory, task, first) is checkpointed and restored too."""
+    from tgjax.train.config import apply_overrides
+    from tgjax.train.loop import train
+    from tgjax.train.tasks import ppo_actions
+
+    overrides = ["model.kind=ompn", "model.hidden_size=8", "rl.task=ACD", "rl.num_envs=4", "rl.rollout_steps=8",
+                 "rl.num_minibatches=2", "rl.num_epochs=1", "rl.max_steps=16", "training.num_steps=3",
+                 "evaluation.interval_steps=3", "evaluation.episodes=4", "checkpointing.interval_steps=1",
+                 "logging.interval_steps=1", "logging.tensorboard=false"]
+    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "whole", quiet=True)
+    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", stop_after_step=2,
+          quiet=True)
+    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", quiet=True)
+
+    def losses(workdir):
+        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
+
+    assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 3
