@@ -11,6 +11,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.nn.randomise import randomise_params
 from tgjax.models.ocn import (
     CraftPolicyConfig,
     OptionControllerPolicy,
@@ -64,15 +65,6 @@ def _bank_params(bank: CellBank) -> dict:
             for name in ("w_x", "w_h", "b_in", "w_deep", "b_deep", "w_pi", "w_e", "b_e")}
 
 
-def _randomise(policy, seed: int, scale: float) -> None:
-    """Every parameter redrawn at `scale` (the initial ones leave the done biases at 0 and h_o0 at zero)."""
-    state = nnx.state(policy, nnx.Param)
-    leaves, treedef = jax.tree.flatten(state)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    nnx.update(policy, jax.tree.unflatten(treedef, [scale * jax.random.normal(k, leaf.shape)
-                                                    for k, leaf in zip(keys, leaves, strict=True)]))
-
-
 @settings(max_examples=4, deadline=None)  # each example compiles its own shapes
 @given(seed=st.integers(0, 10_000), num_options=st.integers(1, 4), depth=st.integers(1, 3),
        steps=st.integers(1, 5), kind=st.sampled_from(["ocn", "moe"]), scale=st.sampled_from([0.3, 1.0, 3.0]))
@@ -80,7 +72,7 @@ def test_ocn_matches_oracle(seed, num_options, depth, steps, kind, scale):
     config = CraftPolicyConfig(kind=kind, num_tasks=3, num_options=num_options, hidden_size=5, depth=depth,
                                controller_temperature=10.0, num_actions=4, live_inputs=False)
     policy = OptionControllerPolicy(config, rngs=nnx.Rngs(seed))
-    _randomise(policy, seed + 1, scale)
+    randomise_params(policy, seed + 1, scale)
     rng = np.random.default_rng(seed)
     batch = 2
     obs = rng.integers(0, 2, size=(batch, steps, 1075)).astype(np.float32) * rng.normal(size=(1, 1, 1075)).astype(
@@ -102,7 +94,7 @@ def test_step_by_step_equals_sequence():
     """`step` from `init_carry`, one observation at a time, is the scanned `__call__` (what rollouts use)."""
     config = CraftPolicyConfig(num_tasks=2, num_options=3, hidden_size=8)
     policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
-    _randomise(policy, 3, 0.5)
+    randomise_params(policy, 3, 0.5)
     obs = jax.random.bernoulli(jax.random.key(1), 0.1, (2, 5, 1075)).astype(jnp.float32)
     task_ids = jnp.array([1, 0])
     whole = nnx.jit(lambda m, o, t: m(o, t))(policy, obs, task_ids)
@@ -117,7 +109,7 @@ def test_done_probability_one_restarts_controller():
     """With done probabilities forced to 1 (large b_e) OCN is MoE: every step is the "done" branch."""
     config = CraftPolicyConfig(num_tasks=1, num_options=2, hidden_size=6, live_inputs=False)
     ocn = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
-    _randomise(ocn, 5, 0.7)
+    randomise_params(ocn, 5, 0.7)
     ocn.options.b_e[...] = jnp.full((2,), 50.0)
     moe = OptionControllerPolicy(CraftPolicyConfig(**{**config.__dict__, "kind": "moe"}), rngs=nnx.Rngs(0))
     nnx.update(moe, nnx.state(ocn, nnx.Param))

@@ -5,13 +5,13 @@ uses phat = [0, 1, 0, ...]."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.nn.randomise import randomise_params
 from tgjax.models.ocn import CraftPolicyConfig, OrderedMemoryPolicy, build_policy
 from tgjax.nn.ompn import boundary_log_score
 
@@ -92,21 +92,12 @@ def oracle_ompn(P, task, obs_enc_seq):
     return results
 
 
-def _randomise(policy, seed: int, scale: float) -> None:
-    """Every parameter redrawn at `scale` (the initial ones leave biases at 0 and LayerNorm scales at 1)."""
-    state = nnx.state(policy, nnx.Param)
-    leaves, treedef = jax.tree.flatten(state)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    nnx.update(policy, jax.tree.unflatten(treedef, [scale * jax.random.normal(k, leaf.shape)
-                                                    for k, leaf in zip(keys, leaves, strict=True)]))
-
-
 def _policy(seed=0, scale=0.5, **kwargs) -> OrderedMemoryPolicy:
     config = CraftPolicyConfig(**{"kind": "ompn", "num_tasks": 3, "num_slots": 3, "hidden_size": 6,
                                   "num_actions": 4, "live_inputs": False, **kwargs})
     policy = build_policy(config, nnx.Rngs(seed))
     assert isinstance(policy, OrderedMemoryPolicy)
-    _randomise(policy, seed + 1, scale)
+    randomise_params(policy, seed + 1, scale)
     return policy
 
 
