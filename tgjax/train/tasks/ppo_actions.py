@@ -25,7 +25,8 @@ from scratch instead [choice: both are offered because the thesis is silent].
   and the head share the recurrent network (the value loss trains it too),
   as `ppo_options`' controller shares its cell with its head.
 
-One trainer step is one PPO iteration, as in `ppo_options`: a rollout of
+One trainer step is one PPO iteration, as in `ppo_options` (the update loop
+and the trainer hooks are the same code: `craft_ppo`): a rollout of
 `rl.num_envs` auto-resetting environments for `rl.rollout_steps` steps (the
 policy's carry restarted from its initial state at each episode's first
 step; a truncated episode is treated as terminal); advantages by
@@ -52,25 +53,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 from flax import nnx
 
-from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, LSTMPolicy, OrderedMemoryPolicy, build_policy
 from tgjax.models.parts import count_parameters
-from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, to_json_dict
-from tgjax.train.metrics import SummingWindow
-from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
+from tgjax.train.task import RunContext
 from tgjax.train.tasks import ppo_options
-from tgjax.train.tasks.ppo_options import (
-    _NoBatches,
-    _options_checkpoint,
-    _restore_policy,
-    masked_clipped_loss,
-    smdp_advantages,
-)
+from tgjax.train.tasks.craft_ppo import CraftPPOTask, check_ppo_config, evaluation_episodes, ppo_update, rollout_metrics
+from tgjax.train.tasks.ppo_options import _options_checkpoint, _restore_policy, masked_clipped_loss, smdp_advantages
 
 #: the flat policies this trainer fine-tunes, and each one's per-task initial-state table
 FLAT_KINDS = {"lstm": "carry_init", "ompn": "task_embedding"}
@@ -90,22 +81,8 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-    r = config.rl
-    try:
-        rules.parse_task(r.task)
-    except rules.CraftTaskError as error:
-        raise ConfigError(f"config key 'rl.task': {error}") from None
-    for path in ("rl.num_envs", "rl.rollout_steps", "rl.num_epochs", "rl.num_minibatches", "rl.max_steps",
-                 "training.num_steps", "evaluation.interval_steps", "evaluation.episodes",
-                 "checkpointing.interval_steps", "logging.interval_steps"):
-        section, key = path.split(".")
-        value = config[section][key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
-    if r.num_envs % r.num_minibatches:
-        raise ConfigError(f"config key 'rl.num_minibatches' ({r.num_minibatches}) must divide rl.num_envs "
-                          f"({r.num_envs})")
-    if not r.policy_workdir and config.model.kind not in FLAT_KINDS:
+    check_ppo_config(config)
+    if not config.rl.policy_workdir and config.model.kind not in FLAT_KINDS:
         raise ConfigError(f"config key 'model.kind': a fresh policy for PPO in action space is one of "
                           f"{', '.join(FLAT_KINDS)}, got {config.model.kind!r} (OCN / MoE: trainer ppo_options)")
 
@@ -202,38 +179,21 @@ class ActionPPOState:
 # The task.
 
 
-class PPOActionsTask:
-    """PPO in action space; see the module docstring."""
+class PPOActionsTask(CraftPPOTask):
+    """PPO in action space; see the module docstring (the shared hooks: `craft_ppo.CraftPPOTask`)."""
 
     name = "ppo_actions"
-    selection = Selection("valid_return", "max")
-    schedule = StepSchedule()
-
-    def __init__(self, config):
-        self.config = config
-        read_intervals(self, config)
 
     def validate_config(self, config) -> None:
         check_config(config)
 
-    def check_mesh(self, mesh) -> None:
-        pass  # one device: the rollout is small and sequential
-
     def setup(self, run: RunContext) -> None:
-        from tgjax.envs.craft import Craft
-
-        self.run = run
-        r = self.config.rl
         self.policy_config, self.start_params, self.policy_step = _starting_policy(self.config)
-        self.env = Craft((r.task,), full_view=self.policy_config.full_view)
-        self.env_params = self.env.params(r.task, dense_reward=r.dense_reward, max_steps=r.max_steps)
+        self.setup_env(run, full_view=self.policy_config.full_view)
         abstract = nnx.eval_shape(lambda: ActorCritic(self.policy_config, rngs=nnx.Rngs(0)))
         self.graphdef = nnx.graphdef(abstract)
         self.num_parameters = count_parameters(abstract)
-        t = self.config.training
-        updates = self.num_steps * r.num_epochs * r.num_minibatches
-        self.tx = optax.chain(optax.clip_by_global_norm(t.clip_grad_norm),
-                              optax.adam(optax.linear_schedule(t.learning_rate, 0.0, updates)))
+        self.tx = self.optimizer()
         self._rollout = jax.jit(self._make_rollout())
         self._iteration = jax.jit(self._make_iteration(), donate_argnums=(0,))
         self._evaluate = jax.jit(self._make_evaluation())
@@ -244,13 +204,9 @@ class PPOActionsTask:
                  if r.policy_workdir else "a fresh policy")
         return [f"PPO in action space on task {r.task} ({'dense' if r.dense_reward else 'sparse'} reward): "
                 f"{self.policy_config.kind}, {self.num_parameters:,} parameters with the value head, {start}",
-                f"{r.num_envs} environments x {r.rollout_steps} steps per iteration, {r.num_epochs} epochs of "
-                f"{r.num_minibatches} minibatches"]
+                self.iteration_line()]
 
     # -- state -----------------------------------------------------------------------------
-
-    def init_state(self):
-        return jax.device_put(self._fresh_state(), shd.replicated(self.run.mesh)), None
 
     def _fresh_state(self) -> ActionPPOState:
         r = self.config.rl
@@ -260,21 +216,12 @@ class PPOActionsTask:
         params = nnx.to_pure_dict(nnx.state(module))
         if self.start_params is not None:
             params["policy"] = self.start_params
-        obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(env_key, r.num_envs),
-                                                                         self.env_params)
+        obs, env_state = self.reset_envs(env_key, r.num_envs)
         # the carry's values are never read before the first step resets it (first = True)
         carry = jax.tree.map(jnp.zeros_like, module.init_carry(r.num_envs))
         return ActionPPOState(params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32),
                               rng=jax.random.key_data(step_key), env=env_state, obs=obs, carry=carry,
                               first=jnp.ones(r.num_envs, bool))
-
-    def abstract_state(self):
-        state = jax.eval_shape(self._fresh_state)
-        sharding = shd.replicated(self.run.mesh)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), state)
-
-    def restored_rest(self):
-        return None
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"policy_workdir": str(self.config.rl.policy_workdir), "policy_step": self.policy_step,
@@ -287,9 +234,6 @@ class PPOActionsTask:
             raise ConfigError(f"checkpoint step {step} in {directory} is of another run (policy step, kind, task "
                               f"{theirs}; now {mine}): use a new --workdir")
 
-    def resume_from(self, meta: dict) -> None:
-        pass
-
     # -- the iteration ---------------------------------------------------------------------
 
     def _act(self, module: ActorCritic, carry, key):
@@ -299,9 +243,7 @@ class PPOActionsTask:
         k_action, k_env = jax.random.split(key)
         action = jax.random.categorical(k_action, log_pi)
         rows = jnp.arange(obs.shape[0])
-        obs_next, env_state, reward, terminated, truncated, info = jax.vmap(
-            self.env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_env, obs.shape[0]), env_state, action,
-                                                    self.env_params)
+        obs_next, env_state, reward, terminated, truncated, info = self.step_envs(k_env, env_state, action)
         done = terminated | truncated
         record = {"obs": obs, "first": first, "action": action, "log_pi_old": log_pi[rows, action], "value": value,
                   "reward": reward, "done": done, "success": info["success"] & done, "terminated": terminated}
@@ -347,23 +289,8 @@ class PPOActionsTask:
                                 jax.tree.map(pick, train_rec), pick(advantages), pick(targets),
                                 clip_epsilon=r.clip_epsilon, value_coef=r.value_coef, entropy_coef=r.entropy_coef)
 
-            def epoch(carry, e):
-                order = jax.random.permutation(jax.random.fold_in(key, 10_000 + e), r.num_envs)
-
-                def minibatch(carry, envs):
-                    params, opt_state = carry
-                    (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, envs)
-                    updates, opt_state = tx.update(grads, opt_state, params)
-                    return (optax.apply_updates(params, updates), opt_state), (loss, *parts)
-
-                return jax.lax.scan(minibatch, carry, order.reshape(r.num_minibatches, -1))
-
-            (params, opt_state), (loss, pg, v, entropy) = jax.lax.scan(
-                epoch, (state.params, state.opt_state), jnp.arange(r.num_epochs))
-            metrics = {"loss": loss[-1, -1], "policy_loss": pg.mean(), "value_loss": v.mean(),
-                       "entropy": entropy.mean(), "episodes": rec["done"].astype(jnp.float32).sum(),
-                       "successes": rec["success"].astype(jnp.float32).sum(), "sum_rewards": rec["reward"].sum(),
-                       "env_steps": jnp.float32(r.rollout_steps * r.num_envs)}
+            params, opt_state, metrics = ppo_update(tx, loss_fn, state.params, state.opt_state, key, r)
+            metrics = {**metrics, **rollout_metrics(rec, r)}
             new_state = ActionPPOState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng,
                                        env=env_state, obs=obs, carry=policy_carry, first=first)
             return new_state, metrics
@@ -377,66 +304,15 @@ class PPOActionsTask:
 
         def evaluate(params, key):
             module = nnx.merge(graphdef, params)
-            obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(key, n), self.env_params)
+            obs, env_state = self.reset_envs(key, n)
             carry = (env_state, obs, module.init_carry(n), jnp.ones(n, bool))
-
-            def body(loop, t):
-                carry, alive, returns, success = loop
-                (env_state, obs, policy_carry, first), rec = self._act(module, carry, jax.random.fold_in(key, t + 1))
-                returns = returns + alive * rec["reward"]
-                success = success | (alive & rec["terminated"])
-                alive = alive & ~rec["done"]
-                # an ended episode is not restarted (its steps no longer count)
-                return ((env_state, obs, policy_carry, jnp.zeros_like(first)), alive, returns, success), None
-
-            final, _ = jax.lax.scan(body, (carry, jnp.ones(n, bool), jnp.zeros(n), jnp.zeros(n, bool)),
-                                    jnp.arange(r.max_steps))
-            return final[2].mean(), final[3].astype(jnp.float32).mean()
+            # an ended episode is not restarted (its steps no longer count)
+            return evaluation_episodes(lambda carry, k: self._act(module, carry, k), carry, key, n, r.max_steps)
 
         return evaluate
 
-    # -- trainer hooks ------------------------------------------------------------------------
-
-    def batches(self, position: dict | None):
-        return _NoBatches(position)
-
-    def make_train_step(self):
-        iteration = self._iteration
-        rate = jnp.float32(self.config.training.learning_rate)
-
-        def train_step(state, rest, batch):
-            state, metrics = iteration(state)
-            return state, {**metrics, "learning_rate": rate}
-
-        return train_step
-
-    def new_window(self) -> SummingWindow:
-        # losses are means per step (iteration); environment steps are the "tokens" of tokens/s
-        return SummingWindow(ratios={"loss": ("loss", None), "policy_loss": ("policy_loss", None),
-                                     "value_loss": ("value_loss", None), "entropy": ("entropy", None),
-                                     "success_rate": ("successes", "episodes"),
-                                     "reward_per_episode": ("sum_rewards", "episodes")},
-                             tokens="env_steps", totals={"episodes": "episodes"})
-
-    def decay_learning_rate(self) -> float:
-        return float(self.config.training.learning_rate)
-
-    def has_validation(self) -> bool:
-        return True
-
-    def evaluate(self, state, rest) -> Evaluation:
-        key = jax.random.fold_in(jax.random.key(self.config.training.seed + 7), 0)  # the same episodes each time
-        mean_return, success = (float(v) for v in self._evaluate(state.params, key))
-        return Evaluation(values={"valid_return": mean_return},
-                          record={"return": mean_return, "success_rate": success,
-                                  "episodes": self.config.evaluation.episodes},
-                          message=f"return {mean_return:.3f}, success rate {success:.3f}")
-
     def result_fields(self) -> dict[str, Any]:
         return {"num_parameters": self.num_parameters, "vocab_size": self.policy_config.num_actions}
-
-    def summary(self, result) -> str | None:
-        return None
 
 
 def _policy_config(config) -> tuple[CraftPolicyConfig, int | None, dict | None]:

@@ -39,7 +39,9 @@ One trainer step is one PPO iteration:
 * validation: `evaluation.episodes` fresh episodes (sampled actions and
   options): success rate and mean return; the selection is the return.
 
-rlax and distrax are imported here only (the `rl` extra).
+The epochs x minibatches update, the validation's episode loop and the trainer
+hooks are shared with `ppo_actions` (`tgjax.train.tasks.craft_ppo`). rlax and
+distrax (the `rl` extra) are imported inside the functions that use them.
 """
 
 from __future__ import annotations
@@ -51,18 +53,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
 from tgjax.models.parts import count_parameters
 from tgjax.nn.ocn import CellBank
-from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
-from tgjax.train.metrics import SummingWindow
-from tgjax.train.schedules import StepSchedule
-from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
+from tgjax.train.task import RunContext
+from tgjax.train.tasks.craft_ppo import CraftPPOTask, check_ppo_config, evaluation_episodes, ppo_update, rollout_metrics
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -87,20 +86,7 @@ def check_config(config) -> None:
     if not r.options_workdir:
         raise ConfigError("config key 'rl.options_workdir': the workdir of a behaviour-cloning run "
                           "(configs/ocn_craft.py) whose options are reused")
-    try:
-        rules.parse_task(r.task)
-    except rules.CraftTaskError as error:
-        raise ConfigError(f"config key 'rl.task': {error}") from None
-    for path in ("rl.num_envs", "rl.rollout_steps", "rl.num_epochs", "rl.num_minibatches", "rl.max_steps",
-                 "training.num_steps", "evaluation.interval_steps", "evaluation.episodes",
-                 "checkpointing.interval_steps", "logging.interval_steps"):
-        section, key = path.split(".")
-        value = config[section][key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
-    if r.num_envs % r.num_minibatches:
-        raise ConfigError(f"config key 'rl.num_minibatches' ({r.num_minibatches}) must divide rl.num_envs "
-                          f"({r.num_envs})")
+    check_ppo_config(config)
 
 
 # -----------------------------------------------------------------------------
@@ -170,33 +156,21 @@ class PPOState:
 # The task.
 
 
-class PPOOptionsTask:
-    """PPO in option space; see the module docstring."""
+class PPOOptionsTask(CraftPPOTask):
+    """PPO in option space; see the module docstring (the shared hooks: `craft_ppo.CraftPPOTask`)."""
 
     name = "ppo_options"
-    selection = Selection("valid_return", "max")
-    schedule = StepSchedule()
-
-    def __init__(self, config):
-        self.config = config
-        read_intervals(self, config)
+    extra_ratios = {"decisions_per_step": ("decisions", "env_steps")}
 
     def validate_config(self, config) -> None:
         check_config(config)
 
-    def check_mesh(self, mesh) -> None:
-        pass  # one device: the rollout is small and sequential
-
     def setup(self, run: RunContext) -> None:
-        from tgjax.envs.craft import Craft
-
-        self.run = run
+        self.setup_env(run)
         r = self.config.rl
         self.options_policy, self.options_meta = _load_options(r.options_workdir, r.options_step)
         pc = self.options_policy.config
         self.always_decide = pc.kind == "moe"
-        self.env = Craft((r.task,))
-        self.env_params = self.env.params(r.task, dense_reward=r.dense_reward, max_steps=r.max_steps)
         self.live = jnp.asarray(rules.live_observation_indices())
         self.controller_args = (pc.input_size, pc.hidden_size, pc.num_options, pc.depth, pc.controller_temperature)
         abstract = nnx.eval_shape(lambda: Controller(*self.controller_args, rngs=nnx.Rngs(0)))
@@ -204,11 +178,9 @@ class PPOOptionsTask:
         self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
                                             nnx.to_pure_dict(abstract_state))
         self.num_parameters = count_parameters(abstract)
-        t = self.config.training
-        updates = self.num_steps * r.num_epochs * r.num_minibatches
-        self.tx = optax.chain(optax.clip_by_global_norm(t.clip_grad_norm),
-                              optax.adam(optax.linear_schedule(t.learning_rate, 0.0, updates)))
+        self.tx = self.optimizer()
         self.options_state = nnx.state(self.options_policy, nnx.Param)
+        self.frozen = (self.options_state,)  # the jitted iteration's and evaluation's argument after the state
         self._iteration = jax.jit(self._make_iteration(), donate_argnums=(0,))
         self._evaluate = jax.jit(self._make_evaluation())
 
@@ -217,14 +189,9 @@ class PPOOptionsTask:
         return [f"PPO in option space on task {r.task} ({'dense' if r.dense_reward else 'sparse'} reward): "
                 f"a fresh controller, {self.num_parameters:,} parameters, over the "
                 f"{self.options_policy.config.num_options} frozen {self.options_policy.config.kind} options of "
-                f"{r.options_workdir} (step {self.options_meta['step']})",
-                f"{r.num_envs} environments x {r.rollout_steps} steps per iteration, {r.num_epochs} epochs of "
-                f"{r.num_minibatches} minibatches"]
+                f"{r.options_workdir} (step {self.options_meta['step']})", self.iteration_line()]
 
     # -- state -----------------------------------------------------------------------------
-
-    def init_state(self):
-        return jax.device_put(self._fresh_state(), shd.replicated(self.run.mesh)), None
 
     def _fresh_state(self) -> PPOState:
         r = self.config.rl
@@ -232,22 +199,13 @@ class PPOOptionsTask:
         param_key, env_key, step_key = jax.random.split(key, 3)
         controller = Controller(*self.controller_args, rngs=nnx.Rngs(params=param_key))
         params = nnx.to_pure_dict(nnx.state(controller))
-        obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(env_key, r.num_envs),
-                                                                         self.env_params)
+        obs, env_state = self.reset_envs(env_key, r.num_envs)
         H, K = self.options_policy.config.hidden_size, self.options_policy.config.num_options
         state = PPOState(params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32),
                          rng=jax.random.key_data(step_key), env=env_state, obs=obs,
                          h_c=jnp.zeros((r.num_envs, H)), h_o=jnp.zeros((r.num_envs, K, H)),
                          option=jnp.zeros(r.num_envs, jnp.int32), first=jnp.ones(r.num_envs, bool))
         return state
-
-    def abstract_state(self):
-        state = jax.eval_shape(self._fresh_state)
-        sharding = shd.replicated(self.run.mesh)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), state)
-
-    def restored_rest(self):
-        return None
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"options_workdir": str(self.config.rl.options_workdir), "options_step": self.options_meta["step"],
@@ -258,9 +216,6 @@ class PPOOptionsTask:
             raise ConfigError(f"checkpoint step {step} in {directory} is of another run (options step "
                               f"{meta.get('options_step')}, task {meta.get('task')!r}; now "
                               f"{self.options_meta['step']}, {self.config.rl.task!r}): use a new --workdir")
-
-    def resume_from(self, meta: dict) -> None:
-        pass
 
     # -- the iteration ---------------------------------------------------------------------
 
@@ -288,9 +243,7 @@ class PPOOptionsTask:
         h_o = jnp.where(decision[:, None, None], h_rs, h_cont)
         log_pi = jnp.where(decision[:, None], log_pi_rs[rows, new_option], log_pi_cont[rows, new_option])
         action = jax.random.categorical(k_action, log_pi)
-        obs_next, env_state, reward, terminated, truncated, info = jax.vmap(
-            self.env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_env, x.shape[0]), env_state, action,
-                                                    self.env_params)
+        obs_next, env_state, reward, terminated, truncated, info = self.step_envs(k_env, env_state, action)
         done = terminated | truncated
         record = {"obs": x, "decision": decision, "option": new_option, "log_p_old": log_p[rows, new_option],
                   "value": value, "reward": reward, "done": done, "first": first, "success": info["success"] & done,
@@ -355,27 +308,8 @@ class PPOOptionsTask:
                 entropy = jnp.sum(mask * dist.entropy().reshape(-1)) / count
                 return pg + r.value_coef * v - r.entropy_coef * entropy, (pg, v, entropy)
 
-            def epoch(carry, e):
-                params, opt_state = carry
-                order = jax.random.permutation(jax.random.fold_in(key, 10_000 + e), r.num_envs)
-                groups = order.reshape(r.num_minibatches, -1)
-
-                def minibatch(carry, envs):
-                    params, opt_state = carry
-                    (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, envs)
-                    updates, opt_state = tx.update(grads, opt_state, params)
-                    return (optax.apply_updates(params, updates), opt_state), (loss, *parts)
-
-                return jax.lax.scan(minibatch, (params, opt_state), groups)
-
-            (params, opt_state), (loss, pg, v, entropy) = jax.lax.scan(
-                epoch, (state.params, state.opt_state), jnp.arange(r.num_epochs))
-            ended = rec["done"].astype(jnp.float32)
-            metrics = {"loss": loss[-1, -1], "policy_loss": pg.mean(), "value_loss": v.mean(),
-                       "entropy": entropy.mean(), "episodes": ended.sum(),
-                       "successes": (rec["success"]).astype(jnp.float32).sum(),
-                       "sum_rewards": rec["reward"].sum(), "decisions": rec["decision"].astype(jnp.float32).sum(),
-                       "env_steps": jnp.float32(r.rollout_steps * r.num_envs)}
+            params, opt_state, metrics = ppo_update(tx, loss_fn, state.params, state.opt_state, key, r)
+            metrics = {**metrics, **rollout_metrics(rec, r), "decisions": rec["decision"].astype(jnp.float32).sum()}
             new_state = PPOState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng,
                                  env=env_state, obs=obs, h_c=h_c, h_o=h_o, option=option, first=first)
             return new_state, metrics
@@ -391,70 +325,18 @@ class PPOOptionsTask:
         def evaluate(params, options_state, key):
             policy = nnx.merge(options_graphdef, options_state)
             controller = _merge(graphdef, params)
-            obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(key, n), self.env_params)
+            obs, env_state = self.reset_envs(key, n)
             H, K = policy.config.hidden_size, policy.config.num_options
             carry = (env_state, obs, jnp.zeros((n, H)), jnp.zeros((n, K, H)), jnp.zeros(n, jnp.int32),
                      jnp.ones(n, bool))
-            alive = jnp.ones(n, bool)
-
-            def body(loop, t):
-                carry, alive, returns, success = loop
-                (env_state, obs, h_c, h_o, option, first), rec = self._act(policy, controller, carry,
-                                                                           jax.random.fold_in(key, t + 1))
-                returns = returns + alive * rec["reward"]
-                success = success | (alive & rec["terminated"])
-                alive = alive & ~rec["done"]
-                # an ended episode is not restarted: `first` stays False so the controller is not re-asked
-                return ((env_state, obs, h_c, h_o, option, jnp.zeros_like(first)), alive, returns, success), None
-
-            final, _ = jax.lax.scan(body, (carry, alive, jnp.zeros(n), jnp.zeros(n, bool)), jnp.arange(r.max_steps))
-            return final[2].mean(), final[3].astype(jnp.float32).mean()
+            # an ended episode is not restarted: `first` stays False so the controller is not re-asked
+            return evaluation_episodes(lambda carry, k: self._act(policy, controller, carry, k), carry, key, n,
+                                       r.max_steps)
 
         return evaluate
 
-    # -- trainer hooks ------------------------------------------------------------------------
-
-    def batches(self, position: dict | None):
-        return _NoBatches(position)
-
-    def make_train_step(self):
-        iteration, options_state = self._iteration, self.options_state
-        rate = jnp.float32(self.config.training.learning_rate)
-
-        def train_step(state, rest, batch):
-            state, metrics = iteration(state, options_state)
-            return state, {**metrics, "learning_rate": rate}
-
-        return train_step
-
-    def new_window(self) -> SummingWindow:
-        # losses are means per step (iteration); environment steps are the "tokens" of tokens/s
-        return SummingWindow(ratios={"loss": ("loss", None), "policy_loss": ("policy_loss", None),
-                                     "value_loss": ("value_loss", None), "entropy": ("entropy", None),
-                                     "success_rate": ("successes", "episodes"),
-                                     "reward_per_episode": ("sum_rewards", "episodes"),
-                                     "decisions_per_step": ("decisions", "env_steps")},
-                             tokens="env_steps", totals={"episodes": "episodes"})
-
-    def decay_learning_rate(self) -> float:
-        return float(self.config.training.learning_rate)
-
-    def has_validation(self) -> bool:
-        return True
-
-    def evaluate(self, state, rest) -> Evaluation:
-        key = jax.random.fold_in(jax.random.key(self.config.training.seed + 7), 0)  # the same episodes each time
-        mean_return, success = (float(v) for v in self._evaluate(state.params, self.options_state, key))
-        return Evaluation(values={"valid_return": mean_return},
-                          record={"return": mean_return, "success_rate": success,
-                                  "episodes": self.config.evaluation.episodes},
-                          message=f"return {mean_return:.3f}, success rate {success:.3f}")
-
     def result_fields(self) -> dict[str, Any]:
         return {"num_parameters": self.num_parameters, "vocab_size": self.options_policy.config.num_options}
-
-    def summary(self, result) -> str | None:
-        return None
 
 
 def _merge(graphdef, params):
@@ -583,19 +465,3 @@ def describe(config) -> dict[str, Any]:
             "num_parameters": count, "vocab_size": pc.num_options, "vocab_source": "the frozen options",
             "model": dataclasses.asdict(pc)}
 
-
-class _NoBatches:
-    """The rollout makes its own data: the trainer's iterator yields empty batches, position {"step"}."""
-
-    def __init__(self, position):
-        self.step = int(position["step"]) if position else 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self.step += 1
-        return {}
-
-    def get_state(self):
-        return {"step": self.step}

@@ -1,0 +1,229 @@
+"""What the two Craft PPO trainers share: `ppo_options` (a fresh controller over frozen options) and
+`ppo_actions` (a flat LSTM / OMPN policy, whole).
+
+* `check_ppo_config`: the rl / training / evaluation keys both read (the task, counts >= 1, minibatches
+  dividing the environments).
+* `ppo_update`: the update of one PPO iteration, `rl.num_epochs` epochs of `rl.num_minibatches` minibatches of
+  environments (each epoch a fresh permutation), a step of the optimiser per minibatch on the gradient of a
+  loss of (params, env indices); `rollout_metrics`: what a rollout's records add to the train record.
+* `evaluation_episodes`: the validation's fixed episodes run to `rl.max_steps` (return, success rate).
+* `CraftPPOTask`: the trainer hooks that do not depend on the agent (the state's init / abstract / resume, the
+  empty batches, the metrics window, the constant learning rate, the validation); a subclass adds the agent,
+  its rollout step and loss, the checkpoint meta and the opening lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from tgjax.envs import craft_rules as rules
+from tgjax.train import sharding as shd
+from tgjax.train.config import ConfigError
+from tgjax.train.metrics import SummingWindow
+from tgjax.train.schedules import StepSchedule
+from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
+
+
+def check_ppo_config(config) -> None:
+    """The keys both PPO trainers read: rl.task a Craft task, the counts integers >= 1, minibatches dividing
+    rl.num_envs (ConfigError naming the key)."""
+    r = config.rl
+    try:
+        rules.parse_task(r.task)
+    except rules.CraftTaskError as error:
+        raise ConfigError(f"config key 'rl.task': {error}") from None
+    for path in ("rl.num_envs", "rl.rollout_steps", "rl.num_epochs", "rl.num_minibatches", "rl.max_steps",
+                 "training.num_steps", "evaluation.interval_steps", "evaluation.episodes",
+                 "checkpointing.interval_steps", "logging.interval_steps"):
+        section, key = path.split(".")
+        value = config[section][key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
+    if r.num_envs % r.num_minibatches:
+        raise ConfigError(f"config key 'rl.num_minibatches' ({r.num_minibatches}) must divide rl.num_envs "
+                          f"({r.num_envs})")
+
+
+def ppo_update(tx: optax.GradientTransformation, loss_fn: Callable, params, opt_state, key: jax.Array, rl):
+    """`rl.num_epochs` epochs of `rl.num_minibatches` minibatches of the `rl.num_envs` environments (the order
+    permuted by fold_in(key, 10000 + epoch)); per minibatch one `tx` step on the gradient of
+    `loss_fn(params, envs) -> (loss, (policy loss, value loss, entropy))`, envs [num_envs / num_minibatches] int.
+
+    Returns (params, opt_state, metrics): the last minibatch's loss, the other parts' means over all minibatches.
+    """
+
+    def epoch(carry, e):
+        order = jax.random.permutation(jax.random.fold_in(key, 10_000 + e), rl.num_envs)
+
+        def minibatch(carry, envs):
+            params, opt_state = carry
+            (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, envs)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), (loss, *parts)
+
+        return jax.lax.scan(minibatch, carry, order.reshape(rl.num_minibatches, -1))
+
+    (params, opt_state), (loss, pg, v, entropy) = jax.lax.scan(epoch, (params, opt_state),
+                                                               jnp.arange(rl.num_epochs))
+    metrics = {"loss": loss[-1, -1], "policy_loss": pg.mean(), "value_loss": v.mean(), "entropy": entropy.mean()}
+    return params, opt_state, metrics
+
+
+def rollout_metrics(rec: dict, rl) -> dict[str, jax.Array]:
+    """The train record's sums over a rollout's records ([T, N] "done", "success", "reward")."""
+    return {"episodes": rec["done"].astype(jnp.float32).sum(), "successes": rec["success"].astype(jnp.float32).sum(),
+            "sum_rewards": rec["reward"].sum(), "env_steps": jnp.float32(rl.rollout_steps * rl.num_envs)}
+
+
+def evaluation_episodes(act: Callable, carry: tuple, key: jax.Array, n: int, max_steps: int):
+    """(mean return, success rate) of n episodes stepped by `act(carry, key) -> (carry, record)` for max_steps
+    steps (step t's key fold_in(key, t + 1)); `carry`'s last entry is `first` [n] bool, the records have
+    "reward", "terminated" and "done" [n]. An episode counts until it ends and is not restarted: `first` is set
+    False after every step (the agent is not re-asked)."""
+
+    def body(loop, t):
+        carry, alive, returns, success = loop
+        carry, rec = act(carry, jax.random.fold_in(key, t + 1))
+        returns = returns + alive * rec["reward"]
+        success = success | (alive & rec["terminated"])
+        alive = alive & ~rec["done"]
+        return ((*carry[:-1], jnp.zeros_like(carry[-1])), alive, returns, success), None
+
+    final, _ = jax.lax.scan(body, (carry, jnp.ones(n, bool), jnp.zeros(n), jnp.zeros(n, bool)), jnp.arange(max_steps))
+    return final[2].mean(), final[3].astype(jnp.float32).mean()
+
+
+class CraftPPOTask:
+    """The trainer hooks both PPO tasks share (one trainer step = one PPO iteration).
+
+    A subclass sets `name` (and `extra_ratios`, window ratios of its own metrics), and defines
+    `validate_config`, `setup`, `describe_run`, `_fresh_state` (the state from training.seed), `checkpoint_meta`,
+    `check_checkpoint` and `result_fields`. Its `setup` calls `setup_env` and sets `tx` (`optimizer()`),
+    `_iteration` ((state, *frozen) -> (state, metrics), jitted) and `_evaluate` ((params, *frozen, key) ->
+    (mean return, success rate), jitted), where `frozen` holds the arrays they read besides the state (none
+    here; ppo_options' frozen options).
+    """
+
+    selection = Selection("valid_return", "max")
+    schedule = StepSchedule()
+    extra_ratios: dict[str, tuple[str, str | None]] = {}
+    frozen: tuple = ()
+
+    def __init__(self, config):
+        self.config = config
+        read_intervals(self, config)
+
+    def check_mesh(self, mesh) -> None:
+        pass  # one device: the rollout is small and sequential
+
+    def setup_env(self, run: RunContext, *, full_view: bool = False) -> None:
+        """self.run, and the rl.task environment (`env`, `env_params`)."""
+        from tgjax.envs.craft import Craft
+
+        self.run = run
+        r = self.config.rl
+        self.env = Craft((r.task,), full_view=full_view)
+        self.env_params = self.env.params(r.task, dense_reward=r.dense_reward, max_steps=r.max_steps)
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """Adam with the gradient norm clipped, the learning rate linearly to 0 over every update of the run."""
+        r, t = self.config.rl, self.config.training
+        updates = self.num_steps * r.num_epochs * r.num_minibatches
+        return optax.chain(optax.clip_by_global_norm(t.clip_grad_norm),
+                           optax.adam(optax.linear_schedule(t.learning_rate, 0.0, updates)))
+
+    def reset_envs(self, key: jax.Array, n: int):
+        """(obs [n, ...], env state) of n fresh episodes."""
+        return jax.vmap(self.env.reset_env, in_axes=(0, None))(jax.random.split(key, n), self.env_params)
+
+    def step_envs(self, key: jax.Array, env_state, action: jax.Array):
+        """One step of every environment (auto-resetting): (obs, env state, reward, terminated, truncated, info)."""
+        return jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(jax.random.split(key, action.shape[0]), env_state,
+                                                                 action, self.env_params)
+
+    def iteration_line(self) -> str:
+        """describe_run's line on the iteration's size."""
+        r = self.config.rl
+        return (f"{r.num_envs} environments x {r.rollout_steps} steps per iteration, {r.num_epochs} epochs of "
+                f"{r.num_minibatches} minibatches")
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _fresh_state(self) -> Any:
+        raise NotImplementedError
+
+    def init_state(self):
+        return jax.device_put(self._fresh_state(), shd.replicated(self.run.mesh)), None
+
+    def abstract_state(self):
+        state = jax.eval_shape(self._fresh_state)
+        sharding = shd.replicated(self.run.mesh)
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), state)
+
+    def restored_rest(self):
+        return None
+
+    def resume_from(self, meta: dict) -> None:
+        pass
+
+    # -- trainer hooks ------------------------------------------------------------------------
+
+    def batches(self, position: dict | None):
+        return _NoBatches(position)
+
+    def make_train_step(self):
+        iteration, frozen = self._iteration, self.frozen
+        rate = jnp.float32(self.config.training.learning_rate)
+
+        def train_step(state, rest, batch):
+            state, metrics = iteration(state, *frozen)
+            return state, {**metrics, "learning_rate": rate}
+
+        return train_step
+
+    def new_window(self) -> SummingWindow:
+        # losses are means per step (iteration); environment steps are the "tokens" of tokens/s
+        return SummingWindow(ratios={"loss": ("loss", None), "policy_loss": ("policy_loss", None),
+                                     "value_loss": ("value_loss", None), "entropy": ("entropy", None),
+                                     "success_rate": ("successes", "episodes"),
+                                     "reward_per_episode": ("sum_rewards", "episodes"), **self.extra_ratios},
+                             tokens="env_steps", totals={"episodes": "episodes"})
+
+    def decay_learning_rate(self) -> float:
+        return float(self.config.training.learning_rate)
+
+    def has_validation(self) -> bool:
+        return True
+
+    def evaluate(self, state, rest) -> Evaluation:
+        key = jax.random.fold_in(jax.random.key(self.config.training.seed + 7), 0)  # the same episodes each time
+        mean_return, success = (float(v) for v in self._evaluate(state.params, *self.frozen, key))
+        return Evaluation(values={"valid_return": mean_return},
+                          record={"return": mean_return, "success_rate": success,
+                                  "episodes": self.config.evaluation.episodes},
+                          message=f"return {mean_return:.3f}, success rate {success:.3f}")
+
+    def summary(self, result) -> str | None:
+        return None
+
+
+class _NoBatches:
+    """The rollout makes its own data: the trainer's iterator yields empty batches, position {"step"}."""
+
+    def __init__(self, position):
+        self.step = int(position["step"]) if position else 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.step += 1
+        return {}
+
+    def get_state(self):
+        return {"step": self.step}
