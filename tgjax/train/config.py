@@ -252,7 +252,7 @@ TASKS = {
     "onlstm_lm": "tgjax.train.tasks.onlstm_lm:OnLSTMLMTask",  # ON-LSTM with the AWD recipe
     "mlm": "tgjax.train.tasks.mlm:MLMTask",  # UDGN
     "pushdown_lm": "tgjax.train.tasks.pushdown_lm:PushdownLMTask",  # Pushdown Layers
-    "craft_bc": "tgjax.train.tasks.craft_bc:CraftBCTask",  # OCN / MoE / LSTM behaviour cloning on Craft
+    "craft_bc": "tgjax.train.tasks.craft_bc:CraftBCTask",  # OCN / MoE / LSTM / OMPN behaviour cloning on Craft
     "ppo_options": "tgjax.train.tasks.ppo_options:PPOOptionsTask",  # PPO over frozen Craft options (OCN / MoE)
     "ppo_actions": "tgjax.train.tasks.ppo_actions:PPOActionsTask",  # PPO in action space (LSTM / OMPN baselines)
 }
