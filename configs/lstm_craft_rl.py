@@ -24,6 +24,7 @@ README's scale: 60 iterations).
 """
 
 from tgjax.envs.craft_rules import SUBTASK_LETTERS
+from tgjax.train.tasks.craft_ppo import apply_config_argument
 from tgjax.train.tasks.ppo_actions import default_config
 
 
@@ -31,18 +32,10 @@ def get_config(arg: str | None = None):
     config = default_config()
     config.rl.policy_workdir = "runs/lstm_craft"
     for word in (w.strip() for w in (arg or "").split(",") if w.strip()):
-        if word == "dense":
-            config.rl.dense_reward = True
-        elif word == "ompn":
+        if word == "ompn":
             config.rl.policy_workdir = "runs/ompn_craft"
             config.model.kind = "ompn"
-        elif word == "cpu":
-            config.training.num_steps = 60
-            config.evaluation.interval_steps = config.checkpointing.interval_steps = 10
-            config.logging.interval_steps = 2
-        elif all(letter in SUBTASK_LETTERS for letter in word):
-            config.rl.task = word
-        else:
+        elif not apply_config_argument(config, word):
             raise ValueError(f"configs/lstm_craft_rl.py: unknown argument {word!r}; expected task letters "
                              f"({''.join(SUBTASK_LETTERS)}), 'dense', 'ompn' or 'cpu'")
     return config

@@ -18,6 +18,7 @@ README's run: 60 iterations).
 """
 
 from tgjax.envs.craft_rules import SUBTASK_LETTERS
+from tgjax.train.tasks.craft_ppo import apply_config_argument
 from tgjax.train.tasks.ppo_options import default_config
 
 
@@ -25,15 +26,7 @@ def get_config(arg: str | None = None):
     config = default_config()
     config.rl.options_workdir = "runs/ocn_craft"
     for word in (w.strip() for w in (arg or "").split(",") if w.strip()):
-        if word == "dense":
-            config.rl.dense_reward = True
-        elif word == "cpu":
-            config.training.num_steps = 60
-            config.evaluation.interval_steps = config.checkpointing.interval_steps = 10
-            config.logging.interval_steps = 2
-        elif all(letter in SUBTASK_LETTERS for letter in word):
-            config.rl.task = word
-        else:
+        if not apply_config_argument(config, word):
             raise ValueError(f"configs/ocn_craft_rl.py: unknown argument {word!r}; expected task letters "
                              f"({''.join(SUBTASK_LETTERS)}), 'dense' or 'cpu'")
     return config

@@ -5,7 +5,6 @@ errors named, and a run through the trainer (stop / resume bit-identical) fine-t
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ pytest.importorskip("rlax")
 pytest.importorskip("distrax")
 pytest.importorskip("gymnax")
 
+from tests.train.helpers import train_losses  # noqa: E402
 from tgjax.train.tasks.ppo_actions import ActorCritic, plain_gae, ppo_loss, rerun  # noqa: E402
 
 
@@ -189,11 +189,8 @@ def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
           quiet=True)
     train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", quiet=True)
 
-    def losses(workdir):
-        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-        return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
-
-    assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 6
+    whole = train_losses(tmp_path / "whole")
+    assert whole == train_losses(tmp_path / "parts") and len(whole) == 6
 
     # an OCN run has no flat policy to fine-tune: named
     ocn = apply_overrides(craft_bc.default_config(), [
@@ -221,8 +218,5 @@ def test_fresh_ompn_resumes_bit_identically(tmp_path):
           quiet=True)
     train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", quiet=True)
 
-    def losses(workdir):
-        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-        return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
-
-    assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 3
+    whole = train_losses(tmp_path / "whole")
+    assert whole == train_losses(tmp_path / "parts") and len(whole) == 3

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ pytest.importorskip("rlax")
 pytest.importorskip("distrax")
 pytest.importorskip("gymnax")
 
+from tests.train.helpers import train_losses  # noqa: E402
 from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages  # noqa: E402
 
 
@@ -92,11 +91,8 @@ def test_ppo_runs_and_resumes_bit_identically(tmp_path):
           quiet=True)
     train(apply_overrides(ppo_options.default_config(), overrides), tmp_path / "parts", quiet=True)
 
-    def losses(workdir):
-        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-        return {r["step"]: r["loss"] for r in records if r["split"] == "train"}
-
-    assert losses(tmp_path / "whole") == losses(tmp_path / "parts") and len(losses(tmp_path / "whole")) == 6
+    whole = train_losses(tmp_path / "whole")
+    assert whole == train_losses(tmp_path / "parts") and len(whole) == 6
 
 
 @pytest.mark.slow
@@ -119,8 +115,7 @@ def test_ppo_over_two_runs_pooled_options(tmp_path):
         "logging.interval_steps=1", "logging.tensorboard=false"])
     assert ppo_options.describe(config)["vocab_size"] == 4
     train(config, tmp_path / "s2", quiet=True)
-    records = [json.loads(line) for line in (tmp_path / "s2" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if r["split"] == "train"] == [1, 2]
+    assert list(train_losses(tmp_path / "s2")) == [1, 2]
 
 
 @pytest.mark.parametrize("override, message", [

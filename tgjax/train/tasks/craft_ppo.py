@@ -1,6 +1,7 @@
 """What the two Craft PPO trainers share: `ppo_options` (a fresh controller over frozen options) and
 `ppo_actions` (a flat LSTM / OMPN policy, whole).
 
+* `apply_config_argument`: the arguments both RL configs take (task letters, "dense", "cpu").
 * `check_ppo_config`: the rl / training / evaluation keys both read (the task, counts >= 1, minibatches
   dividing the environments).
 * `ppo_update`: the update of one PPO iteration, `rl.num_epochs` epochs of `rl.num_minibatches` minibatches of
@@ -27,6 +28,23 @@ from tgjax.train.config import ConfigError
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
+
+
+def apply_config_argument(config, word: str) -> bool:
+    """One argument word of configs/ocn_craft_rl.py or lstm_craft_rl.py, if it is one they share: the task's
+    letters (`rl.task`), "dense" (`rl.dense_reward`) or "cpu" (the README's scale: 60 iterations, evaluated and
+    checkpointed every 10). Returns whether `word` was one of them."""
+    if word == "dense":
+        config.rl.dense_reward = True
+    elif word == "cpu":
+        config.training.num_steps = 60
+        config.evaluation.interval_steps = config.checkpointing.interval_steps = 10
+        config.logging.interval_steps = 2
+    elif word and all(letter in rules.SUBTASK_LETTERS for letter in word):
+        config.rl.task = word
+    else:
+        return False
+    return True
 
 
 def check_ppo_config(config) -> None:
