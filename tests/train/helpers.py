@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from tgjax.train.config import apply_overrides, default_config
@@ -32,3 +33,16 @@ def read_metrics(workdir: Path) -> list[dict]:
 def train_losses(workdir: Path) -> dict[int, float]:
     """step -> training loss from metrics.jsonl (logging.interval_steps=1: each step's own loss)."""
     return {r["step"]: r["loss"] for r in read_metrics(workdir) if r["split"] == "train"}
+
+
+def assert_resumes_bit_identically(make_config: Callable, workdir: Path, *, stop_after_step: int,
+                                   num_steps: int) -> None:
+    """Train `make_config()` whole in workdir/whole, and stopped after `stop_after_step` then resumed in
+    workdir/parts: the training losses (logging.interval_steps=1) must be the same, step for step."""
+    from tgjax.train.loop import train
+
+    train(make_config(), workdir / "whole", quiet=True)
+    train(make_config(), workdir / "parts", stop_after_step=stop_after_step, quiet=True)
+    train(make_config(), workdir / "parts", quiet=True)
+    whole = train_losses(workdir / "whole")
+    assert whole == train_losses(workdir / "parts") and len(whole) == num_steps

@@ -15,7 +15,7 @@ pytest.importorskip("rlax")
 pytest.importorskip("distrax")
 pytest.importorskip("gymnax")
 
-from tests.train.helpers import train_losses  # noqa: E402
+from tests.train.helpers import assert_resumes_bit_identically  # noqa: E402
 from tgjax.train.tasks.ppo_actions import ActorCritic, plain_gae, ppo_loss, rerun  # noqa: E402
 
 
@@ -184,13 +184,8 @@ def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
     np.testing.assert_allclose(start["carry_init"][0], bc_policy.carry_init[...].mean(0), rtol=1e-6)
     assert nnx.to_pure_dict(nnx.state(bc_policy)).keys() == start.keys()
 
-    train(config, tmp_path / "whole", quiet=True)
-    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", stop_after_step=3,
-          quiet=True)
-    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", quiet=True)
-
-    whole = train_losses(tmp_path / "whole")
-    assert whole == train_losses(tmp_path / "parts") and len(whole) == 6
+    assert_resumes_bit_identically(lambda: apply_overrides(ppo_actions.default_config(), overrides), tmp_path,
+                                   stop_after_step=3, num_steps=6)
 
     # an OCN run has no flat policy to fine-tune: named
     ocn = apply_overrides(craft_bc.default_config(), [
@@ -206,17 +201,11 @@ def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
 def test_fresh_ompn_resumes_bit_identically(tmp_path):
     """A fresh OMPN (rl.policy_workdir=""): its carry (memory, task, first) is checkpointed and restored too."""
     from tgjax.train.config import apply_overrides
-    from tgjax.train.loop import train
     from tgjax.train.tasks import ppo_actions
 
     overrides = ["model.kind=ompn", "model.hidden_size=8", "rl.task=ACD", "rl.num_envs=4", "rl.rollout_steps=8",
                  "rl.num_minibatches=2", "rl.num_epochs=1", "rl.max_steps=16", "training.num_steps=3",
                  "evaluation.interval_steps=3", "evaluation.episodes=4", "checkpointing.interval_steps=1",
                  "logging.interval_steps=1", "logging.tensorboard=false"]
-    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "whole", quiet=True)
-    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", stop_after_step=2,
-          quiet=True)
-    train(apply_overrides(ppo_actions.default_config(), overrides), tmp_path / "parts", quiet=True)
-
-    whole = train_losses(tmp_path / "whole")
-    assert whole == train_losses(tmp_path / "parts") and len(whole) == 3
+    assert_resumes_bit_identically(lambda: apply_overrides(ppo_actions.default_config(), overrides), tmp_path,
+                                   stop_after_step=2, num_steps=3)

@@ -11,7 +11,7 @@ pytest.importorskip("rlax")
 pytest.importorskip("distrax")
 pytest.importorskip("gymnax")
 
-from tests.train.helpers import train_losses  # noqa: E402
+from tests.train.helpers import assert_resumes_bit_identically, train_losses  # noqa: E402
 from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages  # noqa: E402
 
 
@@ -86,13 +86,8 @@ def test_ppo_runs_and_resumes_bit_identically(tmp_path):
                  "rl.num_minibatches=2", "rl.num_epochs=2", "rl.max_steps=16", "training.num_steps=6",
                  "evaluation.interval_steps=3", "evaluation.episodes=4", "checkpointing.interval_steps=1",
                  "logging.interval_steps=1", "logging.tensorboard=false"]
-    train(apply_overrides(ppo_options.default_config(), overrides), tmp_path / "whole", quiet=True)
-    train(apply_overrides(ppo_options.default_config(), overrides), tmp_path / "parts", stop_after_step=3,
-          quiet=True)
-    train(apply_overrides(ppo_options.default_config(), overrides), tmp_path / "parts", quiet=True)
-
-    whole = train_losses(tmp_path / "whole")
-    assert whole == train_losses(tmp_path / "parts") and len(whole) == 6
+    assert_resumes_bit_identically(lambda: apply_overrides(ppo_options.default_config(), overrides), tmp_path,
+                                   stop_after_step=3, num_steps=6)
 
 
 @pytest.mark.slow
