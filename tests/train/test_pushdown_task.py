@@ -7,6 +7,8 @@ import math
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from flax import nnx
 
 from tgjax.data.corpora import builtin_treebank
@@ -164,6 +166,58 @@ def test_the_batch_iterator_resumes_from_its_position():
     for expected in seen[4:]:
         got = next(resumed)
         assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
+def test_bucketed_batches_are_the_full_width_batches_cut_to_a_power_of_two():
+    from tgjax.data import dyck
+
+    sentences = dyck.encode_for_pushdown(dyck.dyck_corpus(24, 5, max_length=62)[0])
+    full = pd.PushdownTrainBatches(sentences, seq_len=64, batch_size=4, seed=3)
+    bucketed = pd.PushdownTrainBatches(sentences, seq_len=64, batch_size=4, seed=3, bucket_lengths=True)
+    widths = set()
+    for _ in range(6):
+        wide, cut = next(full), next(bucketed)
+        width = cut["inputs"].shape[1]
+        widths.add(width)
+        longest = int(wide["weights"].sum(axis=1).max())
+        assert longest <= width and (width == 16 or width < 2 * longest) and width & (width - 1) == 0
+        for key, value in wide.items():
+            columns = width + 1 if key == "attach" else width
+            assert np.array_equal(cut[key], value[:, :columns]), key
+        assert not wide["weights"][:, width:].any() and not wide["attach_weights"][:, width:].any()
+    assert len(widths) > 1, widths  # strings of several lengths
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 300), min_size=1, max_size=8), st.sampled_from([64, 100, 512]))
+def test_bucket_width_is_the_smallest_power_of_two_that_holds_the_batch(lengths, seq_len):
+    rows = [np.zeros(n) for n in lengths] + [None]  # only len() is read; None is an idle row
+    width = pd.bucket_width(rows, seq_len)
+    longest = max(lengths) - 1
+    if longest > seq_len:
+        assert width == seq_len
+    else:
+        assert longest <= width <= seq_len
+        assert width == seq_len or (width & (width - 1) == 0 and (width == 16 or width // 2 < longest))
+
+
+def test_the_loss_does_not_depend_on_the_padded_width():
+    from tgjax.data import dyck
+
+    config = load_config("configs/pushdown_dyck.py", ["model.d_model=16", "model.num_layers=2", "model.num_heads=2",
+                                                      "model.ffw_hidden_size=32", "model.sequence_length=96"])
+    strings, _ = dyck.dyck_corpus(4, 11, max_length=30)
+    sentences = dyck.encode_for_pushdown(strings)
+    model_cfg = pd.model_config(config, dyck.dyck_vocabulary().size)
+    model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=3, dropout=0))
+    results = []
+    for width in (pd.bucket_width(sentences, 96), 96):
+        assert width == 96 or width < 96
+        batch, _ = make_batch(sentences, width)
+        outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
+        results.append(pd.loss_and_metrics(outputs, batch, model_cfg, 1.0)[1])
+    for key in ("lm_loss", "attach_loss", "attach_correct", "num_tokens", "clipped_depths"):
+        assert float(results[0][key]) == pytest.approx(float(results[1][key]), rel=1e-5), key
 
 
 def test_each_process_keeps_its_share_of_the_same_global_batch():

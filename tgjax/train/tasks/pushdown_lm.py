@@ -94,6 +94,7 @@ def default_config() -> ml_collections.ConfigDict:
                   dyck_num_types=20, dyck_max_depth=10, dyck_num_train=100_000, dyck_num_valid=1000,
                   dyck_max_length=600, dyck_min_length=1, dyck_open_probability=0.5),
         training=dict(num_steps=1000, batch_size=16, seed=42, attachment_weight=1.0, clip_grad_norm=3.0,
+                      bucket_lengths=False,
                       optimizer=dict(name="adam", kwargs=dict(b1=0.9, b2=0.999, eps=1e-7)),
                       lr_schedule=dict(name="linear_warmup_then_cosine_anneal",
                                        kwargs=dict(start_lr=0.0, max_lr=1e-4, min_lr=0.0, warmup_steps=100,
@@ -326,6 +327,21 @@ def local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: 
     return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
 
 
+def bucket_width(sentences: list[PushdownSentence | None], seq_len: int, *, smallest: int = 16) -> int:
+    """The width a batch's rows are padded to: the smallest power of two (at least `smallest`) that holds
+    its longest sentence's inputs, and at most `seq_len`.
+
+    Padding is masked out everywhere, so the loss does not depend on the width; what does is the work:
+    a batch of 64 Dyck strings (40 tokens on average) needs 128-256 of the paper's 512 columns. Powers of
+    two keep the number of compiled steps to a handful (log2(seq_len / smallest) + 1 at most).
+    """
+    longest = max((len(s) - 1 for s in sentences if s is not None), default=1)
+    width = smallest
+    while width < longest:
+        width *= 2
+    return min(width, seq_len)
+
+
 class PushdownTrainBatches:
     """Epochs of shuffled batches from (seed, epoch); position {"epoch", "step"} (the next batch to yield).
 
@@ -333,8 +349,10 @@ class PushdownTrainBatches:
     """
 
     def __init__(self, rows: list[PushdownSentence], *, seq_len: int, batch_size: int, seed: int,
-                 position: dict | None = None, process_index: int = 0, process_count: int = 1):
+                 position: dict | None = None, process_index: int = 0, process_count: int = 1,
+                 bucket_lengths: bool = False):
         self.rows, self.seq_len, self.batch_size, self.seed = rows, seq_len, batch_size, seed
+        self.bucket_lengths = bucket_lengths  # pad to `bucket_width` instead of seq_len
         self.process_index, self.process_count = process_index, process_count
         self.batches_per_epoch = -(-len(rows) // batch_size)
         position = position or {"epoch": 0, "step": 0}
@@ -351,7 +369,8 @@ class PushdownTrainBatches:
         rows: list[PushdownSentence | None] = [self.rows[i] for i in chosen]
         rows += [None] * (self.batch_size - len(rows))  # idle rows, weight 0
         self.step += 1
-        return local_rows(make_batch(rows, self.seq_len)[0], self.process_index, self.process_count)
+        width = bucket_width(rows, self.seq_len) if self.bucket_lengths else self.seq_len
+        return local_rows(make_batch(rows, width)[0], self.process_index, self.process_count)
 
     def get_state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "step": self.step}
@@ -614,7 +633,8 @@ class PushdownLMTask:
         t = self.config.training
         return PushdownTrainBatches(self.train_data.sentences, seq_len=self.config.model.sequence_length,
                                     batch_size=t.batch_size, seed=t.seed, position=position,
-                                    process_index=self.run.process_index, process_count=self.run.process_count)
+                                    process_index=self.run.process_index, process_count=self.run.process_count,
+                                    bucket_lengths=t.bucket_lengths)
 
     def make_train_step(self):
         step = self._train_step
@@ -647,7 +667,10 @@ class PushdownLMTask:
             for start in range(0, len(rows), size):
                 chunk: list[PushdownSentence | None] = list(rows[start:start + size])
                 chunk += [None] * (size - len(chunk))
-                self._valid_batches.append(local_rows(make_batch(chunk, self.config.model.sequence_length)[0],
+                width = self.config.model.sequence_length
+                if self.config.training.bucket_lengths:
+                    width = bucket_width(chunk, width)
+                self._valid_batches.append(local_rows(make_batch(chunk, width)[0],
                                                       self.run.process_index, self.run.process_count))
         outs = [self._eval_step(params, rest, shd.global_batch(b, self.run.mesh)) for b in self._valid_batches]
         outs = jax.device_get(outs)
