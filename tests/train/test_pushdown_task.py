@@ -7,9 +7,9 @@ import math
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from flax import nnx
 
 from tgjax.data.corpora import builtin_treebank
 from tgjax.data.pushdown import encode_trees, make_batch, tape_from_nodes
