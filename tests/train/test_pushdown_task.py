@@ -188,6 +188,36 @@ def test_bucketed_batches_are_the_full_width_batches_cut_to_a_power_of_two():
     assert len(widths) > 1, widths  # strings of several lengths
 
 
+def test_length_grouped_epochs_hold_every_row_once_in_narrower_batches():
+    from tgjax.data import dyck
+
+    sentences = dyck.encode_for_pushdown(dyck.dyck_corpus(300, 9, max_length=126)[0])
+    token_rows = sorted(tuple(int(t) for t in s.tokens) for s in sentences)  # strings repeat: a list
+    widths = {}
+    for grouped in (False, True):
+        batches = pd.PushdownTrainBatches(sentences, seq_len=128, batch_size=8, seed=4, bucket_lengths=True,
+                                          group_by_length=grouped)
+        batches.GROUP_POOL_BATCHES = 10  # three pools (80 rows each) and a partial one (60 rows)
+        epoch = [next(batches) for _ in range(batches.batches_per_epoch)]
+        assert batches.get_state() == {"epoch": 0, "step": batches.batches_per_epoch}
+        seen = []
+        for batch in epoch:
+            for row in range(batch["inputs"].shape[0]):
+                n = int(batch["weights"][row].sum())
+                if n:
+                    seen.append((*batch["inputs"][row, :n].tolist(), int(batch["targets"][row, n - 1])))
+        assert sorted(seen) == token_rows  # every row exactly once
+        widths[grouped] = np.mean([b["inputs"].shape[1] for b in epoch])
+        if grouped:
+            again = pd.PushdownTrainBatches(sentences, seq_len=128, batch_size=8, seed=4, bucket_lengths=True,
+                                            group_by_length=True, position={"epoch": 0, "step": 5})
+            again.GROUP_POOL_BATCHES = 10
+            for expected in epoch[5:9]:
+                got = next(again)
+                assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    assert widths[True] < 0.75 * widths[False], widths
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(2, 300), min_size=1, max_size=8), st.sampled_from([64, 100, 512]))
 def test_bucket_width_is_the_smallest_power_of_two_that_holds_the_batch(lengths, seq_len):
