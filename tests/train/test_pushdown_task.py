@@ -381,8 +381,11 @@ def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path):
         "model.sequence_length=32", "data.dyck_max_length=30", "data.dyck_num_train=40", "data.dyck_num_valid=8",
         "training.batch_size=8", "evaluation.batch_size=8", "training.num_steps=2", "evaluation.interval_steps=2",
         "checkpointing.interval_steps=2", "training.lr_schedule.kwargs.warmup_steps=1",
-        "training.lr_schedule.kwargs.cosine_cycle_length=1"])
+        "training.lr_schedule.kwargs.cosine_cycle_length=1", "training.bucket_lengths=true",
+        "training.group_by_length=true"])
     dyck_task = pd.PushdownLMTask(dyck_config)
     result = train(dyck_config, tmp_path / "dyck", task=dyck_task, quiet=True)
     assert dyck_task.model_config.binary_tape and math.isfinite(result.valid_losses[2])
+    epoch = dyck_task.batches(None)
+    assert min(next(epoch)["inputs"].shape[1] for _ in range(epoch.batches_per_epoch)) < 32  # the switches reach it
     assert any("redrawn" in note for note in dyck_task.notes)  # the over-long strings are said, not hidden
