@@ -159,6 +159,23 @@ def test_padded_batches_equal_single_passes():
         np.testing.assert_allclose(batched[b], full_pass_last(model, ids[b], gold[b]), atol=2e-5)
 
 
+def test_model_tape_scorer_is_each_prefixs_own_beam_and_pass():
+    """Prefixes searched three at a time (one padded group) and read in one padded pass give what
+    `PushdownSearch.prefix` gives for each alone: its top tape and the distribution after it."""
+    from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
+
+    model = small_model(seed=1)
+    prefixes = [("(a", "(b"), ("(b", "(a", "a)", "(a", "(b", "b)", "a)"), ("(a",), ("(a", "a)", "(b", "(b")]
+    ids = [np.asarray([1] + [VOCAB2.id_of(t) for t in p], np.int32) for p in prefixes]
+    gold = [ed.gold_attachments(dyck.DyckExample(p, "a)", 0, 0)) for p in prefixes]
+    log_probs, found = ed.model_tape_scorer(model, VOCAB2, beam_size=4, bucket=8, num_parallel=3)(ids, gold)
+    alone = PushdownSearch(model, VOCAB2, PushdownBeamConfig(beam_size=4, bucket=8))
+    for b, row in enumerate(ids):
+        expected = alone.prefix(row)
+        np.testing.assert_array_equal(found[b], expected.best_attach)
+        np.testing.assert_allclose(log_probs[b], expected.log_probs[-1], atol=2e-5)
+
+
 def test_tape_matters_for_pushdown_and_not_for_base():
     ids = [np.asarray([1, 3, 4, 6, 4], np.int32)]  # <s> (a (b b) (b
     gold = [ed.gold_attachments(dyck.DyckExample(("(a", "(b", "b)", "(b"), "b)", 0, 0))]

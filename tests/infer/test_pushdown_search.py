@@ -208,6 +208,25 @@ def test_prefix_entry_point():
         np.testing.assert_allclose(result.log_probs[k - 1], expected, atol=TOL)
 
 
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.lists(st.integers(4, VOCAB - 1), min_size=0, max_size=9), min_size=1, max_size=5),
+       st.integers(1, 3))
+def test_prefixes_searched_together_are_each_searched_alone(words, num_parallel):
+    """`prefix_attachments` (several strings per compiled loop, each stopping at its own length) finds what
+    the host beam finds for each string alone, whatever the others in its group."""
+    model = get_model("binary")
+    strings = [np.asarray([BOS, *w], np.int32) for w in words]
+    together = search("binary", beam_size=3).prefix_attachments(strings, num_parallel=num_parallel)
+    assert len(together) == len(strings)
+    for tokens, (best_attach, log_prob) in zip(strings, together):
+        if tokens.size == 1:
+            assert best_attach.tolist() == [0] and log_prob == 0.0
+            continue
+        host = oracle.host_beam(model, tokens, 3, prefix=True)
+        np.testing.assert_array_equal(best_attach, host.final[0][0])
+        assert abs(log_prob - host.log_prob) < TOL
+
+
 # -----------------------------------------------------------------------------
 # Parses over words.
 

@@ -228,20 +228,23 @@ def gold_tape_scorer(model, *, reads_tape: bool = True, bucket: int = 64) -> Pre
     return score
 
 
-def model_tape_scorer(model, vocab, *, beam_size: int = 50, bucket: int = 64) -> PrefixScorer:
+def model_tape_scorer(model, vocab, *, beam_size: int = 50, bucket: int = 64, num_parallel: int = 16
+                      ) -> PrefixScorer:
     """The model's own attachments (``--tape model``): the top hypothesis of a beam over the prefix.
 
     The next-token distribution is the one under that hypothesis's tape, as the release's eval_dyck.py.
+    `num_parallel` prefixes are searched by one compiled loop (`PushdownSearch.prefix_attachments`), and
+    their next-token distributions come from one teacher-forced pass under the tapes found.
     """
     from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
 
     search = PushdownSearch(model, vocab, PushdownBeamConfig(beam_size=beam_size, bucket=bucket))
+    forced = TeacherForcedScorer(model, bucket=bucket)
 
     def score(ids, gold):
-        results = [search.prefix(row, beam_size=beam_size) for row in ids]
-        # `prefix` reads the next-token distributions under the top hypothesis's tape; the last row follows the prefix.
-        return (np.stack([r.log_probs[-1] for r in results]),
-                [np.asarray(r.best_attach, np.int32) for r in results])
+        found = [np.asarray(attach, np.int32) for attach, _ in
+                 search.prefix_attachments(ids, beam_size=beam_size, num_parallel=num_parallel)]
+        return forced.log_probs(ids, found), found
 
     return score
 
@@ -334,7 +337,7 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
         elif args.tape == "gold":
             scorer, tape = gold_tape_scorer(loaded.model), "gold (the true matching; a diagnostic)"
         else:
-            scorer = model_tape_scorer(loaded.model, vocab, beam_size=args.beam_size)
+            scorer = model_tape_scorer(loaded.model, vocab, beam_size=args.beam_size, num_parallel=args.batch_size)
             tape = f"the model's own attachments (top of a beam of {args.beam_size})"
     except (ValueError, OSError, CheckpointError) as error:
         print(f"tgjax eval dyck: error: {error}", file=sys.stderr)

@@ -205,9 +205,8 @@ def _slot_log_probs(logits: jax.Array, legal: jax.Array, causal: jax.Array, norm
     return jnp.where(legal & causal, log_probs, -jnp.inf)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "capacity", "prefix", "forced"))
-def _search(graphdef, state, tokens: jax.Array, length: jax.Array, *, beam_size: int, capacity: int, prefix: bool,
-            forced: bool) -> tuple[_Beam, _Records]:
+def _search_one(graphdef, state, tokens: jax.Array, length: jax.Array, *, beam_size: int, capacity: int,
+                prefix: bool, forced: bool) -> tuple[_Beam, _Records]:
     """The beam over one string `tokens [capacity + 1]` (the first `length` real), positions 0 .. length - 2."""
     model = nnx.merge(graphdef, state)
     cfg = model.config
@@ -267,6 +266,23 @@ def _search(graphdef, state, tokens: jax.Array, length: jax.Array, *, beam_size:
         return beam, records
 
     return jax.lax.fori_loop(0, length - 1, body, (beam, records))
+
+
+_SEARCH_STATIC = ("graphdef", "beam_size", "capacity", "prefix", "forced")
+_search = functools.partial(jax.jit, static_argnames=_SEARCH_STATIC)(_search_one)
+
+
+@functools.partial(jax.jit, static_argnames=_SEARCH_STATIC)
+def _search_many(graphdef, state, tokens: jax.Array, lengths: jax.Array, *, beam_size: int, capacity: int,
+                 prefix: bool, forced: bool) -> tuple[_Beam, _Records]:
+    """`_search_one` over S strings at once, `tokens [S, capacity + 1]`, `lengths [S]`: every array gains a
+    leading S. The loop runs to the longest string; a finished string's beam is held as it was (the batching
+    rule of a loop whose bound differs per string), so each string's answer is its own search's."""
+    def one(string_tokens, length):
+        return _search_one(graphdef, state, string_tokens, length, beam_size=beam_size, capacity=capacity,
+                           prefix=prefix, forced=forced)
+
+    return jax.vmap(one)(tokens, lengths)
 
 
 # -----------------------------------------------------------------------------
@@ -506,6 +522,44 @@ class PushdownSearch:
             best_attach = np.asarray(beam.attach[best, :ids.size])
             log_prob = float(np.logaddexp.reduce(scores[np.isfinite(scores)]))
         return PrefixResult(best_attach, teacher_forced_log_probs(self.model, ids, best_attach), log_prob)
+
+    def prefix_attachments(self, strings: Sequence[Sequence[int]], *, beam_size: int | None = None,
+                           num_parallel: int = 8) -> list[tuple[np.ndarray, float]]:
+        """`(best_attach [n], log Σ_beam p(prefix, y))` of each prefix: what `prefix` finds, `num_parallel`
+        strings per compiled search (the Dyck evaluation: far fewer device loops than one string at a time).
+
+        Strings are searched in order, `num_parallel` at a time at the capacity of the longest of them; a
+        short last group is padded with empty strings (one compiled program per capacity bucket).
+        """
+        if beam_size is not None and beam_size < 1:
+            raise ValueError(f"beam size must be at least 1, got {beam_size}")
+        if num_parallel < 1:
+            raise ValueError(f"num_parallel must be at least 1, got {num_parallel}")
+        rows = [np.asarray(ids, np.int32) for ids in strings]
+        for index, ids in enumerate(rows):
+            if ids.ndim != 1 or ids.size < 1:
+                raise ValueError(f"prefix {index}: expected at least the <s> id")
+        results: list[tuple[np.ndarray, float]] = []
+        for first in range(0, len(rows), num_parallel):
+            group = rows[first:first + num_parallel]
+            capacity = self._capacity(max(len(ids) for ids in group))
+            tokens = np.zeros((num_parallel, capacity + 1), np.int32)
+            lengths = np.ones(num_parallel, np.int32)  # padding strings: <s> alone, no step
+            for row, ids in enumerate(group):
+                tokens[row, :len(ids)], lengths[row] = ids, len(ids)
+            beams, _ = jax.device_get(_search_many(
+                self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(lengths),
+                beam_size=beam_size or self.config.beam_size, capacity=capacity, prefix=True,
+                forced=self.config.final_attachment == "forced"))
+            for row, ids in enumerate(group):
+                if ids.size == 1:
+                    results.append((np.zeros(1, np.int32), 0.0))
+                    continue
+                scores = np.asarray(beams.scores[row], np.float64)
+                best = int(np.argmax(scores))
+                results.append((np.asarray(beams.attach[row, best, :ids.size]),
+                                float(np.logaddexp.reduce(scores[np.isfinite(scores)]))))
+        return results
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
