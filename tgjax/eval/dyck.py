@@ -305,7 +305,8 @@ def _parser() -> argparse.ArgumentParser:
                         "tokens")
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation sets (default 0)")
     p.add_argument("--limit", type=int, default=None, help="first N examples of each set only (a quick look)")
-    p.add_argument("--batch-size", type=int, default=16, help="prefixes per forward pass (default 16)")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="prefixes per forward pass, and per compiled beam search with --tape model (default 16)")
     p.add_argument("-o", "--output", default=None, help="write the scores as one JSON object here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
