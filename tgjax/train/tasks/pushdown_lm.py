@@ -610,8 +610,19 @@ class PushdownLMTask:
                 f"pushdown), {m.num_heads} heads, rows of {m.sequence_length} tokens, "
                 f"{'binary tape' if m.binary_tape else f'{m.num_depths} depths'}, vocabulary {self.vocab_size}",
                 *[line for line in self.describe_data() if not line.startswith("note")],
+                *self._describe_batching(),
                 *([f"unigram baseline on validation: {self.unigram:.4f} nats per token (perplexity "
                    f"{math.exp(self.unigram):.2f})"] if self.unigram is not None else [])]
+
+    def _describe_batching(self) -> list[str]:
+        t = self.config.training
+        if not (t.bucket_lengths or t.group_by_length):
+            return []
+        how = [part for flag, part in ((t.group_by_length, "rows grouped by length (pools of "
+                                        f"{PushdownTrainBatches.GROUP_POOL_BATCHES} batches)"),
+                                       (t.bucket_lengths, "each padded to the power of two that holds its "
+                                        "longest row")) if flag]
+        return ["batches: " + "; ".join(how)]
 
     # -- state and checkpoints
 
