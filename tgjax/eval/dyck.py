@@ -243,7 +243,7 @@ def model_tape_scorer(model, vocab, *, beam_size: int = 50, bucket: int = 64, nu
 
     def score(ids, gold):
         found = [np.asarray(attach, np.int32) for attach, _ in
-                 search.prefix_attachments(ids, beam_size=beam_size, num_parallel=num_parallel)]
+                 search.prefix_attachments(ids, num_parallel=num_parallel)]
         return forced.log_probs(ids, found), found
 
     return score

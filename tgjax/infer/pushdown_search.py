@@ -508,19 +508,14 @@ class PushdownSearch:
         log-probabilities `[n, V]` at every position under its own tape
         (one teacher-forced pass), row n - 1 predicting what follows the prefix.
         """
-        ids = np.asarray(ids, np.int32)
-        if ids.ndim != 1 or ids.size < 1:
-            raise ValueError(f"{name}: expected at least the <s> id")
+        ids = _checked_prefix(ids, name)
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"{name}: beam size must be at least 1, got {beam_size}")
         if ids.size == 1:
-            best_attach, log_prob = np.zeros(1, np.int32), 0.0
+            best_attach, log_prob = _top_of_beam(None, ids.size)
         else:
             beam, _ = jax.device_get(self._run(ids, prefix=True, beam_size=beam_size))
-            scores = np.asarray(beam.scores, np.float64)
-            best = int(np.argmax(scores))
-            best_attach = np.asarray(beam.attach[best, :ids.size])
-            log_prob = float(np.logaddexp.reduce(scores[np.isfinite(scores)]))
+            best_attach, log_prob = _top_of_beam(beam, ids.size)
         return PrefixResult(best_attach, teacher_forced_log_probs(self.model, ids, best_attach), log_prob)
 
     def prefix_attachments(self, strings: Sequence[Sequence[int]], *, beam_size: int | None = None,
@@ -535,10 +530,7 @@ class PushdownSearch:
             raise ValueError(f"beam size must be at least 1, got {beam_size}")
         if num_parallel < 1:
             raise ValueError(f"num_parallel must be at least 1, got {num_parallel}")
-        rows = [np.asarray(ids, np.int32) for ids in strings]
-        for index, ids in enumerate(rows):
-            if ids.ndim != 1 or ids.size < 1:
-                raise ValueError(f"prefix {index}: expected at least the <s> id")
+        rows = [_checked_prefix(ids, f"prefix {index}") for index, ids in enumerate(strings)]
         results: list[tuple[np.ndarray, float]] = []
         for first in range(0, len(rows), num_parallel):
             group = rows[first:first + num_parallel]
@@ -551,15 +543,27 @@ class PushdownSearch:
                 self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(lengths),
                 beam_size=beam_size or self.config.beam_size, capacity=capacity, prefix=True,
                 forced=self.config.final_attachment == "forced"))
-            for row, ids in enumerate(group):
-                if ids.size == 1:
-                    results.append((np.zeros(1, np.int32), 0.0))
-                    continue
-                scores = np.asarray(beams.scores[row], np.float64)
-                best = int(np.argmax(scores))
-                results.append((np.asarray(beams.attach[row, best, :ids.size]),
-                                float(np.logaddexp.reduce(scores[np.isfinite(scores)]))))
+            results += [_top_of_beam(jax.tree.map(lambda field: field[row], beams) if ids.size > 1 else None,
+                                     ids.size) for row, ids in enumerate(group)]
         return results
+
+
+def _checked_prefix(ids: Sequence[int], name: str) -> np.ndarray:
+    """`ids` as an int32 vector, or a ValueError naming it unless it holds at least the <s> id."""
+    ids = np.asarray(ids, np.int32)
+    if ids.ndim != 1 or ids.size < 1:
+        raise ValueError(f"{name}: expected at least the <s> id")
+    return ids
+
+
+def _top_of_beam(beam: _Beam | None, n: int) -> tuple[np.ndarray, float]:
+    """(the top hypothesis's attachments `[n]`, log Σ_beam p(prefix, y)) of one string's final beam (host
+    arrays); None: the string is <s> alone, which only shifts, with probability 1."""
+    if beam is None:
+        return np.zeros(1, np.int32), 0.0
+    scores = np.asarray(beam.scores, np.float64)
+    best = int(np.argmax(scores))
+    return np.asarray(beam.attach[best, :n]), float(np.logaddexp.reduce(scores[np.isfinite(scores)]))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
