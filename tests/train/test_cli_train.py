@@ -50,6 +50,18 @@ def test_bad_config_key_and_bad_data_exit_2_with_the_name(tmp_path, capsys):
     assert "overrides are for train and info" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("override, expected", [
+    ("logging.interval_steps=0", "logging.interval_steps: expected a whole number of steps >= 1, got 0"),
+    ("checkpointing.interval_steps=0", "checkpointing.interval_steps: expected a whole number of steps >= 1"),
+    ("evaluation.interval_steps=-1", "evaluation.interval_steps: expected a whole number of steps >= 0, got -1"),
+    ("training.num_steps=0", "training.num_steps: expected a whole number of steps >= 1, got 0"),
+])
+def test_an_interval_that_would_divide_by_zero_is_refused_before_the_run(tmp_path, capsys, override, expected):
+    assert cli.main(["train", "--workdir", str(tmp_path / "run"), *SMALL, f"--config.{override}"]) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_nan_exits_1_naming_the_step(tmp_path, capsys):
     code = cli.main(["train", "--workdir", str(tmp_path), *SMALL, "--quiet",
                      "--config.training.lr_schedule.name=constant", "--config.training.clip_grad_norm=0",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import jax
@@ -370,7 +371,23 @@ def test_the_unigram_baseline_by_hand():
     assert loss == pytest.approx(-math.log(3 / 13))
 
 
-def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path):
+def dyck_row(num_tokens: int):
+    from tgjax.data.pushdown import PushdownSentence
+
+    ids = np.ones(num_tokens, np.int32)
+    return PushdownSentence(ids, np.arange(num_tokens, dtype=np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
+
+
+def test_bucket_widths_are_the_powers_of_two_below_the_row_then_the_row():
+    assert pd.bucket_widths(512) == [16, 32, 64, 128, 256, 512]
+    assert pd.bucket_widths(100) == [16, 32, 64, 100]
+    assert pd.bucket_widths(16) == [16] and pd.bucket_widths(10) == [10]
+    for seq_len in (10, 16, 100, 512):  # bucket_width never returns a width outside the list
+        rows = [dyck_row(n) for n in range(2, seq_len + 2)]  # inputs of 1 .. seq_len tokens
+        assert {pd.bucket_width([row], seq_len) for row in rows} == set(pd.bucket_widths(seq_len))
+
+
+def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path, caplog):
     windowed = pd.PushdownLMTask(tiny_config("data.windows=true", "training.num_steps=2",
                                              "evaluation.interval_steps=2"))
     result = train(windowed.config, tmp_path / "windows", task=windowed, quiet=True)
@@ -385,8 +402,17 @@ def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path):
         "training.lr_schedule.kwargs.cosine_cycle_length=1", "training.bucket_lengths=true",
         "training.group_by_length=true"])
     dyck_task = pd.PushdownLMTask(dyck_config)
-    result = train(dyck_config, tmp_path / "dyck", task=dyck_task, quiet=True)
+    jax.config.update("jax_log_compiles", True)  # global: the per-thread context would miss the pool's threads
+    try:
+        with caplog.at_level(logging.WARNING):
+            result = train(dyck_config, tmp_path / "dyck", task=dyck_task, quiet=True)
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    compiled_in = [r.threadName for r in caplog.records if r.getMessage().startswith("Compiling jit(train_step)")]
     assert dyck_task.model_config.binary_tape and math.isfinite(result.valid_losses[2])
     epoch = dyck_task.batches(None)
     assert min(next(epoch)["inputs"].shape[1] for _ in range(epoch.batches_per_epoch)) < 32  # the switches reach it
+    # every bucket width (16, 32) was compiled before the first step, and no step compiled another
+    assert pd.bucket_widths(32) == [16, 32]
+    assert len(compiled_in) == 2 and "MainThread" not in compiled_in, compiled_in
     assert any("redrawn" in note for note in dyck_task.notes)  # the over-long strings are said, not hidden

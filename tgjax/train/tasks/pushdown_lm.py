@@ -49,9 +49,11 @@ released-code.md §1.5-1.6. What it hands the trainer (`tgjax.train.task`):
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -327,7 +329,20 @@ def local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: 
     return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
 
 
-def bucket_width(sentences: list[PushdownSentence | None], seq_len: int, *, smallest: int = 16) -> int:
+SMALLEST_BUCKET = 16
+
+
+def bucket_widths(seq_len: int, *, smallest: int = SMALLEST_BUCKET) -> list[int]:
+    """Every width `bucket_width` can return: the powers of two from `smallest` below `seq_len`, then `seq_len`."""
+    widths = []
+    width = smallest
+    while width < seq_len:
+        widths.append(width)
+        width *= 2
+    return widths + [seq_len]
+
+
+def bucket_width(sentences: list[PushdownSentence | None], seq_len: int, *, smallest: int = SMALLEST_BUCKET) -> int:
     """The width a batch's rows are padded to: the smallest power of two (at least `smallest`) that holds
     its longest sentence's inputs, and at most `seq_len`.
 
@@ -682,11 +697,39 @@ class PushdownLMTask:
 
     def make_train_step(self):
         step = self._train_step
+        compile_widths_first = bool(self.config.training.bucket_lengths)
 
         def train_step(state, rest, batch):
+            nonlocal compile_widths_first
+            if compile_widths_first:
+                compile_widths_first = False
+                self._compile_bucket_widths(state, rest)
             return step(state, rest, shd.global_batch(batch, self.run.mesh))
 
         return train_step
+
+    def _compile_bucket_widths(self, state, rest) -> None:
+        """Compile the train step for every bucket width at once, before the first step.
+
+        Left to the first batch of each width, the compilations come one at a
+        time, spread over the first hundred steps (on a GPU about 20 s each, six
+        widths for Dyck's rows of 512); XLA compiles outside the GIL, so threads
+        overlap them on the host's cores. `lower` only reads `state` (no
+        donation), and `jax.jit` reuses these executables for the real calls.
+        """
+        t, seq_len = self.config.training, self.config.model.sequence_length
+        widths = bucket_widths(seq_len)
+        p, n = self.run.process_index, self.run.process_count
+
+        def compile_width(width: int) -> None:
+            idle = local_rows(make_batch([None] * t.batch_size, width)[0], p, n)
+            self._train_step.lower(state, rest, shd.global_batch(idle, self.run.mesh)).compile()
+
+        start = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(len(widths)) as pool:
+            list(pool.map(compile_width, widths))
+        self.run.say(f"compiled the train step for widths {', '.join(map(str, widths))} in "
+                     f"{format_duration(time.perf_counter() - start)} ({len(widths)} programs, side by side)")
 
     def new_window(self) -> SummingWindow:
         # loss: the step's weighted objective, a mean per step; the rest per token or per attachment
