@@ -10,7 +10,11 @@
 # BEAM (50, the release's beam over the prefix for --tape model), LIMIT (all examples; N = first N per set),
 # RUNS (runs/dyck_table), PY (.venv/bin/python if present, else python), EXTRA (more --config.a.b=v overrides for
 # both runs, e.g. the smoke test's "--config.data.dyck_num_train=100 --config.model.num_layers=1"). Results and logs go to $OUT when set
-# (the device tool's folder), else to $RUNS. Each run gets ~45% of the device memory (two processes at once).
+# (the device tool's folder), else to $RUNS. Each run gets ~45% of the device memory (two processes at once);
+# the evaluations (one process per run, tape and set: base, pushdown own tape, pushdown gold tape) all start at
+# once with memory allocated as needed (SEQUENTIAL=1 runs them one after another). On the H200 (this repository's
+# one run of it, with both batching switches in EXTRA) compiling the six bucket widths took 2m54s per run, then
+# 53-63 steps/s each.
 set -euo pipefail
 STEPS=${STEPS:-10000}
 WARMUP=${WARMUP:-8000}
@@ -29,8 +33,8 @@ SCHEDULE=(--config.training.num_steps="$STEPS" --config.training.lr_schedule.kwa
           --config.evaluation.interval_steps=$(( STEPS / 10 > 0 ? STEPS / 10 : 1 )))
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 SCHEDULE+=("${EXTRA_ARGS[@]}")
-export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.45}
 start=$(date +%s)
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.45}
 "$PY" -m tgjax.cli train --config configs/pushdown_dyck.py --workdir "$RUNS/pushdown" "${SCHEDULE[@]}" \
   > "$DEST/train_pushdown.log" 2>&1 &
 pushdown_pid=$!
@@ -43,13 +47,28 @@ wait "$base_pid" || status=$?
 echo "training: $(( $(date +%s) - start )) s (both runs at once); exit $status"
 tail -n 3 "$DEST/train_pushdown.log" "$DEST/train_base.log"
 [ "$status" -eq 0 ] || exit "$status"
-for kind in pushdown base; do
-  t0=$(date +%s)
-  "$PY" -m tgjax.cli eval dyck --workdir "$RUNS/$kind" --beam-size "$BEAM" "${LIMIT_ARGS[@]}" \
-    -o "$DEST/dyck_$kind.json" 2> "$DEST/eval_$kind.log" | tee "$DEST/dyck_$kind.txt"
-  echo "eval $kind: $(( $(date +%s) - t0 )) s"
+unset XLA_PYTHON_CLIENT_MEM_FRACTION
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+# The evaluations, one process per (run, tape, set), all at once (SEQUENTIAL=1: one after another, e.g. on a CPU).
+# On the H200 the own-tape sets took 136-158 s each with seven evaluations sharing the GPU. The scores go to
+# $RUNS/dyck_RUN_TAPE_SET.json, the table to $DEST/dyck_table.txt.
+SETS=(dyck50 dyck100 dyck200 dyck300 depth)
+jobs=()
+for set in "${SETS[@]}"; do
+  jobs+=("base model $set" "pushdown gold $set" "pushdown model $set")
 done
 t0=$(date +%s)
-"$PY" -m tgjax.cli eval dyck --workdir "$RUNS/pushdown" --tape gold "${LIMIT_ARGS[@]}" \
-  -o "$DEST/dyck_pushdown_gold.json" 2> "$DEST/eval_pushdown_gold.log" | tee "$DEST/dyck_pushdown_gold.txt"
-echo "eval pushdown (gold tape): $(( $(date +%s) - t0 )) s; total $(( $(date +%s) - start )) s"
+for job in "${jobs[@]}"; do
+  read -r kind tape set <<< "$job"
+  name="${kind}_${tape}_${set}"
+  "$PY" -m tgjax.cli eval dyck --workdir "$RUNS/$kind" --sets "$set" --tape "$tape" --beam-size "$BEAM" \
+    "${LIMIT_ARGS[@]}" -o "$RUNS/dyck_$name.json" > "$RUNS/eval_$name.txt" 2> "$RUNS/eval_$name.log" &
+  if [ "${SEQUENTIAL:-0}" = 1 ]; then wait; fi
+done
+wait
+for kind_tape in "base model" "pushdown model" "pushdown gold"; do
+  read -r kind tape <<< "$kind_tape"
+  echo "== $kind, tape: $tape"
+  for set in "${SETS[@]}"; do grep -E "^(Dyck|Depth)" "$RUNS/eval_${kind}_${tape}_${set}.txt" || echo "$set: failed, see $RUNS/eval_${kind}_${tape}_${set}.log"; done
+done | tee "$DEST/dyck_table.txt"
+echo "evaluations: $(( $(date +%s) - t0 )) s; total $(( $(date +%s) - start )) s"
