@@ -33,6 +33,9 @@ SCHEDULE=(--config.training.num_steps="$STEPS" --config.training.lr_schedule.kwa
           --config.evaluation.interval_steps=$(( STEPS / 10 > 0 ? STEPS / 10 : 1 )))
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 SCHEDULE+=("${EXTRA_ARGS[@]}")
+# Compiled programs persist across runs in RUNS/jax_cache: a run resumed on the same machine (the same command
+# again) skips the minutes of compiling, and so do the evaluations' teacher-forced passes of the same widths.
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$RUNS/jax_cache}
 start=$(date +%s)
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.45}
 "$PY" -m tgjax.cli train --config configs/pushdown_dyck.py --workdir "$RUNS/pushdown" "${SCHEDULE[@]}" \
