@@ -154,6 +154,10 @@ def test_stop_and_resume_is_bit_identical(tmp_path, uninterrupted):
     assert second.valid_losses[NUM_STEPS] == uninterrupted.valid_losses[NUM_STEPS]
     with pytest.raises(ConfigError, match="model.d_model: 32 in the checkpoint, 16 now"):
         train(tiny_config("model.d_model=16", f"training.num_steps={NUM_STEPS + 4}"), tmp_path, quiet=True)
+    # remat changes how the numbers are computed, not which: a run may resume with it switched on
+    third = train(tiny_config("model.remat=true", f"training.num_steps={NUM_STEPS + 2}"), tmp_path, quiet=True)
+    assert third.start_step == NUM_STEPS and third.final_step == NUM_STEPS + 2
+    assert all(math.isfinite(third.losses[step]) for step in (NUM_STEPS + 1, NUM_STEPS + 2))
 
 
 def test_the_batch_iterator_resumes_from_its_position():

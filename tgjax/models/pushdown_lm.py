@@ -61,6 +61,8 @@ class PushdownLMConfig:
     head_relative_positions: bool = False
     attachment_normalise: Literal["legal", "causal"] = "legal"
     head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
+    remat: bool = False  # recompute each layer's activations in the backward pass (nnx.remat): keeps one
+    # layer's [B, heads, T, T] attention tensors live instead of all of them, for about a third more arithmetic
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size", "sequence_length"):
@@ -111,8 +113,14 @@ class PushdownLM(nnx.Module):
         table = self.embedding[...]
         x = table[batch["inputs"]] * np.sqrt(self.config.d_model)
         x = self.embedding_dropout(x, deterministic=deterministic)
+
+        def run_layer(layer, x):
+            return layer(x, tape, valid, deterministic=deterministic)
+
+        if self.config.remat:
+            run_layer = nnx.remat(run_layer)
         for layer in self.layers:
-            x = layer(x, tape, valid, deterministic=deterministic)
+            x = run_layer(layer, x)
         lm_logits = x @ table.T + self.output_bias[...]
         attach_logits = self.head(x, table[batch["targets"]], tape, deterministic=deterministic)
         return dict(lm_logits=lm_logits, attach_logits=attach_logits,

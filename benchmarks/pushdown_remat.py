@@ -1,0 +1,114 @@
+"""Pushdown-LM's train step with and without `model.remat`: XLA's memory and arithmetic, and optionally time.
+
+The model is `configs/pushdown_dyck.py`'s (6 layers, d = 128, 8 heads, FFN
+512, binary tape), the step jit(value_and_grad) of the LM + attachment loss on
+a batch of random Dyck strings padded to `--widths` columns (rows of 512 are
+the paper's; with `training.bucket_lengths` most batches are narrower). For
+each width the step is compiled twice, `remat` off (the baseline) and on:
+XLA's account of the compiled program (`memory_analysis()`: temporaries, the
+activations the backward pass keeps; `cost_analysis()`: FLOPs) and the ratio
+remat / baseline. Without remat the six layers' `[B, heads, T, T]` attention
+tensors all stay live for the backward pass (about 18 GB of RSS on a CPU at
+width 512, batch 64); with it, one layer's at a time, for one more forward
+pass of each layer. `--run N` also times N steps of each (after one warm-up),
+alternating, in this process.
+
+    python benchmarks/pushdown_remat.py                          # widths 128 512, compile only
+    python benchmarks/pushdown_remat.py --widths 512 --run 5     # an accelerator: time too
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tgjax.data import dyck  # noqa: E402
+from tgjax.data.pushdown import make_batch  # noqa: E402
+from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss  # noqa: E402
+from tgjax.train.tasks.pushdown_lm import BATCH_FIELDS  # noqa: E402
+
+
+def dyck_model_config(width: int, remat: bool) -> PushdownLMConfig:
+    """configs/pushdown_dyck.py's model at rows of `width`."""
+    return PushdownLMConfig(vocab_size=dyck.dyck_vocabulary(20).size, d_model=128, num_layers=6, num_heads=8,
+                            ffw_hidden_size=512, sequence_length=width, num_depths=2, binary_tape=True,
+                            head_depth_dim=32, embedding_dropout=0.0, dropout=0.1, remat=remat)
+
+
+def dyck_batch(batch_size: int, width: int, seed: int = 0) -> dict[str, jax.Array]:
+    """`batch_size` random Dyck_(20,10) strings that fill rows of `width` (the longest nearly fills one)."""
+    strings, _ = dyck.dyck_corpus(batch_size, seed, max_length=width - 2, min_length=width // 2)
+    rows = dyck.encode_for_pushdown(strings, dyck.dyck_vocabulary(20))
+    batch, _ = make_batch(rows, width)
+    return {k: jnp.asarray(batch[k]) for k in BATCH_FIELDS}
+
+
+def make_step(config: PushdownLMConfig):
+    """jit(value_and_grad) of the training loss over the parameters, dropout on (as in training)."""
+    model = PushdownLM(config, rngs=nnx.Rngs(params=0, dropout=1))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    @jax.jit
+    def step(params, rest, batch):
+        def loss_fn(params):  # as the trainer's step: the dropout state copied into this trace, then reseeded
+            model = nnx.merge(graphdef, params, jax.tree.map(lambda x: x, rest))
+            nnx.reseed(model, dropout=jax.random.key(1))
+            return pushdown_loss(model(batch, deterministic=False), batch, config)[0]
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    return step, params, rest
+
+
+def measure(width: int, batch_size: int, remat: bool, run: int) -> dict:
+    step, params, rest = make_step(dyck_model_config(width, remat))
+    batch = dyck_batch(batch_size, width)
+    compiled = step.lower(params, rest, batch).compile()
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    result = dict(temp_gb=(memory.temp_size_in_bytes / 1e9) if memory is not None else float("nan"),
+                  gflop=float((cost or {}).get("flops", float("nan"))) / 1e9, seconds=[])
+    if run:
+        jax.block_until_ready(compiled(params, rest, batch))  # warm-up
+        result["call"] = lambda: jax.block_until_ready(compiled(params, rest, batch))
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--widths", type=int, nargs="+", default=[128, 512], help="row widths (columns)")
+    parser.add_argument("--batch", type=int, default=64, help="strings per batch (the paper: 64)")
+    parser.add_argument("--run", type=int, default=0, help="time this many steps of each (0: compile only)")
+    args = parser.parse_args(argv)
+    print(f"Pushdown-LM (configs/pushdown_dyck.py) train step, batch {args.batch}, on {jax.devices()[0].platform}")
+    print(f"{'width':>5}  {'temporaries GB (base / remat)':>30}  {'ratio':>6}  {'GFLOP (base / remat)':>22}  "
+          f"{'ratio':>6}" + ("  time s (base / remat)  ratio" if args.run else ""))
+    for width in args.widths:
+        base, remat = (measure(width, args.batch, flag, args.run) for flag in (False, True))
+        for _ in range(args.run):  # alternate, so that a shared machine's load falls on both
+            for result in (base, remat):
+                start = time.perf_counter()
+                result["call"]()
+                result["seconds"].append(time.perf_counter() - start)
+        line = (f"{width:>5}  {base['temp_gb']:>14.3f} / {remat['temp_gb']:<13.3f}  "
+                f"{remat['temp_gb'] / base['temp_gb']:>5.2f}x  {base['gflop']:>10.1f} / {remat['gflop']:<9.1f}  "
+                f"{remat['gflop'] / base['gflop']:>5.2f}x")
+        if args.run:
+            b, r = statistics.median(base["seconds"]), statistics.median(remat["seconds"])
+            line += f"  {b:>9.4f} / {r:<9.4f}  {r / b:>5.2f}x"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
