@@ -61,8 +61,9 @@ class PushdownLMConfig:
     head_relative_positions: bool = False
     attachment_normalise: Literal["legal", "causal"] = "legal"
     head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
-    remat: bool = False  # recompute each layer's activations in the backward pass (nnx.remat): keeps one
-    # layer's [B, heads, T, T] attention tensors live instead of all of them, for about a third more arithmetic
+    remat: bool = False  # recompute each layer's activations in the backward pass (nnx.remat), for ~1.17x the
+    # FLOPs; meant to keep one layer's [B, heads, T, T] tensors live, not all: XLA:CPU keeps them all anyway
+    # (benchmarks/pushdown_remat.py)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size", "sequence_length"):

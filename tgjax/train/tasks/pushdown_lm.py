@@ -356,10 +356,7 @@ def bucket_width(sentences: list[PushdownSentence | None], seq_len: int, *, smal
     Powers of two keep the number of compiled steps to a handful (log2(seq_len / smallest) + 1 at most).
     """
     longest = max((len(s) - 1 for s in sentences if s is not None), default=1)
-    width = smallest
-    while width < longest:
-        width *= 2
-    return min(width, seq_len)
+    return next((width for width in bucket_widths(seq_len, smallest=smallest) if width >= longest), seq_len)
 
 
 class PushdownTrainBatches:
