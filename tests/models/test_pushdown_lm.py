@@ -152,3 +152,35 @@ def test_remat_gives_the_same_loss_and_gradients(deterministic):
     assert len(grads) == len(remat_grads) > 0
     for plain, recomputed in zip(grads, remat_grads):
         np.testing.assert_allclose(np.asarray(recomputed), np.asarray(plain), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_scanned_layers_give_the_loops_loss_gradients_and_dropout(deterministic, remat):
+    """`scan_layers` runs the same layers as one lax.scan: the loop's numbers, each layer's dropout stream too."""
+    def run(scan_layers):
+        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=3, num_heads=2, ffw_hidden_size=32,
+                                  sequence_length=8, max_relative_position=16, num_depths=4, embedding_dropout=0.2,
+                                  dropout=0.3, remat=remat, scan_layers=scan_layers)
+        model = PushdownLM(config, rngs=nnx.Rngs(params=0, dropout=7))
+        batch = text_batch()
+
+        def loss_fn(model):
+            return pushdown_loss(model(batch, deterministic=deterministic), batch, config)[0]
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        counts = [int(layer.dropout.rngs.count[...]) for layer in model.layers]
+        return float(loss), jax.tree.leaves(nnx.to_pure_dict(grads)), counts
+
+    loss, grads, counts = run(False)
+    scanned_loss, scanned_grads, scanned_counts = run(True)
+    assert scanned_loss == pytest.approx(loss, rel=1e-6)
+    for plain, scanned in zip(grads, scanned_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(scanned), np.asarray(plain), rtol=1e-5, atol=1e-6)
+    assert scanned_counts == counts and (counts[0] > 0) != deterministic  # each stream advanced as the loop's
+
+
+def test_scanned_layers_need_identical_layers():
+    with pytest.raises(ValueError, match="scan_layers needs identical layers"):
+        small(pushdown_layers=(1,), scan_layers=True)
+    small(pushdown_layers=(0, 1), scan_layers=True)  # every layer pushdown: fine

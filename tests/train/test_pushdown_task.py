@@ -404,7 +404,7 @@ def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path, capl
         "training.batch_size=8", "evaluation.batch_size=8", "training.num_steps=2", "evaluation.interval_steps=2",
         "checkpointing.interval_steps=2", "training.lr_schedule.kwargs.warmup_steps=1",
         "training.lr_schedule.kwargs.cosine_cycle_length=1", "training.bucket_lengths=true",
-        "training.group_by_length=true"])
+        "training.group_by_length=true", "model.scan_layers=true", "model.remat=true"])
     dyck_task = pd.PushdownLMTask(dyck_config)
     jax.config.update("jax_log_compiles", True)  # global: the per-thread context would miss the pool's threads
     try:
@@ -413,7 +413,8 @@ def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path, capl
     finally:
         jax.config.update("jax_log_compiles", False)
     compiled_in = [r.threadName for r in caplog.records if r.getMessage().startswith("Compiling jit(train_step)")]
-    assert dyck_task.model_config.binary_tape and math.isfinite(result.valid_losses[2])
+    assert dyck_task.model_config.binary_tape and dyck_task.model_config.scan_layers
+    assert math.isfinite(result.valid_losses[2])
     epoch = dyck_task.batches(None)
     assert min(next(epoch)["inputs"].shape[1] for _ in range(epoch.batches_per_epoch)) < 32  # the switches reach it
     # every bucket width (16, 32) was compiled before the first step, and no step compiled another

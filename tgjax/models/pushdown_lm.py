@@ -61,9 +61,10 @@ class PushdownLMConfig:
     head_relative_positions: bool = False
     attachment_normalise: Literal["legal", "causal"] = "legal"
     head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
-    remat: bool = False  # recompute each layer's activations in the backward pass (nnx.remat), for ~1.17x the
-    # FLOPs; meant to keep one layer's [B, heads, T, T] tensors live, not all: XLA:CPU keeps them all anyway
-    # (benchmarks/pushdown_remat.py)
+    # How the layers run (not what they compute; checkpoints are the same either way):
+    remat: bool = False  # recompute each layer's activations in the backward pass, for ~1.17x the FLOPs
+    scan_layers: bool = False  # one lax.scan over the layers (identical layers only): one layer body to compile,
+    # and with remat one layer's [B, heads, T, T] tensors live in the backward pass (unrolled, XLA:CPU keeps all)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size", "sequence_length"):
@@ -74,6 +75,9 @@ class PushdownLMConfig:
         bad = [i for i in (self.pushdown_layers or ()) if not 0 <= i < self.num_layers]
         if bad:
             raise ValueError(f"model.pushdown_layers {bad} outside 0..{self.num_layers - 1}")
+        if self.scan_layers and len({self.is_pushdown(i) for i in range(self.num_layers)}) > 1:
+            raise ValueError(f"model.scan_layers needs identical layers: every layer pushdown or none, got "
+                             f"pushdown_layers={list(self.pushdown_layers or ())} of {self.num_layers}")
 
     def is_pushdown(self, layer: int) -> bool:
         return self.pushdown_layers is None or layer in self.pushdown_layers
@@ -98,6 +102,29 @@ class PushdownLM(nnx.Module):
             max_relative_position=config.max_relative_position, query_chunk=config.head_query_chunk, rngs=rngs)
         self.embedding_dropout = nnx.Dropout(config.embedding_dropout, rngs=rngs)
 
+    def _scanned_layers(self, x: jax.Array, tape: jax.Array, valid: jax.Array, deterministic: bool) -> jax.Array:
+        """The layers as one `lax.scan`: `x [B, T, d]` carried, each layer's state stacked on the fly.
+
+        The parameters stay one module per layer (checkpoints and inference are the
+        layout's of the loop); each layer keeps its own dropout stream, advanced as the
+        loop advances it, so the numbers are the loop's, dropout masks included.
+        """
+        splits = [nnx.split(layer, nnx.Param, ...) for layer in self.layers]
+        graphdef = splits[0][0]
+        stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[(params, rest) for _, params, rest in splits])
+
+        def body(x, layer_state):
+            layer = nnx.merge(graphdef, *layer_state)
+            x = layer(x, tape, valid, deterministic=deterministic)
+            return x, nnx.split(layer, nnx.Param, ...)[2]  # the dropout stream, advanced
+
+        if self.config.remat:
+            body = jax.checkpoint(body, prevent_cse=False)  # inside a scan CSE cannot undo the recompute
+        x, rests = jax.lax.scan(body, x, stacked)
+        for index, layer in enumerate(self.layers):
+            nnx.update(layer, jax.tree.map(lambda leaf: leaf[index], rests))
+        return x
+
     def tape(self, batch: dict[str, jax.Array]) -> jax.Array:
         """`[B, T, T]` integer tape: the batch's dense `tape`, or rebuilt from its node spans."""
         length = batch["inputs"].shape[1]
@@ -114,14 +141,16 @@ class PushdownLM(nnx.Module):
         table = self.embedding[...]
         x = table[batch["inputs"]] * np.sqrt(self.config.d_model)
         x = self.embedding_dropout(x, deterministic=deterministic)
+        if self.config.scan_layers:
+            x = self._scanned_layers(x, tape, valid, deterministic)
+        else:
+            def run_layer(layer, x):
+                return layer(x, tape, valid, deterministic=deterministic)
 
-        def run_layer(layer, x):
-            return layer(x, tape, valid, deterministic=deterministic)
-
-        if self.config.remat:
-            run_layer = nnx.remat(run_layer)
-        for layer in self.layers:
-            x = run_layer(layer, x)
+            if self.config.remat:
+                run_layer = nnx.remat(run_layer)
+            for layer in self.layers:
+                x = run_layer(layer, x)
         lm_logits = x @ table.T + self.output_bias[...]
         attach_logits = self.head(x, table[batch["targets"]], tape, deterministic=deterministic)
         return dict(lm_logits=lm_logits, attach_logits=attach_logits,

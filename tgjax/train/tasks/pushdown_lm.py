@@ -90,7 +90,8 @@ def default_config() -> ml_collections.ConfigDict:
         model=dict(d_model=64, num_layers=2, num_heads=4, ffw_hidden_size=256, sequence_length=64,
                    pushdown_layers="all", num_depths=50, max_relative_position=512, embedding_dropout=0.1,
                    dropout=0.1, head_depth_dim=0, head_scaled=True, head_self_key_input="projection",
-                   head_relative_positions=False, attachment_normalise="legal", remat=False),
+                   head_relative_positions=False, attachment_normalise="legal", remat=False,
+                   scan_layers=False),
         data=dict(source="builtin", train_path="", valid_path="", vocab_path="", num_train_sentences=None,
                   num_valid_sentences=None, corpus_seed=0, min_word_count=1, on_too_long="skip", windows=False,
                   dyck_num_types=20, dyck_max_depth=10, dyck_num_train=100_000, dyck_num_valid=1000,
@@ -135,7 +136,7 @@ def pushdown_layer_indices(spec, num_layers: int) -> tuple[int, ...] | None:
 
 
 # Model switches that change how the same numbers are computed, not which: a run may resume with another value.
-COMPUTE_LAYOUT_KEYS = ("remat", "head_query_chunk")
+COMPUTE_LAYOUT_KEYS = ("remat", "scan_layers", "head_query_chunk")
 
 
 def model_config(config, vocab_size: int) -> PushdownLMConfig:
@@ -150,7 +151,7 @@ def model_config(config, vocab_size: int) -> PushdownLMConfig:
             max_relative_position=m.max_relative_position, embedding_dropout=m.embedding_dropout, dropout=m.dropout,
             head_depth_dim=m.head_depth_dim or None, head_scaled=m.head_scaled,
             head_self_key_input=m.head_self_key_input, head_relative_positions=m.head_relative_positions,
-            attachment_normalise=m.attachment_normalise, remat=m.remat)
+            attachment_normalise=m.attachment_normalise, remat=m.remat, scan_layers=m.scan_layers)
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from e
 
