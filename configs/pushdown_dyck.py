@@ -23,6 +23,13 @@ redrawn, about 19% of draws), batch 32, 400 steps with Adam at 1e-3 after
 40 warm-up steps (the paper's 1e-4 after 8000 warm-up steps does not move
 in 400 steps), cosine to 0; 256 validation strings, checked every 100 steps.
 On 2 cores shared by many jobs this ran at about 0.1 steps/s.
+
+Memory: the full model's step at rows of 512 holds ~18.6 GB of activations
+(six layers of [64, 8, 512, 512]); `--config.model.scan_layers=true
+--config.model.remat=true` computes the same numbers in ~4.3 GB
+(benchmarks/pushdown_remat.py), what a CPU run wants. On an accelerator,
+`--config.training.bucket_lengths=true --config.training.group_by_length=true`
+cut the padding (53-63 steps/s per run on one H200, two runs side by side).
 """
 
 from tgjax.train.tasks.pushdown_lm import default_config
