@@ -349,7 +349,8 @@ def parse_override_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 # Accelerator knobs, `model.<knob>`: a family has them once it implements them (today the "lm" trainer's
-# TG / TXL models). Setting one on another family names that family rather than "no such key".
+# TG / TXL models all four, "pushdown_lm" remat and scan_layers). Setting one on another family names that
+# family rather than "no such key".
 ACCELERATOR_KNOBS = ("dtype", "param_dtype", "remat", "scan_layers")
 
 
@@ -359,7 +360,7 @@ def _refuse_unsupported_knob(config: ml_collections.ConfigDict, path: tuple[str,
         family = trainer_of(config)
         raise ConfigError(f"config key 'model.{path[1]}': the {family!r} family ({TASKS[family]}) does not support "
                           f"it yet; the accelerator knobs model.{', model.'.join(ACCELERATOR_KNOBS)} exist for the "
-                          f"'lm' family (TG / TXL models) only")
+                          f"'lm' family (TG / TXL models), model.remat and model.scan_layers also for 'pushdown_lm'")
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]) -> ml_collections.ConfigDict:
