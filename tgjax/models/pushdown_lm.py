@@ -105,9 +105,10 @@ class PushdownLM(nnx.Module):
     def _scanned_layers(self, x: jax.Array, tape: jax.Array, valid: jax.Array, deterministic: bool) -> jax.Array:
         """The layers as one `lax.scan`: `x [B, T, d]` carried, each layer's state stacked on the fly.
 
-        The parameters stay one module per layer (checkpoints and inference are the
-        layout's of the loop); each layer keeps its own dropout stream, advanced as the
-        loop advances it, so the numbers are the loop's, dropout masks included.
+        The parameters stay one module per layer, as the loop has them, so checkpoints
+        and inference do not change; they are stacked here (every leaf `[L, ...]`) for
+        the scan. Each layer keeps its own dropout stream, advanced as the loop advances
+        it, so the numbers are the loop's, dropout masks included.
         """
         splits = [nnx.split(layer, nnx.Param, ...) for layer in self.layers]
         graphdef = splits[0][0]
