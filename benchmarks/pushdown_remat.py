@@ -33,22 +33,25 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from tgjax.data import dyck  # noqa: E402
 from tgjax.data.pushdown import make_batch  # noqa: E402
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss  # noqa: E402
-from tgjax.train.tasks.pushdown_lm import BATCH_FIELDS  # noqa: E402
+from tgjax.train.config import load_config  # noqa: E402
+from tgjax.train.tasks.pushdown_lm import BATCH_FIELDS, model_config  # noqa: E402
 
 VARIANTS = {"loop": {}, "remat": dict(remat=True), "scan": dict(scan_layers=True),
             "scan+remat": dict(scan_layers=True, remat=True)}
 
 
 def dyck_model_config(width: int, **layout) -> PushdownLMConfig:
-    """configs/pushdown_dyck.py's model at rows of `width`, its layers run as `layout` says."""
-    return PushdownLMConfig(vocab_size=dyck.dyck_vocabulary(20).size, d_model=128, num_layers=6, num_heads=8,
-                            ffw_hidden_size=512, sequence_length=width, num_depths=2, binary_tape=True,
-                            head_depth_dim=32, embedding_dropout=0.0, dropout=0.1, **layout)
+    """configs/pushdown_dyck.py's model (read from the config, as `tgjax train` reads it) at rows of `width`,
+    its layers run as `layout` says."""
+    overrides = [f"model.sequence_length={width}", *(f"model.{key}={value}" for key, value in layout.items())]
+    config = load_config(str(REPO / "configs" / "pushdown_dyck.py"), overrides)
+    return model_config(config, dyck.dyck_vocabulary(config.data.dyck_num_types).size)
 
 
 def dyck_batch(batch_size: int, width: int, seed: int = 0) -> dict[str, jax.Array]:

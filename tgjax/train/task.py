@@ -111,15 +111,15 @@ def read_intervals(task: Any, config, *, fixed_steps: bool = True) -> None:
     and `checkpoint_interval` (checkpointing.interval_steps). A task that derives those from its data
     (epochs) passes `fixed_steps=False` and sets them itself.
     """
-    task.logging_interval = _positive_steps(config, "logging.interval_steps")
+    task.logging_interval = _step_count(config, "logging.interval_steps")
     task.tensorboard = config.logging.tensorboard
     if fixed_steps:
-        task.num_steps = _positive_steps(config, "training.num_steps")
-        task.validation_interval = _positive_steps(config, "evaluation.interval_steps", minimum=0)  # 0: at the end
-        task.checkpoint_interval = _positive_steps(config, "checkpointing.interval_steps")
+        task.num_steps = _step_count(config, "training.num_steps")
+        task.validation_interval = _step_count(config, "evaluation.interval_steps", minimum=0)  # 0: at the end
+        task.checkpoint_interval = _step_count(config, "checkpointing.interval_steps")
 
 
-def _positive_steps(config, key: str, *, minimum: int = 1) -> int:
+def _step_count(config, key: str, *, minimum: int = 1) -> int:
     """config[key] (a dotted path) as a step count, or a ConfigError naming the key unless it is an int
     >= minimum (a zero interval would divide by zero in the middle of a run)."""
     value = config
