@@ -487,3 +487,38 @@ def test_sample_in_length_range_lengths():
     stat, dof = chi_square(lengths, expected, num)
     assert set(lengths) <= {2, 3, 4}
     assert stat < chi_square_threshold(dof)
+
+
+# ---------------------------------------------------------------------------
+# log_prob's scaled-real inside against the log-space chart.
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_grammars(), st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=14))
+def test_property_scaled_inside_equals_the_log_space_chart(g, words):
+    """`log_prob` (mantissas and one scale per span) against `inside_log_chart` (log space throughout),
+    for every non-terminal as the root, on strings longer than the oracles above can afford."""
+    chart = g.inside_log_chart(words)
+    for a, symbol in enumerate(g.nonterminals):
+        expected = chart[0, len(words), a]
+        got = g.log_prob(words, start=symbol)
+        if expected == -np.inf:
+            assert got == -np.inf
+        else:
+            assert got == pytest.approx(expected, rel=1e-11, abs=1e-11)
+
+
+def test_scaled_inside_falls_back_to_log_space_when_an_entry_underflows():
+    # The span "a" is X (weight 1) or Y (weight 1e-200 * 1e-200 through Z): scaled by X's weight, Y's
+    # mantissa e^-921 underflows to 0, and only Y leads to S. The log-space chart keeps it.
+    g = WeightedCFG.from_string("""
+        S -> Y c 1 | X X 1
+        X -> a 1
+        Y -> Z 1e-200 | d 1
+        Z -> a 1e-200 | e 1
+    """)
+    expected = math.log(0.5) + 2 * math.log(1e-200 / (1 + 1e-200))
+    assert g.log_prob("a c") == pytest.approx(expected, rel=1e-12)
+    assert g._scaled_inside_root(["a", "c"], 0) == -math.inf  # what the fallback is for
+    assert g.log_prob("a a") == pytest.approx(math.log(0.5), rel=1e-12)
+    assert g.log_prob("c a") == -math.inf  # not in the language: both paths say so
