@@ -226,3 +226,61 @@ def test_plateau_relative_threshold_counts_only_large_enough_improvements():
     assert rising.update(10.5)[0] is False and rising.update(11.5)[0] is True
     with pytest.raises(ValueError, match="threshold"):
         Plateau(1, 1, threshold=-0.1)
+
+
+class _StopReasonPlateau(Plateau):
+    """A plateau that names why it stopped, as the CFL trials' time budget does."""
+
+    stop_reason = "time budget: training.max_train_seconds=1"
+
+
+def test_first_step_compile_is_not_counted_in_steps_per_second_and_stop_reason_is_the_schedules(
+        tmp_path, monkeypatch):
+    # A fake clock: every step takes 1 s, and the first call also "compiles" for 1000 s. The first logged
+    # interval (4 steps) must not spread the compile over its steps (4 / 1004 steps/s, an ETA of hours);
+    # the first step's own second is counted as compile, so the rate is 4 steps / 3 s.
+    import io
+    import types
+
+    import tgjax.train.loop as loop_module
+
+    clock = types.SimpleNamespace(now=0.0)
+    fake_time = types.SimpleNamespace(**{name: getattr(time, name) for name in dir(time) if not name.startswith("_")})
+    fake_time.perf_counter = lambda: clock.now
+    monkeypatch.setattr(loop_module, "time", fake_time)
+
+    class ClockWindow(_Window):
+        def __init__(self):
+            self.losses, self.steps, self.start = [], 0, clock.now
+
+        def add(self, metrics):
+            super().add(metrics)
+            self.steps += 1
+
+        def record(self, step, metrics):
+            return {**super().record(step, metrics), "steps_per_second": self.steps / (clock.now - self.start)}
+
+    task = ToyTask(num_steps=8, validation_interval=8, scores={8: 1.0}, patience=None)
+    task.logging_interval, task.new_window = 4, ClockWindow
+    task.schedule = _StopReasonPlateau(1, 1, mode="max")
+    plain_step = task.make_train_step()
+    calls = []
+
+    def timed_step(state, rest, batch):
+        clock.now += 1000.0 * (not calls) + 1.0
+        calls.append(1)
+        return plain_step(state, rest, batch)
+
+    task.make_train_step = lambda: timed_step
+    stream = io.StringIO()
+    train(_config(), tmp_path, task=task, stream=stream)
+    rates = {r["step"]: r["steps_per_second"] for r in _records(tmp_path, "train")}
+    assert rates == {4: pytest.approx(4 / 3), 8: pytest.approx(1.0)}
+    assert "first step (compiling included) took 1001.0 s" in stream.getvalue()
+
+    # A schedule's own stop_reason replaces "no improvement" in the stop message.
+    task = ToyTask(num_steps=24, scores={4: 0.5, 8: 0.4, 12: 0.3}, patience=None)
+    task.schedule = _StopReasonPlateau(1, 2, mode="max")
+    stream = io.StringIO()
+    train(_config(), tmp_path / "stopped", task=task, stream=stream)
+    assert "stopped after step 12 (time budget: training.max_train_seconds=1)" in stream.getvalue()

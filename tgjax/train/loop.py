@@ -260,12 +260,19 @@ class Trainer:
         last_saved = start_step or None
         with _Preemption() as stop:
             for step in range(start_step + 1, num_steps + 1):
+                step_began = time.perf_counter()
                 state, metrics = train_step(state, rest, shd.global_batch(batch, mesh))
                 position_after_step = position
                 if step < num_steps:  # the host builds the next batch while the device works
                     batch = next(iterator)
                     position = iterator.get_state()
                 metrics = jax.device_get(metrics)
+                if step == start_step + 1:
+                    # The first call compiles (every bucket width, where the task has them): minutes on an
+                    # accelerator, which would put the first interval's steps/s and ETA far off.
+                    compile_seconds = time.perf_counter() - step_began
+                    window.start += compile_seconds
+                    self.say(f"first step (compiling included) took {compile_seconds:.1f} s; not counted in steps/s")
                 loss = float(metrics["loss"])
                 if not math.isfinite(loss):
                     store.wait()
@@ -304,8 +311,9 @@ class Trainer:
                     result.stopped_early = True
                     result.stop_reason = ("sigterm" if preempted else "schedule" if schedule_stop
                                           else "stop_after_step")
-                    why = ("SIGTERM" if preempted else "no improvement: early stopping" if schedule_stop
-                           else "stop_after_step")
+                    # a schedule may stop for another reason than a plateau (the CFL trials' time budget)
+                    schedule_why = getattr(task.schedule, "stop_reason", None) or "no improvement: early stopping"
+                    why = "SIGTERM" if preempted else schedule_why if schedule_stop else "stop_after_step"
                     self.say(f"{getattr(task, 'label', '')}stopped after step {step} ({why}); checkpoint saved"
                              + ("" if schedule_stop else ", re-run the same command to resume"))
                     break

@@ -116,13 +116,18 @@ class TrialResult:
 class _BudgetedPlateau(Plateau):
     """`Plateau`, and a stop after the first epoch that ends past `budget_s` seconds of `elapsed()` (None: never).
 
-    `budget_stopped` says whether the budget (not the plateau) ended the trial.
+    `budget_stopped` says whether the budget (not the plateau) ended the trial; `stop_reason` says it in the
+    trainer's stop message.
     """
 
     def __init__(self, *args, budget_s: float | None, elapsed, **kwargs):
         super().__init__(*args, **kwargs)
         self.budget_s, self.elapsed = budget_s, elapsed
         self.budget_stopped = False
+
+    @property
+    def stop_reason(self) -> str | None:
+        return f"time budget: training.max_train_seconds={self.budget_s:g}" if self.budget_stopped else None
 
     def update(self, value: float) -> tuple[bool, bool, bool]:
         improved, decay, stop = super().update(value)
