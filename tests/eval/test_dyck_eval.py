@@ -97,6 +97,7 @@ def all_sets():
 
 def test_sets_targets_and_distances_against_brute_force(all_sets):
     assert [len(all_sets[n]) >= 50 for n in ed.LONG_RANGE_SETS] == [True] * 4 and len(all_sets["depth"]) == 105
+    assert len(all_sets["valid"]) == 500
     for name, examples in all_sets.items():
         for e in examples:
             still_open = brute_force_open(e.prefix)
@@ -105,11 +106,16 @@ def test_sets_targets_and_distances_against_brute_force(all_sets):
             assert e.distance == len(e.prefix) - index and e.depth == len(still_open), name
             if name in ed.LONG_RANGE_SETS:
                 assert e.distance >= ed.LONG_RANGE_SETS[name] and len(e.prefix) <= 600
+            elif name == "valid":  # the training distribution: depth <= 10, prefixes <= 250
+                assert dyck.max_nesting(e.prefix) <= dyck.PAPER_TRAIN_DEPTH and len(e.prefix) <= 250
             else:
                 assert len(still_open) == 1 and dyck.max_nesting(e.prefix) >= 15
             np.testing.assert_array_equal(ed.gold_attachments(e), brute_force_attachments(e.prefix))
     depths = sorted({dyck.max_nesting(e.prefix) for e in all_sets["depth"]})
     assert depths[0] == 15 and depths[-1] >= 49
+    # In distribution: every closer of each string in turn, so consecutive strings' examples tile them.
+    valid = all_sets["valid"]
+    assert {e.depth for e in valid} >= {1, 2, 3} and max(e.depth for e in valid) <= dyck.PAPER_TRAIN_DEPTH
 
 
 def test_sets_are_reproducible_and_seeded():

@@ -44,6 +44,11 @@ Evaluation sets (accuracy at choosing the right closing bracket):
   every prefix that ends just before a closing bracket whose opener is at
   least L tokens back (prefix at most 600 tokens), until at least 50
   examples; L in {50, 100, 200, 300};
+* in distribution (`in_distribution_examples`; no paper figure): every
+  closer of Dyck_{20,10} strings, the training distribution, with its prefix
+  (at most 250 tokens), the first 500: what the release's training callback
+  reports as validation accuracy (dyck_callback.py), and the check that a
+  model learnt the language before it is asked to generalise;
 * depth generalisation (`depth_generalisation_examples`): for each depth d in
   15..49, d openers of types a..j, closed in reverse order without the final
   (outermost) closer, which is the target; one random complete Dyck_{20,10}
@@ -271,6 +276,28 @@ def long_range_examples(rng: np.random.Generator, min_distance: int, *, num_exam
         if len(examples) >= num_examples:
             return examples
     raise RuntimeError(f"{max_strings} strings gave only {len(examples)} examples with distance >= {min_distance}")
+
+
+def in_distribution_examples(rng: np.random.Generator, *, num_examples: int = 500, num_types: int = PAPER_TYPES,
+                             max_depth: int = PAPER_TRAIN_DEPTH, max_prefix: int = 250) -> list[DyckExample]:
+    """The first ``num_examples`` closers of fresh training-distribution strings, each with its prefix.
+
+    Strings of Dyck_{num_types, max_depth} from `sample_dyck` (the automaton's
+    defaults, as `dyck_corpus` draws training strings); every closer whose
+    prefix is at most ``max_prefix`` tokens is an example.
+    """
+    examples: list[DyckExample] = []
+    while len(examples) < num_examples:
+        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=1)
+        match = matching_openers(tokens)
+        depth = 0
+        for i, token in enumerate(tokens[:max_prefix + 1]):
+            if match[i] >= 0:
+                examples.append(DyckExample(tuple(tokens[:i]), token, int(i - match[i]), depth))
+                depth -= 1
+            else:
+                depth += 1
+    return examples[:num_examples]
 
 
 def depth_generalisation_examples(rng: np.random.Generator, *, depths: Sequence[int] = DEPTH_GEN_DEPTHS,

@@ -19,7 +19,11 @@ The sets (`evaluation_sets`; released-code.md §1.8), drawn afresh from
   strings ending just before a closer whose opener is at least 50 / 100 /
   200 / 300 tokens back (at least 50 examples each);
 * ``depth``: depth generalisation, 105 prefixes nesting 15..49 deep whose
-  target closes the outermost bracket.
+  target closes the outermost bracket;
+* ``valid`` (not in the default list; no paper figure): 500 closers of
+  Dyck_{20,10} strings, the training distribution (prefixes of at most 250
+  tokens), as the release's training callback reports: whether a model learnt
+  the language at all, apart from how far it generalises.
 
 The stack tape at test time (``--tape``). A Pushdown-LM builds its tape from
 its own attachment decisions, synchronously with the tokens (§3.3); the
@@ -54,7 +58,8 @@ from tgjax.data import dyck
 from tgjax.syntax import stack_tape as stt
 
 LONG_RANGE_SETS = {f"dyck{length}": length for length in dyck.LONG_RANGE_LENGTHS}
-SET_NAMES = (*LONG_RANGE_SETS, "depth")
+PAPER_SETS = (*LONG_RANGE_SETS, "depth")  # Table 1's, the default
+SET_NAMES = (*PAPER_SETS, "valid")
 TAPE_SOURCES = ("model", "gold")
 AMONG = ("closers", "all")
 # Table 1 of the paper (accuracy, %).
@@ -63,7 +68,7 @@ PAPER_TABLE = {
     "pushdown": {"dyck50": 96.5, "dyck100": 88.0, "dyck200": 61.2, "dyck300": 42.9, "depth": 68.3},
 }
 SET_TITLES = {"dyck50": "Dyck (50)", "dyck100": "Dyck (100)", "dyck200": "Dyck (200)", "dyck300": "Dyck (300)",
-              "depth": "Depth Gen. (15-50)"}
+              "depth": "Depth Gen. (15-50)", "valid": "In-distribution"}
 
 
 def parse_set_names(text: str) -> list[str]:
@@ -80,7 +85,7 @@ def parse_set_names(text: str) -> list[str]:
 
 def evaluation_sets(names: Sequence[str], *, seed: int = 0,
                     num_types: int = dyck.PAPER_TYPES) -> dict[str, list[dyck.DyckExample]]:
-    """The named sets, each from its own generator ``[seed, code]`` (code: the length L, or 1 for depth)."""
+    """The named sets, each from its own generator ``[seed, code]`` (code: the length L, 1 for depth, 2 for valid)."""
     sets = {}
     for name in names:
         if name in LONG_RANGE_SETS:
@@ -89,6 +94,8 @@ def evaluation_sets(names: Sequence[str], *, seed: int = 0,
             sets[name] = dyck.long_range_examples(rng, length, num_types=num_types)
         elif name == "depth":
             sets[name] = dyck.depth_generalisation_examples(np.random.default_rng([seed, 1]), num_types=num_types)
+        elif name == "valid":
+            sets[name] = dyck.in_distribution_examples(np.random.default_rng([seed, 2]), num_types=num_types)
         else:
             raise ValueError(f"unknown Dyck evaluation set {name!r}; expected one of {SET_NAMES}")
     return sets
@@ -281,7 +288,8 @@ def format_table(kind: str, scores: dict[str, SetScore]) -> str:
     for name, s in scores.items():
         tape = ("not read" if s.attachment_agreement is None
                 else f"{100 * s.attachment_agreement:.1f}% / {100 * s.exact_tapes:.1f}%")
-        lines.append(f"{SET_TITLES[name]:20s} {100 * s.accuracy:7.1f} {paper[name]:7.1f} {s.num_examples:5d}  {tape}")
+        reported = f"{paper[name]:7.1f}" if name in paper else f"{'—':>7s}"  # no paper figure in distribution
+        lines.append(f"{SET_TITLES[name]:20s} {100 * s.accuracy:7.1f} {reported} {s.num_examples:5d}  {tape}")
     return "\n".join(lines)
 
 
@@ -293,7 +301,9 @@ def _parser() -> argparse.ArgumentParser:
                     "paper's numbers.")
     p.add_argument("--workdir", required=True, help="a Dyck run of configs/pushdown_dyck.py (Pushdown-LM or :base)")
     p.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
-    p.add_argument("--sets", default=",".join(SET_NAMES), help=f"comma-separated, of {', '.join(SET_NAMES)} (all)")
+    p.add_argument("--sets", default=",".join(PAPER_SETS),
+                   help=f"comma-separated, of {', '.join(SET_NAMES)} (default: Table 1's, {', '.join(PAPER_SETS)}; "
+                        "valid: 500 closers of training-distribution strings, no paper figure)")
     p.add_argument("--tape", choices=TAPE_SOURCES, default="model",
                    help="the stack tape a Pushdown-LM reads: model (its own attachment decisions by beam search, "
                         "the paper and release; default) or gold (the true matching: a diagnostic, not the "
