@@ -851,8 +851,9 @@ class WeightedCFG:
 
         `start` (default: the start symbol) may be any non-terminal. Unknown
         words give −inf. Computed by `_scaled_inside_root` (real mantissas and
-        one log scale per span: ~6× faster than the log-space chart on the
-        Hardest CFL at length 100, equal to it to float64 rounding); where that
+        one log scale per span: ~10× faster than the log-space chart on the
+        Hardest CFL's test lengths 40–100, equal to it to float64 rounding;
+        benchmarks/cfl_true_probabilities.py); where that
         finds no derivation, the log-space chart (`inside_log_chart`) decides,
         so an entry lost to underflow can never turn a string of the language
         into a probability of 0.
