@@ -52,7 +52,7 @@ tail -n 3 "$DEST/train_pushdown.log" "$DEST/train_base.log"
 [ "$status" -eq 0 ] || exit "$status"
 unset XLA_PYTHON_CLIENT_MEM_FRACTION
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-# The evaluations, one process per (run, tape, set), all at once (SEQUENTIAL=1: one after another, e.g. on a CPU).
+# The evaluations (17), one process per (run, tape, set), all at once (SEQUENTIAL=1: one after another, e.g. on a CPU).
 # On the H200 the own-tape sets took 136-158 s each with seven evaluations sharing the GPU. The scores go to
 # $RUNS/dyck_RUN_TAPE_SET.json, the table to $DEST/dyck_table.txt.
 SETS=(dyck50 dyck100 dyck200 dyck300 depth)
@@ -60,6 +60,9 @@ jobs=()
 for set in "${SETS[@]}"; do
   jobs+=("base model $set" "pushdown gold $set" "pushdown model $set")
 done
+# In distribution (no paper figure): did each model learn the training language? Not with the own tape: a beam
+# over 500 prefixes would cost more than the five sets.
+jobs+=("base model valid" "pushdown gold valid")
 t0=$(date +%s)
 for job in "${jobs[@]}"; do
   read -r kind tape set <<< "$job"
@@ -72,6 +75,7 @@ wait
 for kind_tape in "base model" "pushdown model" "pushdown gold"; do
   read -r kind tape <<< "$kind_tape"
   echo "== $kind, tape: $tape"
-  for set in "${SETS[@]}"; do grep -E "^(Dyck|Depth)" "$RUNS/eval_${kind}_${tape}_${set}.txt" || echo "$set: failed, see $RUNS/eval_${kind}_${tape}_${set}.log"; done
+  sets=("${SETS[@]}"); [ "$tape" = model ] && [ "$kind" = pushdown ] || sets+=(valid)
+  for set in "${sets[@]}"; do grep -E "^(Dyck|Depth|In-distribution)" "$RUNS/eval_${kind}_${tape}_${set}.txt" || echo "$set: failed, see $RUNS/eval_${kind}_${tape}_${set}.log"; done
 done | tee "$DEST/dyck_table.txt"
 echo "evaluations: $(( $(date +%s) - t0 )) s; total $(( $(date +%s) - start )) s"
