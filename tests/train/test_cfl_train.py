@@ -248,9 +248,11 @@ def test_time_budget_stops_after_the_epoch_that_passes_it():
     events = [plateau.update(v) for v in [3.0, 2.0, 2.5, 2.6]]  # epoch 4 is bad (a decay) and past the budget
     assert [e[2] for e in events] == [False, False, False, True] and plateau.budget_stopped
     assert [e[1] for e in events] == [False, False, True, False]
+    assert plateau.stop_reason == "time budget: training.max_train_seconds=10"  # the trainer's stop message
     unlimited = _BudgetedPlateau(1, 2, budget_s=None, elapsed=lambda: 1e9)
     assert [unlimited.update(v)[2] for v in [1.0, 2.0, 2.0]] == [False, False, True]
     assert not unlimited.budget_stopped  # stopped by the plateau, not by time
+    assert unlimited.stop_reason == "no improvement: early stopping"
 
 
 def test_time_budget_ends_a_trial_and_is_reported(tmp_path):

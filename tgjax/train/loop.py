@@ -311,9 +311,7 @@ class Trainer:
                     result.stopped_early = True
                     result.stop_reason = ("sigterm" if preempted else "schedule" if schedule_stop
                                           else "stop_after_step")
-                    # a schedule may stop for another reason than a plateau (the CFL trials' time budget)
-                    schedule_why = getattr(task.schedule, "stop_reason", None) or "no improvement: early stopping"
-                    why = "SIGTERM" if preempted else schedule_why if schedule_stop else "stop_after_step"
+                    why = "SIGTERM" if preempted else task.schedule.stop_reason if schedule_stop else "stop_after_step"
                     self.say(f"{getattr(task, 'label', '')}stopped after step {step} ({why}); checkpoint saved"
                              + ("" if schedule_stop else ", re-run the same command to resume"))
                     break

@@ -3,7 +3,8 @@
 The trainer calls `policy.update(value)` after every validation with the
 task's selection value and reads (improved, decay, stop): on `decay` it asks
 the task to scale its learning rate (`Task.decay_learning_rate`), on `stop`
-it saves a checkpoint and ends the run early.
+it saves a checkpoint and ends the run early, naming the policy's
+`stop_reason` in its message.
 
 - `StepSchedule`: the rate is a function of the step inside the optimiser
   (warm-up + cosine, `tgjax.train.optimizer`); validation changes nothing.
@@ -34,6 +35,8 @@ class Plateau:
     improvement. `state_dict()` / `load_state_dict()` carry the counters
     through a checkpoint's meta.
     """
+
+    stop_reason = "no improvement: early stopping"  # the trainer's stop message
 
     def __init__(self, lr_patience: int, early_stopping_patience: int, mode: str = "min", *,
                  threshold: float = 0.0, threshold_offset: float = 0.0):

@@ -125,14 +125,11 @@ class _BudgetedPlateau(Plateau):
         self.budget_s, self.elapsed = budget_s, elapsed
         self.budget_stopped = False
 
-    @property
-    def stop_reason(self) -> str | None:
-        return f"time budget: training.max_train_seconds={self.budget_s:g}" if self.budget_stopped else None
-
     def update(self, value: float) -> tuple[bool, bool, bool]:
         improved, decay, stop = super().update(value)
         if not stop and self.budget_s is not None and self.elapsed() >= self.budget_s:
             self.budget_stopped = stop = True
+            self.stop_reason = f"time budget: training.max_train_seconds={self.budget_s:g}"
             decay = False
         return improved, decay, stop
 
