@@ -264,15 +264,7 @@ def long_range_examples(rng: np.random.Generator, min_distance: int, *, num_exam
     for _ in range(max_strings):
         tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_distance + 1,
                              max_length=max_prefix)
-        match = matching_openers(tokens)
-        depth = 0
-        for i, token in enumerate(tokens[:max_prefix]):
-            if match[i] >= 0:
-                if i - match[i] >= min_distance:
-                    examples.append(DyckExample(tuple(tokens[:i]), token, int(i - match[i]), depth))
-                depth -= 1
-            else:
-                depth += 1
+        examples += [e for e in _closer_examples(tokens, max_prefix - 1) if e.distance >= min_distance]
         if len(examples) >= num_examples:
             return examples
     raise RuntimeError(f"{max_strings} strings gave only {len(examples)} examples with distance >= {min_distance}")
@@ -289,15 +281,21 @@ def in_distribution_examples(rng: np.random.Generator, *, num_examples: int = 50
     examples: list[DyckExample] = []
     while len(examples) < num_examples:
         tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=1)
-        match = matching_openers(tokens)
-        depth = 0
-        for i, token in enumerate(tokens[:max_prefix + 1]):
-            if match[i] >= 0:
-                examples.append(DyckExample(tuple(tokens[:i]), token, int(i - match[i]), depth))
-                depth -= 1
-            else:
-                depth += 1
+        examples += _closer_examples(tokens, max_prefix)
     return examples[:num_examples]
+
+
+def _closer_examples(tokens: Sequence[str], max_prefix: int) -> list[DyckExample]:
+    """Every closer of a complete string whose prefix is at most ``max_prefix`` tokens, in order, as an example."""
+    match = matching_openers(tokens)
+    examples, depth = [], 0
+    for i, token in enumerate(tokens[:max_prefix + 1]):
+        if match[i] >= 0:
+            examples.append(DyckExample(tuple(tokens[:i]), token, int(i - match[i]), depth))
+            depth -= 1
+        else:
+            depth += 1
+    return examples
 
 
 def depth_generalisation_examples(rng: np.random.Generator, *, depths: Sequence[int] = DEPTH_GEN_DEPTHS,
