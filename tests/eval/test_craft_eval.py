@@ -14,7 +14,7 @@ pytest.importorskip("gymnax")
 
 from tgjax.envs import craft_rules as rules  # noqa: E402
 from tgjax.envs.craft import Craft  # noqa: E402
-from tgjax.infer.craft import option_subtask_success, rollout  # noqa: E402
+from tgjax.infer.craft import option_subtask_success, rollout, scripted_controller_rollout  # noqa: E402
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy  # noqa: E402
 
 
@@ -43,6 +43,55 @@ def test_an_option_stopped_after_one_step_cannot_finish_a_subtask_it_had_to_walk
     assert table.shape == (3, 2) and np.all(table == 0)
 
 
+def test_an_option_chosen_again_at_each_done_acts_as_if_it_never_said_done():
+    # uniformly random actions whatever the state (no policy weights): a done that fires at every step changes
+    # nothing when the option is chosen again, and ends every run after its first step when it stops it
+    def table(done_bias, on_done):
+        policy = scripted_ocn(rules.USE, done_bias)
+        policy.options.w_pi[...] = jnp.zeros_like(policy.options.w_pi[...])
+        return option_subtask_success(policy, jax.random.key(3), 64, "AD", max_steps=64, on_done=on_done)
+
+    never = table(-50.0, "reselect")
+    assert never.min() > 0  # a random walk with USE finds a lone wood or grass within 64 steps now and then
+    np.testing.assert_array_equal(table(50.0, "reselect"), never)
+    np.testing.assert_array_equal(table(-50.0, "stop"), never)
+    assert np.all(table(50.0, "stop") < never)
+
+
+def test_a_scripted_controller_on_one_subtask_is_the_option_table_cell():
+    # two implementations of "the option chosen again whenever its done fires", on an untrained OCN whose
+    # options act and say done at random: on a one-subtask task they agree episode by episode
+    policy = OptionControllerPolicy(CraftPolicyConfig(num_tasks=1, hidden_size=8), rngs=nnx.Rngs(5))
+    policy.options.b_e[...] = jnp.full_like(policy.options.b_e[...], -1.0)  # done fires about a quarter of steps
+    key = jax.random.key(7)
+    table = option_subtask_success(policy, key, 64, "A", max_steps=40)
+    for option in range(3):
+        cell_key = jax.random.fold_in(key, option * 100)  # the table's key for (option, first subtask)
+        result = scripted_controller_rollout(policy, Craft(("A",)), "A", {"A": option}, cell_key, 64, max_steps=40)
+        assert result.success.mean() == table[option, 0]
+    assert len(set(table[:, 0])) > 1  # the options differ, so a wrong option would show
+
+
+def test_a_scripted_controller_switches_options_only_when_done_fires():
+    # option 0 only ever says DONE (a no-op), option 1 acts at random. On AC with C given to option 0, an option
+    # whose done fires at every step hands over after wood and no episode finishes; one whose done never fires
+    # keeps running option 1 (Algorithm 4 asks the controller only at done), which finishes the same episodes as
+    # giving C option 1
+    env, key = Craft(("AC",)), jax.random.key(2)
+
+    def returns(done_bias, option_of_subtask):
+        policy = scripted_ocn(rules.DONE, done_bias)
+        policy.options.w_pi[...] = policy.options.w_pi[...].at[1].set(0.0)
+        return scripted_controller_rollout(policy, env, "AC", option_of_subtask, key, 512).returns
+
+    assert np.all(returns(50.0, {"A": 0, "C": 1}) == 0)
+    assert returns(50.0, {"A": 1, "C": 0}).max() == 1 and returns(50.0, {"A": 1, "C": 1}).max() == 2
+    np.testing.assert_array_equal(returns(-50.0, {"A": 1, "C": 0}), returns(-50.0, {"A": 1, "C": 1}))
+    assert returns(-50.0, {"A": 1, "C": 0}).max() == 2
+    with pytest.raises(ValueError, match="no option given for subtask"):
+        scripted_controller_rollout(scripted_ocn(rules.DONE, 0.0), env, "AC", {"A": 1}, key, 4)
+
+
 def test_eval_craft_end_to_end(tmp_path):
     from tgjax.eval.craft import main_craft
     from tgjax.train.config import apply_overrides
@@ -54,14 +103,20 @@ def test_eval_craft_end_to_end(tmp_path):
         "evaluation.batch_size=4", "training.num_steps=4", "evaluation.interval_steps=4",
         "checkpointing.interval_steps=4", "logging.tensorboard=false"])
     train(config, tmp_path, quiet=True)
-    assert main_craft(["--workdir", str(tmp_path), "--episodes", "8", "--subtasks", "AC"]) == 0
+    assert main_craft(["--workdir", str(tmp_path), "--episodes", "8", "--subtasks", "AC",
+                       "--controller-tasks", "CA"]) == 0
     report = json.loads((tmp_path / "craft_eval.json").read_text())
     assert report["policy"] == "ocn" and report["tasks"] == ["AC", "CD"]
     assert report["demonstrations"]["episodes"] == 4 and 0 <= report["demonstrations"]["nmi"] <= 1
     for task, result in report["rollouts"].items():
         assert 0 <= result["success_rate"] <= 1 and 0 <= result["return"] <= len(task)
     assert np.array(report["option_subtask_success"]["rows"]).shape == (3, 2)
+    assert report["option_subtask_success"]["on_done"] == "reselect"
+    assert np.array(report["option_subtask_success_until_done"]["rows"]).shape == (3, 2)
+    assert list(report["scripted_controller"]) == ["CA"]
+    assert 0 <= report["scripted_controller"]["CA"]["return"] <= 2
     assert main_craft(["--workdir", str(tmp_path), "--curves-only", "--plot", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AX"]) == 2
+    assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AC", "--controller-tasks", "ACD"]) == 2
     assert main_craft(["--workdir", str(tmp_path / "nowhere")]) == 2

@@ -6,7 +6,9 @@ holds out the last `valid_fraction` of them (the thesis' 80/20 split);
 the observation reduced to the given feature columns (uint8, as stored);
 `score_episodes` runs a policy over them in fixed-size batches (the caller's
 jitted function) and pools NLL, action accuracy and the segmentation
-metrics of `tgjax.data.craft_metrics`.
+metrics of `tgjax.data.craft_metrics`; a capped evaluation
+(`max_episodes`) takes the same number from every task (`balanced_subset`),
+since the episodes are stored task after task.
 """
 
 from __future__ import annotations
@@ -72,6 +74,22 @@ def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], 
     return Episodes(obs, actions, mask, task_ids, boundaries, kinds)
 
 
+def balanced_subset(task_ids: np.ndarray, count: int) -> np.ndarray:
+    """The indices of `count` episodes taken evenly from every task: each task's first episode, then each
+    task's second, and so on (a task with fewer episodes drops out when it runs out), sorted.
+
+    task_ids [N] -> [min(count, N)] int. Taking the first `count` rows instead would score the first task
+    alone, as `make_episodes` stores the episodes task after task.
+    """
+    task_ids = np.asarray(task_ids)
+    rank = np.zeros(len(task_ids), np.int64)           # the episode's position among its task's episodes
+    for task in np.unique(task_ids):
+        members = np.flatnonzero(task_ids == task)
+        rank[members] = np.arange(len(members))
+    order = np.lexsort((task_ids, rank))                 # by rank, then task id
+    return np.sort(order[:count])
+
+
 def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_episodes: int = 0) -> dict:
     """NLL per step, action accuracy and (kind "ocn") F1 tol 0/1, task alignment and NMI, ("moe") NMI, or
     ("ompn") F1 tol 0/1 and task alignment (the boundary score is OMPN's expected expansion position; its
@@ -81,11 +99,13 @@ def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_epis
     correct argmax actions, real steps, log done probabilities [B, T], the option in use [B, T]); the last
     batch is filled by repeating rows, which its mask then leaves out.
     """
-    n = len(episodes) if not max_episodes else min(max_episodes, len(episodes))
+    chosen = (np.arange(len(episodes)) if not max_episodes or max_episodes >= len(episodes)
+              else balanced_subset(episodes.task_ids, max_episodes))
+    n = len(chosen)
     total = correct = count = 0.0
     segmentation = []
     for start in range(0, n, batch_size):
-        indices = np.arange(start, min(start + batch_size, n))
+        indices = chosen[start:start + batch_size]
         rows = episodes.rows(np.resize(indices, batch_size))
         rows["mask"][len(indices):] = 0.0
         t, c, k, log_done, options = run(rows)

@@ -10,7 +10,13 @@ For the policy of W's best checkpoint (lowest validation NLL; `--step`):
 * in the environment: success rate, return and episode length of
   `--episodes` sampled episodes per training task;
 * for OCN / MoE: the option x subtask success table (thesis Table 5.2:
-  each option run alone on each one-subtask task, `tgjax.infer.craft`).
+  each option run alone on each one-subtask task, `tgjax.infer.craft`),
+  twice: chosen again whenever its done fires (the table beside the
+  thesis'), and stopped at its first done (how often an option reports done
+  before its subtask is); then each of `--controller-tasks` (default
+  ACD, the RL task) run by the frozen options under a controller told the
+  current subtask, which picks that subtask's best option in the table:
+  the most a controller trained over these options (PPO's) can expect.
 
 Prints a report and writes it as JSON (`--output`, default
 W/craft_eval.json).
@@ -32,8 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workdir", required=True, help="the --workdir of `tgjax train --config configs/ocn_craft.py`")
     parser.add_argument("--step", default="best", help="'best' (default), 'latest' or a step number")
     parser.add_argument("--episodes", type=int, default=200, help="environment episodes per task and per table cell")
-    parser.add_argument("--valid-episodes", type=int, default=0, help="held-out demonstrations scored (0 = all)")
+    parser.add_argument("--valid-episodes", type=int, default=0,
+                        help="held-out demonstrations scored, as many from each task (0 = all)")
     parser.add_argument("--subtasks", default="ACD", help="the table's one-subtask tasks (default ACD, Table 5.2)")
+    parser.add_argument("--controller-tasks", default="ACD",
+                        help="comma-separated longer tasks run by the options under a controller told the current "
+                             "subtask (each subtask's best option in the table); '' skips (default ACD)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="the JSON report (default WORKDIR/craft_eval.json)")
     parser.add_argument("--plot", default=None,
@@ -76,17 +86,29 @@ def plot_curves(workdir: str | Path, output: str | Path) -> list[str]:
 
 
 def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_episodes: int = 0, subtasks: str = "ACD",
-                   seed: int = 0, say=print) -> dict:
+                   controller_tasks: str = "ACD", seed: int = 0, say=print) -> dict:
     """The report of the module docstring, as a dict."""
     import jax
 
     from tgjax.data.craft_demos import read_craft_demos
     from tgjax.data.craft_episodes import make_episodes, score_episodes, split_indices
     from tgjax.envs.craft import Craft
-    from tgjax.infer.craft import episode_runner, load_craft_policy, option_subtask_success, rollout
+    from tgjax.infer.craft import (
+        episode_runner,
+        load_craft_policy,
+        option_subtask_success,
+        rollout,
+        scripted_controller_rollout,
+    )
 
     for letter in subtasks:
         rules.parse_task(letter)  # CraftTaskError naming an unknown subtask
+    scripted_tasks = [t.strip() for t in controller_tasks.split(",") if t.strip()]
+    for task in scripted_tasks:
+        rules.parse_task(task)
+        if set(task) - set(subtasks):
+            raise ValueError(f"--controller-tasks {task!r}: its subtasks must be among the table's "
+                             f"--subtasks {subtasks!r}, which pick each subtask's option")
     policy, checkpoint = load_craft_policy(workdir, step if step in ("best", "latest") else int(step))
     config = checkpoint.meta["config"]
     data = config["data"]
@@ -120,14 +142,29 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
             f"length {result['episode_length']:.1f} ({episodes} episodes)")
 
     if kind in ("ocn", "moe"):  # the LSTM and OMPN have no options
-        table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes, subtasks,
-                                       max_steps=data["max_steps"])
-        report["option_subtask_success"] = {"subtasks": list(subtasks), "rows": table.round(4).tolist()}
-        say("option x subtask success (each option alone until its done fires; "
-            + ", ".join(f"{s}={rules.SUBTASK_LETTERS[s]}" for s in subtasks) + "):")
-        say("           " + "  ".join(f"{s:>5}" for s in subtasks))
-        for i, row in enumerate(table):
-            say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
+        legend = ", ".join(f"{s}={rules.SUBTASK_LETTERS[s]}" for s in subtasks)
+        for on_done, field, how in (
+                ("reselect", "option_subtask_success", "each option alone, chosen again when its done fires"),
+                ("stop", "option_subtask_success_until_done", "each option alone until its done fires")):
+            table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes, subtasks,
+                                           max_steps=data["max_steps"], on_done=on_done)
+            report[field] = {"subtasks": list(subtasks), "on_done": on_done, "rows": table.round(4).tolist()}
+            say(f"option x subtask success ({how}; {legend}):")
+            say("           " + "  ".join(f"{s:>5}" for s in subtasks))
+            for i, row in enumerate(table):
+                say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
+            if on_done == "reselect":
+                best_option = {s: int(table[:, j].argmax()) for j, s in enumerate(subtasks)}
+        report["scripted_controller"] = {}
+        for task in scripted_tasks:
+            result = scripted_controller_rollout(policy, Craft((task,)), task, best_option,
+                                                 jax.random.fold_in(key, 20_000), episodes,
+                                                 max_steps=data["max_steps"]).summary()
+            report["scripted_controller"][task] = {**result, "option_of_subtask": best_option}
+            say(f"task {task} by the options under a controller told the subtask ("
+                + ", ".join(f"{s}: option {i + 1}" for s, i in best_option.items()) + f"): success rate "
+                f"{result['success_rate']:.3f}, subtasks done {result['return']:.2f} of {len(task)} "
+                f"({episodes} episodes)")
     return report
 
 
@@ -150,7 +187,8 @@ def main_craft(argv=None) -> int:
         return 0
     try:
         report = evaluate_craft(args.workdir, step=args.step, episodes=args.episodes,
-                                valid_episodes=args.valid_episodes, subtasks=args.subtasks, seed=args.seed)
+                                valid_episodes=args.valid_episodes, subtasks=args.subtasks,
+                                controller_tasks=args.controller_tasks, seed=args.seed)
     except (FileNotFoundError, CheckpointError, CraftDemoError, rules.CraftTaskError, ValueError) as error:
         print(f"tgjax eval craft: error: {error}", file=sys.stderr)
         return 2

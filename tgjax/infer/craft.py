@@ -11,10 +11,28 @@ until then, success = every subtask done (return >= number of subtasks under
 the dense reward, as OMPN counts it).
 
 `option_subtask_success` runs one option alone from its initial state on a
-one-subtask task, Algorithm 4's way: at every step after the first the
-option's done probability is sampled, and the option stops when it fires;
-success = the subtask was completed before the option stopped (or within
-the time limit).
+one-subtask task (thesis Table 5.2: "the success rate of using each option
+to solve each subtask"; the protocol was not given). At every step after
+the first the option's done probability is sampled, and when it fires:
+
+* `on_done="reselect"` (default): Algorithm 4 asks the controller again,
+  and a controller that always picks this option restarts it from its
+  initial state, so the option goes on (the thesis' reading: the option is
+  the one used for the whole subtask);
+* `on_done="stop"`: the option's run ends there, counted a failure unless
+  the subtask was already done (the stricter reading: the option must also
+  not report done before its subtask is).
+
+Success = the subtask was completed within the time limit (and, for
+"stop", before the option stopped).
+
+`scripted_controller_rollout` runs the frozen options on a (longer, unseen)
+task under a controller that is told the current subtask and picks the
+option given for it, with Algorithm 4's rollout: an option runs until its
+done fires, then the controller chooses again and the chosen option
+restarts from its initial state. It is the most an option-space controller
+(PPO's, `tgjax.train.tasks.ppo_options`) can expect from these options, so
+it tells a weak RL result's two causes apart: the options, or the search.
 """
 
 from __future__ import annotations
@@ -31,7 +49,8 @@ from tgjax.envs import craft_rules as rules
 from tgjax.infer.loading import FamilyCheckpoint, open_family_checkpoint, restore_state_items
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
 
-__all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "option_subtask_success", "rollout"]
+__all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "option_subtask_success", "rollout",
+           "scripted_controller_rollout"]
 
 
 def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nnx.Module, FamilyCheckpoint]:
@@ -109,13 +128,19 @@ def rollout(policy: nnx.Module, env, task, policy_task_id: int, key: jax.Array, 
     return RolloutResult(np.asarray(returns), np.asarray(success), np.asarray(lengths))
 
 
+ON_DONE = ("reselect", "stop")
+
+
 def option_subtask_success(policy: OptionControllerPolicy, key: jax.Array, num_episodes: int,
-                           subtasks: str = "ACD", max_steps: int = 64) -> np.ndarray:
-    """[K, len(subtasks)]: success rate of option i run alone on the one-subtask task j (module docstring)."""
+                           subtasks: str = "ACD", max_steps: int = 64, on_done: str = "reselect") -> np.ndarray:
+    """[K, len(subtasks)]: success rate of option i run alone on the one-subtask task j; `on_done` says what
+    its done firing does (module docstring)."""
     from tgjax.envs.craft import Craft
 
     if not isinstance(policy, OptionControllerPolicy):
         raise ValueError("the option x subtask table needs an option policy (ocn or moe), not an LSTM")
+    if on_done not in ON_DONE:
+        raise ValueError(f"on_done={on_done!r}: expected one of {ON_DONE}")
     env = Craft(tuple(subtasks))
     num_options = policy.config.num_options
     graphdef, state = nnx.split(policy)
@@ -125,7 +150,7 @@ def option_subtask_success(policy: OptionControllerPolicy, key: jax.Array, num_e
         model = nnx.merge(graphdef, state)
         params = dataclasses.replace(env.default_params, task_id=task_id, max_steps_in_episode=max_steps)
         obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_episodes), params)
-        h = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
+        h_init = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
 
         def body(loop, t):
             obs, env_state, h, running, success = loop
@@ -134,16 +159,22 @@ def option_subtask_success(policy: OptionControllerPolicy, key: jax.Array, num_e
                 if model.config.live_inputs else obs)
             h_new, log_pi, done_logit = model.options(x, h)
             step_key = jax.random.fold_in(key, t + 1)
-            stops = (t > 0) & jax.random.bernoulli(jax.random.fold_in(step_key, 1),
+            # e_t is read on observation t from the running state, as in `ocn_step`'s "not done" branch
+            fires = (t > 0) & jax.random.bernoulli(jax.random.fold_in(step_key, 1),
                                                    jax.nn.sigmoid(done_logit[:, option]))
-            running = running & ~stops
+            if on_done == "stop":
+                running = running & ~fires
+            else:  # the option is chosen again: it acts on observation t from its initial state
+                h_new_restart, log_pi_restart, _ = model.options(x, h_init)
+                h_new = jnp.where(fires[:, None, None], h_new_restart, h_new)
+                log_pi = jnp.where(fires[:, None, None], log_pi_restart, log_pi)
             action = jax.random.categorical(step_key, log_pi[:, option])
             obs, env_state, _, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
                 key, env_state, action, params)
             success = success | (running & done)
             return (obs, env_state, h_new, running & ~done, success), None
 
-        init = (obs, env_state, h, jnp.ones(num_episodes, bool), jnp.zeros(num_episodes, bool))
+        init = (obs, env_state, h_init, jnp.ones(num_episodes, bool), jnp.zeros(num_episodes, bool))
         final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
         return jnp.mean(final[4])
 
@@ -152,3 +183,58 @@ def option_subtask_success(policy: OptionControllerPolicy, key: jax.Array, num_e
         for j in range(len(subtasks)):
             table[i, j] = float(run(state, i, j, jax.random.fold_in(key, i * 100 + j)))
     return table
+
+
+def scripted_controller_rollout(policy: OptionControllerPolicy, env, task: str, option_of_subtask: dict[str, int],
+                                key: jax.Array, num_episodes: int, *, dense_reward: bool = True,
+                                max_steps: int = 64) -> RolloutResult:
+    """`num_episodes` episodes of `task` (subtask letters, in `env`'s table) by the frozen options under the
+    controller that picks `option_of_subtask[letter]` for the current subtask (module docstring)."""
+    if not isinstance(policy, OptionControllerPolicy):
+        raise ValueError("a scripted controller needs an option policy (ocn or moe), not an LSTM or OMPN")
+    missing = sorted(set(task) - set(option_of_subtask))
+    bad = {s: i for s, i in option_of_subtask.items() if not 0 <= i < policy.config.num_options}
+    if missing or bad:
+        raise ValueError(f"task {task!r}: no option given for subtask(s) {missing}" if missing else
+                         f"options {bad} out of range: the policy has {policy.config.num_options}")
+    params = env.params(task, dense_reward=dense_reward, max_steps=max_steps)
+    option_at_position = jnp.asarray([option_of_subtask[letter] for letter in task], jnp.int32)   # [S]
+    live = jnp.asarray(rules.live_observation_indices())
+    graphdef, state = nnx.split(policy)
+
+    @jax.jit
+    def run(state, key):
+        model = nnx.merge(graphdef, state)
+        # the keys of `option_subtask_success`: on a one-subtask task the two agree episode by episode
+        obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_episodes), params)
+        h_init = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
+        rows = jnp.arange(num_episodes)
+        zeros = jnp.zeros(num_episodes)
+
+        def body(loop, t):
+            obs, env_state, h, option, alive, returns, lengths, success = loop
+            x = model.options.project_observation(jnp.take(obs, live, axis=-1) if model.config.live_inputs else obs)
+            h_cont, log_pi_cont, done_logit = model.options(x, h)
+            h_restart, log_pi_restart, _ = model.options(x, h_init)
+            step_key = jax.random.fold_in(key, t + 1)
+            fires = jax.random.bernoulli(jax.random.fold_in(step_key, 1), jax.nn.sigmoid(done_logit[rows, option]))
+            decision = (t == 0) | fires
+            current = jnp.minimum(env_state.subtask, len(task) - 1)          # subtasks done so far
+            option = jnp.where(decision, option_at_position[current], option)
+            h = jnp.where(decision[:, None, None], h_restart, h_cont)
+            log_pi = jnp.where(decision[:, None], log_pi_restart[rows, option], log_pi_cont[rows, option])
+            action = jax.random.categorical(step_key, log_pi)
+            obs, env_state, reward, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+                key, env_state, action, params)
+            returns = returns + alive * reward
+            lengths = lengths + alive
+            success = success | (alive & done)
+            return (obs, env_state, h, option, alive & ~done, returns, lengths, success), None
+
+        init = (obs, env_state, h_init, jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool), zeros,
+                zeros, jnp.zeros(num_episodes, bool))
+        final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
+        return final[5], final[7], final[6]
+
+    returns, success, lengths = jax.device_get(run(state, key))
+    return RolloutResult(np.asarray(returns), np.asarray(success), np.asarray(lengths))

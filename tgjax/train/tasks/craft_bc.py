@@ -386,7 +386,7 @@ class CraftBCTask:
         return len(self.valid_episodes) > 0
 
     def validation_outputs(self, params, episodes: Episodes, max_episodes: int = 0) -> dict[str, Any]:
-        """`score_episodes` of (the first `max_episodes` of) `episodes` with `params`."""
+        """`score_episodes` of `episodes` (`max_episodes` of them, as many from each task, when set) with `params`."""
         def run(rows):
             return jax.device_get(self._eval_step(params, shd.global_batch(rows, self.run.mesh)))
 
