@@ -143,18 +143,19 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
 
     if kind in ("ocn", "moe"):  # the LSTM and OMPN have no options
         legend = ", ".join(f"{s}={rules.SUBTASK_LETTERS[s]}" for s in subtasks)
+        tables = {}
         for on_done, field, how in (
                 ("reselect", "option_subtask_success", "each option alone, chosen again when its done fires"),
                 ("stop", "option_subtask_success_until_done", "each option alone until its done fires")):
-            table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes, subtasks,
-                                           max_steps=data["max_steps"], on_done=on_done)
+            tables[on_done] = table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes,
+                                                             subtasks, max_steps=data["max_steps"], on_done=on_done)
             report[field] = {"subtasks": list(subtasks), "on_done": on_done, "rows": table.round(4).tolist()}
             say(f"option x subtask success ({how}; {legend}):")
             say("           " + "  ".join(f"{s:>5}" for s in subtasks))
             for i, row in enumerate(table):
                 say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
-            if on_done == "reselect":
-                best_option = {s: int(table[:, j].argmax()) for j, s in enumerate(subtasks)}
+        # each subtask's option for the scripted controller: the one that solves it best, chosen again at done
+        best_option = {s: int(tables["reselect"][:, j].argmax()) for j, s in enumerate(subtasks)}
         report["scripted_controller"] = {}
         for task in scripted_tasks:
             result = scripted_controller_rollout(policy, Craft((task,)), task, best_option,
