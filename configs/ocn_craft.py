@@ -18,8 +18,8 @@ Arguments, comma-separated: "moe", "lstm" or "ompn" (the baselines, same
 recipe; OMPN with n = 3 slots of size H, released-code.md §5.7);
 "cpu" (the README's first run: 400 demonstrations per task, batch 64, 600
 steps); "mid" (the README's second: the thesis' 6000 demonstrations per
-task, batch 128, up to 6000 steps, validation on 600 held-out episodes
-every 250 steps).
+task, batch 128, up to 6000 steps, validation on 600 held-out episodes,
+200 of each task, every 250 steps).
 """
 
 from tgjax.train.tasks.craft_bc import default_config
