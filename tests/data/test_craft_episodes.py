@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tgjax.data.craft_episodes import Episodes, balanced_subset, score_episodes
+from tgjax.data.craft_episodes import Episodes, balanced_subset, make_episodes, score_episodes
 
 
 def test_balanced_subset_by_hand():
@@ -35,7 +35,8 @@ def test_balanced_subset_takes_as_many_from_each_task_as_it_can(sizes, count):
 def test_capped_scoring_sees_every_task():
     n, length = 12, 3
     episodes = Episodes(obs=np.zeros((n, length, 2), np.uint8), actions=np.zeros((n, length), np.int32),
-                        mask=np.ones((n, length), np.float32), task_ids=np.repeat(np.arange(3), 4),
+                        mask=np.ones((n, length), np.float32), target_mask=np.ones((n, length), np.float32),
+                        task_ids=np.repeat(np.arange(3), 4),
                         boundaries=[np.array([1, 1])] * n, kinds=[np.array([0, 1])] * n)
     seen = []
 
@@ -47,3 +48,21 @@ def test_capped_scoring_sees_every_task():
 
     result = score_episodes(run, episodes, batch_size=4, kind="lstm", max_episodes=6)
     assert result["episodes"] == 6 and sorted(seen) == [0, 0, 1, 1, 2, 2]
+
+
+def test_final_done_row_is_read_but_not_a_target_when_switched_off():
+    from tests.data.test_craft_demos import small_demos
+
+    demos = small_demos()                                    # episodes of 3 and 4 rows, DONE last
+    chosen = {"AC": range(2)}
+    live = np.arange(4)
+    kept = make_episodes({"AC": demos}, chosen, 5, live)
+    dropped = make_episodes({"AC": demos}, chosen, 5, live, train_final_done=False)
+    assert kept.target_mask.tolist() == kept.mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]
+    assert dropped.mask.tolist() == kept.mask.tolist()       # the episode's rows, for the segmentation metrics
+    assert dropped.target_mask.tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    assert np.array_equal(dropped.obs, kept.obs) and np.array_equal(dropped.actions, kept.actions)
+    # the batch's loss mask is the target mask; the DONE actions (5) are the ones left out
+    rows = dropped.rows(np.arange(2))
+    assert rows["mask"].tolist() == dropped.target_mask.tolist()
+    assert set(rows["actions"][(dropped.mask - dropped.target_mask) > 0].tolist()) == {5}

@@ -81,6 +81,7 @@ def test_a_file_of_another_task_is_refused(tmp_path, demo_dir):
     ("data.tasks=AA", r"data.tasks.*'get wood', is unreachable"),
     ("model.kind=gru", r"model settings: policy kind 'gru'"),
     ("data.valid_fraction=1.0", r"data.valid_fraction"),
+    ("data.train_final_done=maybe", r"data.train_final_done.*expected true or false"),
 ])
 def test_bad_config_is_named(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):

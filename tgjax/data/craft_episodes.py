@@ -32,12 +32,15 @@ def split_indices(demos: CraftDemos, num_demos: int, valid_fraction: float) -> t
 
 @dataclasses.dataclass
 class Episodes:
-    """Padded episodes: obs [N, T, F] uint8 (live features), actions [N, T] int32, mask [N, T] float32,
-    task_ids [N] int32, boundaries (list of [S] arrays), kinds (list of [S] arrays)."""
+    """Padded episodes: obs [N, T, F] uint8 (live features), actions [N, T] int32, mask [N, T] float32
+    (the episode's rows), target_mask [N, T] float32 (the rows whose action is a training target: the
+    mask, less the final DONE row when it is not trained on), task_ids [N] int32, boundaries (list of [S]
+    arrays), kinds (list of [S] arrays)."""
 
     obs: np.ndarray
     actions: np.ndarray
     mask: np.ndarray
+    target_mask: np.ndarray
     task_ids: np.ndarray
     boundaries: list
     kinds: list
@@ -46,13 +49,17 @@ class Episodes:
         return len(self.task_ids)
 
     def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        return {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.mask[indices],
+        return {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.target_mask[indices],
                 "task_ids": self.task_ids[indices]}
 
 
 def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], length: int,
-                  live: np.ndarray) -> Episodes:
-    """The chosen episodes of every task, padded to `length` rows."""
+                  live: np.ndarray, *, train_final_done: bool = True) -> Episodes:
+    """The chosen episodes of every task, padded to `length` rows.
+
+    `train_final_done=False` leaves each episode's last row (the final observation paired with the
+    bot's DONE) out of `target_mask`: its observation is still read, its action is no target.
+    """
     chosen = [(task_id, demos, i) for task_id, (task, demos) in enumerate(task_demos.items()) for i in indices[task]]
     n = len(chosen)
     obs = np.zeros((n, length, len(live)), np.uint8)
@@ -71,7 +78,10 @@ def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], 
         task_ids[row] = task_id
         boundaries.append(np.asarray(demos.boundaries[i]))
         kinds.append(np.asarray(demos.subtasks))
-    return Episodes(obs, actions, mask, task_ids, boundaries, kinds)
+    target_mask = mask.copy()
+    if not train_final_done:
+        target_mask[np.arange(n), mask.sum(axis=1).astype(np.int64) - 1] = 0.0
+    return Episodes(obs, actions, mask, target_mask, task_ids, boundaries, kinds)
 
 
 def balanced_subset(task_ids: np.ndarray, count: int) -> np.ndarray:

@@ -123,7 +123,8 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     valid = {task: split_indices(d, data["num_demos"], data["valid_fraction"])[1] for task, d in demos.items()}
     live = (rules.live_observation_indices() if checkpoint.model_config.live_inputs
             else list(range(rules.OBS_SIZE)))
-    episodes_valid = make_episodes(demos, valid, data["max_steps"] + 1, live)
+    episodes_valid = make_episodes(demos, valid, data["max_steps"] + 1, live,
+                                   train_final_done=data.get("train_final_done", True))
     started = time.perf_counter()
     report["demonstrations"] = score_episodes(episode_runner(policy), episodes_valid, 64, kind, valid_episodes)
     say(f"held-out demonstrations ({report['demonstrations']['episodes']}): " + ", ".join(

@@ -17,7 +17,11 @@ What it hands the trainer (`tgjax.train.task`):
   file are used: the last `valid_fraction` of them validate (the thesis'
   80/20 split).
 * batches: whole episodes, padded to max_steps + 1 rows (the final DONE
-  row is trained on too, as OMPN's behaviour cloning does), the observation
+  row is trained on too, as OMPN's behaviour cloning does; with
+  `data.train_final_done=False` it is not a target: the thesis' OCN ends
+  a task on the environment's signal, and a DONE imitated at the end of
+  the short training tasks is what an option then says midway through a
+  longer one), the observation
   reduced to its live features (`tgjax.models.ocn.live_observation_indices`)
   and stored as uint8; an epoch's order is a function of (seed, epoch), so
   the position {"epoch", "step"} is all a checkpoint needs; the last
@@ -82,6 +86,8 @@ def default_config() -> ml_collections.ConfigDict:
             valid_fraction=0.2,
             seed=0,                # the bot's seed (task i uses seed + i)
             max_steps=64,          # the episode time limit the demonstrations were made with
+            # the bot's final DONE is a target (OMPN's BC); False: read, not imitated (the environment ends tasks)
+            train_final_done=True,
         ),
         model=dict(kind="ocn", num_options=3, hidden_size=128, depth=2, controller_temperature=10.0,
                    option_temperature=1.0, live_inputs=True, num_slots=3),  # num_slots: OMPN's memory
@@ -132,6 +138,9 @@ def check_config(config) -> None:
         value = config[section][key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
+    if not isinstance(config.data.get("train_final_done", True), bool):
+        raise ConfigError(f"config key 'data.train_final_done' must be True or False, got "
+                          f"{config.data.train_final_done!r}")
     if not 0 < config.data.valid_fraction < 1:
         raise ConfigError(f"config key 'data.valid_fraction' must be in (0, 1), got {config.data.valid_fraction!r}")
     if not config.training.learning_rate > 0:
@@ -285,8 +294,9 @@ class CraftBCTask:
         self.available = {task: len(demos) for task, demos in task_demos.items()}
         live = (live_observation_indices() if self.policy_config.live_inputs else np.arange(rules.OBS_SIZE))
         length = d.max_steps + 1
-        self.train_episodes = make_episodes(task_demos, train_idx, length, live)
-        self.valid_episodes = make_episodes(task_demos, valid_idx, length, live)
+        final_done = bool(d.get("train_final_done", True))  # configs written before the key lack it
+        self.train_episodes = make_episodes(task_demos, train_idx, length, live, train_final_done=final_done)
+        self.valid_episodes = make_episodes(task_demos, valid_idx, length, live, train_final_done=final_done)
         digest = hashlib.sha256()
         for task, demos in task_demos.items():
             digest.update(task.encode())
