@@ -48,6 +48,7 @@ from flax import nnx
 from tgjax.envs import craft_rules as rules
 from tgjax.infer.loading import FamilyCheckpoint, open_family_checkpoint, restore_state_items
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
+from tgjax.nn.ocn import follow_option, option_branches
 
 __all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "option_subtask_success", "rollout",
            "scripted_controller_rollout"]
@@ -157,18 +158,18 @@ def option_subtask_success(policy: OptionControllerPolicy, key: jax.Array, num_e
             x = model.options.project_observation(
                 jnp.take(obs, jnp.asarray(rules.live_observation_indices()), axis=-1)
                 if model.config.live_inputs else obs)
-            h_new, log_pi, done_logit = model.options(x, h)
+            branches = option_branches(model.options, x, h, model.h_o_init[...])
             step_key = jax.random.fold_in(key, t + 1)
             # e_t is read on observation t from the running state, as in `ocn_step`'s "not done" branch
             fires = (t > 0) & jax.random.bernoulli(jax.random.fold_in(step_key, 1),
-                                                   jax.nn.sigmoid(done_logit[:, option]))
+                                                   jax.nn.sigmoid(branches.done_logit[:, option]))
             if on_done == "stop":
                 running = running & ~fires
-            else:  # the option is chosen again: it acts on observation t from its initial state
-                h_new_restart, log_pi_restart, _ = model.options(x, h_init)
-                h_new = jnp.where(fires[:, None, None], h_new_restart, h_new)
-                log_pi = jnp.where(fires[:, None, None], log_pi_restart, log_pi)
-            action = jax.random.categorical(step_key, log_pi[:, option])
+            # "reselect": the option is chosen again, so it acts on observation t from its initial state; the
+            # first step starts from it anyway
+            chosen = (t == 0) | fires if on_done == "reselect" else jnp.broadcast_to(t == 0, (num_episodes,))
+            h_new, log_pi = follow_option(branches, jnp.full(num_episodes, option), chosen)
+            action = jax.random.categorical(step_key, log_pi)
             obs, env_state, _, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
                 key, env_state, action, params)
             success = success | (running & done)
@@ -214,15 +215,14 @@ def scripted_controller_rollout(policy: OptionControllerPolicy, env, task: str, 
         def body(loop, t):
             obs, env_state, h, option, alive, returns, lengths, success = loop
             x = model.options.project_observation(jnp.take(obs, live, axis=-1) if model.config.live_inputs else obs)
-            h_cont, log_pi_cont, done_logit = model.options(x, h)
-            h_restart, log_pi_restart, _ = model.options(x, h_init)
+            branches = option_branches(model.options, x, h, model.h_o_init[...])
             step_key = jax.random.fold_in(key, t + 1)
-            fires = jax.random.bernoulli(jax.random.fold_in(step_key, 1), jax.nn.sigmoid(done_logit[rows, option]))
+            fires = jax.random.bernoulli(jax.random.fold_in(step_key, 1),
+                                         jax.nn.sigmoid(branches.done_logit[rows, option]))
             decision = (t == 0) | fires
             current = jnp.minimum(env_state.subtask, len(task) - 1)          # subtasks done so far
             option = jnp.where(decision, option_at_position[current], option)
-            h = jnp.where(decision[:, None, None], h_restart, h_cont)
-            log_pi = jnp.where(decision[:, None], log_pi_restart[rows, option], log_pi_cont[rows, option])
+            h, log_pi = follow_option(branches, option, decision)
             action = jax.random.categorical(step_key, log_pi)
             obs, env_state, reward, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
                 key, env_state, action, params)

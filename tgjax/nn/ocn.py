@@ -40,7 +40,8 @@ from flax import nnx
 
 from tgjax.nn.params import dense_init, param
 
-__all__ = ["CellBank", "OCNState", "OCNStepOutput", "ocn_step"]
+__all__ = ["CellBank", "OCNState", "OCNStepOutput", "OptionBranches", "follow_option", "ocn_step",
+           "option_branches"]
 
 #: log of a probability that is exactly 0 (finite, so that gradients through the mixtures stay finite)
 NEVER = -1e9
@@ -116,6 +117,45 @@ class OCNStepOutput(NamedTuple):
     log_p_new: jax.Array
 
 
+class OptionBranches(NamedTuple):
+    """Every option's step on one observation from two states: its running state ("not done": h_cont [B, K, H],
+    log_pi_cont [B, K, A], done_logit [B, K], the done read on this observation) and its initial state
+    ("done", the option chosen afresh: h_restart [B, K, H], log_pi_restart [B, K, A])."""
+
+    h_cont: jax.Array
+    log_pi_cont: jax.Array
+    done_logit: jax.Array
+    h_restart: jax.Array
+    log_pi_restart: jax.Array
+
+
+def option_branches(options: CellBank, options_x: jax.Array, h_o: jax.Array, h_o_init: jax.Array
+                    ) -> OptionBranches:
+    """Both branches of every option (one call of the bank over a doubled batch).
+
+    options_x [B, K, H] (`project_observation` of x_t), h_o [B, K, H] (running states), h_o_init [K, H].
+    """
+    batch = h_o.shape[0]
+    h_from = jnp.concatenate([h_o, jnp.broadcast_to(h_o_init, h_o.shape)], axis=0)
+    h_all, log_pi_all, done_logit_all = options(jnp.concatenate([options_x, options_x], axis=0), h_from)
+    return OptionBranches(h_cont=h_all[:batch], log_pi_cont=log_pi_all[:batch], done_logit=done_logit_all[:batch],
+                          h_restart=h_all[batch:], log_pi_restart=log_pi_all[batch:])
+
+
+def follow_option(branches: OptionBranches, option: jax.Array, chosen: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Algorithm 4's step of the options once an option is picked: where the controller has just `chosen`
+    `option` (at a done, or at the start) every option restarts from its initial state, elsewhere every option
+    continues; the action comes from `option`'s branch.
+
+    option [B] int, chosen [B] bool -> (h_o [B, K, H], log_pi [B, A]). The sampling around it (the done's
+    Bernoulli, the controller's choice) is the caller's: each caller keeps its own random streams.
+    """
+    rows = jnp.arange(option.shape[0])
+    h_o = jnp.where(chosen[:, None, None], branches.h_restart, branches.h_cont)
+    log_pi = jnp.where(chosen[:, None], branches.log_pi_restart[rows, option], branches.log_pi_cont[rows, option])
+    return h_o, log_pi
+
+
 def _log_mix(log_weights: jax.Array, log_values: jax.Array) -> jax.Array:
     """log sum_i w_i v_i: log_weights [B, K], log_values [B, K, ...] -> [B, ...]."""
     extra = log_values.ndim - log_weights.ndim
@@ -130,13 +170,9 @@ def ocn_step(options: CellBank, controller: CellBank, options_x: jax.Array, cont
     options_x [B, K, H] and controller_x [B, 1, H]: the cells' `project_observation` of x_t;
     h_o_init [K, H]: the options' initial states h^{o_i}_0.
     """
-    batch = state.h_o.shape[0]
     # the options once from their running states ("not done") and once from their initial states ("done")
-    h_from = jnp.concatenate([state.h_o, jnp.broadcast_to(h_o_init, state.h_o.shape)], axis=0)
-    h_all, log_pi_all, done_logit_all = options(jnp.concatenate([options_x, options_x], axis=0), h_from)
-    h_cont, h_restart = h_all[:batch], h_all[batch:]
-    log_pi_cont, log_pi_restart = log_pi_all[:batch], log_pi_all[batch:]
-    done_logit = done_logit_all[:batch]                                              # [B, K]
+    branches = option_branches(options, options_x, state.h_o, h_o_init)
+    done_logit = branches.done_logit                                                 # [B, K]
 
     h_c_new, log_p_new, _ = controller(controller_x, state.h_c[:, None, :])
     h_c_new, log_p_new = h_c_new[:, 0], log_p_new[:, 0]                              # [B, H], [B, K]
@@ -147,8 +183,8 @@ def ocn_step(options: CellBank, controller: CellBank, options_x: jax.Array, cont
     log_e = jnp.where(forced, 0.0, log_e)
     log_not_e = jnp.where(forced, NEVER, log_not_e)
 
-    log_pi_done = _log_mix(log_p_new, log_pi_restart)                               # [B, A]
-    log_pi_cont = _log_mix(state.log_p, log_pi_cont)                                # [B, A]
+    log_pi_done = _log_mix(log_p_new, branches.log_pi_restart)                      # [B, A]
+    log_pi_cont = _log_mix(state.log_p, branches.log_pi_cont)                       # [B, A]
     log_pi = jnp.logaddexp(log_e[:, None] + log_pi_done, log_not_e[:, None] + log_pi_cont)
     log_p = jnp.logaddexp(log_e[:, None] + log_p_new, log_not_e[:, None] + state.log_p)
     # p_t sums to 1 in exact arithmetic, but s_t = sum p_t follows s_t ~ e + (1 - e) s_{t-1}^2 around 1: an
@@ -158,6 +194,6 @@ def ocn_step(options: CellBank, controller: CellBank, options_x: jax.Array, cont
 
     e = jnp.exp(log_e)
     h_c = e[:, None] * h_c_new + (1 - e[:, None]) * state.h_c
-    h_o = e[:, None, None] * h_restart + (1 - e[:, None, None]) * h_cont
+    h_o = e[:, None, None] * branches.h_restart + (1 - e[:, None, None]) * branches.h_cont
     new_state = OCNState(h_c=h_c, log_p=log_p, h_o=h_o, first=jnp.zeros_like(state.first))
     return new_state, OCNStepOutput(log_pi=log_pi, log_done=log_e, log_p=log_p, log_p_new=log_p_new)

@@ -58,7 +58,7 @@ from flax import nnx
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
 from tgjax.models.parts import count_parameters
-from tgjax.nn.ocn import CellBank
+from tgjax.nn.ocn import CellBank, follow_option, option_branches
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
 from tgjax.train.task import RunContext
 from tgjax.train.tasks.craft_ppo import CraftPPOTask, check_ppo_config, evaluation_episodes, ppo_update, rollout_metrics
@@ -219,29 +219,20 @@ class PPOOptionsTask(CraftPPOTask):
 
     # -- the iteration ---------------------------------------------------------------------
 
-    def _options_step(self, options: CellBank, h_o_init, x, h_o):
-        """Both option branches: (h_cont, log_pi_cont, done_logit, h_restart, log_pi_restart)."""
-        projection = options.project_observation(x)
-        h_cont, log_pi_cont, done_logit = options(projection, h_o)
-        h_rs, log_pi_rs, _ = options(projection, jnp.broadcast_to(h_o_init, h_o.shape))
-        return h_cont, log_pi_cont, done_logit, h_rs, log_pi_rs
-
     def _act(self, policy, controller, carry, key):
         """One environment step of every environment (module docstring); returns the new carry and the record."""
         env_state, obs, h_c, h_o, option, first = carry
         x = jnp.take(obs, self.live, axis=-1)
-        h_cont, log_pi_cont, done_logit, h_rs, log_pi_rs = self._options_step(policy.options,
-                                                                                policy.h_o_init[...], x, h_o)
+        branches = option_branches(policy.options, policy.options.project_observation(x), h_o, policy.h_o_init[...])
         rows = jnp.arange(x.shape[0])
         k_done, k_option, k_action, k_env = jax.random.split(key, 4)
-        fires = jax.random.bernoulli(k_done, jax.nn.sigmoid(done_logit[rows, option]))
+        fires = jax.random.bernoulli(k_done, jax.nn.sigmoid(branches.done_logit[rows, option]))
         decision = first | fires | self.always_decide
         h_from = jnp.where(first[:, None], controller.h_init[...][None], h_c)
         h_c_new, log_p, value = controller(x, h_from)
         new_option = jnp.where(decision, jax.random.categorical(k_option, log_p), option)
         h_c = jnp.where(decision[:, None], h_c_new, h_from)
-        h_o = jnp.where(decision[:, None, None], h_rs, h_cont)
-        log_pi = jnp.where(decision[:, None], log_pi_rs[rows, new_option], log_pi_cont[rows, new_option])
+        h_o, log_pi = follow_option(branches, new_option, decision)
         action = jax.random.categorical(k_action, log_pi)
         obs_next, env_state, reward, terminated, truncated, info = self.step_envs(k_env, env_state, action)
         done = terminated | truncated
