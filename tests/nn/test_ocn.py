@@ -17,7 +17,7 @@ from tgjax.models.ocn import (
     OptionControllerPolicy,
     live_observation_indices,
 )
-from tgjax.nn.ocn import CellBank
+from tgjax.nn.ocn import CellBank, OptionBranches, follow_option
 
 
 def oracle_cell(params: dict, k: int, x: np.ndarray, h: np.ndarray, depth: int, tau: float):
@@ -155,3 +155,18 @@ def test_option_mixture_stays_normalised_over_long_episodes():
     assert np.all(np.isfinite(np.asarray(out.log_pi)))
     np.testing.assert_allclose(np.exp(np.asarray(out.log_p)).sum(-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(np.exp(np.asarray(out.log_pi)).sum(-1), 1.0, atol=1e-5)
+
+
+def test_follow_option_restarts_where_chosen_and_reads_the_picked_option():
+    # distinct values per (row, option) so that a wrong row, option or branch shows
+    B, K, H, A = 3, 2, 4, 5
+    rng = np.random.default_rng(0)
+    branches = OptionBranches(*(jnp.asarray(rng.normal(size=shape)) for shape in
+                                ((B, K, H), (B, K, A), (B, K), (B, K, H), (B, K, A))))
+    option, chosen = jnp.array([1, 0, 1]), jnp.array([True, False, False])
+    h_o, log_pi = follow_option(branches, option, chosen)
+    np.testing.assert_array_equal(h_o[0], branches.h_restart[0])          # every option restarts at a choice
+    np.testing.assert_array_equal(h_o[1:], branches.h_cont[1:])
+    np.testing.assert_array_equal(log_pi[0], branches.log_pi_restart[0, 1])
+    np.testing.assert_array_equal(log_pi[1], branches.log_pi_cont[1, 0])
+    np.testing.assert_array_equal(log_pi[2], branches.log_pi_cont[2, 1])
