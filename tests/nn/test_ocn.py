@@ -170,3 +170,11 @@ def test_follow_option_restarts_where_chosen_and_reads_the_picked_option():
     np.testing.assert_array_equal(log_pi[0], branches.log_pi_restart[0, 1])
     np.testing.assert_array_equal(log_pi[1], branches.log_pi_cont[1, 0])
     np.testing.assert_array_equal(log_pi[2], branches.log_pi_cont[2, 1])
+
+
+@pytest.mark.parametrize("std", [0.1, 1.0])
+def test_per_task_controller_states_start_at_the_configured_scale(std):
+    policy = OptionControllerPolicy(CraftPolicyConfig(num_tasks=64, hidden_size=64, task_state_init_std=std),
+                                    rngs=nnx.Rngs(0))
+    rows = np.asarray(policy.h_c_init[...])                 # 4096 draws of N(0, std^2)
+    assert abs(rows.std() / std - 1.0) < 0.05 and abs(rows.mean()) < 0.05 * std

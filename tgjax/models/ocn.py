@@ -64,6 +64,7 @@ class CraftPolicyConfig:
     num_slots: int = 3             # n, memory slots (ompn)
     controller_temperature: float = 10.0
     option_temperature: float = 1.0
+    task_state_init_std: float = 0.1   # OCN: std of the per-task h^c_0 rows at initialisation
     num_actions: int = rules.NUM_ACTIONS
     live_inputs: bool = True
     full_view: bool = False
@@ -76,6 +77,8 @@ class CraftPolicyConfig:
                 raise ValueError(f"policy {name} must be >= 1, got {getattr(self, name)}")
         if self.controller_temperature <= 0 or self.option_temperature <= 0:
             raise ValueError("policy temperatures must be > 0")
+        if self.task_state_init_std < 0:
+            raise ValueError(f"policy task_state_init_std must be >= 0, got {self.task_state_init_std}")
 
     @property
     def input_size(self) -> int:
@@ -118,7 +121,8 @@ class OptionControllerPolicy(nnx.Module):
                                 temperature=config.option_temperature, rngs=rngs)
         self.controller = CellBank(1, X, H, K, depth=config.depth, temperature=config.controller_temperature,
                                    rngs=rngs)
-        self.h_c_init = param(rngs, nnx.initializers.normal(0.1), (config.num_tasks, H), ("tasks", "hidden"))
+        self.h_c_init = param(rngs, nnx.initializers.normal(config.task_state_init_std), (config.num_tasks, H),
+                              ("tasks", "hidden"))
         self.h_o_init = param(rngs, nnx.initializers.zeros, (K, H), ("cells", "hidden"))
 
     def init_carry(self, task_ids: jax.Array) -> OCNState:
