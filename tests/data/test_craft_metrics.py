@@ -13,6 +13,7 @@ from tgjax.data.craft_metrics import (
     boundary_f1,
     decode_segments,
     normalized_mutual_info,
+    option_usage,
     predicted_boundaries,
     segmentation_metrics,
 )
@@ -82,3 +83,32 @@ def test_segmentation_metrics_by_hand():
     assert result["f1_tol1"] == pytest.approx(1.0)
     assert result["align_acc"] == pytest.approx(5 / 6)
     assert result["nmi"] == pytest.approx(1.0)
+
+
+def test_option_usage_by_hand():
+    # episode 1: 5 action steps, subtasks wood (9) for steps 0-1 and iron (7) for 2-4; options 0 0 | 1 1 0
+    # episode 2: 4 steps, iron for 0-2 then nothing counted after the last boundary (step 3); options 1 1 1 | 2
+    episodes = [(np.array([1, 4]), np.zeros(6), np.array([0, 0, 1, 1, 0]), np.array([9, 7])),
+                (np.array([2]), np.zeros(5), np.array([1, 1, 1, 2]), np.array([7]))]
+    usage = option_usage(episodes, num_options=3)
+    assert sorted(usage) == [7, 9]
+    np.testing.assert_allclose(usage[9], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(usage[7], [1 / 6, 5 / 6, 0.0])     # iron: steps 2-4 of episode 1, 0-2 of episode 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_one_option_per_kind_is_a_permutation_table_and_nmi_one(seed):
+    rng = np.random.default_rng(seed)
+    option_of_kind = {7: 2, 8: 0, 9: 1}
+    episodes = []
+    for _ in range(4):
+        kinds = rng.permutation([7, 8, 9])[:2]
+        boundaries = np.sort(rng.choice(np.arange(1, 12), 2, replace=False))
+        options = np.concatenate([np.full(boundaries[0] + 1, option_of_kind[kinds[0]]),
+                                  np.full(boundaries[1] - boundaries[0], option_of_kind[kinds[1]])])
+        episodes.append((boundaries, rng.random(boundaries[1] + 2), options, kinds))
+    usage = option_usage(episodes, num_options=3)
+    for kind, row in usage.items():
+        assert row[option_of_kind[kind]] == 1.0 and row.sum() == 1.0
+    assert segmentation_metrics(episodes)["nmi"] > 0.999 or len(usage) == 1

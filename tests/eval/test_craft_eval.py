@@ -111,6 +111,9 @@ def test_eval_craft_end_to_end(tmp_path):
     for task, result in report["rollouts"].items():
         assert 0 <= result["success_rate"] <= 1 and 0 <= result["return"] <= len(task)
     assert np.array(report["option_subtask_success"]["rows"]).shape == (3, 2)
+    usage = np.array(report["option_usage"]["rows"])            # options x the subtasks of AC and CD
+    assert report["option_usage"]["subtasks"] == ["A", "C", "D"] and usage.shape == (3, 3)
+    np.testing.assert_allclose(usage.sum(axis=0), 1.0, atol=1e-3)
     assert report["option_subtask_success"]["on_done"] == "reselect"
     assert np.array(report["option_subtask_success_until_done"]["rows"]).shape == (3, 2)
     assert list(report["scripted_controller"]) == ["CA"]

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from tgjax.data.craft_demos import CraftDemoError, CraftDemos
-from tgjax.data.craft_metrics import segmentation_metrics
+from tgjax.data.craft_metrics import option_usage, segmentation_metrics
 
 
 def split_indices(demos: CraftDemos, num_demos: int, valid_fraction: float) -> tuple[range, range]:
@@ -100,14 +100,16 @@ def balanced_subset(task_ids: np.ndarray, count: int) -> np.ndarray:
     return np.sort(order[:count])
 
 
-def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_episodes: int = 0) -> dict:
+def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_episodes: int = 0,
+                   num_options: int = 0) -> dict:
     """NLL per step, action accuracy and (kind "ocn") F1 tol 0/1, task alignment and NMI, ("moe") NMI, or
     ("ompn") F1 tol 0/1 and task alignment (the boundary score is OMPN's expected expansion position; its
     pointer slot is not an option, so no NMI).
 
     `run(rows)` takes `batch_size` rows of `Episodes.rows` and returns NumPy (sum of -log pi over the mask,
     correct argmax actions, real steps, log done probabilities [B, T], the option in use [B, T]); the last
-    batch is filled by repeating rows, which its mask then leaves out.
+    batch is filled by repeating rows, which its mask then leaves out. With `num_options` (ocn, moe) the
+    result also has "option_usage" (`tgjax.data.craft_metrics.option_usage`, keyed by kind id).
     """
     chosen = (np.arange(len(episodes)) if not max_episodes or max_episodes >= len(episodes)
               else balanced_subset(episodes.task_ids, max_episodes))
@@ -133,4 +135,6 @@ def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_epis
             result.update({k: v for k, v in metrics.items() if k != "nmi"})
         else:  # MoE has no done signal: only the option usage is meaningful
             result["nmi"] = metrics["nmi"]
+        if num_options and kind in ("ocn", "moe"):
+            result["option_usage"] = option_usage(segmentation, num_options)
     return result

@@ -22,6 +22,10 @@ the actions at steps `true_boundaries` [S] (ascending; the last is T - 1):
   time steps (the arithmetic normalisation; 1 when both are constant), here
   between the option in use (argmax of the mixture p_t) and the true
   subtask's kind.
+* `option_usage`: the contingency table behind that NMI, read by subtask:
+  for each subtask kind, the share of its steps in which each option was
+  in use. One option taking every kind is a collapse; one per kind is the
+  thesis' specialisation.
 """
 
 from __future__ import annotations
@@ -80,6 +84,26 @@ def normalized_mutual_info(a: np.ndarray, b: np.ndarray) -> float:
     return float(max(mutual, 0.0) / ((h_a + h_b) / 2))
 
 
+def _option_and_kind_per_step(true: np.ndarray, length: int, options: np.ndarray, kinds: np.ndarray
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """(option in use, true subtask kind) at each of an episode's `length` action steps inside a subtask."""
+    gold = decode_segments(true, length)
+    inside = gold >= 0
+    return np.asarray(options)[:length][inside], np.asarray(kinds)[gold[inside]]
+
+
+def option_usage(episodes, num_options: int) -> dict[int, np.ndarray]:
+    """kind id -> [num_options] shares (summing to 1) of that subtask's action steps in which each option was
+    in use, pooled over `episodes` given as for `segmentation_metrics`."""
+    counts: dict[int, np.ndarray] = {}
+    for true, scores, options, kinds in episodes:
+        used, wanted = _option_and_kind_per_step(np.asarray(true), len(scores) - 1, options, kinds)
+        for kind in np.unique(wanted):
+            row = counts.setdefault(int(kind), np.zeros(num_options))
+            row += np.bincount(used[wanted == kind], minlength=num_options)[:num_options]
+    return {kind: row / row.sum() for kind, row in counts.items()}
+
+
 def segmentation_metrics(episodes) -> dict[str, float]:
     """Pooled metrics of episodes given as (true_boundaries [S], done_scores [T + 1], options [T], kinds [S]).
 
@@ -96,12 +120,11 @@ def segmentation_metrics(episodes) -> dict[str, float]:
         predicted = predicted_boundaries(scores, len(true))
         for tolerance in f1:
             f1[tolerance].append(boundary_f1(true, predicted, tolerance))
-        gold = decode_segments(true, length)
-        correct += int(np.sum(decode_segments(predicted, length) == gold))
+        correct += int(np.sum(decode_segments(predicted, length) == decode_segments(true, length)))
         total += length
-        inside = gold >= 0
-        used.append(np.asarray(options)[:length][inside])
-        wanted.append(np.asarray(kinds)[gold[inside]])
+        option_of_step, kind_of_step = _option_and_kind_per_step(true, length, options, kinds)
+        used.append(option_of_step)
+        wanted.append(kind_of_step)
     if not total:
         return {"f1_tol0": float("nan"), "f1_tol1": float("nan"), "align_acc": float("nan"), "nmi": float("nan"),
                 "episodes": 0}

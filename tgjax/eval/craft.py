@@ -7,6 +7,8 @@ For the policy of W's best checkpoint (lowest validation NLL; `--step`):
   tolerance 0 and 1, task alignment accuracy and NMI between the option in
   use and the subtask (`tgjax.data.craft_metrics`); NMI for MoE; F1 and
   task alignment for OMPN (boundaries from its expected expansion position);
+  for OCN / MoE the share of each subtask's steps spent in each option
+  (the table behind the NMI: one column-dominating option is a collapse);
 * in the environment: success rate, return and episode length of
   `--episodes` sampled episodes per training task;
 * for OCN / MoE: the option x subtask success table (thesis Table 5.2:
@@ -126,10 +128,22 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     episodes_valid = make_episodes(demos, valid, data["max_steps"] + 1, live,
                                    train_final_done=data.get("train_final_done", True))
     started = time.perf_counter()
-    report["demonstrations"] = score_episodes(episode_runner(policy), episodes_valid, 64, kind, valid_episodes)
-    say(f"held-out demonstrations ({report['demonstrations']['episodes']}): " + ", ".join(
-        f"{k} {v:.4f}" for k, v in report["demonstrations"].items() if k != "episodes")
-        + f" ({time.perf_counter() - started:.0f} s)")
+    num_options = checkpoint.model_config.num_options if kind in ("ocn", "moe") else 0
+    scores = score_episodes(episode_runner(policy), episodes_valid, 64, kind, valid_episodes, num_options=num_options)
+    usage = scores.pop("option_usage", None)
+    report["demonstrations"] = scores
+    say(f"held-out demonstrations ({scores['episodes']}): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in scores.items() if k != "episodes") + f" ({time.perf_counter() - started:.0f} s)")
+    if usage:
+        letter_of_kind = {rules.KIND[name]: letter for letter, name in rules.SUBTASK_LETTERS.items()}
+        kinds = sorted(usage, key=lambda k: letter_of_kind[k])
+        letters = [letter_of_kind[k] for k in kinds]
+        report["option_usage"] = {"subtasks": letters, "rows": [
+            [round(float(usage[k][i]), 4) for k in kinds] for i in range(num_options)]}
+        say("option in use (argmax p_t) on the held-out demonstrations, share of each subtask's steps:")
+        say("           " + "  ".join(f"{s:>5}" for s in letters))
+        for i, row in enumerate(report["option_usage"]["rows"]):
+            say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
 
     # the environment
     env = Craft(tuple(tasks))
