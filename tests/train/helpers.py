@@ -38,11 +38,14 @@ def train_losses(workdir: Path) -> dict[int, float]:
 def assert_resumes_bit_identically(make_config: Callable, workdir: Path, *, stop_after_step: int,
                                    num_steps: int) -> None:
     """Train `make_config()` whole in workdir/whole, and stopped after `stop_after_step` then resumed in
-    workdir/parts: the training losses (logging.interval_steps=1) must be the same, step for step."""
+    workdir/parts: the training losses (logging.interval_steps=1) must be the same, step for step, and the
+    second part must have resumed (each step trained once, no checkpoint set aside): a deterministic run
+    that silently starts again from step 0 would give the same losses."""
     from tgjax.train.loop import train
 
     train(make_config(), workdir / "whole", quiet=True)
     train(make_config(), workdir / "parts", stop_after_step=stop_after_step, quiet=True)
-    train(make_config(), workdir / "parts", quiet=True)
+    resumed = train(make_config(), workdir / "parts", quiet=True)
+    assert resumed.start_step == stop_after_step and not resumed.checkpoint_problems, resumed.checkpoint_problems
     whole = train_losses(workdir / "whole")
     assert whole == train_losses(workdir / "parts") and len(whole) == num_steps

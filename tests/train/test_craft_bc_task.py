@@ -45,7 +45,8 @@ def test_stop_and_resume_is_bit_identical(tmp_path, demo_dir, kind):
     parts = tmp_path / "parts"
     first = train(small_config(demo_dir, f"model.kind={kind}"), parts, stop_after_step=4, quiet=True)
     assert first.final_step == 4
-    train(small_config(demo_dir, f"model.kind={kind}"), parts, quiet=True)
+    resumed = train(small_config(demo_dir, f"model.kind={kind}"), parts, quiet=True)
+    assert resumed.start_step == 4 and not resumed.checkpoint_problems
     losses_whole, valid_whole = _losses(whole)
     losses_parts, _ = _losses(parts)
     assert losses_whole == losses_parts and len(losses_whole) == 8

@@ -231,7 +231,9 @@ class CraftPPOTask:
 
 
 class _NoBatches:
-    """The rollout makes its own data: the trainer's iterator yields empty batches, position {"step"}."""
+    """The rollout makes its own data: the trainer's iterator yields empty batches. Its position is the
+    trainer's {"epoch", "step"} (epoch always 0), which the checkpoint store checks on restore: with
+    {"step"} alone every PPO checkpoint was refused as corrupt and the run started again from step 0."""
 
     def __init__(self, position):
         self.step = int(position["step"]) if position else 0
@@ -243,5 +245,5 @@ class _NoBatches:
         self.step += 1
         return {}
 
-    def get_state(self):
-        return {"step": self.step}
+    def get_state(self) -> dict[str, int]:
+        return {"epoch": 0, "step": self.step}
