@@ -28,6 +28,11 @@ against the slow NumPy oracle in tests/nn/test_ocn.py):
   e_t = 1 at every step: the MoE baseline (options that run one step).
   Mixtures are computed in log space (logsumexp) so that a confident option
   does not underflow.
+* `option_branches` evaluates every option on one observation from both
+  states (the two branches above); `follow_option` is Algorithm 4's sampled
+  version of the step, used by every rollout (PPO in option space, the
+  option x subtask table, the scripted controller): one option is picked,
+  and the options restart where it was just chosen and continue elsewhere.
 """
 
 from __future__ import annotations
