@@ -84,12 +84,12 @@ def normalized_mutual_info(a: np.ndarray, b: np.ndarray) -> float:
     return float(max(mutual, 0.0) / ((h_a + h_b) / 2))
 
 
-def _option_and_kind_per_step(true: np.ndarray, length: int, options: np.ndarray, kinds: np.ndarray
+def _option_and_kind_per_step(gold: np.ndarray, options: np.ndarray, kinds: np.ndarray
                               ) -> tuple[np.ndarray, np.ndarray]:
-    """(option in use, true subtask kind) at each of an episode's `length` action steps inside a subtask."""
-    gold = decode_segments(true, length)
+    """(option in use, true subtask kind) at each action step inside a subtask; gold [T] is the episode's
+    `decode_segments` of its true boundaries."""
     inside = gold >= 0
-    return np.asarray(options)[:length][inside], np.asarray(kinds)[gold[inside]]
+    return np.asarray(options)[:len(gold)][inside], np.asarray(kinds)[gold[inside]]
 
 
 def option_usage(episodes, num_options: int) -> dict[int, np.ndarray]:
@@ -97,7 +97,7 @@ def option_usage(episodes, num_options: int) -> dict[int, np.ndarray]:
     in use, pooled over `episodes` given as for `segmentation_metrics`."""
     counts: dict[int, np.ndarray] = {}
     for true, scores, options, kinds in episodes:
-        used, wanted = _option_and_kind_per_step(np.asarray(true), len(scores) - 1, options, kinds)
+        used, wanted = _option_and_kind_per_step(decode_segments(true, len(scores) - 1), options, kinds)
         for kind in np.unique(wanted):
             row = counts.setdefault(int(kind), np.zeros(num_options))
             row += np.bincount(used[wanted == kind], minlength=num_options)[:num_options]
@@ -120,9 +120,10 @@ def segmentation_metrics(episodes) -> dict[str, float]:
         predicted = predicted_boundaries(scores, len(true))
         for tolerance in f1:
             f1[tolerance].append(boundary_f1(true, predicted, tolerance))
-        correct += int(np.sum(decode_segments(predicted, length) == decode_segments(true, length)))
+        gold = decode_segments(true, length)
+        correct += int(np.sum(decode_segments(predicted, length) == gold))
         total += length
-        option_of_step, kind_of_step = _option_and_kind_per_step(true, length, options, kinds)
+        option_of_step, kind_of_step = _option_and_kind_per_step(gold, options, kinds)
         used.append(option_of_step)
         wanted.append(kind_of_step)
     if not total:

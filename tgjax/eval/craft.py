@@ -128,7 +128,7 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     episodes_valid = make_episodes(demos, valid, data["max_steps"] + 1, live,
                                    train_final_done=data.get("train_final_done", True))
     started = time.perf_counter()
-    num_options = checkpoint.model_config.num_options if kind in ("ocn", "moe") else 0
+    num_options = checkpoint.model_config.num_options
     scores = score_episodes(episode_runner(policy), episodes_valid, 64, kind, valid_episodes, num_options=num_options)
     usage = scores.pop("option_usage", None)
     report["demonstrations"] = scores
