@@ -111,4 +111,4 @@ def test_one_option_per_kind_is_a_permutation_table_and_nmi_one(seed):
     usage = option_usage(episodes, num_options=3)
     for kind, row in usage.items():
         assert row[option_of_kind[kind]] == 1.0 and row.sum() == 1.0
-    assert segmentation_metrics(episodes)["nmi"] > 0.999 or len(usage) == 1
+    assert segmentation_metrics(episodes)["nmi"] > 0.999   # every episode shows two kinds
