@@ -178,3 +178,22 @@ def test_per_task_controller_states_start_at_the_configured_scale(std):
                                     rngs=nnx.Rngs(0))
     rows = np.asarray(policy.h_c_init[...])                 # 4096 draws of N(0, std^2)
     assert abs(rows.std() / std - 1.0) < 0.05 and abs(rows.mean()) < 0.05 * std
+
+
+@pytest.mark.parametrize("bias", [0.0, -4.0])
+def test_options_done_bias_starts_at_the_configured_value(bias):
+    """`option_done_bias_init` sets b_e of every option at the start: the done probability of a fresh policy on
+    real-scale observations is sigma(b_e + w_e . hbar), about 1/2 at 0 and below sigma(-4 + |w_e . hbar|) at -4."""
+    from tgjax.train.tasks.craft_bc import default_config, policy_config
+
+    config = default_config()
+    config.model.option_done_bias_init = bias
+    policy = OptionControllerPolicy(policy_config(config, num_tasks=3), rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(np.asarray(policy.options.b_e[...]), bias)
+    obs = jax.random.bernoulli(jax.random.key(1), 0.1, (8, 12, 1075)).astype(jnp.float32)
+    out = nnx.jit(lambda m, o: m(o, jnp.zeros(8, jnp.int32)))(policy, obs)
+    done = np.exp(np.asarray(out.log_done)[:, 1:])          # step 1 is the "done" branch by definition
+    if bias == 0.0:
+        assert 0.3 < np.median(done) < 0.7
+    else:
+        assert np.median(done) < 0.1

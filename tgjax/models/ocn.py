@@ -65,6 +65,7 @@ class CraftPolicyConfig:
     controller_temperature: float = 10.0
     option_temperature: float = 1.0
     task_state_init_std: float = 0.1   # OCN: std of the per-task h^c_0 rows at initialisation
+    option_done_bias_init: float = 0.0  # OCN: b_e of every option's done head at initialisation (e = σ(b_e) at 0)
     num_actions: int = rules.NUM_ACTIONS
     live_inputs: bool = True
     full_view: bool = False
@@ -124,6 +125,9 @@ class OptionControllerPolicy(nnx.Module):
         self.h_c_init = param(rngs, nnx.initializers.normal(config.task_state_init_std), (config.num_tasks, H),
                               ("tasks", "hidden"))
         self.h_o_init = param(rngs, nnx.initializers.zeros, (K, H), ("cells", "hidden"))
+        # the thesis does not say how the done head starts; 0 (e ≈ 1/2: options hand back about every other step
+        # at first) unless `option_done_bias_init` says otherwise (negative: options that run longer at first)
+        self.options.b_e[...] = jnp.full((K,), config.option_done_bias_init, self.options.b_e[...].dtype)
 
     def init_carry(self, task_ids: jax.Array) -> OCNState:
         batch = task_ids.shape[0]

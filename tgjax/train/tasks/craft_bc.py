@@ -91,7 +91,8 @@ def default_config() -> ml_collections.ConfigDict:
         ),
         model=dict(kind="ocn", num_options=3, hidden_size=128, depth=2, controller_temperature=10.0,
                    option_temperature=1.0, live_inputs=True, num_slots=3,  # num_slots: OMPN's memory
-                   task_state_init_std=0.1),  # OCN's per-task controller state h^c_0 ~ N(0, std^2) at the start
+                   task_state_init_std=0.1,   # OCN's per-task controller state h^c_0 ~ N(0, std^2) at the start
+                   option_done_bias_init=0.0),  # OCN: the options' done-head bias at the start (e = σ(b_e))
         training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
         evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
         checkpointing=dict(interval_steps=200, max_to_keep=3, keep_best=1, async_save=True, checksums=False,
@@ -124,7 +125,8 @@ def policy_config(config, num_tasks: int) -> CraftPolicyConfig:
                              controller_temperature=m.controller_temperature,
                              option_temperature=m.option_temperature, live_inputs=m.live_inputs,
                              num_slots=m.get("num_slots", 3),  # configs written before OMPN lack it
-                             task_state_init_std=m.get("task_state_init_std", 0.1))
+                             task_state_init_std=m.get("task_state_init_std", 0.1),
+                             option_done_bias_init=m.get("option_done_bias_init", 0.0))
 
 
 def check_config(config) -> None:
