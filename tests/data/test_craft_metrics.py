@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tgjax.data.craft_metrics import (
     boundary_f1,
     decode_segments,
+    nll_by_subtask,
     normalized_mutual_info,
     option_usage,
     predicted_boundaries,
@@ -94,6 +95,19 @@ def test_option_usage_by_hand():
     assert sorted(usage) == [7, 9]
     np.testing.assert_allclose(usage[9], [1.0, 0.0, 0.0])
     np.testing.assert_allclose(usage[7], [1 / 6, 5 / 6, 0.0])     # iron: steps 2-4 of episode 1, 0-2 of episode 2
+
+
+def test_nll_by_subtask_by_hand():
+    # episode 1: rows 0-5 (5 actions, subtasks done at steps 1 and 4, then the final DONE row 5), NLL 1..6;
+    # episode 2: rows 0-3 (one subtask done at step 2, DONE row 3 not a target), NLL 10, 20, 30, 40
+    episodes = [(np.array([1, 4]), np.arange(1.0, 7.0), np.ones(6, bool)),
+                (np.array([2]), np.array([10.0, 20.0, 30.0, 40.0]), np.array([True, True, True, False]))]
+    result = nll_by_subtask(episodes)
+    # 1st subtask: rows 0-1 of episode 1 and rows 0-2 of episode 2; 2nd: rows 2-4 of episode 1; after: row 5
+    assert result["nll_by_subtask"] == pytest.approx([(1 + 2 + 10 + 20 + 30) / 5, (3 + 4 + 5) / 3])
+    assert result["nll_after_subtasks"] == pytest.approx(6.0)
+    no_done = nll_by_subtask([(np.array([1, 4]), np.arange(1.0, 7.0), np.arange(6) < 5)])
+    assert no_done["nll_after_subtasks"] is None and no_done["nll_by_subtask"] == pytest.approx([1.5, 4.0])
 
 
 @settings(max_examples=30, deadline=None)

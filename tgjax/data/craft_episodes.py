@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from tgjax.data.craft_demos import CraftDemoError, CraftDemos
-from tgjax.data.craft_metrics import option_usage, segmentation_metrics
+from tgjax.data.craft_metrics import nll_by_subtask, option_usage, segmentation_metrics
 
 
 def split_indices(demos: CraftDemos, num_demos: int, valid_fraction: float) -> tuple[range, range]:
@@ -106,27 +106,31 @@ def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_epis
     ("ompn") F1 tol 0/1 and task alignment (the boundary score is OMPN's expected expansion position; its
     pointer slot is not an option, so no NMI).
 
-    `run(rows)` takes `batch_size` rows of `Episodes.rows` and returns NumPy (sum of -log pi over the mask,
-    correct argmax actions, real steps, log done probabilities [B, T], the option in use [B, T]); the last
-    batch is filled by repeating rows, which its mask then leaves out. With `num_options` (ocn, moe) the
-    result also has "option_usage" (`tgjax.data.craft_metrics.option_usage`, keyed by kind id).
+    `run(rows)` takes `batch_size` rows of `Episodes.rows` and returns NumPy (-log pi of each row's action
+    [B, T], correct argmax actions over the mask, real steps, log done probabilities [B, T], the option in
+    use [B, T]); the last batch is filled by repeating rows, which its mask then leaves out. Every kind also
+    gets the NLL by position in the task (`tgjax.data.craft_metrics.nll_by_subtask`). With `num_options`
+    (ocn, moe) the result also has "option_usage" (`tgjax.data.craft_metrics.option_usage`, keyed by kind id).
     """
     chosen = (np.arange(len(episodes)) if not max_episodes or max_episodes >= len(episodes)
               else balanced_subset(episodes.task_ids, max_episodes))
     n = len(chosen)
     total = correct = count = 0.0
-    segmentation = []
+    segmentation, step_nll = [], []
     for start in range(0, n, batch_size):
         indices = chosen[start:start + batch_size]
         rows = episodes.rows(np.resize(indices, batch_size))
         rows["mask"][len(indices):] = 0.0
-        t, c, k, log_done, options = run(rows)
-        total, correct, count = total + float(t), correct + float(c), count + float(k)
+        nll, c, k, log_done, options = run(rows)
+        total += float(np.sum(rows["mask"] * nll))
+        correct, count = correct + float(c), count + float(k)
         for row, index in enumerate(indices):
             length = int(episodes.mask[index].sum())
             segmentation.append((episodes.boundaries[index], np.exp(log_done[row, :length]),
                                  options[row, :length - 1], episodes.kinds[index]))
-    result = {"nll": total / max(count, 1.0), "action_accuracy": correct / max(count, 1.0), "episodes": n}
+            step_nll.append((episodes.boundaries[index], nll[row, :length], rows["mask"][row, :length] > 0))
+    result = {"nll": total / max(count, 1.0), "action_accuracy": correct / max(count, 1.0), "episodes": n,
+              **nll_by_subtask(step_nll)}
     if kind != "lstm":
         metrics = segmentation_metrics(segmentation)
         if kind == "ocn":

@@ -104,6 +104,27 @@ def option_usage(episodes, num_options: int) -> dict[int, np.ndarray]:
     return {kind: row / row.sum() for kind, row in counts.items()}
 
 
+def nll_by_subtask(episodes) -> dict[str, list[float] | float | None]:
+    """The NLL per step pooled by position in the task: episodes given as (true_boundaries [S], nll [T + 1]
+    (-log pi of each row's action, the final DONE row last), targets [T + 1] bool (the rows that are training
+    targets)). Returns {"nll_by_subtask": [mean over the target steps of the 1st, 2nd, ... subtask],
+    "nll_after_subtasks": mean over the target rows after the last subtask (the final DONE) or None}.
+
+    Where the likelihood is lost tells a task-blind option that cannot know its first target (the 1st subtask)
+    from one that also misses what the inventory says about the next."""
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for true, nll, targets in episodes:
+        segment = decode_segments(true, len(nll))       # -1: after the last boundary
+        for index in np.unique(segment[targets]):
+            chosen = targets & (segment == index)
+            sums[int(index)] = sums.get(int(index), 0.0) + float(np.sum(nll[chosen]))
+            counts[int(index)] = counts.get(int(index), 0) + int(chosen.sum())
+    positions = sorted(i for i in counts if i >= 0)
+    return {"nll_by_subtask": [sums[i] / counts[i] for i in positions],
+            "nll_after_subtasks": sums[-1] / counts[-1] if -1 in counts else None}
+
+
 def segmentation_metrics(episodes) -> dict[str, float]:
     """Pooled metrics of episodes given as (true_boundaries [S], done_scores [T + 1], options [T], kinds [S]).
 

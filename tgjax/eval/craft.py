@@ -3,7 +3,9 @@
 For the policy of W's best checkpoint (lowest validation NLL; `--step`):
 
 * on the held-out demonstrations of every training task (the split the run
-  used): NLL per step, action accuracy and, for OCN, boundary F1 with
+  used): NLL per step (also by position in the task: over the steps of
+  the 1st, 2nd, ... subtask and the final DONE), action accuracy and, for
+  OCN, boundary F1 with
   tolerance 0 and 1, task alignment accuracy and NMI between the option in
   use and the subtask (`tgjax.data.craft_metrics`); NMI for MoE; F1 and
   task alignment for OMPN (boundaries from its expected expansion position);
@@ -132,8 +134,14 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     scores = score_episodes(episode_runner(policy), episodes_valid, 64, kind, valid_episodes, num_options=num_options)
     usage = scores.pop("option_usage", None)
     report["demonstrations"] = scores
+    by_position = {k: scores[k] for k in ("nll_by_subtask", "nll_after_subtasks")}
     say(f"held-out demonstrations ({scores['episodes']}): " + ", ".join(
-        f"{k} {v:.4f}" for k, v in scores.items() if k != "episodes") + f" ({time.perf_counter() - started:.0f} s)")
+        f"{k} {v:.4f}" for k, v in scores.items() if k != "episodes" and k not in by_position)
+        + f" ({time.perf_counter() - started:.0f} s)")
+    after = by_position["nll_after_subtasks"]
+    say("NLL per step by position in the task: " + ", ".join(
+        f"subtask {i + 1} {v:.4f}" for i, v in enumerate(by_position["nll_by_subtask"]))
+        + (f"; after the last (the final DONE) {after:.4f}" if after is not None else ""))
     if usage:
         letter_of_kind = {rules.KIND[name]: letter for letter, name in rules.SUBTASK_LETTERS.items()}
         kinds = sorted(usage, key=lambda k: letter_of_kind[k])

@@ -67,8 +67,8 @@ def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nn
 
 
 def episode_runner(policy: nnx.Module):
-    """A jitted `rows -> (sum NLL, correct actions, steps, log done [B, T], option in use [B, T])` over padded
-    demonstration rows (`tgjax.data.craft_episodes.score_episodes`'s `run`)."""
+    """A jitted `rows -> (-log pi of each row's action [B, T], correct actions, steps, log done [B, T], option in
+    use [B, T])` over padded demonstration rows (`tgjax.data.craft_episodes.score_episodes`'s `run`)."""
     graphdef, state = nnx.split(policy)
 
     @jax.jit
@@ -76,7 +76,7 @@ def episode_runner(policy: nnx.Module):
         out = nnx.merge(graphdef, state)(obs.astype(jnp.float32), task_ids)
         log_pi = jnp.take_along_axis(out.log_pi, actions[..., None], axis=-1)[..., 0]
         correct = jnp.sum(mask * (jnp.argmax(out.log_pi, -1) == actions))
-        return -jnp.sum(mask * log_pi), correct, jnp.sum(mask), out.log_done, jnp.argmax(out.log_p, -1)
+        return -log_pi, correct, jnp.sum(mask), out.log_done, jnp.argmax(out.log_p, -1)
 
     return lambda rows: jax.device_get(run(state, rows["obs"], rows["actions"], rows["mask"], rows["task_ids"]))
 

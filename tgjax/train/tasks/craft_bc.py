@@ -235,7 +235,8 @@ class EpisodeBatches:
 
 
 def sequence_nll(graphdef, params, batch):
-    """(mean NLL over real steps, (sum NLL, correct argmax actions, real steps, policy output))."""
+    """(mean NLL over real steps, (sum NLL, correct argmax actions, real steps, policy output, -log pi of
+    each row's action [B, T]))."""
     policy = nnx.merge(graphdef, params)
     out = policy(batch["obs"].astype(jnp.float32), batch["task_ids"])
     log_pi = jnp.take_along_axis(out.log_pi, batch["actions"][..., None], axis=-1)[..., 0]       # [B, T]
@@ -243,12 +244,12 @@ def sequence_nll(graphdef, params, batch):
     total = -jnp.sum(mask * log_pi)
     count = jnp.sum(mask)
     correct = jnp.sum(mask * (jnp.argmax(out.log_pi, -1) == batch["actions"]))
-    return total / jnp.maximum(count, 1.0), (total, correct, count, out)
+    return total / jnp.maximum(count, 1.0), (total, correct, count, out, -log_pi)
 
 
 def make_steps(graphdef, tx: optax.GradientTransformation):
     def train_step(state: ParamsState, batch):
-        (loss, (total, correct, count, _)), grads = jax.value_and_grad(
+        (loss, (total, correct, count, _, _)), grads = jax.value_and_grad(
             lambda p: sequence_nll(graphdef, p, batch), has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -257,8 +258,8 @@ def make_steps(graphdef, tx: optax.GradientTransformation):
         return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
 
     def eval_step(params, batch):
-        _, (total, correct, count, out) = sequence_nll(graphdef, params, batch)
-        return total, correct, count, out.log_done, jnp.argmax(out.log_p, -1)
+        _, (_, correct, count, out, step_nll) = sequence_nll(graphdef, params, batch)
+        return step_nll, correct, count, out.log_done, jnp.argmax(out.log_p, -1)
 
     return train_step, eval_step
 
