@@ -45,8 +45,7 @@ def test_capped_scoring_sees_every_task():
         real = rows["mask"][:, 0] > 0
         seen.extend(rows["task_ids"][real].tolist())
         batch = len(rows["task_ids"])
-        return (np.zeros((batch, length)), 0.0, float(rows["mask"].sum()), np.zeros((batch, length)),
-                np.zeros((batch, length), int))
+        return np.zeros((batch, length)), 0.0, np.zeros((batch, length)), np.zeros((batch, length), int)
 
     result = score_episodes(run, episodes, batch_size=4, kind="lstm", max_episodes=6)
     assert result["episodes"] == 6 and sorted(seen) == [0, 0, 1, 1, 2, 2]
@@ -93,7 +92,7 @@ def test_nll_by_subtask_pools_the_run_per_step_values(seed, batch_size, final_do
 
     def run(rows):
         nll = values[rows["obs"][:, 0, 0]]
-        return (nll, 0.0, float(rows["mask"].sum()), np.zeros(nll.shape), np.zeros(nll.shape, int))
+        return nll, 0.0, np.zeros(nll.shape), np.zeros(nll.shape, int)
 
     result = score_episodes(run, episodes, batch_size=batch_size, kind="lstm")
     sums: dict[int, float] = {}

@@ -107,8 +107,8 @@ def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_epis
     pointer slot is not an option, so no NMI).
 
     `run(rows)` takes `batch_size` rows of `Episodes.rows` and returns NumPy (-log pi of each row's action
-    [B, T], correct argmax actions over the mask, real steps, log done probabilities [B, T], the option in
-    use [B, T]); the last batch is filled by repeating rows, which its mask then leaves out. Every kind also
+    [B, T], correct argmax actions over the mask, log done probabilities [B, T], the option in use [B, T]);
+    the last batch is filled by repeating rows, which its mask then leaves out. Every kind also
     gets the NLL by position in the task (`tgjax.data.craft_metrics.nll_by_subtask`). With `num_options`
     (ocn, moe) the result also has "option_usage" (`tgjax.data.craft_metrics.option_usage`, keyed by kind id).
     """
@@ -121,9 +121,10 @@ def score_episodes(run, episodes: Episodes, batch_size: int, kind: str, max_epis
         indices = chosen[start:start + batch_size]
         rows = episodes.rows(np.resize(indices, batch_size))
         rows["mask"][len(indices):] = 0.0
-        nll, c, k, log_done, options = run(rows)
+        nll, hits, log_done, options = run(rows)
         total += float(np.sum(rows["mask"] * nll))
-        correct, count = correct + float(c), count + float(k)
+        correct += float(hits)
+        count += float(rows["mask"].sum())
         for row, index in enumerate(indices):
             length = int(episodes.mask[index].sum())
             segmentation.append((episodes.boundaries[index], np.exp(log_done[row, :length]),

@@ -47,7 +47,7 @@ from flax import nnx
 
 from tgjax.envs import craft_rules as rules
 from tgjax.infer.loading import FamilyCheckpoint, open_family_checkpoint, restore_state_items
-from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
+from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy, teacher_forced
 from tgjax.nn.ocn import follow_option, option_branches
 
 __all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "option_subtask_success", "rollout",
@@ -67,16 +67,14 @@ def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nn
 
 
 def episode_runner(policy: nnx.Module):
-    """A jitted `rows -> (-log pi of each row's action [B, T], correct actions, steps, log done [B, T], option in
-    use [B, T])` over padded demonstration rows (`tgjax.data.craft_episodes.score_episodes`'s `run`)."""
+    """A jitted `rows -> (-log pi of each row's action [B, T], correct actions over the mask, log done [B, T],
+    option in use [B, T])` over padded demonstration rows (`tgjax.data.craft_episodes.score_episodes`'s `run`)."""
     graphdef, state = nnx.split(policy)
 
     @jax.jit
     def run(state, obs, actions, mask, task_ids):
-        out = nnx.merge(graphdef, state)(obs.astype(jnp.float32), task_ids)
-        log_pi = jnp.take_along_axis(out.log_pi, actions[..., None], axis=-1)[..., 0]
-        correct = jnp.sum(mask * (jnp.argmax(out.log_pi, -1) == actions))
-        return -log_pi, correct, jnp.sum(mask), out.log_done, jnp.argmax(out.log_p, -1)
+        step_nll, hit, out = teacher_forced(nnx.merge(graphdef, state), obs, actions, task_ids)
+        return step_nll, jnp.sum(mask * hit), out.log_done, jnp.argmax(out.log_p, -1)
 
     return lambda rows: jax.device_get(run(state, rows["obs"], rows["actions"], rows["mask"], rows["task_ids"]))
 

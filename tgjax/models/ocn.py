@@ -51,7 +51,7 @@ from tgjax.nn.params import dense_init, param
 
 POLICIES = ("ocn", "moe", "lstm", "ompn")
 __all__ = ["POLICIES", "CraftPolicyConfig", "LSTMPolicy", "OptionControllerPolicy", "OrderedMemoryPolicy",
-           "PolicyOutput", "build_policy", "live_observation_indices"]
+           "PolicyOutput", "build_policy", "live_observation_indices", "teacher_forced"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,3 +241,13 @@ def build_policy(config: CraftPolicyConfig, rngs: nnx.Rngs
     if config.kind == "ompn":
         return OrderedMemoryPolicy(config, rngs=rngs)
     return OptionControllerPolicy(config, rngs=rngs)
+
+
+def teacher_forced(policy, obs: jax.Array, actions: jax.Array, task_ids: jax.Array
+                   ) -> tuple[jax.Array, jax.Array, PolicyOutput]:
+    """A policy run over padded demonstration rows obs [B, T, F], actions [B, T], task_ids [B] ->
+    (-log pi of each row's action [B, T], whether the argmax action is the row's [B, T] bool, the output).
+    The training loss, validation and `tgjax eval craft` all score demonstrations through it."""
+    out = policy(obs.astype(jnp.float32), task_ids)
+    step_nll = -jnp.take_along_axis(out.log_pi, actions[..., None], axis=-1)[..., 0]
+    return step_nll, jnp.argmax(out.log_pi, -1) == actions, out

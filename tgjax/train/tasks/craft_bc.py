@@ -59,7 +59,7 @@ from tgjax.data.craft_episodes import (
     split_indices,
 )
 from tgjax.envs import craft_rules as rules
-from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices
+from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices, teacher_forced
 from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
@@ -235,21 +235,19 @@ class EpisodeBatches:
 
 
 def sequence_nll(graphdef, params, batch):
-    """(mean NLL over real steps, (sum NLL, correct argmax actions, real steps, policy output, -log pi of
-    each row's action [B, T]))."""
-    policy = nnx.merge(graphdef, params)
-    out = policy(batch["obs"].astype(jnp.float32), batch["task_ids"])
-    log_pi = jnp.take_along_axis(out.log_pi, batch["actions"][..., None], axis=-1)[..., 0]       # [B, T]
+    """(mean NLL over real steps, (sum NLL, correct argmax actions, real steps))."""
+    step_nll, hit, _ = teacher_forced(nnx.merge(graphdef, params), batch["obs"], batch["actions"],
+                                      batch["task_ids"])
     mask = batch["mask"]
-    total = -jnp.sum(mask * log_pi)
+    total = jnp.sum(mask * step_nll)
     count = jnp.sum(mask)
-    correct = jnp.sum(mask * (jnp.argmax(out.log_pi, -1) == batch["actions"]))
-    return total / jnp.maximum(count, 1.0), (total, correct, count, out, -log_pi)
+    correct = jnp.sum(mask * hit)
+    return total / jnp.maximum(count, 1.0), (total, correct, count)
 
 
 def make_steps(graphdef, tx: optax.GradientTransformation):
     def train_step(state: ParamsState, batch):
-        (loss, (total, correct, count, _, _)), grads = jax.value_and_grad(
+        (loss, (total, correct, count)), grads = jax.value_and_grad(
             lambda p: sequence_nll(graphdef, p, batch), has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -258,8 +256,9 @@ def make_steps(graphdef, tx: optax.GradientTransformation):
         return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
 
     def eval_step(params, batch):
-        _, (_, correct, count, out, step_nll) = sequence_nll(graphdef, params, batch)
-        return step_nll, correct, count, out.log_done, jnp.argmax(out.log_p, -1)
+        step_nll, hit, out = teacher_forced(nnx.merge(graphdef, params), batch["obs"], batch["actions"],
+                                            batch["task_ids"])
+        return step_nll, jnp.sum(batch["mask"] * hit), out.log_done, jnp.argmax(out.log_p, -1)
 
     return train_step, eval_step
 
