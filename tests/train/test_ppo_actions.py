@@ -209,3 +209,24 @@ def test_fresh_ompn_resumes_bit_identically(tmp_path):
                  "logging.interval_steps=1", "logging.tensorboard=false"]
     assert_resumes_bit_identically(lambda: apply_overrides(ppo_actions.default_config(), overrides), tmp_path,
                                    stop_after_step=2, num_steps=3)
+
+
+def test_logged_learning_rate_is_the_schedules(tmp_path):
+    """The learning rate logged at each iteration is the one its first update uses: linearly from the configured
+    rate to 0 over the run (before, the configured rate was logged at every step while Adam's rate fell)."""
+    from tests.train.helpers import read_metrics
+    from tgjax.train.config import apply_overrides
+    from tgjax.train.loop import train
+    from tgjax.train.tasks import ppo_actions
+
+    num_steps, rate = 4, 1e-3
+    config = apply_overrides(ppo_actions.default_config(), [
+        "rl.policy_workdir=", "model.hidden_size=8", "rl.task=AC", "rl.num_envs=2", "rl.rollout_steps=4",
+        "rl.num_minibatches=2", "rl.num_epochs=3", "rl.max_steps=8", f"training.num_steps={num_steps}",
+        f"training.learning_rate={rate}", f"evaluation.interval_steps={num_steps}", "evaluation.episodes=2",
+        f"checkpointing.interval_steps={num_steps}", "logging.interval_steps=1", "logging.tensorboard=false"])
+    train(config, tmp_path, quiet=True)
+    logged = {r["step"]: r["learning_rate"] for r in read_metrics(tmp_path) if r["split"] == "train"}
+    assert sorted(logged) == [1, 2, 3, 4]
+    for step, value in logged.items():
+        np.testing.assert_allclose(value, rate * (1 - (step - 1) / num_steps), rtol=1e-6)

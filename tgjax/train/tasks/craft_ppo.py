@@ -148,12 +148,17 @@ class CraftPPOTask:
         self.env = Craft((r.task,), full_view=full_view)
         self.env_params = self.env.params(r.task, dense_reward=r.dense_reward, max_steps=r.max_steps)
 
-    def optimizer(self) -> optax.GradientTransformation:
-        """Adam with the gradient norm clipped, the learning rate linearly to 0 over every update of the run."""
-        r, t = self.config.rl, self.config.training
+    def learning_rate_schedule(self) -> optax.Schedule:
+        """The learning rate by optimizer update: linearly from `training.learning_rate` to 0 over every update of
+        the run (num_steps iterations x rl.num_epochs x rl.num_minibatches)."""
+        r = self.config.rl
         updates = self.num_steps * r.num_epochs * r.num_minibatches
-        return optax.chain(optax.clip_by_global_norm(t.clip_grad_norm),
-                           optax.adam(optax.linear_schedule(t.learning_rate, 0.0, updates)))
+        return optax.linear_schedule(self.config.training.learning_rate, 0.0, updates)
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """Adam with the gradient norm clipped, at `learning_rate_schedule`."""
+        return optax.chain(optax.clip_by_global_norm(self.config.training.clip_grad_norm),
+                           optax.adam(self.learning_rate_schedule()))
 
     def reset_envs(self, key: jax.Array, n: int):
         """(obs [n, ...], env state) of n fresh episodes."""
@@ -196,9 +201,11 @@ class CraftPPOTask:
 
     def make_train_step(self):
         iteration, frozen = self._iteration, self.frozen
-        rate = jnp.float32(self.config.training.learning_rate)
+        schedule, r = self.learning_rate_schedule(), self.config.rl
 
         def train_step(state, rest, batch):
+            # the rate of this iteration's first update (state.step iterations of epochs x minibatches before it)
+            rate = schedule(state.step * r.num_epochs * r.num_minibatches)
             state, metrics = iteration(state, *frozen)
             return state, {**metrics, "learning_rate": rate}
 
