@@ -126,3 +126,17 @@ def test_eval_craft_end_to_end(tmp_path):
     assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AX"]) == 2
     assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AC", "--controller-tasks", "ACD"]) == 2
     assert main_craft(["--workdir", str(tmp_path / "nowhere")]) == 2
+
+    # setting S2: this run's 3 options pooled with a second run's 2 (another task set)
+    second = tmp_path / "second"
+    train(apply_overrides(config, ["data.tasks=CA", "model.num_options=2"]), second, quiet=True)
+    pool = f"{tmp_path},{second}"
+    assert main_craft(["--workdir", pool, "--episodes", "8", "--subtasks", "AC", "--controller-tasks", "CA"]) == 0
+    pooled = json.loads((tmp_path / "craft_pool_eval.json").read_text())
+    assert pooled["options_per_run"] == [3, 2] and pooled["steps"] == [4, 4]
+    rows = np.array(pooled["option_subtask_success"]["rows"])
+    assert rows.shape == (5, 2)
+    # the first run's options come first, unchanged: their rows are the run's own table (same keys, same cells)
+    np.testing.assert_array_equal(rows[:3], np.array(report["option_subtask_success"]["rows"]))
+    assert all(0 <= i < 5 for i in pooled["scripted_controller"]["CA"]["option_of_subtask"].values())
+    assert main_craft(["--workdir", f"{tmp_path},{tmp_path / 'nowhere'}"]) == 2

@@ -162,7 +162,7 @@ def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
     from tgjax.train.config import ConfigError, apply_overrides
     from tgjax.train.loop import train
     from tgjax.train.tasks import craft_bc, ppo_actions
-    from tgjax.train.tasks.ppo_options import _restore_policy
+    from tgjax.train.tasks.craft_ppo import restore_bc_policy
 
     bc = apply_overrides(craft_bc.default_config(), [
         "model.kind=lstm", "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
@@ -178,7 +178,7 @@ def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
 
     # the fine-tuned policy starts from the BC run's parameters, its task row the mean of the BC rows
     task = _task(tmp_path / "probe", overrides)
-    bc_policy = _restore_policy(tmp_path / "bc", 4, dataclasses.replace(task.policy_config, num_tasks=2))
+    bc_policy = restore_bc_policy(tmp_path / "bc", 4, dataclasses.replace(task.policy_config, num_tasks=2))
     start = task.init_state()[0].params["policy"]
     np.testing.assert_array_equal(start["w_out"], bc_policy.w_out[...])
     np.testing.assert_allclose(start["carry_init"][0], bc_policy.carry_init[...].mean(0), rtol=1e-6)

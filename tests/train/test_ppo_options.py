@@ -46,7 +46,7 @@ def _policy(num_options: int, seed: int, hidden_size: int = 8):
 
 def test_pooled_options_are_each_runs_options():
     """Setting S2: pooling runs of 2 and 1 options gives 3 options that act exactly as the runs' own."""
-    from tgjax.train.tasks.ppo_options import pool_options
+    from tgjax.models.ocn import pool_options
 
     first, second = _policy(2, seed=1), _policy(1, seed=2)
     pooled = pool_options([first, second])
@@ -63,11 +63,11 @@ def test_pooled_options_are_each_runs_options():
 
 
 def test_options_that_differ_are_not_pooled():
-    from tgjax.train.config import ConfigError
-    from tgjax.train.tasks.ppo_options import options_workdirs, pool_options
+    from tgjax.models.ocn import pool_options
+    from tgjax.train.tasks.ppo_options import options_workdirs
 
     assert options_workdirs(" runs/a, runs/b ,") == ["runs/a", "runs/b"]
-    with pytest.raises(ConfigError, match=r"runs/a and runs/b cannot be pooled: hidden_size 8 against 16"):
+    with pytest.raises(ValueError, match=r"runs/a and runs/b cannot be pooled: hidden_size 8 against 16"):
         pool_options([_policy(2, 1), _policy(2, 2, hidden_size=16)], ["runs/a", "runs/b"])
 
 

@@ -22,8 +22,13 @@ For the policy of W's best checkpoint (lowest validation NLL; `--step`):
   current subtask, which picks that subtask's best option in the table:
   the most a controller trained over these options (PPO's) can expect.
 
+`--workdir W1,W2` (setting S2: several runs, their options pooled in that
+order, `tgjax.infer.craft.load_pooled_options`) gives the pooled options' two tables
+and the scripted controller over all of them, which is the ceiling of the
+S2 RL runs (`rl.options_workdir=W1,W2`).
+
 Prints a report and writes it as JSON (`--output`, default
-W/craft_eval.json).
+W/craft_eval.json, or W1/craft_pool_eval.json for a pool).
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from tgjax.envs import craft_rules as rules
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tgjax eval craft", description=__doc__.split("\n\n")[1])
-    parser.add_argument("--workdir", required=True, help="the --workdir of `tgjax train --config configs/ocn_craft.py`")
+    parser.add_argument("--workdir", required=True,
+                        help="the --workdir of `tgjax train --config configs/ocn_craft.py`; several, comma-separated: "
+                             "their options pooled (setting S2), tables and scripted controller only")
     parser.add_argument("--step", default="best", help="'best' (default), 'latest' or a step number")
     parser.add_argument("--episodes", type=int, default=200, help="environment episodes per task and per table cell")
     parser.add_argument("--valid-episodes", type=int, default=0,
@@ -97,22 +104,9 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     from tgjax.data.craft_demos import read_craft_demos
     from tgjax.data.craft_episodes import make_episodes, score_episodes, split_indices
     from tgjax.envs.craft import Craft
-    from tgjax.infer.craft import (
-        episode_runner,
-        load_craft_policy,
-        option_subtask_success,
-        rollout,
-        scripted_controller_rollout,
-    )
+    from tgjax.infer.craft import episode_runner, load_craft_policy, rollout
 
-    for letter in subtasks:
-        rules.parse_task(letter)  # CraftTaskError naming an unknown subtask
-    scripted_tasks = [t.strip() for t in controller_tasks.split(",") if t.strip()]
-    for task in scripted_tasks:
-        rules.parse_task(task)
-        if set(task) - set(subtasks):
-            raise ValueError(f"--controller-tasks {task!r}: its subtasks must be among the table's "
-                             f"--subtasks {subtasks!r}, which pick each subtask's option")
+    scripted_tasks = _check_tasks(subtasks, controller_tasks)
     policy, checkpoint = load_craft_policy(workdir, step if step in ("best", "latest") else int(step))
     config = checkpoint.meta["config"]
     data = config["data"]
@@ -165,31 +159,81 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
             f"length {result['episode_length']:.1f} ({episodes} episodes)")
 
     if kind in ("ocn", "moe"):  # the LSTM and OMPN have no options
-        legend = ", ".join(f"{s}={rules.SUBTASK_LETTERS[s]}" for s in subtasks)
-        tables = {}
-        for on_done, field, how in (
-                ("reselect", "option_subtask_success", "each option alone, chosen again when its done fires"),
-                ("stop", "option_subtask_success_until_done", "each option alone until its done fires")):
-            tables[on_done] = table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes,
-                                                             subtasks, max_steps=data["max_steps"], on_done=on_done)
-            report[field] = {"subtasks": list(subtasks), "on_done": on_done, "rows": table.round(4).tolist()}
-            say(f"option x subtask success ({how}; {legend}):")
-            say("           " + "  ".join(f"{s:>5}" for s in subtasks))
-            for i, row in enumerate(table):
-                say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
-        # each subtask's option for the scripted controller: the one that solves it best, chosen again at done
-        best_option = {s: int(tables["reselect"][:, j].argmax()) for j, s in enumerate(subtasks)}
-        report["scripted_controller"] = {}
-        for task in scripted_tasks:
-            result = scripted_controller_rollout(policy, Craft((task,)), task, best_option,
-                                                 jax.random.fold_in(key, 20_000), episodes,
-                                                 max_steps=data["max_steps"]).summary()
-            report["scripted_controller"][task] = {**result, "option_of_subtask": best_option}
-            say(f"task {task} by the options under a controller told the subtask ("
-                + ", ".join(f"{s}: option {i + 1}" for s, i in best_option.items()) + f"): success rate "
-                f"{result['success_rate']:.3f}, subtasks done {result['return']:.2f} of {len(task)} "
-                f"({episodes} episodes)")
+        report.update(option_tables(policy, subtasks, scripted_tasks, episodes, data["max_steps"], key, say))
     return report
+
+
+def option_tables(policy, subtasks: str, scripted_tasks: list[str], episodes: int, max_steps: int, key,
+                  say=print) -> dict:
+    """The option x subtask tables (chosen again at done; until done) and the scripted controller's runs of
+    `scripted_tasks`, as report fields; printed as they come."""
+    import jax
+
+    from tgjax.envs.craft import Craft
+    from tgjax.infer.craft import option_subtask_success, scripted_controller_rollout
+
+    report: dict = {}
+    legend = ", ".join(f"{s}={rules.SUBTASK_LETTERS[s]}" for s in subtasks)
+    tables = {}
+    for on_done, field, how in (
+            ("reselect", "option_subtask_success", "each option alone, chosen again when its done fires"),
+            ("stop", "option_subtask_success_until_done", "each option alone until its done fires")):
+        tables[on_done] = table = option_subtask_success(policy, jax.random.fold_in(key, 10_000), episodes,
+                                                         subtasks, max_steps=max_steps, on_done=on_done)
+        report[field] = {"subtasks": list(subtasks), "on_done": on_done, "rows": table.round(4).tolist()}
+        say(f"option x subtask success ({how}; {legend}):")
+        say("           " + "  ".join(f"{s:>5}" for s in subtasks))
+        for i, row in enumerate(table):
+            say(f"  option {i + 1}  " + "  ".join(f"{v:5.2f}" for v in row))
+    # each subtask's option for the scripted controller: the one that solves it best, chosen again at done
+    best_option = {s: int(tables["reselect"][:, j].argmax()) for j, s in enumerate(subtasks)}
+    report["scripted_controller"] = {}
+    for task in scripted_tasks:
+        result = scripted_controller_rollout(policy, Craft((task,)), task, best_option,
+                                             jax.random.fold_in(key, 20_000), episodes,
+                                             max_steps=max_steps).summary()
+        report["scripted_controller"][task] = {**result, "option_of_subtask": best_option}
+        say(f"task {task} by the options under a controller told the subtask ("
+            + ", ".join(f"{s}: option {i + 1}" for s, i in best_option.items()) + f"): success rate "
+            f"{result['success_rate']:.3f}, subtasks done {result['return']:.2f} of {len(task)} "
+            f"({episodes} episodes)")
+    return report
+
+
+def evaluate_pooled_options(workdirs: str, *, step="best", episodes: int = 200, subtasks: str = "ACD",
+                            controller_tasks: str = "ACD", seed: int = 0, say=print) -> dict:
+    """Setting S2's option pool (several craft_bc runs, comma-separated, their options in that order): the
+    option x subtask tables and the scripted controller over all the pooled options (`option_tables`)."""
+    import jax
+
+    from tgjax.infer.craft import load_pooled_options
+
+    scripted_tasks = _check_tasks(subtasks, controller_tasks)
+    names = [w.strip() for w in workdirs.split(",") if w.strip()]
+    policy, checkpoints = load_pooled_options(names, step if step in ("best", "latest") else int(step))
+    sizes = [c.model_config.num_options for c in checkpoints]
+    first = 1
+    for checkpoint, size in zip(checkpoints, sizes):
+        say(f"{checkpoint.where} (tasks {', '.join(checkpoint.meta['tasks'])}): options {first}-{first + size - 1}")
+        first += size
+    max_steps = int(checkpoints[0].meta["config"]["data"]["max_steps"])
+    report = {"workdirs": [str(c.workdir) for c in checkpoints], "steps": [c.step for c in checkpoints],
+              "policy": policy.config.kind, "options_per_run": sizes}
+    report.update(option_tables(policy, subtasks, scripted_tasks, episodes, max_steps, jax.random.key(seed), say))
+    return report
+
+
+def _check_tasks(subtasks: str, controller_tasks: str) -> list[str]:
+    """--subtasks and --controller-tasks checked (CraftTaskError / ValueError naming the bad one)."""
+    for letter in subtasks:
+        rules.parse_task(letter)  # CraftTaskError naming an unknown subtask
+    scripted_tasks = [t.strip() for t in controller_tasks.split(",") if t.strip()]
+    for task in scripted_tasks:
+        rules.parse_task(task)
+        if set(task) - set(subtasks):
+            raise ValueError(f"--controller-tasks {task!r}: its subtasks must be among the table's "
+                             f"--subtasks {subtasks!r}, which pick each subtask's option")
+    return scripted_tasks
 
 
 def main_craft(argv=None) -> int:
@@ -209,14 +253,25 @@ def main_craft(argv=None) -> int:
         print(f"{args.plot}: validation curves of {', '.join(drawn)}")
     if args.curves_only:
         return 0
+    pooled = "," in args.workdir
     try:
-        report = evaluate_craft(args.workdir, step=args.step, episodes=args.episodes,
-                                valid_episodes=args.valid_episodes, subtasks=args.subtasks,
-                                controller_tasks=args.controller_tasks, seed=args.seed)
+        if pooled:
+            report = evaluate_pooled_options(args.workdir, step=args.step, episodes=args.episodes,
+                                             subtasks=args.subtasks, controller_tasks=args.controller_tasks,
+                                             seed=args.seed)
+        else:
+            report = evaluate_craft(args.workdir, step=args.step, episodes=args.episodes,
+                                    valid_episodes=args.valid_episodes, subtasks=args.subtasks,
+                                    controller_tasks=args.controller_tasks, seed=args.seed)
     except (FileNotFoundError, CheckpointError, CraftDemoError, rules.CraftTaskError, ValueError) as error:
         print(f"tgjax eval craft: error: {error}", file=sys.stderr)
         return 2
-    output = Path(args.output) if args.output else Path(report["workdir"]) / "craft_eval.json"
+    if args.output:
+        output = Path(args.output)
+    elif pooled:
+        output = Path(report["workdirs"][0]) / "craft_pool_eval.json"
+    else:
+        output = Path(report["workdir"]) / "craft_eval.json"
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {output}")
     return 0

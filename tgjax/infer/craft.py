@@ -47,11 +47,17 @@ from flax import nnx
 
 from tgjax.envs import craft_rules as rules
 from tgjax.infer.loading import FamilyCheckpoint, open_family_checkpoint, restore_state_items
-from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy, teacher_forced
+from tgjax.models.ocn import (
+    CraftPolicyConfig,
+    OptionControllerPolicy,
+    build_policy,
+    demonstration_scores,
+    pool_options,
+)
 from tgjax.nn.ocn import follow_option, option_branches
 
-__all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "option_subtask_success", "rollout",
-           "scripted_controller_rollout"]
+__all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "load_pooled_options", "option_subtask_success",
+           "rollout", "scripted_controller_rollout"]
 
 
 def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nnx.Module, FamilyCheckpoint]:
@@ -66,6 +72,19 @@ def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nn
     return nnx.merge(graphdef, state), checkpoint
 
 
+def load_pooled_options(workdirs: list[str], step: str | int = "best"
+                        ) -> tuple[OptionControllerPolicy, list[FamilyCheckpoint]]:
+    """Setting S2: the options of several craft_bc runs (OCN or MoE) pooled in the order given
+    (`tgjax.models.ocn.pool_options`; the pooled controller is left at initialisation) and each run's checkpoint.
+    ValueError names a run without options, or two runs whose options cannot be pooled."""
+    loaded = [load_craft_policy(workdir, step) for workdir in workdirs]
+    for policy, checkpoint in loaded:
+        if not isinstance(policy, OptionControllerPolicy):
+            raise ValueError(f"{checkpoint.where}: a {checkpoint.model_config.kind!r} policy has no options to pool")
+    pooled = pool_options([policy for policy, _ in loaded], [str(c.workdir) for _, c in loaded])
+    return pooled, [checkpoint for _, checkpoint in loaded]
+
+
 def episode_runner(policy: nnx.Module):
     """A jitted `rows -> (-log pi of each row's action [B, T], correct actions over the mask, log done [B, T],
     option in use [B, T])` over padded demonstration rows (`tgjax.data.craft_episodes.score_episodes`'s `run`)."""
@@ -73,8 +92,7 @@ def episode_runner(policy: nnx.Module):
 
     @jax.jit
     def run(state, obs, actions, mask, task_ids):
-        step_nll, hit, out = teacher_forced(nnx.merge(graphdef, state), obs, actions, task_ids)
-        return step_nll, jnp.sum(mask * hit), out.log_done, jnp.argmax(out.log_p, -1)
+        return demonstration_scores(nnx.merge(graphdef, state), obs, actions, mask, task_ids)
 
     return lambda rows: jax.device_get(run(state, rows["obs"], rows["actions"], rows["mask"], rows["task_ids"]))
 

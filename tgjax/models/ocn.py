@@ -51,7 +51,8 @@ from tgjax.nn.params import dense_init, param
 
 POLICIES = ("ocn", "moe", "lstm", "ompn")
 __all__ = ["POLICIES", "CraftPolicyConfig", "LSTMPolicy", "OptionControllerPolicy", "OrderedMemoryPolicy",
-           "PolicyOutput", "build_policy", "live_observation_indices", "teacher_forced"]
+           "PolicyOutput", "build_policy", "demonstration_scores", "live_observation_indices", "pool_options",
+           "teacher_forced"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,3 +252,48 @@ def teacher_forced(policy, obs: jax.Array, actions: jax.Array, task_ids: jax.Arr
     out = policy(obs.astype(jnp.float32), task_ids)
     step_nll = -jnp.take_along_axis(out.log_pi, actions[..., None], axis=-1)[..., 0]
     return step_nll, jnp.argmax(out.log_pi, -1) == actions, out
+
+
+def demonstration_scores(policy, obs: jax.Array, actions: jax.Array, mask: jax.Array, task_ids: jax.Array
+                         ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """What `tgjax.data.craft_episodes.score_episodes` reads of one batch of padded rows (obs [B, T, F],
+    actions [B, T], mask [B, T], task_ids [B]): (-log pi of each row's action [B, T], correct argmax actions
+    over the mask (a scalar), log done [B, T], the option in use, argmax p_t [B, T]). Validation and
+    `tgjax eval craft` both score through it."""
+    step_nll, hit, out = teacher_forced(policy, obs, actions, task_ids)
+    return step_nll, jnp.sum(mask * hit), out.log_done, jnp.argmax(out.log_p, -1)
+
+
+# What pooled option sets must share: the options' inputs, widths, depth and temperature, and the controller's
+# temperature (a controller over the pool takes it from the runs).
+POOLED_MUST_AGREE = ("kind", "input_size", "hidden_size", "depth", "option_temperature", "controller_temperature")
+
+
+def pool_options(policies: list[OptionControllerPolicy], names: list[str] | None = None) -> OptionControllerPolicy:
+    """One policy whose K = sum K_i options are the given policies' options, in order (thesis §5.3, setting S2:
+    two models trained on their own task sets, their options reused together under a new controller).
+
+    Only the options (`options`, a CellBank with every parameter on a leading cell axis, and their initial
+    states `h_o_init` [K, H]) are pooled; the pooled policy's controller and per-task states are left at
+    initialisation, for the caller to replace (PPO trains a fresh controller; the scripted controller of
+    `tgjax.infer.craft` reads none). Raises ValueError, naming the two runs (`names`, e.g. their workdirs)
+    and the field, when the option sets differ in what they must share (`POOLED_MUST_AGREE`).
+    """
+    if len(policies) == 1:
+        return policies[0]
+    names = names or [f"options run {i}" for i in range(len(policies))]
+    first = policies[0].config
+    for name, policy in zip(names[1:], policies[1:]):
+        for field in POOLED_MUST_AGREE:
+            mine, theirs = getattr(first, field), getattr(policy.config, field)
+            if mine != theirs:
+                raise ValueError(f"{names[0]} and {name} cannot be pooled: {field} {mine!r} against {theirs!r}")
+    pooled_config = dataclasses.replace(first, num_options=sum(p.config.num_options for p in policies),
+                                        num_tasks=1)
+    pooled = OptionControllerPolicy(pooled_config, rngs=nnx.Rngs(0))
+    banks = [nnx.to_pure_dict(nnx.state(p.options, nnx.Param)) for p in policies]
+    options_state = nnx.state(pooled.options, nnx.Param)
+    nnx.replace_by_pure_dict(options_state, jax.tree.map(lambda *cells: jnp.concatenate(cells, axis=0), *banks))
+    nnx.update(pooled.options, options_state)
+    pooled.h_o_init[...] = jnp.concatenate([p.h_o_init[...] for p in policies], axis=0)
+    return pooled

@@ -59,7 +59,13 @@ from tgjax.data.craft_episodes import (
     split_indices,
 )
 from tgjax.envs import craft_rules as rules
-from tgjax.models.ocn import CraftPolicyConfig, build_policy, live_observation_indices, teacher_forced
+from tgjax.models.ocn import (
+    CraftPolicyConfig,
+    build_policy,
+    demonstration_scores,
+    live_observation_indices,
+    teacher_forced,
+)
 from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
@@ -256,9 +262,8 @@ def make_steps(graphdef, tx: optax.GradientTransformation):
         return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
 
     def eval_step(params, batch):
-        step_nll, hit, out = teacher_forced(nnx.merge(graphdef, params), batch["obs"], batch["actions"],
-                                            batch["task_ids"])
-        return step_nll, jnp.sum(batch["mask"] * hit), out.log_done, jnp.argmax(out.log_p, -1)
+        return demonstration_scores(nnx.merge(graphdef, params), batch["obs"], batch["actions"], batch["mask"],
+                                    batch["task_ids"])
 
     return train_step, eval_step
 

@@ -8,6 +8,8 @@
   environments (each epoch a fresh permutation), a step of the optimiser per minibatch on the gradient of a
   loss of (params, env indices); `rollout_metrics`: what a rollout's records add to the train record.
 * `evaluation_episodes`: the validation's fixed episodes run to `rl.max_steps` (return, success rate).
+* `find_bc_checkpoint` and `restore_bc_policy`: the craft_bc run both reuse (`rl.options_workdir`'s options,
+  `rl.policy_workdir`'s flat policy), its step chosen and checked and its parameters restored.
 * `CraftPPOTask`: the trainer hooks that do not depend on the agent (the state's init / abstract / resume, the
   empty batches, the metrics window, the constant learning rate, the validation); a subclass adds the agent,
   its rollout step and loss, the checkpoint meta and the opening lines.
@@ -16,13 +18,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 
 from tgjax.envs import craft_rules as rules
+from tgjax.models.ocn import CraftPolicyConfig, build_policy
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError
 from tgjax.train.metrics import SummingWindow
@@ -65,6 +70,53 @@ def check_ppo_config(config) -> None:
     if r.num_envs % r.num_minibatches:
         raise ConfigError(f"config key 'rl.num_minibatches' ({r.num_minibatches}) must divide rl.num_envs "
                           f"({r.num_envs})")
+
+
+def find_bc_checkpoint(workdir: str | Path, step, key: str, reused: str) -> tuple[int, dict]:
+    """(step, meta) of a craft_bc run's "best" (validation NLL), "latest" or numbered checkpoint.
+
+    `key` (the config key that named the workdir) and `reused` (what the caller reuses) word the errors
+    (ConfigError: no checkpoints, another trainer's run)."""
+    from tgjax.train.checkpoint import CheckpointStore
+
+    directory = Path(workdir)
+    if not (directory / "checkpoints").is_dir():
+        raise ConfigError(f"{key} {workdir}: no checkpoints (train configs/ocn_craft.py there first)")
+    store = CheckpointStore(directory)
+    try:
+        latest = store.latest_step()
+        if latest is None:
+            raise ConfigError(f"{key} {workdir}: no checkpoints")
+        meta = store.read_meta(latest)
+        chosen = {"latest": latest, "best": meta.get("best_step") or latest}.get(str(step))
+        chosen = int(step) if chosen is None else int(chosen)
+        if chosen != latest:
+            meta = store.read_meta(chosen)
+    finally:
+        store.close()
+    trainer = (meta.get("config") or {}).get("trainer")
+    if trainer != "craft_bc":
+        raise ConfigError(f"{key} {workdir}: step {chosen} was written by trainer {trainer!r}, not "
+                          f"'craft_bc': {reused}")
+    return chosen, meta
+
+
+def restore_bc_policy(workdir: str | Path, chosen: int, policy_config: CraftPolicyConfig) -> nnx.Module:
+    """The policy of a craft_bc run's checkpoint `chosen`, built from `policy_config` (its recorded one):
+    parameters only (an orbax partial restore; the optimizer state is not read)."""
+    import orbax.checkpoint as ocp
+
+    abstract = nnx.eval_shape(lambda: build_policy(policy_config, nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    target = {"params": jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(state))}
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    restored = ocp.PyTreeCheckpointer().restore(
+        (Path(workdir) / "checkpoints" / str(chosen) / "state").resolve(),
+        args=ocp.args.PyTreeRestore(item=target, partial_restore=True,
+                                    restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
+                                                              target)))
+    nnx.replace_by_pure_dict(state, restored["params"])
+    return nnx.merge(graphdef, state)
 
 
 def ppo_update(tx: optax.GradientTransformation, loss_fn: Callable, params, opt_state, key: jax.Array, rl):

@@ -10,7 +10,7 @@ baselines were started for RL. The likeliest reading (the same recipe as
 OCN: imitation on the short tasks, then RL on the unseen longer one) is
 the default of configs/lstm_craft_rl.py: the behaviour-cloned policy of
 `rl.policy_workdir` (a craft_bc run of kind lstm or ompn, its best
-checkpoint, parameters restored as `ppo_options._load_one` does) is
+checkpoint, parameters restored by `craft_ppo.restore_bc_policy`) is
 fine-tuned, every parameter trained. With `rl.policy_workdir=""` a fresh
 policy of `model.kind` (`model.hidden_size`, `model.num_slots`) is trained
 from scratch instead [choice: both are offered because the thesis is silent].
@@ -60,8 +60,16 @@ from tgjax.models.parts import count_parameters
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.task import RunContext
 from tgjax.train.tasks import ppo_options
-from tgjax.train.tasks.craft_ppo import CraftPPOTask, check_ppo_config, evaluation_episodes, ppo_update, rollout_metrics
-from tgjax.train.tasks.ppo_options import _options_checkpoint, _restore_policy, masked_clipped_loss, smdp_advantages
+from tgjax.train.tasks.craft_ppo import (
+    CraftPPOTask,
+    check_ppo_config,
+    evaluation_episodes,
+    find_bc_checkpoint,
+    ppo_update,
+    restore_bc_policy,
+    rollout_metrics,
+)
+from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages
 
 #: the flat policies this trainer fine-tunes, and each one's per-task initial-state table
 FLAT_KINDS = {"lstm": "carry_init", "ompn": "task_embedding"}
@@ -321,7 +329,7 @@ def _policy_config(config) -> tuple[CraftPolicyConfig, int | None, dict | None]:
     if not r.policy_workdir:
         m = config.model
         return CraftPolicyConfig(kind=m.kind, num_tasks=1, hidden_size=m.hidden_size, num_slots=m.num_slots), None, None
-    chosen, meta = _options_checkpoint(r.policy_workdir, r.policy_step, key="rl.policy_workdir", reused=_REUSED)
+    chosen, meta = find_bc_checkpoint(r.policy_workdir, r.policy_step, key="rl.policy_workdir", reused=_REUSED)
     bc_config = CraftPolicyConfig(**meta["model"])
     if bc_config.kind not in FLAT_KINDS:
         raise ConfigError(f"rl.policy_workdir {r.policy_workdir}: a {bc_config.kind!r} policy; PPO in action space "
@@ -335,7 +343,7 @@ def _starting_policy(config) -> tuple[CraftPolicyConfig, dict | None, int | None
     if chosen is None:
         return policy_config, None, None
     assert meta is not None
-    bc = _restore_policy(config.rl.policy_workdir, chosen, CraftPolicyConfig(**meta["model"]))
+    bc = restore_bc_policy(config.rl.policy_workdir, chosen, CraftPolicyConfig(**meta["model"]))
     params = nnx.to_pure_dict(nnx.state(bc, nnx.Param))
     table = FLAT_KINDS[policy_config.kind]
     params[table] = jnp.mean(params[table], axis=0, keepdims=True)  # the unseen task's row: the BC rows' mean

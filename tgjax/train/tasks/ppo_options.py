@@ -56,12 +56,20 @@ import ml_collections
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
-from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, build_policy
+from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, pool_options
 from tgjax.models.parts import count_parameters
 from tgjax.nn.ocn import CellBank, follow_option, option_branches
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
 from tgjax.train.task import RunContext
-from tgjax.train.tasks.craft_ppo import CraftPPOTask, check_ppo_config, evaluation_episodes, ppo_update, rollout_metrics
+from tgjax.train.tasks.craft_ppo import (
+    CraftPPOTask,
+    check_ppo_config,
+    evaluation_episodes,
+    find_bc_checkpoint,
+    ppo_update,
+    restore_bc_policy,
+    rollout_metrics,
+)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -335,62 +343,18 @@ def _merge(graphdef, params):
     return nnx.merge(graphdef, params)
 
 
-def _options_checkpoint(workdir: str | Path, step, key: str = "rl.options_workdir",
-                        reused: str = "PPO in option space reuses a behaviour-cloned OCN or MoE") -> tuple[int, dict]:
-    """(step, meta) of a craft_bc run's "best" (validation NLL), "latest" or numbered checkpoint.
-
-    `key` (the config key that named the workdir) and `reused` (what the caller reuses) only word the errors."""
-    from tgjax.train.checkpoint import CheckpointStore
-
-    directory = Path(workdir)
-    if not (directory / "checkpoints").is_dir():
-        raise ConfigError(f"{key} {workdir}: no checkpoints (train configs/ocn_craft.py there first)")
-    store = CheckpointStore(directory)
-    try:
-        latest = store.latest_step()
-        if latest is None:
-            raise ConfigError(f"{key} {workdir}: no checkpoints")
-        meta = store.read_meta(latest)
-        chosen = {"latest": latest, "best": meta.get("best_step") or latest}.get(str(step))
-        chosen = int(step) if chosen is None else int(chosen)
-        if chosen != latest:
-            meta = store.read_meta(chosen)
-    finally:
-        store.close()
-    trainer = (meta.get("config") or {}).get("trainer")
-    if trainer != "craft_bc":
-        raise ConfigError(f"{key} {workdir}: step {chosen} was written by trainer {trainer!r}, not "
-                          f"'craft_bc': {reused}")
-    return chosen, meta
+_REUSED = "PPO in option space reuses a behaviour-cloned OCN or MoE"
 
 
 def _load_one(workdir: str, step) -> tuple[OptionControllerPolicy, int]:
     """The frozen policy of one craft_bc checkpoint: parameters only (an orbax partial restore)."""
-    chosen, meta = _options_checkpoint(workdir, step)
+    chosen, meta = find_bc_checkpoint(workdir, step, key="rl.options_workdir", reused=_REUSED)
     policy_config = CraftPolicyConfig(**meta["model"])
     if policy_config.kind not in ("ocn", "moe"):
         raise ConfigError(f"rl.options_workdir {workdir}: a {policy_config.kind!r} policy has no options")
-    policy = _restore_policy(workdir, chosen, policy_config)
+    policy = restore_bc_policy(workdir, chosen, policy_config)
     assert isinstance(policy, OptionControllerPolicy)
     return policy, chosen
-
-
-def _restore_policy(workdir: str | Path, chosen: int, policy_config: CraftPolicyConfig):
-    """The policy of a craft_bc run's checkpoint `chosen`, built from `policy_config` (its recorded one):
-    parameters only (an orbax partial restore)."""
-    import orbax.checkpoint as ocp
-
-    abstract = nnx.eval_shape(lambda: build_policy(policy_config, nnx.Rngs(0)))
-    graphdef, state = nnx.split(abstract)
-    target = {"params": jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(state))}
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    restored = ocp.PyTreeCheckpointer().restore(
-        (Path(workdir) / "checkpoints" / str(chosen) / "state").resolve(),
-        args=ocp.args.PyTreeRestore(item=target, partial_restore=True,
-                                    restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
-                                                              target)))
-    nnx.replace_by_pure_dict(state, restored["params"])
-    return nnx.merge(graphdef, state)
 
 
 def options_workdirs(value) -> list[str]:
@@ -398,46 +362,15 @@ def options_workdirs(value) -> list[str]:
     return [w.strip() for w in str(value).split(",") if w.strip()]
 
 
-# What pooled option sets must share: the options' inputs, widths, depth and temperature, and the controller's
-# temperature (the fresh controller takes it from the BC runs).
-_POOLED_MUST_AGREE = ("kind", "input_size", "hidden_size", "depth", "option_temperature", "controller_temperature")
-
-
-def pool_options(policies: list[OptionControllerPolicy], names: list[str] | None = None) -> OptionControllerPolicy:
-    """One policy whose K = sum K_i options are the given policies' options, in order (thesis §5.3, setting S2).
-
-    Only the options (`options`, a CellBank with every parameter on a leading cell axis, and their initial
-    states `h_o_init` [K, H]) are pooled; the PPO task trains a fresh controller over them, so the pooled
-    policy's own controller and per-task states are left at initialisation and never read.
-    Raises ConfigError (naming the runs) when the option sets differ in what they must share.
-    """
-    if len(policies) == 1:
-        return policies[0]
-    names = names or [f"options run {i}" for i in range(len(policies))]
-    first = policies[0].config
-    for name, policy in zip(names[1:], policies[1:]):
-        for field in _POOLED_MUST_AGREE:
-            mine, theirs = getattr(first, field), getattr(policy.config, field)
-            if mine != theirs:
-                raise ConfigError(f"rl.options_workdir: {names[0]} and {name} cannot be pooled: {field} "
-                                  f"{mine!r} against {theirs!r}")
-    pooled_config = dataclasses.replace(first, num_options=sum(p.config.num_options for p in policies),
-                                        num_tasks=1)
-    pooled = OptionControllerPolicy(pooled_config, rngs=nnx.Rngs(0))
-    banks = [nnx.to_pure_dict(nnx.state(p.options, nnx.Param)) for p in policies]
-    options_state = nnx.state(pooled.options, nnx.Param)
-    nnx.replace_by_pure_dict(options_state, jax.tree.map(lambda *cells: jnp.concatenate(cells, axis=0), *banks))
-    nnx.update(pooled.options, options_state)
-    pooled.h_o_init[...] = jnp.concatenate([p.h_o_init[...] for p in policies], axis=0)
-    return pooled
-
-
 def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
     """The frozen options of one craft_bc run, or of several pooled (`options_workdirs`); meta {"step", "kind"}:
     step an int for one run, a list of ints for several."""
     workdirs = options_workdirs(workdir)
     loaded = [_load_one(w, step) for w in workdirs]
-    policy = pool_options([p for p, _ in loaded], workdirs)
+    try:
+        policy = pool_options([p for p, _ in loaded], workdirs)
+    except ValueError as error:
+        raise ConfigError(f"rl.options_workdir: {error}") from None
     steps = [chosen for _, chosen in loaded]
     return policy, {"step": steps[0] if len(steps) == 1 else steps, "kind": policy.config.kind}
 
@@ -445,7 +378,8 @@ def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
 def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: the fresh controller's size, from the options runs' recorded policy configs."""
     check_config(config)
-    found = [_options_checkpoint(w, config.rl.options_step) for w in options_workdirs(config.rl.options_workdir)]
+    found = [find_bc_checkpoint(w, config.rl.options_step, key="rl.options_workdir", reused=_REUSED)
+             for w in options_workdirs(config.rl.options_workdir)]
     configs = [CraftPolicyConfig(**meta["model"]) for _, meta in found]
     pc = dataclasses.replace(configs[0], num_options=sum(c.num_options for c in configs))
     abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth,
