@@ -93,7 +93,7 @@ def test_a_scripted_controller_switches_options_only_when_done_fires():
 
 
 def test_eval_craft_end_to_end(tmp_path):
-    from tgjax.eval.craft import main_craft
+    from tgjax.eval.craft import main_craft, plot_curves
     from tgjax.train.config import apply_overrides
     from tgjax.train.loop import train
     from tgjax.train.tasks.craft_bc import default_config
@@ -140,3 +140,10 @@ def test_eval_craft_end_to_end(tmp_path):
     np.testing.assert_array_equal(rows[:3], np.array(report["option_subtask_success"]["rows"]))
     assert all(0 <= i < 5 for i in pooled["scripted_controller"]["CA"]["option_of_subtask"].values())
     assert main_craft(["--workdir", f"{tmp_path},{tmp_path / 'nowhere'}"]) == 2
+
+    # both runs' curves in one figure: the first run's last validation NLL (the trainer's, at step 4) is the
+    # held-out NLL that eval craft scored on the same episodes
+    drawn = plot_curves(pool, tmp_path / "both.png")
+    assert list(drawn["nll"]) == [str(tmp_path), str(second)] and "return" not in drawn
+    assert [step for step, _ in drawn["nll"][str(second)]] == [4]
+    assert drawn["nll"][str(tmp_path)][-1][1] == pytest.approx(report["demonstrations"]["nll"], rel=1e-5)

@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="the JSON report (default WORKDIR/craft_eval.json)")
     parser.add_argument("--plot", default=None,
-                        help="also draw the run's validation curves (metrics.jsonl) to this PNG")
+                        help="also draw the run's validation curves (metrics.jsonl) to this PNG; several workdirs, "
+                             "comma-separated: one line per run")
     parser.add_argument("--curves-only", action="store_true",
                         help="only --plot (any craft_bc or ppo_options workdir; no checkpoint is read)")
     return parser
@@ -68,32 +69,46 @@ def build_parser() -> argparse.ArgumentParser:
 CURVES = ("nll", "action_accuracy", "f1_tol1", "align_acc", "nmi", "return", "success_rate")
 
 
-def plot_curves(workdir: str | Path, output: str | Path) -> list[str]:
-    """One panel per validation number of CURVES found in WORKDIR/metrics.jsonl; returns the names drawn."""
+def plot_curves(workdirs: str | Path | list, output: str | Path) -> dict[str, dict[str, list]]:
+    """One panel per validation number of CURVES found in the runs' metrics.jsonl, one line per run (several
+    workdirs: a list, or comma-separated); returns what was drawn, {name: {workdir: [(step, value), ...]}}."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(workdir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no metrics of a training run")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    valid = [r for r in records if r.get("split") == "valid"]
-    names = [n for n in CURVES if any(n in r for r in valid)]
-    if not names:
-        raise ValueError(f"{path}: no validation records with any of {', '.join(CURVES)}")
-    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 2.8), squeeze=False)
-    for axis, name in zip(axes[0], names):
-        points = [(r["step"], r[name]) for r in valid if name in r]
-        axis.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    if isinstance(workdirs, (str, Path)):
+        workdirs = [w.strip() for w in str(workdirs).split(",") if w.strip()]
+    valid = {}
+    for workdir in workdirs:
+        path = Path(workdir) / "metrics.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no metrics of a training run")
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        valid[str(workdir)] = [r for r in records if r.get("split") == "valid"]
+    drawn = {name: {w: [(r["step"], r[name]) for r in rows if name in r] for w, rows in valid.items()}
+             for name in CURVES}
+    drawn = {name: {w: points for w, points in runs.items() if points} for name, runs in drawn.items()}
+    drawn = {name: runs for name, runs in drawn.items() if runs}
+    if not drawn:
+        raise ValueError(f"{', '.join(valid)}: no validation records with any of {', '.join(CURVES)}")
+    figure, axes = plt.subplots(1, len(drawn), figsize=(3.2 * len(drawn), 2.8 + 0.25 * len(valid)),
+                                squeeze=False)
+    for axis, (name, runs) in zip(axes[0], drawn.items()):
+        for k, (workdir, points) in enumerate(runs.items()):
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=2.5,
+                      color=f"C{list(valid).index(workdir)}", label=Path(workdir).name)
         axis.set_title(name)
         axis.set_xlabel("step")
-    figure.suptitle(str(workdir))
-    figure.tight_layout()
+    if len(valid) > 1:
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="lower center", ncol=min(len(valid), 6), fontsize=8, frameon=False)
+    else:
+        figure.suptitle(str(workdirs[0]))
+    figure.tight_layout(rect=(0, 0.1 if len(valid) > 1 else 0, 1, 1))
     figure.savefig(output, dpi=90)
     plt.close(figure)
-    return names
+    return drawn
 
 
 def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_episodes: int = 0, subtasks: str = "ACD",
