@@ -95,7 +95,7 @@ def plot_curves(workdirs: str | Path | list, output: str | Path) -> dict[str, di
     figure, axes = plt.subplots(1, len(drawn), figsize=(3.2 * len(drawn), 2.8 + 0.25 * len(valid)),
                                 squeeze=False)
     for axis, (name, runs) in zip(axes[0], drawn.items()):
-        for k, (workdir, points) in enumerate(runs.items()):
+        for workdir, points in runs.items():
             axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=2.5,
                       color=f"C{list(valid).index(workdir)}", label=Path(workdir).name)
         axis.set_title(name)
