@@ -11,7 +11,8 @@ Facts of that layout held here: the workdir as an absolute local path
 (`local_workdir`), or for checkpoints alone possibly a bucket URL
 (`checkpoint_workdir`), where the vocabulary is (`vocabulary_file_name`,
 `saved_vocabulary_path`), the integrity check of one step directory against
-its manifest (`directory_manifest`, `check_step`), and the vocabulary's
+its manifest (`directory_manifest`, `check_step`), several workdirs named in
+one comma-separated value (`split_workdirs`), and the vocabulary's
 fingerprint that a checkpoint records as `vocab_sha256` with the error raised
 when a vocabulary differs from it (`vocabulary_fingerprint`,
 `VocabularyMismatch`).
@@ -55,6 +56,12 @@ def local_workdir(workdir: str | os.PathLike) -> Path:
             f"(e.g. `gcsfuse --implicit-dirs BUCKET ~/gcs/BUCKET`, as launch/host_train.sh does for gs:// "
             f"WORKDIRs) and give the mounted path")
     return Path(text).absolute()
+
+
+def split_workdirs(value) -> list[str]:
+    """Several workdirs named in one comma-separated value (`rl.options_workdir=W1,W2`, `--workdir W1,W2`),
+    each stripped, empty entries dropped."""
+    return [w.strip() for w in str(value).split(",") if w.strip()]
 
 
 def is_url(workdir: str | os.PathLike) -> bool:

@@ -64,9 +64,9 @@ def test_pooled_options_are_each_runs_options():
 
 def test_options_that_differ_are_not_pooled():
     from tgjax.models.ocn import pool_options
-    from tgjax.train.tasks.ppo_options import options_workdirs
+    from tgjax.workdir import split_workdirs
 
-    assert options_workdirs(" runs/a, runs/b ,") == ["runs/a", "runs/b"]
+    assert split_workdirs(" runs/a, runs/b ,") == ["runs/a", "runs/b"]
     with pytest.raises(ValueError, match=r"runs/a and runs/b cannot be pooled: hidden_size 8 against 16"):
         pool_options([_policy(2, 1), _policy(2, 2, hidden_size=16)], ["runs/a", "runs/b"])
 

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from tgjax.envs import craft_rules as rules
+from tgjax.workdir import split_workdirs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +79,7 @@ def plot_curves(workdirs: str | Path | list, output: str | Path) -> dict[str, di
     import matplotlib.pyplot as plt
 
     if isinstance(workdirs, (str, Path)):
-        workdirs = [w.strip() for w in str(workdirs).split(",") if w.strip()]
+        workdirs = split_workdirs(workdirs)
     valid = {}
     for workdir in workdirs:
         path = Path(workdir) / "metrics.jsonl"
@@ -224,8 +225,8 @@ def evaluate_pooled_options(workdirs: str, *, step="best", episodes: int = 200, 
     from tgjax.infer.craft import load_pooled_options
 
     scripted_tasks = _check_tasks(subtasks, controller_tasks)
-    names = [w.strip() for w in workdirs.split(",") if w.strip()]
-    policy, checkpoints = load_pooled_options(names, step if step in ("best", "latest") else int(step))
+    step = step if step in ("best", "latest") else int(step)
+    policy, checkpoints = load_pooled_options(split_workdirs(workdirs), step)
     sizes = [c.model_config.num_options for c in checkpoints]
     first = 1
     for checkpoint, size in zip(checkpoints, sizes):

@@ -70,6 +70,7 @@ from tgjax.train.tasks.craft_ppo import (
     restore_bc_policy,
     rollout_metrics,
 )
+from tgjax.workdir import split_workdirs
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -357,15 +358,10 @@ def _load_one(workdir: str, step) -> tuple[OptionControllerPolicy, int]:
     return policy, chosen
 
 
-def options_workdirs(value) -> list[str]:
-    """`rl.options_workdir`: one workdir, or several separated by commas (setting S2: their options pooled)."""
-    return [w.strip() for w in str(value).split(",") if w.strip()]
-
-
 def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
-    """The frozen options of one craft_bc run, or of several pooled (`options_workdirs`); meta {"step", "kind"}:
-    step an int for one run, a list of ints for several."""
-    workdirs = options_workdirs(workdir)
+    """The frozen options of one craft_bc run, or of several pooled (`tgjax.workdir.split_workdirs`);
+    meta {"step", "kind"}: step an int for one run, a list of ints for several."""
+    workdirs = split_workdirs(workdir)
     loaded = [_load_one(w, step) for w in workdirs]
     try:
         policy = pool_options([p for p, _ in loaded], workdirs)
@@ -379,7 +375,7 @@ def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: the fresh controller's size, from the options runs' recorded policy configs."""
     check_config(config)
     found = [find_bc_checkpoint(w, config.rl.options_step, key="rl.options_workdir", reused=_REUSED)
-             for w in options_workdirs(config.rl.options_workdir)]
+             for w in split_workdirs(config.rl.options_workdir)]
     configs = [CraftPolicyConfig(**meta["model"]) for _, meta in found]
     pc = dataclasses.replace(configs[0], num_options=sum(c.num_options for c in configs))
     abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth,
