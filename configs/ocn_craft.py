@@ -14,9 +14,10 @@ tasks AC, CD, DA (A = get wood, C = get iron, D = get grass), 6000
 demonstrations each (80/20 train/validation), hidden 128, cell depth 2,
 controller temperature 10, Adam lr 1e-3, batch 512. The demonstrations are
 made with the bot into WORKDIR/demos on first use (`data.generate`). The
-bot's final DONE is imitated, as OMPN's cloning does (the thesis does not
-say); `--config.data.train_final_done=False` reads that row without
-imitating it (the README compares the two).
+bot's final DONE is read but not imitated (the thesis' actions are up, down,
+left, right and use; the environment ends the task);
+`--config.data.train_final_done=True` imitates it, as OMPN's release does
+(the README compares the two).
 Arguments, comma-separated: "moe", "lstm" or "ompn" (the baselines, same
 recipe; OMPN with n = 3 slots of size H, released-code.md §5.7);
 "cpu" (the README's first run: 400 demonstrations per task, batch 64, 600

@@ -9,12 +9,27 @@ release's encoder has 8 heads of 16 and FFN 512 whatever its CLI says
 embedding is d / 4 = 32 wide. Strings longer than 510 brackets are
 redrawn (counted at setup), so every string fits a row of 512.
 
+The attachment head is the release's, since Table 1 came from the release:
+scores without 1/sqrt(d), k_self from the transformed query, the relative
+position term, and the softmax over every causal slot (`model.head_scaled=
+False`, `head_self_key_input="query"`, `head_relative_positions=True`,
+`attachment_normalise="causal"`; the paper's Fig. 8 normalises the same
+way). The paper's head (Fig. 8's scores, its text's softmax over the legal
+slots; `tgjax.nn.attachment_head`) is the other column: append
+`-paper-head` to any variant (`:paper-head`, `:base-paper-head`,
+`:cpu-paper-head`, `:base-cpu-paper-head`).
+
 Base-LM (§4.1 insists on it): the same model with no pushdown layer, still
 trained with the attachment head as a multi-task loss:
 
     tgjax train --config configs/pushdown_dyck.py --workdir runs/pushdown_dyck
     tgjax train --config configs/pushdown_dyck.py:base --workdir runs/base_dyck
     (or --config.model.pushdown_layers=none)
+
+Relative positions are not clipped before the longest string a run sees:
+the evaluation's prefixes reach 599 brackets after `<s>` (600 positions,
+`tgjax.data.dyck.LONG_RANGE_MAX_PREFIX`), past the 512 of a training row,
+and the release computes its sinusoidal encodings for any distance.
 
 CPU variants (`:cpu`, `:base-cpu`; what the README's Dyck table ran): the
 same recipe shrunk to a shared CPU: 4 layers, d = 64 (4 heads of 16, FFN
@@ -32,13 +47,20 @@ Memory: the full model's step at rows of 512 holds ~18.6 GB of activations
 cut the padding (53-63 steps/s per run on one H200, two runs side by side).
 """
 
+from tgjax.data.dyck import LONG_RANGE_MAX_PREFIX
 from tgjax.train.tasks.pushdown_lm import default_config
+
+PAPER_HEAD = "paper-head"
 
 
 def get_config(variant=None):
-    if variant not in (None, "", "pushdown", "base", "cpu", "base-cpu"):
+    variant = variant or ""
+    paper_head = variant == PAPER_HEAD or variant.endswith(f"-{PAPER_HEAD}")
+    if paper_head:
+        variant = variant.removesuffix(PAPER_HEAD).removesuffix("-")
+    if variant not in ("", "pushdown", "base", "cpu", "base-cpu"):
         raise ValueError(f"configs/pushdown_dyck.py:{variant}: expected 'pushdown' (default), 'base' (Base-LM), "
-                         f"'cpu' or 'base-cpu' (the reduced CPU runs)")
+                         f"'cpu' or 'base-cpu' (the reduced CPU runs), each optionally ending in '-paper-head'")
     base = variant in ("base", "base-cpu")
     config = default_config()
     config.model.d_model = 128
@@ -48,24 +70,19 @@ def get_config(variant=None):
     config.model.sequence_length = 512
     config.model.pushdown_layers = "none" if base else "all"
     config.model.head_depth_dim = 32  # the release's head: d / (its CLI's 4 heads)
+    # The release's head (Table 1's); the paper's with -paper-head (the module docstring).
+    config.model.head_scaled = paper_head
+    config.model.head_self_key_input = "projection" if paper_head else "query"
+    config.model.head_relative_positions = not paper_head
+    config.model.attachment_normalise = "legal" if paper_head else "causal"
+    # Every distance the evaluation's longest prefix (<s> + 599 brackets) holds, none clipped (the release).
+    config.model.max_relative_position = LONG_RANGE_MAX_PREFIX
     config.model.embedding_dropout = 0.0
-    config.model.dropout = 0.1
     config.data.source = "dyck"
-    config.data.dyck_num_types = 20
-    config.data.dyck_max_depth = 10
-    config.data.dyck_num_train = 100_000
-    config.data.dyck_num_valid = 1000
     config.data.dyck_max_length = 510
     config.data.on_too_long = "error"  # cannot happen: strings are redrawn to fit
     config.training.num_steps = 10_000
     config.training.batch_size = 64
-    config.training.seed = 42
-    config.training.clip_grad_norm = 3.0
-    config.training.optimizer.name = "adam"
-    config.training.optimizer.kwargs.eps = 1e-7
-    config.training.lr_schedule.kwargs.start_lr = 0.0
-    config.training.lr_schedule.kwargs.max_lr = 1e-4
-    config.training.lr_schedule.kwargs.min_lr = 0.0
     config.training.lr_schedule.kwargs.warmup_steps = 8_000
     config.training.lr_schedule.kwargs.cosine_cycle_length = 2_000
     config.evaluation.interval_steps = 500

@@ -16,22 +16,8 @@ from tgjax.train.tasks.pushdown_lm import default_config
 
 def get_config():
     config = default_config()
-    config.model.d_model = 64
-    config.model.num_layers = 2
-    config.model.num_heads = 4
-    config.model.ffw_hidden_size = 256
     config.model.sequence_length = 32  # the built-in sentences have at most 30 words: <s> + 30 + <eos> = 32
-    config.model.pushdown_layers = "all"
-    config.model.num_depths = 50
-    config.data.source = "builtin"
-    config.training.num_steps = 1000
-    config.training.batch_size = 16
     config.training.lr_schedule.kwargs.start_lr = 1e-7
     config.training.lr_schedule.kwargs.max_lr = 2e-3
     config.training.lr_schedule.kwargs.min_lr = 1e-5
-    config.training.lr_schedule.kwargs.warmup_steps = 100
-    config.training.lr_schedule.kwargs.cosine_cycle_length = 900
-    config.evaluation.interval_steps = 250
-    config.checkpointing.interval_steps = 250
-    config.logging.interval_steps = 25
     return config

@@ -18,7 +18,6 @@ from tgjax.train.config import default_config, set_data_paths
 
 def get_config(paths=None):
     config = set_data_paths(default_config(), paths)
-    config.model.name = "tg"
     config.model.vocab_size = 32_768  # the SentencePiece size, and the size `tgjax info` counts with
     config.model.d_model = 1024
     config.model.num_layers = 16
@@ -26,20 +25,13 @@ def get_config(paths=None):
     config.model.ffw_hidden_size = 4096
     config.model.sequence_length = 256
     config.model.memory_length = 256
-    config.model.embedding_dropout = 0.1
-    config.model.core_dropout = 0.1
-    config.model.core_output_dropout = 0.1
     config.data.vocabulary = "sentencepiece"
     config.training.num_steps = 100_000
     config.training.batch_size = 176
-    config.training.clip_grad_norm = 3.0
-    config.training.lr_schedule.kwargs.start_lr = 1e-7
     config.training.lr_schedule.kwargs.max_lr = 1.5e-4
-    config.training.lr_schedule.kwargs.min_lr = 3e-7
     config.training.lr_schedule.kwargs.warmup_steps = 8_000
     config.training.lr_schedule.kwargs.cosine_cycle_length = 92_000  # ends at min_lr at step 100k
     config.evaluation.interval_steps = 500
     config.evaluation.batch_size = 64
     config.checkpointing.interval_steps = 500
-    config.logging.interval_steps = 10
     return config

@@ -15,26 +15,19 @@ from tgjax.train.config import default_config, set_data_paths
 
 def get_config(paths=None):
     config = set_data_paths(default_config(), paths)
-    config.model.name = "tg"
     config.model.d_model = 192
     config.model.num_layers = 16
     config.model.num_heads = 8
     config.model.ffw_hidden_size = 768
     config.model.sequence_length = 192
     config.model.memory_length = 192
-    config.model.min_relative_position = -1
-    config.model.max_relative_position = 62
     config.model.embedding_dropout = 0.34
     config.model.core_dropout = 0.19
     config.model.core_output_dropout = 0.45
     config.model.vocab_size = 23_888  # the paper's; training uses the size of the vocabulary built from the data
-    config.data.vocabulary = "words"
     config.training.num_steps = 50_000
     config.training.batch_size = 64
-    config.training.clip_grad_norm = 3.0
-    config.training.lr_schedule.kwargs.start_lr = 1e-7
     config.training.lr_schedule.kwargs.max_lr = 7.1e-4
-    config.training.lr_schedule.kwargs.min_lr = 3e-7
     config.training.lr_schedule.kwargs.warmup_steps = 6_000
     config.training.lr_schedule.kwargs.cosine_cycle_length = 44_000  # ends at min_lr at step 50k
     config.evaluation.interval_steps = 500

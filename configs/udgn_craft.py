@@ -21,11 +21,7 @@ and 20,000 steps: a run meant to be stopped (SIGTERM) when the CPU share runs ou
 its best checkpoint then scored.
 """
 
-from pathlib import Path
-
 import ml_collections
-
-CRAFT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "craft_treebank"
 
 
 def get_config(arg: str | None = None):
@@ -42,20 +38,14 @@ def get_config(arg: str | None = None):
 
 
 def _release_recipe_at_cpu_size():
+    """What differs from `tgjax.train.tasks.mlm.default_config` (the release's recipe; CRAFT in its default
+    place, `data.craft_dir`)."""
     return ml_collections.ConfigDict(dict(
         trainer="mlm",
-        model=dict(d_model=64, num_layers=2, num_channels=8, channel_size=16, parser_hidden=64,
-                   parser_layers=1, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
-        data=dict(source="craft", train_path="", valid_path="", test_path="", craft_dir=str(CRAFT),
-                  num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
-                  min_word_count=3, max_length=48),
-        training=dict(num_steps=3000, token_budget=2048, length_bucket=16, mask_rate=0.3, seed=1111,
-                      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
-                      schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
-        evaluation=dict(interval_steps=200, runs=5, seed=0),
-        checkpointing=dict(interval_steps=200, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
-                           save_memory=False),
-        logging=dict(interval_steps=25, tensorboard=False),
-        mesh=dict(data=-1, model=1),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
+        model=dict(d_model=64, num_layers=2, channel_size=16, parser_hidden=64, parser_layers=1),
+        data=dict(source="craft", min_word_count=3, max_length=48),
+        training=dict(num_steps=3000, token_budget=2048, length_bucket=16),
+        evaluation=dict(interval_steps=200),
+        checkpointing=dict(interval_steps=200),
+        logging=dict(interval_steps=25),
     ))

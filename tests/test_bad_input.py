@@ -198,7 +198,13 @@ def test_an_empty_file_is_one_line_naming_it(runs, corpus, name, command):
     assert str(corpus[name]) in line and "empty" in line
 
 
-@pytest.mark.parametrize("name", [*MALFORMED, *EMPTY, *HUGE])
+@pytest.mark.parametrize("command", ("f1_gold", "f1_pred"))
+def test_eval_f1_of_an_empty_file_is_one_line_naming_it(runs, corpus, command):
+    """No sentence to compare: no F-measure (not `nan`), an error naming the file."""
+    assert str(corpus["empty"]) in _error_line(runs[f"empty/{command}"])
+
+
+@pytest.mark.parametrize("name", [*MALFORMED, "blank", *HUGE])
 @pytest.mark.parametrize("command", ("f1_gold", "f1_pred"))
 def test_eval_f1_scores_bad_trees_as_evalb_error_sentences(runs, corpus, name, command):
     """EVALB's rules: a sentence that cannot be read or matched is an error sentence, counted and named."""

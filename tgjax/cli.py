@@ -140,7 +140,9 @@ def cmd_data_prepare(args) -> int:
 
 def cmd_data_export(args) -> int:
     from tgjax.data import corpora
+    from tgjax.outputs import check_output
 
+    check_output(args.output)
     n = corpora.write_treebank(args.output, corpora.get_corpus("builtin", args.split, seed=args.seed,
                                                                 num_sentences=args.num_sentences))
     print(f"wrote {n} trees to {args.output}")
@@ -171,27 +173,34 @@ def cmd_data_show(args) -> int:
 
 
 def cmd_viz_mask(args) -> int:
+    from tgjax.outputs import check_output
     from tgjax.syntax import pos_tags, trees
     from tgjax.viz import draw_mask
 
     tree = trees.parse(args.tree)
+    check_output(args.output, figure=True)
     draw_mask(tree, args.output, pos_tags=pos_tags.is_tagged(tree))  # one tree: tagged iff every word is alone
     print(f"wrote {args.output}")
     return 0
 
 
 def cmd_viz_tree(args) -> int:
+    from tgjax.outputs import check_output
     from tgjax.syntax import trees
     from tgjax.viz import draw_tree
 
-    draw_tree(trees.parse(args.tree), args.output)
+    tree = trees.parse(args.tree)
+    check_output(args.output, figure=True)
+    draw_tree(tree, args.output)
     print(f"wrote {args.output}")
     return 0
 
 
 def cmd_viz_curves(args) -> int:
+    from tgjax.outputs import check_output
     from tgjax.viz import draw_curves
 
+    check_output(args.output, figure=True, inputs=[Path(w) / "metrics.jsonl" for w in args.workdir])
     curves = draw_curves(args.workdir, args.output, labels=args.label)
     for workdir, c in zip(args.workdir, curves):
         steps, losses = c["train"]
@@ -272,39 +281,58 @@ def _train_cfl(config, args) -> int:
 
 
 def cmd_info(args) -> int:
-    """The model's parameter count, its settings, and the resolved config."""
-    from tgjax.train.config import to_json_dict, trainer_of
-    from tgjax.train.tasks.treebank_lm import describe
+    """The model's parameter count, its settings, each parameter's partition on the configured mesh, and the
+    resolved config."""
+    from tgjax.train.config import to_json_dict
+    from tgjax.train.tasks import describe
 
     config = _load_train_config(args)
-    if trainer_of(config) == "cfl":
-        from tgjax.train.cfl import describe_cfl as describe
-    elif trainer_of(config) == "onlstm_lm":
-        from tgjax.train.tasks.onlstm_lm import describe
-    elif trainer_of(config) == "classification":
-        from tgjax.train.tasks.classification import describe
-    elif trainer_of(config) == "mlm":
-        from tgjax.train.tasks.mlm import describe
-    elif trainer_of(config) == "pushdown_lm":
-        from tgjax.train.tasks.pushdown_lm import describe
-    elif trainer_of(config) == "craft_bc":
-        from tgjax.train.tasks.craft_bc import describe
-    elif trainer_of(config) == "ppo_options":
-        from tgjax.train.tasks.ppo_options import describe
-    elif trainer_of(config) == "ppo_actions":
-        from tgjax.train.tasks.ppo_actions import describe
     info = describe(config)
+    layout = _info_layout(info.pop("build_model"), config)
+    specs = layout.partition_specs()
     if args.json:
-        print(json.dumps({**info, "config": to_json_dict(config)}, indent=2))
+        partitions = {path: {"shape": list(shape), "spec": repr(spec)} for path, (shape, spec) in specs.items()}
+        print(json.dumps({**info, "mesh": dict(layout.mesh.shape), "partition_specs": partitions,
+                          "config": to_json_dict(config)}, indent=2))
         return 0
     print(f"config       {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else ""))
     name = info["model_name"] if "model_name" in info else config.model.name
     print(f"model        {name}: {info['num_parameters']:,} parameters")
     print(f"vocabulary   {info['vocab_size']:,} ids ({info['vocab_source']})")
     print("model config " + ", ".join(f"{k}={v}" for k, v in info["model"].items()))
+    marked = sum("model" in _spec_axes(spec) for _, spec in specs.values())
+    ways = layout.mesh.shape["model"]
+    mesh = " x ".join(f"{axis} {size}" for axis, size in layout.mesh.shape.items())
+    how = f"split {ways} ways over 'model'" if ways > 1 else "on the 'model' axis (size 1: whole on each device)"
+    print(f"\nparameters on the mesh ({mesh}): {marked} of {len(specs)} {how}")
+    width = max(len(path) for path in specs)
+    for path, (shape, spec) in specs.items():
+        print(f"  {path:<{width}}  {str(list(shape)):<18} {spec}")
     print("\nresolved config:")
     print(str(config).rstrip())
     return 0
+
+
+def _info_layout(build_model, config):
+    """The parameters' layout on this machine's devices under the config's mesh and logical-axis rules."""
+    from tgjax.train import sharding as shd
+    from tgjax.train.config import ConfigError
+    from tgjax.train.params_state import params_layout
+
+    try:
+        mesh = shd.make_mesh(config.mesh.data, config.mesh.model)
+    except ValueError as error:
+        raise ConfigError(f"{error} here (tgjax info lays the parameters out on this machine's devices; on a CPU, "
+                          "XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)") from None
+    return params_layout(build_model, mesh, shd.config_rules(config))
+
+
+def _spec_axes(spec) -> set[str]:
+    """The mesh axes a `PartitionSpec` uses."""
+    axes: set[str] = set()
+    for entry in spec:
+        axes.update((entry,) if isinstance(entry, str) else (entry or ()))
+    return axes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -394,6 +422,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_errors(command, argv: list[str]) -> int:
+    """Runs a command with its own parser; an output it cannot write that escaped its handler is one line."""
+    from tgjax.outputs import OutputError
+
+    try:
+        return command(argv)
+    except OutputError as error:
+        print(f"tgjax: error: {error}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     from tgjax.train.config import parse_override_args
 
@@ -413,15 +452,15 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         module, function = eval_commands[argv[1]]
-        return getattr(importlib.import_module(f"tgjax.eval.{module}"), function)(argv[2:])
+        return _one_line_errors(getattr(importlib.import_module(f"tgjax.eval.{module}"), function), argv[2:])
     if argv[:2] == ["data", "deps"]:
         from tgjax.data.deps import main_deps
 
-        return main_deps(argv[2:])
+        return _one_line_errors(main_deps, argv[2:])
     if argv[:2] == ["data", "craft-demos"]:
         from tgjax.envs.craft_demos_command import main_craft_demos
 
-        return main_craft_demos(argv[2:])
+        return _one_line_errors(main_craft_demos, argv[2:])
     if argv[:1] == ["demo"]:
         from tgjax.demo import main as main_demo
 
@@ -429,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sample"]:
         from tgjax.eval.sample_command import main_sample
 
-        return main_sample(argv[1:])
+        return _one_line_errors(main_sample, argv[1:])
     # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.
     try:
         overrides, argv = parse_override_args(argv)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tgjax.extras import require_extra
+from tgjax.outputs import save_figure
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import token_types as tt
 
@@ -55,7 +56,7 @@ def draw_mask(tree: trees.Tree, path: str, *, pos_tags: bool) -> None:
               loc="lower left", bbox_to_anchor=(0.0, -0.12), ncol=2, frameon=False)
     ax.set_title("TG attention mask (row attends to column)", pad=40 + 4 * max(len(t) for t in tokens))
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save_figure(fig, path, dpi=150)  # the format of its extension; nothing left behind on failure
     plt.close(fig)
 
 
@@ -99,7 +100,7 @@ def draw_curves(workdirs, path: str, labels=None) -> list[dict]:
     ax.legend(fontsize=8)
     ax.set_title("training curves")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save_figure(fig, path, dpi=150)  # the format of its extension; nothing left behind on failure
     plt.close(fig)
     return curves
 
@@ -166,5 +167,5 @@ def draw_tree(tree: trees.Tree, path: str) -> None:
     ax.set_ylim(-height + 0.4, 0.6)
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    save_figure(fig, path, dpi=150)  # the format of its extension; nothing left behind on failure
     plt.close(fig)

@@ -128,6 +128,18 @@ def test_data_deps_command_on_a_file(tmp_path, capsys):
     assert back[0].heads.tolist() == [1, 2, 2, 4, 2]
 
 
+def test_data_deps_command_passes_the_head_rule_switches(tmp_path, capsys):
+    treebank = tmp_path / "fruit.mrg"
+    treebank.write_text("(NP (NN apples) (, ,) (NNS pears) (, ,) (CC and) (NNS plums))\n")
+    heads = {}
+    for coordination in ("corenlp", "skip_punctuation"):
+        out = tmp_path / f"{coordination}.conllu"
+        assert main_deps(["--treebank", str(treebank), "-o", str(out), "--coordination", coordination]) == 0
+        heads[coordination] = conllu.read_conllu(out)[0][0].root
+    assert heads == {"corenlp": 5, "skip_punctuation": 2}  # "plums" as CoreNLP, "pears" past the commas
+    assert "coordination past punctuation" in capsys.readouterr().out
+
+
 def test_data_deps_command_on_the_shared_treebanks(shared_data, tmp_path, capsys):
     """Tale of Two Cities and one CRAFT file: every sentence written is a tree; NML is counted
     unless --nml-as-np. Skips when ../shared/data is absent."""

@@ -88,12 +88,13 @@ def test_corpus_redraws_and_counts_long_strings():
     assert again == strings  # seeded
 
 
-def test_long_range_examples():
+@pytest.mark.parametrize("construction", [dyck.long_range_examples, dyck.release_long_range_examples])
+def test_long_range_examples(construction):
     rng = np.random.default_rng(1)
-    examples = dyck.long_range_examples(rng, 50, num_examples=50)
+    examples = construction(rng, 50, num_examples=50)
     assert len(examples) >= 50
     for ex in examples:
-        assert len(ex.prefix) <= 600 and ex.distance >= 50
+        assert len(ex.prefix) <= 599 and ex.distance >= 50
         # An independent stack: the bracket open at the end of the prefix, and how far back it is.
         stack = []
         for i, token in enumerate(ex.prefix):
@@ -103,6 +104,46 @@ def test_long_range_examples():
                 stack.pop()
         assert ex.target == ex.prefix[stack[-1]][1:] + ")"
         assert ex.distance == len(ex.prefix) - stack[-1] and ex.depth == len(stack)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("open_probability", [0.5, 0.3])
+def test_long_range_examples_stay_at_the_training_depth(seed, open_probability):
+    """Long dependencies, not deeper nesting: every prefix nests <= 10, every dependency is >= L (also at an open
+    probability where rejection sampling would never find one of 300)."""
+    for length in dyck.LONG_RANGE_LENGTHS:
+        examples = dyck.long_range_examples(np.random.default_rng([seed, length]), length,
+                                            open_probability=open_probability)
+        assert len(examples) == 50
+        for ex in examples:
+            assert dyck.max_nesting(ex.prefix) <= dyck.PAPER_TRAIN_DEPTH and len(ex.prefix) <= 599
+            match = dyck.matching_openers([*ex.prefix, ex.target], complete=False)
+            assert ex.distance == len(ex.prefix) - match[-1] >= length
+
+
+def test_the_releases_long_range_sets_nest_deeper_than_training():
+    """Why the release's construction is a switch: its prefixes mostly nest deeper than the training cap."""
+    examples = dyck.release_long_range_examples(np.random.default_rng(0), 100)
+    deeper = np.mean([dyck.max_nesting(ex.prefix) > dyck.PAPER_TRAIN_DEPTH for ex in examples])
+    assert deeper > 0.8
+
+
+def test_conditioned_bodies_are_the_automatons_given_a_long_dependency():
+    """`_bracket_body` conditioned on a dependency >= L draws what rejection sampling of the automaton draws."""
+    rng = np.random.default_rng(0)
+    max_depth, p, floor, length = 4, 0.5, 2, 8
+    conditioned = dyck._survival_table(length - 1, max_depth, p)
+    free = dyck._survival_table(0, max_depth, p)
+    drawn = [len(dyck._bracket_body(rng, conditioned, floor, 3, max_depth, p, 10**6)) for _ in range(4000)]
+    rejected = []
+    while len(rejected) < 4000:
+        body = dyck._bracket_body(rng, free, floor, 3, max_depth, p, 10**6)
+        if len(body) >= length - 1:
+            rejected.append(len(body))
+    assert min(drawn) >= length - 1
+    want = np.bincount(rejected, minlength=40)[:40] / len(rejected)
+    got = np.bincount(drawn, minlength=40)[:40] / len(drawn)
+    assert np.abs(got - want).max() < 0.03
 
 
 def test_depth_generalisation_examples():

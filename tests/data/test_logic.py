@@ -165,10 +165,13 @@ def test_length_split(files):
     assert all(e.operator_count == n for n, v in split.test.items() for e in v)
 
 
-@pytest.mark.parametrize("name, train_size, test_size", [("A", 128969, 2472), ("B", 87948, 17544), ("C", 51896, 27232)])
-def test_systematicity_splits_match_the_thesis_training_sizes(files, name, train_size, test_size):
+@pytest.mark.parametrize("name, train_size, thesis_test_size, test_size",
+                         [("A", 128969, 1369, 2472), ("B", 87948, 9257, 17544), ("C", 51896, 12757, 27232)])
+def test_systematicity_splits_match_the_thesis_sizes(files, name, train_size, thesis_test_size, test_size):
     split = logic.systematicity_split(files, name, validation_every=0)
     assert len(split.train) == train_size and split.valid == []
+    # The thesis' test: the unseen pairs of 7..12 operators; every length 0..12 is the larger set beside it.
+    assert sum(len(v) for v in logic.thesis_lengths(split.test).values()) == thesis_test_size
     assert sum(len(v) for v in split.test.values()) == test_size
     assert not any(logic.contains_pattern(e, name) for e in split.train)
     assert all(logic.contains_pattern(e, name) for v in split.test.values() for e in v)

@@ -140,6 +140,19 @@ def test_split_write_and_read_back(tmp_path):
         assert len(files.test[n]) == len(test[n])
 
 
+@pytest.mark.parametrize("name", ["A", "B", "C"])
+def test_the_thesis_systematicity_subset_is_exactly_the_unseen_pairs_of_7_to_12_operators(tmp_path, name):
+    pairs = logic.generate_pairs(3000, seed=7)
+    train, test = logic.split_generated(pairs, seed=0)
+    logic.write_logic_files(tmp_path, train, test)
+    split = logic.systematicity_split(tmp_path, name)
+    everything = [e for bucket in split.test.values() for e in bucket]
+    subset = [e for bucket in logic.thesis_lengths(split.test).values() for e in bucket]
+    expected = [e for e in everything if 7 <= max(logic.count_operators(e.left), logic.count_operators(e.right))]
+    assert subset == expected and 0 < len(subset) < len(everything)
+    assert all(logic.contains_pattern(e, name) for e in subset)
+
+
 def test_generator_arguments_are_checked():
     with pytest.raises(ValueError, match="num_pairs"):
         logic.generate_pairs(-1, seed=0)

@@ -201,3 +201,102 @@ def test_gold_heads_drop_punctuation_and_climb_past_it(tmp_path):
     assert gold.scheme == "collins"
     assert gold.words == [["The", "dog", "barks"], ["Dogs", "bark", "loudly"]]
     assert [h.tolist() for h in gold.heads] == [[1, 2, 2], [1, 1, 1]]  # Collins: S -> VP, VP -> verb, NP -> noun
+
+
+# -- gold heads from a CoNLL-U / CoNLL-X file -------------------------------------------------------
+
+TWO_TREES = ("(S (NP (DT The) (NN dog)) (VP (VBZ is) (ADJP (JJ happy))) (. .))\n"
+             "(S (`` ``) (NP (NNS Dogs)) (VP (VBP bark) (, ,) (ADVP (RB loudly))) (. .))\n")
+# Heads that differ from the Collins rules on purpose: sentence 1 as Stanford Dependencies (the copula
+# "is" depends on "happy", the root), sentence 2 with "Dogs" under "loudly", and "loudly" under the
+# comma, which climbs to "bark". (ID, FORM, TAG, HEAD), 1-based heads, 0 the root.
+GOLD_ROWS = [
+    [(1, "The", "DT", 2), (2, "dog", "NN", 4), (3, "is", "VBZ", 4), (4, "happy", "JJ", 0), (5, ".", ".", 4)],
+    [(1, "``", "``", 3), (2, "Dogs", "NNS", 5), (3, "bark", "VBP", 0), (4, ",", ",", 3), (5, "loudly", "RB", 4),
+     (6, ".", ".", 3)],
+]
+# Kept words (WORD_TAGS), 0-based heads read off the rows by hand: [1, 3, 3, 3] and [2, 1, 1];
+# the Collins rules give [1, 2, 2, 2] and [1, 1, 1].
+FILE_HEADS = [[1, 3, 3, 3], [2, 1, 1]]
+
+
+def _write_gold(path, rows, *, conllx: bool = False):
+    lines = []
+    for k, sentence in enumerate(rows, start=1):
+        if not conllx:
+            lines += [f"# sent_id = {k}", "# text = " + " ".join(form for _, form, _, _ in sentence)]
+        for token_id, form, tag, head in sentence:
+            deprel = "root" if head == 0 else "dep"
+            upos = tag if conllx else "_"  # CoNLL-X: CPOSTAG and POSTAG; CoNLL-U: UPOS left empty here
+            lines.append("\t".join([str(token_id), form, "_", upos, tag, "_", str(head), deprel, "_", "_"]))
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+class _LastWordParser:
+    """Every word's most probable head is the sentence's last word (the last word's: the one before it)."""
+
+    def head_probs(self, sentences):
+        out = []
+        for words in sentences:
+            n = len(words)
+            probs = np.full((n, n), 0.1 / max(n, 1))
+            probs[:, n - 1] = 1.0
+            probs[n - 1, max(n - 2, 0)] = 1.0
+            np.fill_diagonal(probs, 0.0)
+            out.append(probs / probs.sum(axis=1, keepdims=True))
+        return out
+
+    def mlm_loss(self, sentences, runs):
+        return 1.0, 5
+
+    def describe(self):
+        return "stub"
+
+
+@pytest.mark.parametrize("conllx", [False, True], ids=["conllu", "conllx"])
+def test_gold_heads_from_a_conll_file_are_scored(tmp_path, capsys, conllx):
+    treebank = tmp_path / "two.mrg"
+    treebank.write_text(TWO_TREES)
+    gold_file = _write_gold(tmp_path / ("two.conllx" if conllx else "two.conllu"), GOLD_ROWS, conllx=conllx)
+    gold = dep.read_gold([str(treebank)], gold_files=[gold_file])
+    assert gold.words == [["The", "dog", "is", "happy"], ["Dogs", "bark", "loudly"]]
+    assert [h.tolist() for h in gold.heads] == FILE_HEADS
+    out = tmp_path / "scores.json"
+    code = dep.main_dependency(["--workdir", "unused", "--treebank", str(treebank), "--gold", gold_file,
+                                "--random-seeds", "1", "-o", str(out)], load_parser=lambda *a, **k: _LastWordParser())
+    assert code == 0
+    assert f"gold heads: read from {gold_file}" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    # By hand, over 7 words. Left chain [0,0,1,2] [0,0,1]: 1 head right ("loudly"); pairs {0,1} {2,3} and {1,2}.
+    assert result["baselines"]["left chain"] == pytest.approx({"uas": 100 / 7, "uuas": 300 / 7})
+    # Right chain [1,2,3,3] [1,2,2]: "The", "is", "happy" right; pairs {0,1} {2,3} {3} and {1,2}.
+    assert result["baselines"]["right chain"] == pytest.approx({"uas": 300 / 7, "uuas": 400 / 7})
+    # The stub's argmax [3,3,3,2] [2,2,1]: "dog", "is", "Dogs", "loudly" right.
+    assert result["udgn_argmax"]["uas"] == pytest.approx(400 / 7)
+    # Against the Collins heads the left chain gets 2 of 7 ("happy", "loudly"): the file's heads were used.
+    rules = dep.read_gold([str(treebank)])
+    assert dep.attachment_scores([dep.left_chain(len(h)) for h in rules.heads], rules.heads)[0] == 200 / 7
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda rows: [[*rows[0][:1], (2, "cat", "NN", 4), *rows[0][2:]], rows[1]],
+     "sentence 1 (tree 1 of {tb}), WORD_TAGS kept: word 2 is 'cat' in the file, 'dog' in the treebank"),
+    (lambda rows: [[*rows[0][:4], (5, ".", "NN", 4)], rows[1]],  # the full stop tagged as a word
+     "sentence 1 (tree 1 of {tb}), WORD_TAGS kept: 5 words in the file, 4 in the treebank"),
+    (lambda rows: rows[:1], "1 sentences, but {tb} has 2 trees"),
+])
+def test_a_gold_file_that_does_not_match_the_treebank_is_refused_in_one_line(tmp_path, capsys, change, message):
+    treebank = tmp_path / "two.mrg"
+    treebank.write_text(TWO_TREES)
+    gold_file = _write_gold(tmp_path / "bad.conllu", change(GOLD_ROWS))
+    code = dep.main_dependency(["--baselines-only", "--treebank", str(treebank), "--gold", gold_file])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err == f"tgjax eval dependency: error: {gold_file}: {message.format(tb=treebank)}\n"
+
+
+def test_gold_file_excludes_head_rule_options(tmp_path):
+    with pytest.raises(SystemExit):
+        dep.main_dependency(["--baselines-only", "--treebank", "builtin", "--gold", "x.conllu", "--heads", "collins"])

@@ -96,7 +96,8 @@ def all_sets():
 
 
 def test_sets_targets_and_distances_against_brute_force(all_sets):
-    assert [len(all_sets[n]) >= 50 for n in ed.LONG_RANGE_SETS] == [True] * 4 and len(all_sets["depth"]) == 105
+    assert all(len(all_sets[n]) >= 50 for n in ed.LONG_RANGE_SETS) and len(ed.LONG_RANGE_SETS) == 8
+    assert len(all_sets["depth"]) == 105
     assert len(all_sets["valid"]) == 500
     for name, examples in all_sets.items():
         for e in examples:
@@ -116,6 +117,66 @@ def test_sets_targets_and_distances_against_brute_force(all_sets):
     # In distribution: every closer of each string in turn, so consecutive strings' examples tile them.
     valid = all_sets["valid"]
     assert {e.depth for e in valid} >= {1, 2, 3} and max(e.depth for e in valid) <= dyck.PAPER_TRAIN_DEPTH
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_default_long_range_sets_nest_no_deeper_than_training(seed):
+    """Every prefix of dyck50..dyck300 nests <= the training depth; each dependency is >= the set's L."""
+    sets = ed.evaluation_sets(ed.TRAINING_DEPTH_SETS, seed=seed)
+    for name, length in ed.TRAINING_DEPTH_SETS.items():
+        assert len(sets[name]) == 50
+        for e in sets[name]:
+            opener = dyck.matching_openers([*e.prefix, e.target], complete=False)[-1]
+            assert dyck.max_nesting(e.prefix) <= dyck.PAPER_TRAIN_DEPTH, name
+            assert len(e.prefix) - opener == e.distance >= length, name
+
+
+def strings_of(examples):
+    """The strings the in-distribution examples came from (each up to its last example's closer)."""
+    strings = []
+    for e in examples:
+        whole = (*e.prefix, e.target)
+        if strings and whole[:len(strings[-1])] == strings[-1]:
+            strings[-1] = whole
+        else:
+            strings.append(whole)
+    return strings
+
+
+def open_rate(strings, max_depth):
+    """Openers per choice where the automaton chooses (a stack neither empty nor full)."""
+    opened = chose = 0
+    for tokens in strings:
+        depth = 0
+        for token in tokens:
+            is_open = token.startswith("(")
+            if 0 < depth < max_depth:
+                opened, chose = opened + is_open, chose + 1
+            depth += 1 if is_open else -1
+    return opened / chose, chose
+
+
+@pytest.mark.parametrize("open_probability", [0.3, 0.5])
+def test_sets_follow_the_runs_open_probability(open_probability):
+    """The in-distribution set (and the strings of the others) come from the run's automaton, not always 1/2."""
+    strings = ed.TrainingStrings(open_probability=open_probability)
+    sets = ed.evaluation_sets(["valid", "depth", "dyck50"], seed=0, strings=strings)
+    rate, chose = open_rate(strings_of(sets["valid"]), dyck.PAPER_TRAIN_DEPTH)
+    assert abs(rate - open_probability) < 4 * np.sqrt(open_probability * (1 - open_probability) / chose)
+    # The long-range contexts and the depth set's inserted strings: the same automaton, so longer at 1/2.
+    assert sets == ed.evaluation_sets(["valid", "depth", "dyck50"], seed=0, strings=strings)
+    other = ed.evaluation_sets(["depth", "dyck50"], seed=0, strings=ed.TrainingStrings(open_probability=0.7))
+    assert other["depth"] != sets["depth"] and other["dyck50"] != sets["dyck50"]
+
+
+def test_the_command_reads_the_runs_open_probability(tmp_path):
+    loaded = fake_loader()("W", step="best")
+    loaded.meta["config"]["data"].update(dyck_open_probability=0.3, dyck_min_length=2)
+    out = tmp_path / "scores.json"
+    assert ed.main_dyck(["--workdir", "W", "--sets", "valid", "--tape", "gold", "--limit", "1", "--quiet",
+                         "-o", str(out)], load=lambda workdir, step: loaded) == 0
+    record = json.loads(out.read_text())
+    assert record["strings"]["open_probability"] == 0.3 and record["strings"]["min_length"] == 2
 
 
 def test_sets_are_reproducible_and_seeded():

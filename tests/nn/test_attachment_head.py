@@ -117,20 +117,6 @@ def test_each_switch_changes_what_it_should():
         make(self_key_input="both")
 
 
-# "The dog is happy": attach = [0, 0, 2, 1] (dog -> The, is shifts, happy -> dog).
-DOG_ATTACH = np.array([0, 0, 2, 1])
-
-
-def test_legal_candidates_the_dog_is_happy():
-    """By hand: The {The}; dog {The, dog}; is {[The dog]=1, is}; happy {dog, is, happy}, not The (Fig. 2)."""
-    want = np.array([[1, 0, 0, 0],
-                     [1, 1, 0, 0],
-                     [0, 1, 1, 0],
-                     [0, 1, 1, 1]], bool)
-    np.testing.assert_array_equal(np.asarray(legal_attachments(jnp.asarray(DOG_ATTACH[None])))[0], want)
-    np.testing.assert_array_equal(np.asarray(slot_legality(jnp.asarray(DOG_ATTACH[None])))[0], want[1:])
-
-
 @st.composite
 def binary_trees(draw, max_leaves=16):
     n = draw(st.integers(1, max_leaves))
@@ -142,6 +128,59 @@ def binary_trees(draw, max_leaves=16):
         return (build(lo, mid), build(mid + 1, hi))
 
     return build(0, n - 1)
+
+
+# "The dog is happy": attach = [0, 0, 2, 1] (dog -> The, is shifts, happy -> dog).
+DOG_ATTACH = np.array([0, 0, 2, 1])
+
+
+def test_legal_candidates_the_dog_is_happy():
+    """By hand: The {The}; dog {The, dog}; is {[The dog]=1, is}; happy {dog, is, happy}, not The (Fig. 2)."""
+    want = np.array([[1, 0, 0, 0],
+                     [1, 1, 0, 0],
+                     [0, 1, 1, 0],
+                     [0, 1, 1, 1]], bool)
+    np.testing.assert_array_equal(np.asarray(legal_attachments(jnp.asarray(DOG_ATTACH[None])))[0], want)
+
+
+# <s> The dog is happy <eos>: the data's layout, ROOT first and <eos> attaching to it.
+ROOTED_DOG_ATTACH = np.array([0, 1, 1, 3, 2, 0])
+
+
+def legal_sets(legal: np.ndarray) -> list[set[int]]:
+    return [set(np.flatnonzero(row).tolist()) for row in legal]
+
+
+def test_the_root_rule_the_dog_is_happy():
+    """By hand: no word may take ROOT (slot 0), though it is on the stack; <eos> takes ROOT alone."""
+    legal = np.asarray(slot_legality(jnp.asarray(ROOTED_DOG_ATTACH[None])))[0]
+    assert legal_sets(legal) == [{1}, {1, 2}, {2, 3}, {2, 3, 4}, {0}]
+
+
+def test_the_root_rule_in_a_window_of_two_sentences():
+    """<s> a b <eos> <s> c d <eos>: the second <s> shifts, c cannot reach the first sentence, <eos> its own ROOT."""
+    attach = np.array([0, 1, 1, 0, 4, 5, 5, 4])
+    roots = np.isin(np.arange(8), [0, 4])
+    legal = np.asarray(slot_legality(jnp.asarray(attach[None]), jnp.asarray(roots[None])))[0]
+    assert legal_sets(legal) == [{1}, {1, 2}, {0}, {4}, {5}, {5, 6}, {4}]
+
+
+@settings(max_examples=20, deadline=None)
+@given(tree=binary_trees(max_leaves=12))
+def test_training_legality_is_the_searchs(tree):
+    """`slot_legality` (training's softmax) equals the search's and the sampler's sets (`allowed_slots`)."""
+    from tgjax.infer.pushdown_oracle import allowed_slots
+
+    attach = np.r_[0, stt.attachments(tree) + 1, 0]
+    n = attach.size
+    padded = np.r_[attach, np.arange(n, 16)]  # one compile for every example
+    legal = np.asarray(slot_legality(jnp.asarray(padded[None])))[0]
+    tape = stt.IncrementalStackTape()
+    tape.step(0)
+    for k in range(1, n):
+        assert legal_sets(legal[k - 1:k])[0] == set(allowed_slots(tape.candidates(), k, final=k == n - 1).tolist())
+        assert legal[k - 1, attach[k]]
+        tape.step(int(attach[k]))
 
 
 @settings(max_examples=30, deadline=None)
@@ -162,13 +201,13 @@ def test_legal_candidates_match_the_stack(tree):
 
 
 def test_masking_modes():
-    logits = jnp.asarray(np.random.default_rng(0).normal(size=(1, 3, 4)).astype(np.float32))
-    legal = slot_legality(jnp.asarray(DOG_ATTACH[None]))
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(1, 5, 6)).astype(np.float32))
+    legal = slot_legality(jnp.asarray(ROOTED_DOG_ATTACH[None]))
     paper = np.asarray(attachment_log_probs(logits, legal))
     train = np.asarray(attachment_log_probs(logits, legal, normalise_over="causal", mask_illegal=False))
     infer = np.asarray(attachment_log_probs(logits, legal, normalise_over="causal", mask_illegal=True))
     legal_np = np.asarray(legal)[0]
-    causal = np.tril(np.ones((3, 4), bool), k=1)
+    causal = np.tril(np.ones((5, 6), bool), k=1)
     # Paper: a distribution over the legal slots only.
     np.testing.assert_allclose(np.exp(paper[0]).sum(-1), 1.0, rtol=1e-6)
     assert np.isneginf(paper[0][~legal_np]).all()
@@ -178,10 +217,11 @@ def test_masking_modes():
     # Release inference: the training values on legal slots, −inf elsewhere, not renormalised.
     np.testing.assert_allclose(infer[0][legal_np], train[0][legal_np])
     assert np.isneginf(infer[0][~legal_np]).all()
-    row1 = np.exp(infer[0, 1]).sum()  # position 1 ("is" next): "The" is illegal but causal
-    assert row1 < 1 - 1e-4
+    row2 = np.exp(infer[0, 2]).sum()  # position 2 ("is" next): ROOT and "The" are illegal but causal
+    assert row2 < 1 - 1e-4
+    assert paper[0, 4, 0] == 0.0  # <eos> has one legal slot, ROOT
     # Loss: the mean of −log p(gold) over weighted positions, by hand.
-    labels = jnp.asarray(DOG_ATTACH[None, 1:])
-    weights = jnp.asarray([[1.0, 1.0, 0.0]])
-    want = -(paper[0, 0, 0] + paper[0, 1, 2]) / 2
+    labels = jnp.asarray(ROOTED_DOG_ATTACH[None, 1:])
+    weights = jnp.asarray([[0.0, 1.0, 1.0, 0.0, 0.0]])
+    want = -(paper[0, 1, 1] + paper[0, 2, 3]) / 2
     np.testing.assert_allclose(float(attachment_loss(jnp.asarray(paper), labels, weights)), want, rtol=1e-6)

@@ -1,19 +1,22 @@
 """The OMPN step against a slow, obvious NumPy oracle of released-code.md §5.7's equations (float64, one
-example and one slot at a time, probability space), on random parameters and observations over several
-steps; and its properties: the pointer sums to 1, pi is nondecreasing, log pi is normalised, the first step
-uses phat = [0, 1, 0, ...]."""
+example and one slot at a time, probability space; the pointer restated from the release's `Distribution`,
+om_utils.py, for both its processes), on random parameters and observations over several steps; and its
+properties: the pointer sums to 1, pi is nondecreasing, log pi is normalised, the first step uses
+phat = [0, 1, 0, ...], stick-breaking's phat is a distribution."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from tests.nn.randomise import randomise_params
 from tgjax.models.ocn import CraftPolicyConfig, OrderedMemoryPolicy, build_policy
-from tgjax.nn.ompn import boundary_log_score
+from tgjax.nn.ompn import POINTERS, boundary_log_score, pointer_log_distribution
 
 
 def ln(z, scale=1.0, bias=0.0):
@@ -47,13 +50,37 @@ def decom_cell(P, i, v, u):
 
 
 def score(P, u, m, c):
-    """beta = (LeakyReLU([u; m; c] W1 + b1) . w2 + b2) / sqrt(H)."""
+    """beta = LeakyReLU([u; m; c] W1 + b1) . w2 + b2 (the release's `Distribution.mlp`)."""
     a = np.concatenate([u, m, c]) @ P["score_w1"] + P["score_b1"]
     a = np.where(a > 0, a, 0.01 * a)
-    return (a @ P["score_w2"] + P["score_b2"]) / np.sqrt(len(m))
+    return a @ P["score_w2"] + P["score_b2"]
 
 
-def oracle_ompn(P, task, obs_enc_seq):
+def stick_breaking(beta):
+    """`process_stickbreaking` after the sigmoid: slots visited from the last, each taking b_i of what is left;
+    the "end" class (first) gets the rest. beta [n] -> phat [n + 1]."""
+    b = sigmoid(beta)
+    phat = np.zeros(len(b) + 1)
+    left = 1.0
+    for i in range(len(b) - 1, -1, -1):
+        phat[i + 1] = b[i] * left
+        left *= 1.0 - b[i]
+    phat[0] = left
+    return phat
+
+
+def padded_softmax(beta, hidden_size):
+    """`process_softmax` without a mask: beta / sqrt(H), a 0 padded in front for "end", then an L1-normalised
+    exp. beta [n] -> phat [n + 1]."""
+    x = np.exp(np.concatenate([[0.0], beta / np.sqrt(hidden_size)]))
+    return x / x.sum()
+
+
+def oracle_pointer(beta, pointer, hidden_size):
+    return stick_breaking(beta) if pointer == "stickbreaking" else padded_softmax(beta, hidden_size)
+
+
+def oracle_ompn(P, task, obs_enc_seq, pointer="stickbreaking"):
     """One episode: task [H], obs_enc_seq [T, H] -> per step (pi [A], phat [n+1], pi_cum [n], pi_rev [n],
     boundary score s, memory after the step [n, H])."""
     n, H = P["com_w1"].shape[0], len(task)
@@ -73,7 +100,7 @@ def oracle_ompn(P, task, obs_enc_seq):
                 h = com_cell(P, i, h, M[i], u)
                 C[i] = h
             beta = np.array([score(P, u, M[i], C[i]) for i in range(n)])
-            phat = softmax(np.concatenate([[0.0], beta]))
+            phat = oracle_pointer(beta, pointer, H)
         p_end = phat[0]
         p = phat[1:] / phat[1:].sum()
         pi_cum = np.array([p[:i + 1].sum() for i in range(n)])
@@ -118,11 +145,12 @@ def _run_steps(policy, obs, task_ids):
     return outs, memories
 
 
-@settings(max_examples=5, deadline=None)  # each example compiles its own shapes
+@pytest.mark.parametrize("pointer", POINTERS)
+@settings(max_examples=4, deadline=None)  # each example compiles its own shapes
 @given(seed=st.integers(0, 10_000), num_slots=st.integers(1, 4), steps=st.integers(2, 5),
        scale=st.sampled_from([0.3, 1.0]))
-def test_ompn_matches_oracle(seed, num_slots, steps, scale):
-    policy = _policy(seed, scale, num_slots=num_slots)
+def test_ompn_matches_oracle(pointer, seed, num_slots, steps, scale):
+    policy = _policy(seed, scale, num_slots=num_slots, ompn_pointer=pointer)
     obs = _observations(seed, 2, steps)
     task_ids = np.array([2, 0], np.int32)
     whole = nnx.jit(lambda m, o, t: m(o, t))(policy, jnp.asarray(obs), jnp.asarray(task_ids))
@@ -132,7 +160,7 @@ def test_ompn_matches_oracle(seed, num_slots, steps, scale):
     tasks = np.asarray(policy.task_embedding[...], np.float64)
     close = dict(atol=5e-5, rtol=2e-4)
     for b in range(2):
-        expected = oracle_ompn(P, tasks[task_ids[b]], obs[b].astype(np.float64) @ w_obs + b_obs)
+        expected = oracle_ompn(P, tasks[task_ids[b]], obs[b].astype(np.float64) @ w_obs + b_obs, pointer)
         for t, (pi, phat, pi_cum, pi_rev, s, memory) in enumerate(expected):
             np.testing.assert_allclose(np.exp(np.asarray(whole.log_pi[b, t])), pi, **close)
             np.testing.assert_allclose(np.exp(np.asarray(whole.log_done[b, t])), s, **close)
@@ -143,10 +171,11 @@ def test_ompn_matches_oracle(seed, num_slots, steps, scale):
             np.testing.assert_allclose(memories[t][b], memory, atol=2e-4, rtol=1e-3)
 
 
-def test_properties_over_a_long_episode():
+@pytest.mark.parametrize("pointer", POINTERS)
+def test_properties_over_a_long_episode(pointer):
     """The pointer sums to 1, pi is nondecreasing with pi_{n-1} = 1 and pi~ nonincreasing with pi~_0 = 1,
     pi + pi~ - p = 1, log pi is normalised and finite, over 65 steps."""
-    policy = _policy(3, 0.7, num_slots=4, hidden_size=8, num_actions=6)
+    policy = _policy(3, 0.7, num_slots=4, hidden_size=8, num_actions=6, ompn_pointer=pointer)
     obs = _observations(4, 3, 65)
     outs, _ = _run_steps(policy, obs, np.array([0, 1, 2], np.int32))
     for out in outs:
@@ -205,3 +234,25 @@ def test_boundary_score_orders_like_the_expected_position():
     score = np.exp(np.asarray(boundary_log_score(jnp.log(jnp.asarray(phat, jnp.float32)))))
     np.testing.assert_allclose(score, 1 - position / 3, atol=1e-6)
     np.testing.assert_array_equal(np.argsort(-score)[:10], np.argsort(position)[:10])
+
+
+@settings(max_examples=60, deadline=None)
+@given(beta=hnp.arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 6)),
+                       elements=st.floats(-60, 60, width=32)))
+def test_stick_breaking_is_a_distribution(beta):
+    """Stick-breaking's phat over "end" and the n slots is finite in log space, each entry in [0, 1], the
+    whole summing to 1, and equal to the release's process restated (the oracle), for any scores, saturated
+    sigmoids included."""
+    log_p_hat = np.asarray(pointer_log_distribution(jnp.asarray(beta), "stickbreaking", 8), np.float64)
+    assert log_p_hat.shape == (beta.shape[0], beta.shape[1] + 1)
+    assert np.all(np.isfinite(log_p_hat)) and np.all(log_p_hat <= 1e-6)
+    np.testing.assert_allclose(np.exp(log_p_hat).sum(-1), 1.0, atol=1e-5)
+    for row, scores in zip(log_p_hat, beta.astype(np.float64)):
+        np.testing.assert_allclose(np.exp(row), stick_breaking(scores), atol=1e-6)
+
+
+def test_stick_breaking_by_hand():
+    """Two slots, b = sigmoid(beta) = (1/2, 3/4): slot 1 takes 3/4, slot 0 half of the 1/4 left, "end" the rest."""
+    beta = np.log(np.array([[1.0, 3.0]]))                       # sigmoid(log 1) = 1/2, sigmoid(log 3) = 3/4
+    phat = np.exp(np.asarray(pointer_log_distribution(jnp.asarray(beta, jnp.float32), "stickbreaking", 4)))
+    np.testing.assert_allclose(phat, [[1 / 8, 1 / 8, 3 / 4]], atol=1e-6)

@@ -45,17 +45,45 @@ def test_prepositional_phrase_and_copula():
     assert heads == [2, 0, 2, 5, 3]
 
 
-def test_coordination_moves_head_left_past_punctuation():
-    # NP: rightdis finds NNS "dogs" (index 3); the child before it is CC, so the head
-    # moves to index 1 (","), a punctuation pre-terminal, and on to index 0: "cats".
+def collins_with(text: str, coordination: str) -> list[int]:
+    return conll_heads(H.dependencies(parse(text, normalise=False), H.CollinsHeadFinder(coordination=coordination)))
+
+
+FRUIT = "(NP (NN apples) (, ,) (NNS pears) (, ,) (CC and) (NNS plums))"
+
+
+def test_coordination_as_corenlp_stops_at_punctuation():
+    # NP: rightdis finds NNS "plums" (index 5) after CC (index 4); index 3 is "," so CoreNLP's
+    # loop re-tests that one child until it runs off the start: the head stays "plums".
+    _, heads, _ = collins(FRUIT)
+    assert heads == [6, 6, 6, 6, 6, 0]
     _, heads, _ = collins("(NP (NNS cats) (, ,) (CC and) (NNS dogs))")
-    assert heads == [0, 1, 1, 1]
-    # Without the comma: index 2 -> 0 directly.
+    assert heads == [4, 4, 4, 0]
+    # Without the comma: index 2 -> 0 directly ("cats").
     _, heads, _ = collins("(NP (NNS cats) (CC and) (NNS dogs))")
     assert heads == [0, 1, 1]
     # Head at index 1 after a CC at 0: no move (needs index >= 2).
     _, heads, _ = collins("(NP (CC both) (NNS dogs))")
     assert heads == [2, 0]
+
+
+def test_coordination_fix_sees_only_a_head_a_list_matched():
+    # UCP: "right" with no categories, so no list matches and the rightmost child ("red")
+    # is CoreNLP's fallback, returned before the coordination fix: it stays.
+    text = "(UCP (NN state) (CC and) (JJ red))"
+    assert collins(text)[1] == [3, 3, 0]
+    # The earlier behaviour moved the fallback too: "state".
+    assert collins_with(text, "skip_punctuation") == [0, 1, 1]
+
+
+def test_coordination_past_punctuation_is_a_named_switch():
+    # skip_punctuation: from "plums" two to the left is "," (index 3), on past it to "pears" (index 2).
+    assert collins_with(FRUIT, "skip_punctuation") == [3, 3, 0, 3, 3, 3]
+    assert collins_with("(NP (NNS cats) (, ,) (CC and) (NNS dogs))", "skip_punctuation") == [0, 1, 1, 1]
+    # All punctuation to the left: the move would run off the start, so the head stays.
+    assert collins_with("(NP (, ,) (, ,) (CC and) (NNS dogs))", "skip_punctuation") == [4, 4, 4, 0]
+    with pytest.raises(ValueError, match="coordination must be one of"):
+        H.CollinsHeadFinder(coordination="collins")
 
 
 def test_np_falls_to_left_np_then_rightmost():
@@ -131,6 +159,27 @@ def test_dropped_root_is_replaced_by_the_nearest_kept_word_and_chained():
     assert heads == [2, 3, 0]
     assert report.reheaded_roots == 1
     assert H.is_projective(np.array(heads) - 1 + (np.array(heads) == 0) * (np.arange(3) + 1))
+
+
+def test_dropped_root_as_the_release_makes_each_orphan_its_own_root():
+    # The same tree: a, b, c all depend on the dropped ":" root; the release climbs them to ROOT,
+    # so each heads itself (three roots).
+    words, heads, report = collins("(LST (NN a) (NN b) (NN c) (: :))", keep_tags=H.WORD_TAGS,
+                                   dropped_root="udgn_release")
+    assert words == ["a", "b", "c"] and heads == [0, 0, 0] and report.reheaded_roots == 1
+    # Words that reach a kept word first keep it: FRAG is right-headed, so "." is the root;
+    # "the" -> "dog" (NP), "dog" and "barks" -> "."; only those two climb to ROOT.
+    text = "(FRAG (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))"
+    words, heads, _ = collins(text, keep_tags=H.WORD_TAGS, dropped_root="udgn_release")
+    assert words == ["the", "dog", "barks"] and heads == [2, 0, 0]
+    # Re-chaining instead: "barks" (nearest the old root) is the root, "dog" chains to it.
+    assert collins(text, keep_tags=H.WORD_TAGS)[1] == [2, 3, 0]
+    # A kept root: both conventions agree.
+    text = "(S (NP (NNS dogs)) (VP (VBP bark)) (. .))"
+    assert collins(text, keep_tags=H.WORD_TAGS, dropped_root="udgn_release")[1] == [2, 0]
+    assert collins(text, keep_tags=H.WORD_TAGS)[1] == [2, 0]
+    with pytest.raises(ValueError, match="dropped_root must be one of"):
+        collins(text, keep_tags=H.WORD_TAGS, dropped_root="release")
 
 
 def test_sentence_with_no_word_left_is_counted():

@@ -5,6 +5,7 @@ example once per epoch, and scores parses like EVALB."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from tgjax.train.tasks.classification import (
     evaluate_best_checkpoint,
     make_split,
     span_f1,
+    systematicity_totals,
 )
 
 from .helpers import read_metrics
@@ -144,11 +146,62 @@ def test_a_malformed_line_reaches_the_user_as_file_and_line(tmp_path, capsys):
 
 
 def test_info_prints_the_release_sizes(capsys):
+    # The reproduction configs run the release's recurrence: q/k LayerNorms (2 x 2 x D parameters) on top of
+    # the thesis form's 1,246,808 (D = 200) and 448,011 (D = 128).
     assert cli.main(["info", "--config", "configs/om_logic.py"]) == 0
     out = capsys.readouterr().out
-    assert "ordered_memory_logic: 1,246,808 parameters" in out and "vocabulary   12 ids" in out
-    assert cli.main(["info", "--config", "configs/om_listops.py", "--config.model.slot_size=64"]) == 0
-    assert "ordered_memory_listops: " in capsys.readouterr().out
+    assert "ordered_memory_logic: 1,247,608 parameters" in out and "vocabulary   12 ids" in out
+    assert "release_switches=True" in out
+    assert cli.main(["info", "--config", "configs/om_listops.py"]) == 0
+    assert "ordered_memory_listops: 448,523 parameters" in capsys.readouterr().out
+    # The thesis' equations stay one argument away.
+    assert cli.main(["info", "--config", "configs/om_logic.py:thesis"]) == 0
+    assert "ordered_memory_logic: 1,246,808 parameters" in capsys.readouterr().out
+    assert cli.main(["info", "--config", "configs/om_listops.py:cpu,thesis"]) == 0
+    out = capsys.readouterr().out
+    assert "ordered_memory_listops: " in out and "release_switches=False" in out
+
+
+def test_config_arguments_are_checked():
+    for path, arg in (("configs/om_logic.py", "cpu,cpu_long"), ("configs/om_logic.py", "release"),
+                      ("configs/om_listops.py", "cpu_long")):
+        with pytest.raises(ValueError, match="takes no argument"):
+            load_config(f"{path}:{arg}")
+
+
+def _pattern_a(operators: int) -> str:
+    """`operators` operators holding systematicity pattern A: nots around `( b ( and ( not a ) ) )`."""
+    return _nots("( b ( and ( not a ) ) )", operators - 2)
+
+
+def test_systematicity_results_put_7_to_12_beside_the_thesis_and_every_length_apart(tmp_path, toy_dir,
+                                                                                     uninterrupted):
+    # The toy's training pairs hold no pattern, so split A trains on the same pairs: the toy run's
+    # checkpoint can be scored on A's test, three pattern pairs of 2, 7 and 12 operators.
+    pattern_dir = tmp_path / "pattern"
+    shutil.copytree(toy_dir, pattern_dir)
+    for n in (2, 7, 12):
+        with open(pattern_dir / f"test{n}", "a") as f:
+            f.write(f"<\t{_pattern_a(n)}\tc\n")
+    workdir = tmp_path / "run"
+    shutil.copytree(uninterrupted.workdir, workdir)
+    lines = evaluate_best_checkpoint(toy_config(pattern_dir, "data.split=A"), workdir, say=lambda text: None)
+    report = json.loads((workdir / "test_results.json").read_text())
+    test = report["test"]
+    assert {name: r["count"] for name, r in test.items()} == {"A/2": 1, "A/7": 1, "A/12": 1, "A/7-12": 2,
+                                                               "A/0-12": 3}
+    assert test["A/7-12"]["accuracy"] == pytest.approx((test["A/7"]["accuracy"] + test["A/12"]["accuracy"]) / 2)
+    assert report["beside_thesis"] == "A/7-12" and report["all_lengths"] == "A/0-12"
+    assert "A/7-12: accuracy" in lines and "beside the thesis' A (unseen lengths 7-12)" in lines
+    assert "A/0-12: accuracy" in lines and "not a thesis figure" in lines
+
+
+def test_systematicity_totals_by_hand():
+    results = {"B/3": {"accuracy": 0.5, "count": 2}, "B/7": {"accuracy": 1.0, "count": 1},
+               "B/12": {"accuracy": 0.0, "count": 3}}
+    totals = systematicity_totals(results, "B")
+    assert totals["B/7-12"] == {"accuracy": pytest.approx(0.25), "count": 4}
+    assert totals["B/0-12"] == {"accuracy": pytest.approx(2 / 6), "count": 6}
 
 
 @pytest.mark.parametrize("override, message", [

@@ -125,3 +125,32 @@ def test_checkpoint_of_before_num_slots_is_the_same_model(demo_dir, tmp_path):
     task.check_checkpoint({**meta, "model": old}, 2, tmp_path)
     with pytest.raises(ConfigError, match=r"is of another run: model:"):
         task.check_checkpoint({**meta, "model": {**old, "num_slots": 5}}, 2, tmp_path)
+
+
+@pytest.mark.parametrize("imitate_done", [False, True])
+def test_the_loss_targets_done_only_under_the_release_switch(demo_dir, tmp_path, imitate_done):
+    """The thesis' actions (default): no batch of an epoch has a DONE target, and the loss is the one with every
+    DONE row's weight removed. `data.train_final_done=True` (OMPN's release): every episode's final DONE is a
+    target again, and the loss differs."""
+    from tgjax.envs.craft_rules import DONE
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks.craft_bc import CraftBCTask, sequence_nll
+
+    overrides = ["data.train_final_done=true"] if imitate_done else []
+    task = CraftBCTask(small_config(demo_dir, *overrides))
+    task.setup(RunContext(tmp_path, shd.make_mesh(-1, 1), False, 0, 1, print))
+    batches = task.batches(None)
+    done_targets = 0
+    for _ in range(batches.per_epoch):
+        batch = next(batches)
+        done_targets += int(np.sum((batch["mask"] > 0) & (batch["actions"] == DONE)))
+    assert done_targets == (batches.per_epoch * task.batch_size if imitate_done else 0)
+
+    # the loss itself: the same as with every DONE row's weight removed, unless DONE is imitated
+    state, _ = task.init_state()
+    batch = task.train_episodes.rows(np.arange(len(task.train_episodes)))
+    without_done = {**batch, "mask": batch["mask"] * (batch["actions"] != DONE)}
+    loss = float(sequence_nll(task.graphdef, state.params, batch)[0])
+    loss_without_done = float(sequence_nll(task.graphdef, state.params, without_done)[0])
+    assert (loss == loss_without_done) != imitate_done

@@ -383,7 +383,7 @@ def test_config_errors():
     with pytest.raises(ConfigError, match="chunk_size 5 does not divide the hidden size 16"):
         OnLSTMLMTask(config).validate_config(config)
     config = tiny_config(**{"data.source": "csv"})
-    with pytest.raises(ConfigError, match="data.source: unknown 'csv'"):
+    with pytest.raises(ConfigError, match="'data.source': unknown 'csv'"):
         OnLSTMLMTask(config).validate_config(config)
 
 

@@ -41,6 +41,57 @@ def test_plain_gae_matches_the_recursion():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def gae_by_the_equations(rewards, terminated, truncated, values, final_values, gamma, lam):
+    """A direct loop over GAE's equations: delta_t = r_t + gamma V' - V_t with V' = 0 after a termination, the
+    value of the final observation after a truncation, V_{t+1} otherwise; A_t = delta_t + gamma lambda A_{t+1}
+    inside an episode, A_t = delta_t at its last step."""
+    advantages, following = np.zeros(len(rewards)), 0.0
+    for t in reversed(range(len(rewards))):
+        if terminated[t]:
+            next_value = 0.0
+        elif truncated[t]:
+            next_value = final_values[t]
+        else:
+            next_value = values[t + 1]
+        delta = rewards[t] + gamma * next_value - values[t]
+        ends = terminated[t] or truncated[t]
+        advantages[t] = following = delta + (0.0 if ends else gamma * lam * following)
+    return advantages
+
+
+def _gae_with_truncation(rewards, terminated, truncated, values, final_values, gamma, lam):
+    from tgjax.train.tasks.craft_ppo import fold_truncation
+
+    as_f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    folded, discounts = fold_truncation(as_f32(rewards), jnp.asarray(terminated), jnp.asarray(truncated),
+                                        as_f32(final_values), gamma)
+    return np.asarray(plain_gae(folded, discounts, as_f32(values), lam))
+
+
+def test_truncated_step_bootstraps_from_the_final_value_by_hand():
+    # gamma 0.5, lambda 0.5, values 1, 2, 3 and V(s_3) = 4; step 1 hits the time limit, its final observation worth
+    # 10 (step 2 starts the next episode). deltas: 0 + 0.5 * 2 - 1 = 0, 1 + 0.5 * 10 - 2 = 4, 0 + 0.5 * 4 - 3 = -1.
+    # A2 = -1; A1 = 4 (nothing flows back from the next episode); A0 = 0 + 0.5 * 0.5 * 4 = 1.
+    # As a termination, step 1 would give delta 1 - 2 = -1 and A0 = -0.25.
+    args = ([0.0, 1.0, 0.0], [False, False, False], [False, True, False], [1.0, 2.0, 3.0, 4.0], [0.0, 10.0, 0.0])
+    np.testing.assert_allclose(_gae_with_truncation(*args, 0.5, 0.5), [1.0, 4.0, -1.0], atol=1e-6)
+    np.testing.assert_allclose(gae_by_the_equations(*args, 0.5, 0.5), [1.0, 4.0, -1.0], atol=1e-6)
+    # a step that terminates as the limit is reached is a termination: its final value is not read
+    ends_both = ([0.0, 1.0, 0.0], [False, True, False], [False, True, False], [1.0, 2.0, 3.0, 4.0], [0.0, 10.0, 0.0])
+    np.testing.assert_allclose(_gae_with_truncation(*ends_both, 0.5, 0.5), [-0.25, -1.0, -1.0], atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gae_with_truncation_matches_the_equations(seed):
+    rng = np.random.default_rng(seed)
+    T = 12
+    rewards, values, final_values = rng.normal(size=T), rng.normal(size=T + 1), rng.normal(size=T)
+    terminated, truncated = rng.random(T) < 0.15, rng.random(T) < 0.25
+    np.testing.assert_allclose(_gae_with_truncation(rewards, terminated, truncated, values, final_values, 0.9, 0.8),
+                               gae_by_the_equations(rewards, terminated, truncated, values, final_values, 0.9, 0.8),
+                               rtol=1e-5, atol=1e-5)
+
+
 def _module(kind: str):
     from flax import nnx
 
@@ -56,7 +107,8 @@ def _records(module, T: int = 5, B: int = 3, seed: int = 0):
     first[0] = True
     first[3, 1] = True
     return {"obs": jnp.asarray(rng.random((T, B, X)) < 0.1, jnp.float32), "first": jnp.asarray(first),
-            "action": jnp.asarray(rng.integers(0, module.policy.config.num_actions, (T, B))),
+            # the thesis' actions: the rollout never takes DONE (the last), so neither do these records
+            "action": jnp.asarray(rng.integers(0, module.policy.config.num_actions - 1, (T, B))),
             "log_pi_old": jnp.asarray(np.log(rng.uniform(0.1, 0.3, (T, B))), jnp.float32)}
 
 
@@ -127,6 +179,59 @@ def test_rollout_is_what_the_loss_reruns(tmp_path):
     taken = jnp.take_along_axis(log_pi, rec["action"][..., None], axis=-1)[..., 0]
     np.testing.assert_allclose(taken, rec["log_pi_old"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(value, rec["value"], rtol=1e-5, atol=1e-5)
+
+
+def _uniform_policy_rollouts(tmp_path, *overrides, num_seeds=6):
+    """The actions [seeds, T, N] of rollouts of a fresh LSTM whose action head is zero (every action equally likely
+    before any mask), from random seeds (the rollout's key and its environments)."""
+    task = _task(tmp_path, ["rl.policy_workdir=", "model.hidden_size=8", "rl.num_envs=4", "rl.rollout_steps=16",
+                            "rl.max_steps=8", "rl.num_minibatches=1", *overrides])
+    state, _ = task.init_state()
+    state.params["policy"]["w_out"] = jnp.zeros_like(state.params["policy"]["w_out"])
+    state.params["policy"]["b_out"] = jnp.zeros_like(state.params["policy"]["b_out"])
+    actions = []
+    for seed in np.random.default_rng(0).integers(0, 2**31, num_seeds):
+        key = jax.random.key(int(seed))
+        obs, env = task.reset_envs(key, 4)
+        start = dataclasses.replace(state, rng=jax.random.key_data(jax.random.fold_in(key, 1)), obs=obs, env=env)
+        _, rec = task._rollout(start)
+        actions.append(np.asarray(rec["action"]))
+    return np.stack(actions)
+
+
+def test_rollouts_never_take_done_under_the_thesis_actions(tmp_path):
+    """Over random seeds: the thesis' action set (default) never takes DONE; `rl.ompn_done_action=True` (OMPN's
+    release) keeps it a choice, and a uniform policy then takes it about once in six steps."""
+    from tgjax.envs.craft_rules import DONE
+
+    thesis = _uniform_policy_rollouts(tmp_path / "thesis")
+    assert not np.any(thesis == DONE)
+    assert set(np.unique(thesis)) == {0, 1, 2, 3, 4}
+    release = _uniform_policy_rollouts(tmp_path / "release", "rl.ompn_done_action=true")
+    assert 0.08 < np.mean(release == DONE) < 0.3
+
+
+def test_selection_and_report_episodes_are_disjoint(tmp_path):
+    """The episodes that select the best checkpoint and the held-out ones reported are different maps, and a
+    validation records both."""
+    from tgjax.train.tasks.craft_ppo import evaluation_keys
+
+    task = _task(tmp_path, ["rl.policy_workdir=", "model.hidden_size=8", "rl.num_envs=2", "rl.max_steps=4",
+                            "rl.num_minibatches=1", "evaluation.episodes=64"])
+    select_key, heldout_key = evaluation_keys(task.config.training.seed)
+
+    def starts(key):
+        _, env = task.reset_envs(key, 64)
+        return {(np.asarray(env.grid[i]).tobytes(), tuple(np.asarray(env.pos[i])), int(env.direction[i]))
+                for i in range(64)}
+
+    selection, heldout = starts(select_key), starts(heldout_key)
+    assert len(selection) == len(heldout) == 64
+    assert not selection & heldout
+    state, _ = task.init_state()
+    evaluation = task.evaluate(state, None)
+    assert evaluation.values["valid_return"] == evaluation.record["return"]
+    assert {"return", "success_rate", "heldout_return", "heldout_success_rate"} <= set(evaluation.record)
 
 
 @pytest.mark.parametrize("override, message", [

@@ -126,3 +126,92 @@ def test_bad_rl_config_is_named(override, message):
     config = apply_overrides(default_config(), ["rl.options_workdir=runs/x", override])
     with pytest.raises(ConfigError, match=message):
         check_config(config)
+
+
+def test_smdp_advantage_of_an_option_cut_by_the_time_limit():
+    # gamma 0.5, lambda 0.5; one option decided at step 0 runs until the limit truncates the episode at step 1,
+    # whose final observation is worth 8 (V(s_2) = 100 is the next episode's and must not leak in). The semi-MDP
+    # advantage r0 + g r1 + g^2 V(final) - V(s0) = 0 + 0.5 + 0.25 * 8 - 1 = 1.5; A1 = 1 + 0.5 * 8 - 2 = 3.
+    from tgjax.train.tasks.craft_ppo import fold_truncation
+
+    rewards, discounts = fold_truncation(jnp.array([0.0, 1.0]), jnp.array([False, False]), jnp.array([False, True]),
+                                         jnp.array([0.0, 8.0]), 0.5)
+    advantages = smdp_advantages(rewards, discounts, jnp.array([False, True]), jnp.array([1.0, 2.0, 100.0]), 0.5)
+    np.testing.assert_allclose(advantages, [1.5, 3.0], atol=1e-6)
+
+
+def _options_task(tmp_path, monkeypatch, *overrides):
+    """A PPOOptionsTask over 3 fresh options (no BC run: the loader is replaced) whose action heads are zero, so
+    every action is equally likely before any mask."""
+    from tgjax.train import sharding as shd
+    from tgjax.train.config import apply_overrides
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks import ppo_options
+
+    policy = _policy(3, seed=0)
+    policy.options.w_pi[...] = jnp.zeros_like(policy.options.w_pi[...])
+    monkeypatch.setattr(ppo_options, "_load_options", lambda workdir, step: (policy, {"step": 0, "kind": "ocn"}))
+    config = apply_overrides(ppo_options.default_config(), [
+        "rl.options_workdir=runs/unused", "rl.task=ACD", "rl.num_envs=4", "rl.max_steps=8", "rl.num_minibatches=1",
+        *overrides])
+    task = ppo_options.PPOOptionsTask(config)
+    task.validate_config(config)
+    task.setup(RunContext(tmp_path, shd.make_mesh(1, 1), False, 0, 1, lambda text: None))
+    return task
+
+
+def _option_rollout_actions(task, steps=16, num_seeds=6):
+    """The actions [seeds, steps, N] of `task._act` from random seeds (the keys and the environments)."""
+    import jax
+    from flax import nnx
+
+    from tgjax.train.tasks.ppo_options import _merge
+
+    state, _ = task.init_state()
+    options_graphdef = nnx.graphdef(task.options_policy)
+
+    @jax.jit
+    def act(params, options_state, carry, key):
+        return task._act(nnx.merge(options_graphdef, options_state), _merge(task.graphdef, params), carry, key)
+
+    actions = []
+    for seed in np.random.default_rng(0).integers(0, 2**31, num_seeds):
+        key = jax.random.key(int(seed))
+        obs, env = task.reset_envs(key, 4)
+        carry = (env, obs, state.h_c, state.h_o, state.option, state.first)
+        for t in range(steps):
+            carry, rec = act(state.params, task.options_state, carry, jax.random.fold_in(key, t + 1))
+            actions.append(np.asarray(rec["action"]))
+    return np.stack(actions)
+
+
+def test_option_rollouts_never_take_done_under_the_thesis_actions(tmp_path, monkeypatch):
+    """Over random seeds: with the thesis' actions (default) the running option never takes DONE; with
+    `rl.ompn_done_action=True` (OMPN's release) a uniform option takes it about once in six steps."""
+    from tgjax.envs.craft_rules import DONE
+
+    thesis = _option_rollout_actions(_options_task(tmp_path / "thesis", monkeypatch))
+    assert not np.any(thesis == DONE) and set(np.unique(thesis)) == {0, 1, 2, 3, 4}
+    release = _option_rollout_actions(_options_task(tmp_path / "release", monkeypatch, "rl.ompn_done_action=true"))
+    assert 0.08 < np.mean(release == DONE) < 0.3
+
+
+def test_controller_temperature_is_a_switch(tmp_path, monkeypatch):
+    """The fresh controller's tau: the thesis' 10 by default (imitation's), 1 when asked; the controller's
+    option probabilities are its logits over tau."""
+    import jax
+    from flax import nnx
+
+    from tgjax.train.tasks.ppo_options import Controller
+
+    default = _options_task(tmp_path / "ten", monkeypatch)
+    one = _options_task(tmp_path / "one", monkeypatch, "rl.controller_temperature=1.0")
+    assert default.controller_args[-1] == 10.0 and one.controller_args[-1] == 1.0
+    cold = Controller(*one.controller_args, rngs=nnx.Rngs(0))
+    hot = Controller(*default.controller_args, rngs=nnx.Rngs(0))
+    assert cold.cell.temperature == 1.0 and hot.cell.temperature == 10.0
+    x = jnp.asarray(np.random.default_rng(0).random((2, one.controller_args[0])) < 0.2, jnp.float32)
+    h = jnp.zeros((2, one.controller_args[1]))
+    _, log_cold, _ = cold(x, h)
+    _, log_hot, _ = hot(x, h)
+    np.testing.assert_allclose(jax.nn.log_softmax(log_cold / 10.0), log_hot, atol=1e-5)

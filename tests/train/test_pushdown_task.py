@@ -41,14 +41,15 @@ def tiny_config(*extra):
 
 
 def legal_slots_by_stack(attach: np.ndarray) -> list[set[int]]:
-    """For each token k: the slots it may take (the rightmost tokens of the stack's elements, and k itself).
+    """For each token k: the slots it may take (the rightmost tokens of the stack's elements, and k itself),
+    under the ROOT rule: a word never takes ROOT (token 0), the token that attaches to it (<eos>) only ROOT.
 
     An explicit stack of element ends: a shift pushes k; attaching to j pops every element ending at or
     after j and pushes the merged element, which ends at k.
     """
     stack, legal = [], []
     for k, a in enumerate(attach):
-        legal.append(set(stack) | {k})
+        legal.append({0} if k and a == 0 else (set(stack) - {0}) | {k})
         if a != k:
             while stack and stack[-1] >= a:
                 stack.pop()
@@ -110,13 +111,15 @@ def test_the_dyck_loss_skips_the_end_tokens_attachment_and_reads_the_binary_tape
     model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=2, dropout=0))
     outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
     loss, _ = pd.loss_and_metrics(outputs, batch, model_cfg, 1.0)
-    assert float(loss) == pytest.approx(oracle_loss(outputs, batch, 1.0)[0], rel=1e-5)
+    # The release's head (Table 1's recipe): the softmax over every causal slot.
+    assert config.model.attachment_normalise == "causal"
+    assert float(loss) == pytest.approx(oracle_loss(outputs, batch, 1.0, "causal")[0], rel=1e-5)
 
 
 def test_the_stack_oracle_on_a_hand_worked_sentence():
     # <s> the dog barks <eos>: dog attaches to the (slot 2 -> (the dog)); barks shifts; <eos> to <s>.
     attach = np.array([0, 1, 1, 3, 0])
-    assert legal_slots_by_stack(attach) == [{0}, {0, 1}, {0, 1, 2}, {0, 2, 3}, {0, 2, 3, 4}]
+    assert legal_slots_by_stack(attach) == [{0}, {1}, {1, 2}, {2, 3}, {0}]
 
 
 # -- a run and its resume -------------------------------------------------------------------------------
@@ -187,7 +190,7 @@ def test_bucketed_batches_are_the_full_width_batches_cut_to_a_power_of_two():
         longest = int(wide["weights"].sum(axis=1).max())
         assert longest <= width and (width == 16 or width < 2 * longest) and width & (width - 1) == 0
         for key, value in wide.items():
-            columns = width + 1 if key == "attach" else width
+            columns = width + 1 if key in ("attach", "roots") else width
             assert np.array_equal(cut[key], value[:, :columns]), key
         assert not wide["weights"][:, width:].any() and not wide["attach_weights"][:, width:].any()
     assert len(widths) > 1, widths  # strings of several lengths
@@ -322,6 +325,16 @@ def test_every_pushdown_config_validates(name):
     assert model.binary_tape == name.startswith("pushdown_dyck")
     kwargs = config.training.lr_schedule.kwargs  # the cosine ends exactly at the last step
     assert kwargs.warmup_steps + kwargs.cosine_cycle_length == config.training.num_steps
+
+
+def test_the_dyck_config_has_the_releases_head_and_the_papers_as_a_variant():
+    """Table 1 came from the release's attachment head; the paper's is the other column (`-paper-head`)."""
+    release, paper = (pd.model_config(load_config(f"configs/pushdown_dyck.py{variant}"), 100)
+                      for variant in ("", ":base-cpu-paper-head"))
+    head = lambda m: (m.head_scaled, m.head_self_key_input, m.head_relative_positions, m.attachment_normalise)  # noqa: E731
+    assert head(release) == (False, "query", True, "causal")
+    assert head(paper) == (True, "projection", False, "legal") and paper.pushdown_layers == () and paper.d_model == 64
+    assert release.max_relative_position >= 600  # <s> + the longest evaluation prefix: no distance clipped
 
 
 @pytest.mark.parametrize("override, message", [

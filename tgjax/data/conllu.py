@@ -7,9 +7,11 @@ POS tag, `_` when unknown), FEATS `_`, HEAD, DEPREL (`root` or `dep`: our
 conversions give no labels), DEPS `_`, MISC `_`; each sentence starts with
 `# sent_id = N` and `# text = ...`.
 
-The reader takes any CoNLL-U file: comments are skipped, multiword-token
-lines (`3-4`) and empty nodes (`5.1`) are skipped and counted
-(`ConlluReport`); the tag is XPOS, or UPOS when XPOS is `_`. Every sentence is
+The reader takes any CoNLL-U file, and CoNLL-X files too (the same ten
+columns: HEAD is the 7th, POSTAG the 5th, CPOSTAG the 4th): comments are
+skipped, multiword-token lines (`3-4`) and empty nodes (`5.1`) are skipped and
+counted (`ConlluReport`); the tag is XPOS (CoNLL-X: POSTAG), or UPOS (CPOSTAG)
+when that is `_`. `tgjax eval dependency --gold` scores against it. Every sentence is
 checked to be a tree; a malformed line, an ID out of sequence, a head out of
 range, a second root or a cycle raises `ConlluError` (`file:line:column:
 reason`), or with `on_error="skip"` drops the sentence and records the error.
@@ -82,9 +84,11 @@ def format_sentence(deps: Dependencies, sent_id: int | str | None = None) -> str
 
 
 def write_conllu(path: str | os.PathLike, sentences: Iterable[Dependencies]) -> int:
-    """Writes the sentences (numbered from 1); returns how many."""
+    """Writes the sentences (numbered from 1; whole or not at all); returns how many."""
+    from tgjax.outputs import atomic_write
+
     count = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for count, deps in enumerate(sentences, start=1):
             f.write(format_sentence(deps, count))
     return count

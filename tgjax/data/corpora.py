@@ -280,8 +280,10 @@ def builtin_treebank(split: str, num_sentences: int | None = None, seed: int = 0
 
 
 def write_treebank(path: str | os.PathLike, trees: list[Tree]) -> int:
-    """Writes one bracketed tree per line (UTF-8); returns the number written."""
-    with open(path, "w", encoding="utf-8") as f:
+    """Writes one bracketed tree per line (UTF-8; whole or not at all); returns the number written."""
+    from tgjax.outputs import atomic_write
+
+    with atomic_write(path) as f:
         for tree in trees:
             f.write(tree.to_string() + "\n")
     return len(trees)

@@ -74,8 +74,10 @@ class CraftDemos:
 
 
 def write_craft_demos(path: str | Path, demos: CraftDemos) -> None:
-    """Write `demos` to `path` (compressed .npz; the name is kept as given)."""
-    with open(path, "wb") as handle:
+    """Write `demos` to `path` (compressed .npz; the name is kept as given; whole or not at all)."""
+    from tgjax.outputs import atomic_write
+
+    with atomic_write(path, "wb") as handle:
         np.savez_compressed(handle, **{name: np.asarray(getattr(demos, name)) for name in FIELDS})
 
 

@@ -4,7 +4,8 @@
     tgjax data deps --treebank builtin --split test -o out.conllu
 
 Scheme: `collins` is Collins (1999) head rules as CoreNLP's CollinsHeadFinder
-(`tgjax.syntax.heads`), for PTB-style treebanks; `builtin` is the built-in
+(`tgjax.syntax.heads`; `--coordination skip_punctuation` moves a coordinated
+head on past punctuation, where CoreNLP leaves it), for PTB-style treebanks; `builtin` is the built-in
 grammar's own head marks (exact for the built-in treebank, Stanford-basic
 style choices). Neither is Stanford Dependencies: Collins makes auxiliaries
 and copulas heads, SD makes the main verb or predicate the head, so UAS
@@ -13,7 +14,11 @@ the scheme beside every number.
 
 `--keep words` keeps only the release's WORD_TAGS (punctuation, traces, `$`,
 `#` dropped, heads climbed past them), as its evaluation does; the default
-keeps every token (the tag column lets an evaluator filter later).
+keeps every token (the tag column lets an evaluator filter later). When the
+root word is dropped, `--dropped-root rechain` (default) picks one root among
+the words under it; `udgn_release` makes each its own root, as the release
+does (several roots: the CoNLL-U reader, which wants trees, refuses such a
+sentence).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import sys
 from collections.abc import Iterable
 
 from tgjax.syntax.heads import (
+    COORDINATION_RULES,
+    DROPPED_ROOT_RULES,
     WORD_TAGS,
     CollinsHeadFinder,
     Dependencies,
@@ -34,7 +41,8 @@ from tgjax.syntax.heads import (
 )
 from tgjax.syntax.trees import Tree
 
-__all__ = ["builtin_head_finder", "main_deps", "treebank_dependencies"]
+__all__ = ["builtin_head_finder", "main_deps", "scheme_name", "tree_dependencies",
+           "treebank_dependencies"]
 
 HEAD_SCHEMES = ("collins", "builtin")
 
@@ -47,13 +55,14 @@ def builtin_head_finder(report: HeadReport | None = None) -> TableHeadFinder:
     return TableHeadFinder(grammar_head_table(grammar.rules, corpora.ptb_label, grammar.terminals), report=report)
 
 
-def treebank_dependencies(
+def tree_dependencies(
     trees: Iterable[Tree], *, heads: str = "collins", keep_tags=None, report: HeadReport | None = None,
-    nml_as_np: bool = False,
-) -> list[Dependencies]:
-    """One `Dependencies` per tree; sentences left empty by `keep_tags` are skipped and counted in `report`.
+    nml_as_np: bool = False, coordination: str = "corenlp", dropped_root: str = "rechain",
+) -> list[Dependencies | None]:
+    """One entry per tree: its `Dependencies`, or None when `keep_tags` leaves it empty (counted in `report`).
 
-    `nml_as_np`: with `collins`, NML takes NP's rule (`tgjax.syntax.heads.collins_rules`).
+    `nml_as_np`, `coordination`: with `collins`, NML takes NP's rule and how a coordinated head moves
+    (`tgjax.syntax.heads.collins_rules`, `COORDINATION_RULES`); `dropped_root`: `DROPPED_ROOT_RULES`.
     """
     if heads not in HEAD_SCHEMES:
         raise ValueError(f"unknown head scheme {heads!r}; expected one of {HEAD_SCHEMES}")
@@ -61,17 +70,28 @@ def treebank_dependencies(
     if heads == "builtin":
         finder = builtin_head_finder(report)
     else:
-        finder = CollinsHeadFinder(collins_rules(nml_as_np=nml_as_np), report=report)
-    out = []
-    for tree in trees:
-        deps = dependencies(tree, finder, keep_tags=keep_tags, report=report)
-        if deps is not None:
-            out.append(deps)
-    return out
+        finder = CollinsHeadFinder(collins_rules(nml_as_np=nml_as_np), report=report, coordination=coordination)
+    return [dependencies(tree, finder, keep_tags=keep_tags, report=report, dropped_root=dropped_root)
+            for tree in trees]
+
+
+def scheme_name(heads: str, *, nml_as_np: bool = False, coordination: str = "corenlp") -> str:
+    """The head scheme as printed beside a score: `collins with NML as NP, coordination past punctuation`."""
+    if heads != "collins":
+        return heads
+    options = ["with NML as NP"] if nml_as_np else []
+    options += ["coordination past punctuation"] if coordination == "skip_punctuation" else []
+    return ", ".join(["collins" + (f" {options.pop(0)}" if nml_as_np else ""), *options])
+
+
+def treebank_dependencies(trees: Iterable[Tree], **options) -> list[Dependencies]:
+    """`tree_dependencies` without the sentences `keep_tags` left empty (skipped, counted in `report`)."""
+    return [deps for deps in tree_dependencies(trees, **options) if deps is not None]
 
 
 def main_deps(argv: list[str] | None = None) -> int:
     from tgjax.data import conllu, corpora
+    from tgjax.outputs import check_output
     from tgjax.syntax import trees as trees_lib
 
     parser = argparse.ArgumentParser(prog="tgjax data deps", description=__doc__.split("\n\n")[0])
@@ -84,6 +104,11 @@ def main_deps(argv: list[str] | None = None) -> int:
     parser.add_argument("--nml-as-np", action="store_true",
                         help="collins: give NML (CRAFT's nominal modifiers) NP's rule, as CoreNLP's "
                              "ModCollinsHeadFinder; by default NML is unknown to the table (leftmost child, counted)")
+    parser.add_argument("--coordination", default="corenlp", choices=COORDINATION_RULES,
+                        help="collins: a coordinated head as CoreNLP moves it (default), or on past punctuation")
+    parser.add_argument("--dropped-root", default="rechain", choices=DROPPED_ROOT_RULES,
+                        help="--keep words, root word dropped: one root re-chained (default), or each word "
+                             "under it its own root (the UDGN release)")
     parser.add_argument("--split", default="test", help="split of the built-in treebank")
     parser.add_argument("--num-sentences", type=int, default=None, help="built-in treebank size")
     parser.add_argument("--seed", type=int, default=0)
@@ -91,6 +116,7 @@ def main_deps(argv: list[str] | None = None) -> int:
                         help="malformed trees in the file: stop with an error, or skip and count")
     args = parser.parse_args(argv)
     try:
+        check_output(args.output, inputs=[] if args.treebank == "builtin" else [args.treebank])
         if args.treebank == "builtin":
             trees = corpora.get_corpus("builtin", args.split, seed=args.seed, num_sentences=args.num_sentences)
             source = f"built-in treebank ({args.split}, {len(trees)} trees)"
@@ -105,13 +131,14 @@ def main_deps(argv: list[str] | None = None) -> int:
         report = HeadReport()
         sentences = treebank_dependencies(
             trees, heads=scheme, keep_tags=WORD_TAGS if args.keep == "words" else None, report=report,
-            nml_as_np=args.nml_as_np,
+            nml_as_np=args.nml_as_np, coordination=args.coordination, dropped_root=args.dropped_root,
         )
         count = conllu.write_conllu(args.output, sentences)
     except (ValueError, OSError) as error:
         print(f"tgjax data deps: error: {error}", file=sys.stderr)
         return 2
     print(f"{source}: {report.summary()}")
-    scheme += " with NML as NP" if args.nml_as_np and scheme == "collins" else ""
+    scheme = scheme_name(scheme, nml_as_np=args.nml_as_np, coordination=args.coordination)
+    scheme += f", {args.dropped_root} for a dropped root" if args.keep == "words" else ""
     print(f"wrote {count} sentences to {args.output} (head scheme: {scheme}, tokens kept: {args.keep})")
     return 0

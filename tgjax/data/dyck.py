@@ -40,10 +40,14 @@ taken part in any reduce (`dyck_tape`).
 
 Evaluation sets (accuracy at choosing the right closing bracket):
 
-* long-range dependencies (`long_range_examples`): from Dyck_{20,40} strings,
-  every prefix that ends just before a closing bracket whose opener is at
-  least L tokens back (prefix at most 600 tokens), until at least 50
-  examples; L in {50, 100, 200, 300};
+* long-range dependencies (`long_range_examples`): 50 prefixes of Dyck_{20,10}
+  strings, the training depth, each ending just before a closing bracket
+  whose opener is at least L tokens back (prefix at most 599 tokens); L in
+  {50, 100, 200, 300}. The paper tests "longer-range dependencies than seen
+  at training time", apart from deeper nesting (its depth set). The
+  release drew them from Dyck_{20,40} strings instead, every such prefix
+  until at least 50 (`release_long_range_examples`, kept as a switch): 94-100%
+  of those prefixes nest deeper than 10, so they mix the two tests;
 * in distribution (`in_distribution_examples`; no paper figure): every
   closer of Dyck_{20,10} strings, the training distribution, with its prefix
   (at most 250 tokens), the first 500: what the release's training callback
@@ -71,6 +75,7 @@ from tgjax.syntax import stack_tape as stt
 
 PAPER_TYPES, PAPER_TRAIN_DEPTH, PAPER_LONG_RANGE_DEPTH = 20, 10, 40
 LONG_RANGE_LENGTHS = (50, 100, 200, 300)
+LONG_RANGE_MAX_PREFIX = 600  # the release's bound: a prefix and its target closer, so <s> + prefix <= 600 ids
 DEPTH_GEN_DEPTHS = tuple(range(15, 50))
 
 
@@ -250,20 +255,117 @@ class DyckExample:
 
 
 def long_range_examples(rng: np.random.Generator, min_distance: int, *, num_examples: int = 50,
-                        num_types: int = PAPER_TYPES, max_depth: int = PAPER_LONG_RANGE_DEPTH,
-                        max_prefix: int = 600, max_strings: int = 100_000) -> list[DyckExample]:
-    """Prefixes ending just before a closer whose opener is >= ``min_distance`` tokens back.
+                        num_types: int = PAPER_TYPES, max_depth: int = PAPER_TRAIN_DEPTH,
+                        open_probability: float = 0.5, max_prefix: int = LONG_RANGE_MAX_PREFIX,
+                        max_tries: int = 100_000) -> list[DyckExample]:
+    """Prefixes nesting at most ``max_depth`` (the training depth) that end just before a closer whose opener is
+    >= ``min_distance`` tokens back: long dependencies without deeper nesting.
 
-    Strings of Dyck_{num_types, max_depth} are drawn (at least ``min_distance``
-    tokens long, at most ``max_prefix``) and every qualifying closer of each
-    contributes an example, until ``num_examples`` are collected (the last
-    string's extras are kept, as the release does: "until >= 50").
-    Raises RuntimeError if ``max_strings`` strings do not give enough.
+    Each example is what rejection sampling of the automaton would give, drawn directly (rejection is
+    hopeless: at depth 10 a bracket rarely stays open for 300 tokens, and never at open probability 0.3): a
+    training string cut where at most ``max_depth - 2`` brackets are open (`_context`), an opener, then the
+    automaton inside it, conditioned on keeping it open for ``min_distance - 1`` tokens, until it closes it
+    (`_bracket_body`); that closer is the target. An example whose prefix would pass ``max_prefix - 1``
+    tokens is redrawn (RuntimeError after ``max_tries`` draws).
+    """
+    if max_depth < 2:
+        raise ValueError(f"max_depth must be >= 2 for a dependency longer than 1, got {max_depth}")
+    opens, closes = openers(num_types), closers(num_types)
+    survive = _survival_table(min_distance - 1, max_depth, open_probability)
+    examples: list[DyckExample] = []
+    for _ in range(max_tries):
+        context = _context(rng, num_types, max_depth, open_probability)
+        depth = sum(1 if t.startswith("(") else -1 for t in context) + 1  # inside the opener
+        kind = int(rng.integers(num_types))
+        body = _bracket_body(rng, survive, depth, num_types, max_depth, open_probability,
+                             budget=max_prefix - 2 - len(context))
+        if body is None:
+            continue
+        examples.append(DyckExample((*context, opens[kind], *body), closes[kind], len(body) + 1, depth))
+        if len(examples) == num_examples:
+            return examples
+    raise RuntimeError(f"{max_tries} draws gave only {len(examples)} prefixes of at most {max_prefix - 1} tokens "
+                       f"with a dependency of {min_distance}")
+
+
+def _context(rng: np.random.Generator, num_types: int, max_depth: int, open_probability: float) -> list[str]:
+    """A training string cut at a uniform position among those with at most ``max_depth - 2`` brackets open
+    (room for the opener and something inside it)."""
+    tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=1,
+                         open_probability=open_probability)
+    depths = np.cumsum([0] + [1 if t.startswith("(") else -1 for t in tokens])
+    return tokens[:int(rng.choice(np.flatnonzero(depths <= max_depth - 2)))]
+
+
+def _survival_table(length: int, max_depth: int, open_probability: float) -> np.ndarray:
+    """``[length + 1, max_depth + 2, max_depth + 1]`` survive[t, floor, d]: the automaton's chance, from depth d,
+    of staying at or above ``floor`` for t more tokens, up to a factor per (t, floor) (rows rescaled to max 1: a
+    step's choice needs the ratio of two entries of one row).
+
+    survive[t, f, d] = p(d) survive[t - 1, f, d + 1] + (1 - p(d)) survive[t - 1, f, d - 1] [d - 1 >= f],
+    with p(d) the chance of opening (0 on a full stack).
+    """
+    depths = np.arange(max_depth + 1)
+    p_open = np.where(depths >= max_depth, 0.0, open_probability)
+    floors = np.arange(max_depth + 2)[:, None]
+    survive = np.ones((length + 1, max_depth + 2, max_depth + 1))
+    survive[0] = depths[None, :] >= floors
+    for t in range(1, length + 1):
+        previous = survive[t - 1]
+        up = np.concatenate([previous[:, 1:], np.zeros((max_depth + 2, 1))], axis=1)
+        down = np.concatenate([np.zeros((max_depth + 2, 1)), previous[:, :-1]], axis=1)
+        row = (p_open * up + (1 - p_open) * down * (depths - 1 >= floors)) * (depths >= floors)
+        survive[t] = row / np.maximum(row.max(axis=1, keepdims=True), 1e-300)
+    return survive
+
+
+def _bracket_body(rng: np.random.Generator, survive: np.ndarray, floor: int, num_types: int, max_depth: int,
+                  open_probability: float, budget: int) -> list[str] | None:
+    """The balanced tokens inside an opener that leaves ``floor`` brackets open: the automaton, conditioned on
+    staying at or above ``floor`` for ``len(survive) - 1`` tokens (`_survival_table`), then as it is until it
+    would close the opener. None if that takes more than ``budget`` tokens."""
+    names = bracket_names(num_types)
+    conditioned = survive.shape[0] - 1
+    stack: list[str] = []
+    out: list[str] = []
+    depth = floor
+    while True:
+        p_open = open_probability if depth < max_depth else 0.0
+        remaining = conditioned - len(out)
+        if remaining > 0:  # p(open | the opener stays open for `remaining` more tokens)
+            row = survive[remaining - 1, floor]
+            up = p_open * (row[depth + 1] if depth < max_depth else 0.0)
+            down = (1 - p_open) * row[depth - 1] if depth > floor else 0.0
+            opens = rng.random() * (up + down) < up
+        else:
+            opens = rng.random() < p_open
+            if not opens and depth == floor:
+                return out
+        if len(out) == budget:
+            return None
+        if opens:
+            stack.append(names[int(rng.integers(num_types))])
+            out.append(f"({stack[-1]}")
+        else:
+            out.append(f"{stack.pop()})")
+        depth += 1 if opens else -1
+
+
+def release_long_range_examples(rng: np.random.Generator, min_distance: int, *, num_examples: int = 50,
+                                num_types: int = PAPER_TYPES, max_depth: int = PAPER_LONG_RANGE_DEPTH,
+                                open_probability: float = 0.5, max_prefix: int = LONG_RANGE_MAX_PREFIX,
+                                max_strings: int = 100_000) -> list[DyckExample]:
+    """The release's long-range sets: prefixes of Dyck_{num_types, 40} strings ending just before a closer whose
+    opener is >= ``min_distance`` tokens back (deeper than training, most of them).
+
+    Strings are drawn (at least ``min_distance`` tokens long, at most ``max_prefix``) and every qualifying
+    closer of each contributes an example, until ``num_examples`` are collected (the last string's extras are
+    kept, as the release does: "until >= 50"). Raises RuntimeError if ``max_strings`` strings do not give enough.
     """
     examples: list[DyckExample] = []
     for _ in range(max_strings):
         tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_distance + 1,
-                             max_length=max_prefix)
+                             max_length=max_prefix, open_probability=open_probability)
         examples += [e for e in _closer_examples(tokens, max_prefix - 1) if e.distance >= min_distance]
         if len(examples) >= num_examples:
             return examples
@@ -271,16 +373,18 @@ def long_range_examples(rng: np.random.Generator, min_distance: int, *, num_exam
 
 
 def in_distribution_examples(rng: np.random.Generator, *, num_examples: int = 500, num_types: int = PAPER_TYPES,
-                             max_depth: int = PAPER_TRAIN_DEPTH, max_prefix: int = 250) -> list[DyckExample]:
+                             max_depth: int = PAPER_TRAIN_DEPTH, max_prefix: int = 250, min_length: int = 1,
+                             open_probability: float = 0.5) -> list[DyckExample]:
     """The first ``num_examples`` closers of fresh training-distribution strings, each with its prefix.
 
-    Strings of Dyck_{num_types, max_depth} from `sample_dyck` (the automaton's
-    defaults, as `dyck_corpus` draws training strings); every closer whose
-    prefix is at most ``max_prefix`` tokens is an example.
+    Strings of Dyck_{num_types, max_depth} from `sample_dyck` with the training run's ``min_length`` and
+    ``open_probability`` (as `dyck_corpus` draws training strings); every closer whose prefix is at most
+    ``max_prefix`` tokens is an example.
     """
     examples: list[DyckExample] = []
     while len(examples) < num_examples:
-        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=1)
+        tokens = sample_dyck(rng, num_types=num_types, max_depth=max_depth, min_length=min_length,
+                             open_probability=open_probability)
         examples += _closer_examples(tokens, max_prefix)
     return examples[:num_examples]
 
@@ -300,15 +404,18 @@ def _closer_examples(tokens: Sequence[str], max_prefix: int) -> list[DyckExample
 
 def depth_generalisation_examples(rng: np.random.Generator, *, depths: Sequence[int] = DEPTH_GEN_DEPTHS,
                                   sweeps: int = 3, num_types: int = PAPER_TYPES, opener_types: int = 10,
-                                  inserted_depth: int = PAPER_TRAIN_DEPTH) -> list[DyckExample]:
-    """``sweeps × len(depths)`` examples of deep nesting (see the module docstring)."""
+                                  inserted_depth: int = PAPER_TRAIN_DEPTH, open_probability: float = 0.5
+                                  ) -> list[DyckExample]:
+    """``sweeps × len(depths)`` examples of deep nesting (see the module docstring); the inserted string is a
+    training string (``inserted_depth``, ``open_probability``)."""
     names = bracket_names(num_types)
     examples = []
     for _ in range(sweeps):
         for d in depths:
             kinds = [names[int(t)] for t in rng.integers(opener_types, size=d)]
             body = [f"({k}" for k in kinds] + [f"{k})" for k in reversed(kinds[1:])]
-            inserted = sample_dyck(rng, num_types=num_types, max_depth=inserted_depth, min_length=1)
+            inserted = sample_dyck(rng, num_types=num_types, max_depth=inserted_depth, min_length=1,
+                                   open_probability=open_probability)
             at = int(rng.integers(len(body) + 1))
             prefix = body[:at] + inserted + body[at:]
             outermost = 0 if at > 0 else len(inserted)

@@ -56,6 +56,8 @@ class PushdownSentence:
       final_attachment: whether the last input position's attachment target
         (that of the final token) is trained: True for text (``<eos>`` to
         ``<s>``), False for Dyck (the end token's label is not in the release).
+      roots: positions of the ROOT tokens (``<s>``), one per sentence: (0,)
+        unless several sentences share the row (windows).
     """
 
     tokens: np.ndarray
@@ -64,6 +66,7 @@ class PushdownSentence:
     node_end: np.ndarray
     num_binarised: int = 0
     final_attachment: bool = True
+    roots: tuple[int, ...] = (0,)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -202,6 +205,7 @@ def make_batch(sentences: Sequence[PushdownSentence | None], seq_len: int, *, nu
       attach ``[B, T + 1]`` labels of tokens 0..T (padding shifts); attach_targets ``[B, T]`` = attach[:, 1:];
       weights ``[B, T]`` float32 (1 on real positions); attach_weights ``[B, T]`` (0 also where the
       final attachment is not trained); node_start, node_end ``[B, T]`` int32 (-1 padding);
+      roots ``[B, T + 1]`` bool, the ROOT tokens (the legal slots depend on them: `attachment_head.slot_legality`);
       with ``dense``: tape ``[B, T, T]`` int16 (binary or clipped to the table).
     ``num_clipped``: tape entries of the read rows at or beyond ``num_depths``.
     """
@@ -214,7 +218,9 @@ def make_batch(sentences: Sequence[PushdownSentence | None], seq_len: int, *, nu
         "attach_weights": np.zeros((B, T), np.float32),
         "node_start": np.full((B, T), -1, np.int32),
         "node_end": np.full((B, T), -1, np.int32),
+        "roots": np.zeros((B, T + 1), bool),
     }
+    batch["roots"][:, 0] = True  # idle rows too: every row starts with a ROOT
     if dense:
         batch["tape"] = np.zeros((B, T, T), np.int16)
     clipped = 0
@@ -232,6 +238,7 @@ def make_batch(sentences: Sequence[PushdownSentence | None], seq_len: int, *, nu
         # A forest (Dyck) has fewer than N - 1 nodes; the rest stay -1.
         batch["node_start"][b, : sentence.node_start.size] = sentence.node_start
         batch["node_end"][b, : sentence.node_end.size] = sentence.node_end
+        batch["roots"][b, list(sentence.roots)] = True
         read = sentence.depths[: n - 1, : n - 1]
         if num_depths is not None and not binary_tape:
             clipped += int(np.count_nonzero(np.tril(read) >= num_depths))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from tgjax.envs import craft_rules as rules
+from tgjax.outputs import OutputError, check_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,9 +36,10 @@ def main_craft_demos(argv: list[str]) -> int:
     if args.num < 1 or args.max_steps < 1 or args.batch_size < 1:
         print("tgjax data craft-demos: error: --num, --max-steps and --batch-size must be >= 1", file=sys.stderr)
         return 2
-    parent = Path(args.output).resolve().parent
-    if not parent.is_dir():  # fail before the generation, not after
-        print(f"tgjax data craft-demos: error: -o {args.output}: directory {parent} does not exist", file=sys.stderr)
+    try:
+        check_output(args.output)  # fail before the generation, not after
+    except OutputError as error:
+        print(f"tgjax data craft-demos: error: {error}", file=sys.stderr)
         return 2
     progress = Progress(args.num, label="kept", noun="demonstration")
     try:

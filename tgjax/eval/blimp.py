@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tgjax.data.text_files import json_lines
+
 __all__ = [
     "Accuracy",
     "BlimpPair",
@@ -133,28 +135,25 @@ class BlimpPair:
 
 def _read_jsonl(path: Path) -> list[BlimpPair]:
     pairs: list[BlimpPair] = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: expected a JSON object, found invalid JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, found {type(record).__name__}")
-            missing = [key for key in _REQUIRED if key not in record]
-            if missing:
-                raise ValueError(f"{where}: expected the fields {', '.join(_REQUIRED)}; missing {', '.join(missing)}")
-            for key in ("sentence_good", "sentence_bad"):
-                if not isinstance(record[key], str) or not record[key].strip():
-                    raise ValueError(f"{where}: expected {key} to be a non-empty string, found {record[key]!r}")
-            pairs.append(BlimpPair(
-                sentence_good=record["sentence_good"], sentence_bad=record["sentence_bad"],
-                uid=str(record["UID"]), field=str(record["field"]),
-                linguistics_term=str(record["linguistics_term"]), pair_id=str(record["pairID"]), source=where,
-            ))
+    for number, line in json_lines(path):  # bad bytes: an error naming file:line:column
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: expected a JSON object, found invalid JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected a JSON object, found {type(record).__name__}")
+        missing = [key for key in _REQUIRED if key not in record]
+        if missing:
+            raise ValueError(f"{where}: expected the fields {', '.join(_REQUIRED)}; missing {', '.join(missing)}")
+        for key in ("sentence_good", "sentence_bad"):
+            if not isinstance(record[key], str) or not record[key].strip():
+                raise ValueError(f"{where}: expected {key} to be a non-empty string, found {record[key]!r}")
+        pairs.append(BlimpPair(
+            sentence_good=record["sentence_good"], sentence_bad=record["sentence_bad"],
+            uid=str(record["UID"]), field=str(record["field"]),
+            linguistics_term=str(record["linguistics_term"]), pair_id=str(record["pairID"]), source=where,
+        ))
     if not pairs:
         raise ValueError(f"{path}: no BLiMP pairs (the file is empty); expected one JSON object per line")
     return pairs

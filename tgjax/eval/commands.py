@@ -63,7 +63,20 @@ def _shard(args):
     shard = job_shard(args.shard)
     if shard.count > 1 and args.output is None:
         raise ValueError(f"--shard {shard}: give --output (each shard writes its own results file)")
+    _check_outputs(args, shard)
     return shard
+
+
+def _check_outputs(args, shard) -> None:
+    """Every file the command writes, checked before any model is read (a bad name would lose the work)."""
+    from tgjax.eval.shards import shard_path
+    from tgjax.outputs import check_output
+
+    inputs = [getattr(args, name) for name in ("input", "proposals", "gold") if getattr(args, name, None)]
+    if args.output:
+        check_output(shard_path(args.output, shard), inputs=inputs)
+    if getattr(args, "trees", None):
+        check_output(args.trees, option="--trees", inputs=inputs + ([args.output] if args.output else []))
 
 
 def _steps(args) -> list[str]:
@@ -103,7 +116,10 @@ def _report(title: str, summary: dict, quiet: bool) -> None:
         return
     print(title, file=sys.stderr)
     for key, value in summary.items():
-        text = f"{value:.6g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+        if value is None:  # nothing scored, or a perplexity too large for a float
+            text = "none"
+        else:
+            text = f"{value:.6g}" if isinstance(value, float) and math.isfinite(value) else str(value)
         print(f"  {key:32s} {text}", file=sys.stderr)
 
 
@@ -179,9 +195,9 @@ def _score(args) -> int:
     from tgjax.eval.summaries import ScoreSummary, score_record
     from tgjax.infer.scoring import resolve_input_pos_tags, score_treebank, surprisals_from_score
 
+    shard = _shard(args)
     if pushdown_eval.is_pushdown(args.workdir, _steps(args)[0]):  # its own scorer (gold joint, beam marginal)
         return pushdown_eval.main_score_pushdown(args)
-    shard = _shard(args)
     tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format)  # before loading any model
     scorer, members, settings = build_scorer(args)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
@@ -275,7 +291,9 @@ def main_ppl(argv: Sequence[str] | None = None) -> int:
 
 
 def _write_trees(path: str, trees_text: Sequence[str]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    from tgjax.outputs import atomic_write
+
+    with atomic_write(path) as f:
         for t in trees_text:
             f.write(t + "\n")
 
@@ -354,6 +372,7 @@ def _merge(args) -> int:
     command = read_meta(args.inputs[0])["command"]
     if command != "rerank" and (args.gold or args.trees):
         raise ValueError(f"--gold and --trees are for rerank results; {args.inputs[0]} holds {command} results")
+    _check_merge_outputs(args)
     best: list[str] = []
 
     def finalize(summary: dict) -> None:
@@ -367,6 +386,18 @@ def _merge(args) -> int:
     _report(f"tgjax eval merge: {len(args.inputs)} shards of {command}{' -> ' + args.output if args.output else ''}",
             meta["summary"], args.quiet)
     return 0
+
+
+def _check_merge_outputs(args) -> None:
+    """The merged results (and --trees) may not overwrite a shard, its meta file, or the gold trees."""
+    from tgjax.eval.shards import meta_path
+    from tgjax.outputs import check_output
+
+    inputs = [*args.inputs, *(meta_path(p) for p in args.inputs), *([args.gold] if args.gold else [])]
+    if args.output:
+        check_output(args.output, inputs=inputs)
+    if args.trees:
+        check_output(args.trees, option="--trees", inputs=inputs + ([args.output] if args.output else []))
 
 
 def main_merge(argv: Sequence[str] | None = None) -> int:

@@ -34,12 +34,12 @@ W/craft_eval.json, or W1/craft_pool_eval.json for a pool).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from tgjax.envs import craft_rules as rules
+from tgjax.outputs import check_output, save_figure, write_json
 from tgjax.workdir import split_workdirs
 
 
@@ -80,12 +80,11 @@ def plot_curves(workdirs: str | Path | list, output: str | Path) -> dict[str, di
 
     if isinstance(workdirs, (str, Path)):
         workdirs = split_workdirs(workdirs)
+    from tgjax.train.metrics import read_metrics
+
     valid = {}
     for workdir in workdirs:
-        path = Path(workdir) / "metrics.jsonl"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no metrics of a training run")
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records, _ = read_metrics(workdir)  # skips a last line cut short by a killed run, as `tgjax viz curves`
         valid[str(workdir)] = [r for r in records if r.get("split") == "valid"]
     drawn = {name: {w: [(r["step"], r[name]) for r in rows if name in r] for w, rows in valid.items()}
              for name in CURVES}
@@ -107,7 +106,7 @@ def plot_curves(workdirs: str | Path | list, output: str | Path) -> dict[str, di
     else:
         figure.suptitle(str(workdirs[0]))
     figure.tight_layout(rect=(0, 0.1 if len(valid) > 1 else 0, 1, 1))
-    figure.savefig(output, dpi=90)
+    save_figure(figure, output, dpi=90)
     plt.close(figure)
     return drawn
 
@@ -260,6 +259,11 @@ def main_craft(argv=None) -> int:
     from tgjax.data.craft_demos import CraftDemoError
     from tgjax.infer.loading import CheckpointError
 
+    try:
+        _check_outputs(args)
+    except ValueError as error:
+        print(f"tgjax eval craft: error: {error}", file=sys.stderr)
+        return 2
     if args.plot:
         try:
             drawn = plot_curves(args.workdir, args.plot)
@@ -288,6 +292,19 @@ def main_craft(argv=None) -> int:
         output = Path(report["workdirs"][0]) / "craft_pool_eval.json"
     else:
         output = Path(report["workdir"]) / "craft_eval.json"
-    output.write_text(json.dumps(report, indent=2) + "\n")
+    try:
+        write_json(output, report)
+    except (OSError, ValueError) as error:
+        print(f"tgjax eval craft: error: {error}", file=sys.stderr)
+        return 2
     print(f"written to {output}")
     return 0
+
+
+def _check_outputs(args) -> None:
+    """--plot and --output, checked before any curve is read or episode run."""
+    metrics = [Path(w) / "metrics.jsonl" for w in split_workdirs(args.workdir)]
+    if args.plot:
+        check_output(args.plot, option="--plot", inputs=metrics, figure=True)
+    if args.output and not args.curves_only:
+        check_output(args.output, option="--output", inputs=metrics + ([args.plot] if args.plot else []))

@@ -4,6 +4,7 @@
     tgjax eval dependency --workdir W --treebank builtin [--split test]
     tgjax eval dependency --workdir W --craft test
     tgjax eval dependency --baselines-only --treebank FILE
+    tgjax eval dependency --workdir W --treebank wsj23.mrg --gold wsj23.conllx   # heads from a CoNLL file
 
 Gold: dependency trees from the constituency trees by head rules
 (`tgjax.data.deps`: `collins` = Collins (1999) as CoreNLP's CollinsHeadFinder
@@ -12,7 +13,19 @@ the release's WORD_TAGS (punctuation, traces, `$`, `#` dropped and heads
 climbed past them; the root heads itself). **Neither scheme is Stanford
 Dependencies**, which the thesis scored against: Collins makes auxiliaries and
 copulas heads, so absolute UAS here is not comparable with the thesis' 52.5.
-The scheme is printed beside every number.
+The scheme is printed beside every number. `--coordination` and
+`--dropped-root` choose between CoreNLP's and tgjax's earlier coordination
+rule and between one re-chained root and the release's self-headed words when
+the root word is dropped (`tgjax.syntax.heads`).
+
+`--gold FILE` (CoNLL-U or CoNLL-X, repeatable, read in order; `tgjax.data.conllu`)
+takes the heads from the file instead, as the release reads its `.dep` files
+(e.g. Stanford Dependencies from CoreNLP, the thesis' gold): the file's
+sentences go with the treebank's trees in order, its tokens are filtered by
+the same WORD_TAGS on the file's own POS column (heads climbed the same way),
+and the kept words must be the treebank's kept words, sentence by sentence;
+the first difference stops the evaluation with one line naming the file, the
+sentence and what differs.
 
 The model reads each kept sentence alone (the release's word form:
 lower-cased, digit runs -> N), and its parser gives H = p(head of i = j) with
@@ -42,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -50,7 +62,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tgjax.eval.arguments import check_counts
 from tgjax.eval.mst import best_single_root_tree
+from tgjax.outputs import check_output, write_json
+from tgjax.syntax.heads import COORDINATION_RULES, DROPPED_ROOT_RULES
 
 __all__ = ["argmax_heads", "attachment_scores", "left_chain", "main_dependency", "random_projective_heads",
            "right_chain", "tree_heads"]
@@ -134,6 +149,8 @@ def attachment_scores(predicted: Sequence[np.ndarray], gold: Sequence[np.ndarray
     counts = Counts()
     for p, g in zip(predicted, gold, strict=True):
         counts.add(p, g)
+    if not counts.words:  # a score over no word is no score
+        raise ValueError("no word to score: attachment scores need at least one sentence with words")
     return counts.uas, counts.uuas
 
 
@@ -167,35 +184,121 @@ class GoldTreebank:
     scheme: str
     num_trees: int
     report: str  # the head finder's counts (unknown labels, filtered tokens, empty sentences)
+    gold_files: list[str] = dataclasses.field(default_factory=list)  # CoNLL files the heads came from, if any
+
+    @property
+    def heads_note(self) -> str:
+        """Where the gold heads come from, as printed beside the scores."""
+        if self.gold_files:
+            return f"read from {', '.join(self.gold_files)} (the file's own scheme)"
+        return f"{self.scheme} head rules, not Stanford Dependencies"
 
 
-def read_gold(paths: Sequence[str], *, split: str = "test", heads: str = "auto", nml_as_np: bool = False,
-              limit: int | None = None) -> GoldTreebank:
-    """Gold dependencies of files (or "builtin"), WORD_TAGS kept (module docstring)."""
-    from tgjax.data.deps import treebank_dependencies
-    from tgjax.syntax.heads import WORD_TAGS, HeadReport
+def _read_trees(paths: Sequence[str], split: str) -> tuple[list, str]:
+    """The trees of the treebank files (or the built-in treebank's split) and a name for them."""
     from tgjax.syntax.trees import read_treebank
 
     if list(paths) == ["builtin"]:
         from tgjax.data.corpora import get_corpus
 
-        trees, source = get_corpus("builtin", split), f"built-in treebank ({split})"
-    else:
-        trees = []
-        for path in paths:
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"no treebank at {path}")
-            trees.extend(read_treebank(path))
-        source = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
+        return get_corpus("builtin", split), f"built-in treebank ({split})"
+    trees = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no treebank at {path}")
+        trees.extend(read_treebank(path))
+    return trees, paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
+
+
+def _collins_scheme(nml_as_np: bool, coordination: str) -> str:
+    options = ["NML as NP"] if nml_as_np else []
+    options += ["coordination past punctuation"] if coordination == "skip_punctuation" else []
+    return f"collins ({'; '.join(options)})" if options else "collins"
+
+
+def read_gold(paths: Sequence[str], *, split: str = "test", heads: str = "auto", nml_as_np: bool = False,
+              limit: int | None = None, coordination: str = "corenlp", dropped_root: str = "rechain",
+              gold_files: Sequence[str] = ()) -> GoldTreebank:
+    """Gold dependencies of files (or "builtin"), WORD_TAGS kept (module docstring).
+
+    With `gold_files` the heads come from those CoNLL-U / CoNLL-X files, checked against the trees' words.
+    """
+    from tgjax.data.deps import tree_dependencies
+    from tgjax.syntax.heads import WORD_TAGS, HeadReport
+
+    trees, source = _read_trees(paths, split)
     if limit is not None:
         trees = trees[:limit]
+    if gold_files:
+        return _gold_from_files(trees, source, gold_files, limited=limit is not None, dropped_root=dropped_root)
     scheme = heads if heads != "auto" else ("builtin" if list(paths) == ["builtin"] else "collins")
     report = HeadReport()
-    deps = treebank_dependencies(trees, heads=scheme, keep_tags=WORD_TAGS, report=report, nml_as_np=nml_as_np)
-    if nml_as_np and scheme == "collins":
-        scheme += " (NML as NP)"
+    deps = tree_dependencies(trees, heads=scheme, keep_tags=WORD_TAGS, report=report, nml_as_np=nml_as_np,
+                             coordination=coordination, dropped_root=dropped_root)
+    deps = [d for d in deps if d is not None]
+    if scheme == "collins":
+        scheme = _collins_scheme(nml_as_np, coordination)
     return GoldTreebank([d.words for d in deps], [np.asarray(d.heads) for d in deps], source, scheme, len(trees),
                         report.summary())
+
+
+@dataclasses.dataclass
+class _FileSentence:
+    path: str
+    number: int  # 1-based, in its file
+    deps: object  # tgjax.syntax.heads.Dependencies
+
+
+def _file_sentences(gold_files: Sequence[str]) -> list[_FileSentence]:
+    from tgjax.data.conllu import read_conllu
+
+    out = []
+    for path in gold_files:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no gold dependency file at {path}")
+        sentences, _ = read_conllu(path)
+        out.extend(_FileSentence(path, k, deps) for k, deps in enumerate(sentences, start=1))
+    return out
+
+
+def _word_difference(file_words: list[str], tree_words: list[str]) -> str | None:
+    """What differs between a file sentence's kept words and its tree's, or None."""
+    for i, (mine, theirs) in enumerate(zip(file_words, tree_words), start=1):
+        if mine != theirs:
+            return f"word {i} is {mine!r} in the file, {theirs!r} in the treebank"
+    if len(file_words) != len(tree_words):
+        return f"{len(file_words)} words in the file, {len(tree_words)} in the treebank"
+    return None
+
+
+def _gold_from_files(trees: list, source: str, gold_files: Sequence[str], *, limited: bool,
+                     dropped_root: str) -> GoldTreebank:
+    """Heads from CoNLL files, the tokens of both sides filtered by WORD_TAGS, the words checked to agree."""
+    from tgjax.data.deps import tree_dependencies
+    from tgjax.syntax.heads import WORD_TAGS, HeadReport, keep_tagged
+
+    tree_words = [[] if d is None else d.words
+                  for d in tree_dependencies(trees, keep_tags=WORD_TAGS, report=HeadReport())]
+    sentences = _file_sentences(gold_files)
+    if limited:
+        sentences = sentences[:len(trees)]
+    if len(sentences) != len(trees):
+        names = ", ".join(gold_files)
+        raise ValueError(f"{names}: {len(sentences)} sentences, but {source} has {len(trees)} trees")
+    report = HeadReport()
+    words, heads = [], []
+    for k, (sentence, expected) in enumerate(zip(sentences, tree_words), start=1):
+        kept = keep_tagged(sentence.deps, WORD_TAGS, report, dropped_root=dropped_root)
+        found = [] if kept is None else kept.words
+        difference = _word_difference(found, expected)
+        if difference:
+            raise ValueError(f"{sentence.path}: sentence {sentence.number} (tree {k} of {source}), "
+                             f"WORD_TAGS kept: {difference}")
+        if kept is not None:
+            words.append(expected)
+            heads.append(np.asarray(kept.heads))
+    report.num_trees = len(sentences)
+    return GoldTreebank(words, heads, source, "file", len(trees), report.summary(), list(gold_files))
 
 
 def craft_paths(split: str, craft_dir: str | None = None) -> list[str]:
@@ -216,7 +319,8 @@ def craft_paths(split: str, craft_dir: str | None = None) -> list[str]:
 def evaluate(gold: GoldTreebank, parser=None, *, random_seeds: int = 5, mlm_runs: int = 5) -> dict:
     """Scores of `parser` (an object with `head_probs(sentences)` and `mlm_loss(sentences, runs)`,
     `tgjax.infer.udgn.UDGNParser`) and the baselines on `gold`."""
-    result = {"source": gold.source, "head_scheme": gold.scheme, "sentences": len(gold.heads),
+    result = {"source": gold.source, "head_scheme": gold.scheme, "gold_heads": gold.heads_note,
+              "sentences": len(gold.heads),
               "words": int(sum(len(h) for h in gold.heads)), "trees": gold.num_trees, "head_report": gold.report,
               "baselines": baseline_scores(gold.heads, random_seeds)}
     if parser is not None:
@@ -225,6 +329,8 @@ def evaluate(gold: GoldTreebank, parser=None, *, random_seeds: int = 5, mlm_runs
             uas, uuas = attachment_scores([decode(p) for p in probs], gold.heads)
             result[f"udgn_{mode}"] = {"uas": uas, "uuas": uuas}
         loss, count = parser.mlm_loss(gold.words, runs=mlm_runs)
+        if not count:
+            raise ValueError(f"{gold.source}: no token was masked in {mlm_runs} maskings: no MLM perplexity")
         result["mlm"] = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "masked_tokens": count,
                          "runs": mlm_runs}
         result["model"] = parser.describe()
@@ -233,7 +339,7 @@ def evaluate(gold: GoldTreebank, parser=None, *, random_seeds: int = 5, mlm_runs
 
 def format_result(result: dict) -> str:
     lines = [f"{result['source']}: {result['sentences']} sentences, {result['words']} words (WORD_TAGS kept); "
-             f"gold heads: {result['head_scheme']} head rules, not Stanford Dependencies",
+             f"gold heads: {result['gold_heads']}",
              f"  {result['head_report']}"]
     if "model" in result:
         lines.append(f"  model: {result['model']}")
@@ -264,6 +370,14 @@ def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> i
     parser.add_argument("--heads", default="auto", choices=("auto", "collins", "builtin"),
                         help="gold head scheme: auto = builtin for the built-in treebank, collins for files")
     parser.add_argument("--nml-as-np", action="store_true", help="collins: NML takes NP's rule (CRAFT)")
+    parser.add_argument("--coordination", default="corenlp", choices=COORDINATION_RULES,
+                        help="collins: a coordinated head as CoreNLP moves it (default), or on past punctuation")
+    parser.add_argument("--dropped-root", default="rechain", choices=DROPPED_ROOT_RULES,
+                        help="when the root word is dropped: one root re-chained among the words under it "
+                             "(default), or each its own root (udgn_release, the release's convention)")
+    parser.add_argument("--gold", action="append", default=None,
+                        help="gold heads from this CoNLL-U / CoNLL-X file (repeat for several, in order), "
+                             "aligned to the treebank's trees; instead of head rules")
     parser.add_argument("--limit", type=int, default=None, help="first N trees only")
     parser.add_argument("--random-seeds", type=int, default=5, help="draws of the random projective baseline")
     parser.add_argument("--mlm-runs", type=int, default=5, help="random maskings for the MLM perplexity")
@@ -274,9 +388,18 @@ def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> i
         parser.error("give --workdir, or --baselines-only")
     if (args.treebank is None) == (args.craft is None):
         parser.error("give --treebank FILE (or builtin), or --craft SPLIT")
+    if args.gold and (args.heads != "auto" or args.nml_as_np or args.coordination != "corenlp"):
+        parser.error("--heads, --nml-as-np and --coordination choose head rules; --gold reads the heads from a file")
     try:
+        check_counts(limit=args.limit, random_seeds=args.random_seeds, mlm_runs=args.mlm_runs,
+                     batch_size=args.batch_size)
         paths = args.treebank if args.treebank else craft_paths(args.craft, args.craft_dir)
-        gold = read_gold(paths, split=args.split, heads=args.heads, nml_as_np=args.nml_as_np, limit=args.limit)
+        if args.output:
+            check_output(args.output, inputs=[*paths, *(args.gold or [])])
+        gold = read_gold(paths, split=args.split, heads=args.heads, nml_as_np=args.nml_as_np, limit=args.limit,
+                         coordination=args.coordination, dropped_root=args.dropped_root, gold_files=args.gold or ())
+        if not any(len(h) for h in gold.heads):
+            raise ValueError(f"{gold.source}: no sentence with words to score ({gold.report})")
         if args.craft:
             gold.source = f"CRAFT {args.craft} ({len(paths)} articles)"
         model = None
@@ -285,10 +408,11 @@ def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> i
                 from tgjax.infer.udgn import load_parser
             model = load_parser(args.workdir, args.step, batch_size=args.batch_size)
         result = evaluate(gold, model, random_seeds=args.random_seeds, mlm_runs=args.mlm_runs)
+        if args.output:
+            write_json(args.output, result)
     except (ValueError, OSError) as error:
         print(f"tgjax eval dependency: error: {error}", file=sys.stderr)
         return 2
     print(format_result(result))
-    if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+

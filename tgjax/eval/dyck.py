@@ -13,17 +13,26 @@ released-code.md §1.8; ``--among all``: over the whole vocabulary, a stricter
 reading). Accuracy = the fraction of examples whose prediction is the target.
 
 The sets (`evaluation_sets`; released-code.md §1.8), drawn afresh from
-``--seed`` (the paper's files are not released):
+``--seed`` (the paper's files are not released) with the run's own
+automaton (`data.dyck_open_probability`, `data.dyck_max_depth`,
+`data.dyck_min_length` of its config), so that a run trained at open
+probability 0.3 is scored on strings like its own:
 
-* ``dyck50`` .. ``dyck300``: long-range dependencies, prefixes of Dyck_{20,40}
-  strings ending just before a closer whose opener is at least 50 / 100 /
-  200 / 300 tokens back (at least 50 examples each);
+* ``dyck50`` .. ``dyck300``: long-range dependencies, 50 prefixes each,
+  nesting no deeper than training (Dyck_{20,10}), ending just before a closer
+  whose opener is at least 50 / 100 / 200 / 300 tokens back: "longer-range
+  dependencies than seen at training time" (§4.1), apart from depth;
+* ``dyck50-release`` .. ``dyck300-release`` (not in the default list): the
+  release's construction, prefixes of Dyck_{20,40} strings (at least 50 each),
+  94-100% of which nest deeper than 10: Table 1's numbers came from these;
 * ``depth``: depth generalisation, 105 prefixes nesting 15..49 deep whose
   target closes the outermost bracket;
 * ``valid`` (not in the default list; no paper figure): 500 closers of
   Dyck_{20,10} strings, the training distribution (prefixes of at most 250
   tokens), as the release's training callback reports: whether a model learnt
   the language at all, apart from how far it generalises.
+
+``--sets dyck50,dyck50-release`` reports both constructions side by side.
 
 The stack tape at test time (``--tape``). A Pushdown-LM builds its tape from
 its own attachment decisions, synchronously with the tokens (§3.3); the
@@ -38,16 +47,15 @@ teacher-forced pass whatever ``--tape`` says; the report says "not read".
 
 Paper and release do not disagree here: the paper is silent on the beam
 size and on the candidate set, so the release's choices (50, the closers)
-are the defaults and the alternatives are switches. With seed 0 the sets
-hold 51 / 59 / 58 / 59 / 105 examples (longest prefix 599 tokens), so one
-example is 1-2 points.
+are the defaults and the alternatives are switches. The long-range sets
+hold 50 examples (the release's, with seed 0: 51 / 59 / 58 / 59) and depth
+105, so one example is 1-2 points; prefixes reach 599 tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -57,9 +65,12 @@ import numpy as np
 from tgjax.data import dyck
 from tgjax.syntax import stack_tape as stt
 
-LONG_RANGE_SETS = {f"dyck{length}": length for length in dyck.LONG_RANGE_LENGTHS}
-PAPER_SETS = (*LONG_RANGE_SETS, "depth")  # Table 1's, the default
-SET_NAMES = (*PAPER_SETS, "valid")
+RELEASE_SUFFIX = "-release"  # the release's long-range construction (depth-40 strings)
+TRAINING_DEPTH_SETS = {f"dyck{length}": length for length in dyck.LONG_RANGE_LENGTHS}
+RELEASE_SETS = {f"{name}{RELEASE_SUFFIX}": length for name, length in TRAINING_DEPTH_SETS.items()}
+LONG_RANGE_SETS = {**TRAINING_DEPTH_SETS, **RELEASE_SETS}  # name -> the least dependency length
+PAPER_SETS = (*TRAINING_DEPTH_SETS, "depth")  # Table 1's, the default
+SET_NAMES = (*PAPER_SETS, *RELEASE_SETS, "valid")
 TAPE_SOURCES = ("model", "gold")
 AMONG = ("closers", "all")
 # Table 1 of the paper (accuracy, %).
@@ -68,7 +79,27 @@ PAPER_TABLE = {
     "pushdown": {"dyck50": 96.5, "dyck100": 88.0, "dyck200": 61.2, "dyck300": 42.9, "depth": 68.3},
 }
 SET_TITLES = {"dyck50": "Dyck (50)", "dyck100": "Dyck (100)", "dyck200": "Dyck (200)", "dyck300": "Dyck (300)",
-              "depth": "Depth Gen. (15-50)", "valid": "In-distribution"}
+              "depth": "Depth Gen. (15-50)", "valid": "In-distribution",
+              **{name: f"Dyck ({length}) d40" for name, length in RELEASE_SETS.items()}}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingStrings:
+    """The automaton a run trained on (its config's `data.dyck_*`); the evaluation sets draw from it."""
+
+    num_types: int = dyck.PAPER_TYPES
+    max_depth: int = dyck.PAPER_TRAIN_DEPTH
+    open_probability: float = 0.5
+    min_length: int = 1
+
+    @classmethod
+    def of_run(cls, data: dict) -> TrainingStrings:
+        """From a run's `config.data` (a dict); a key it lacks keeps the paper's value."""
+        default = cls()
+        return cls(int(data.get("dyck_num_types", default.num_types)),
+                   int(data.get("dyck_max_depth", default.max_depth)),
+                   float(data.get("dyck_open_probability", default.open_probability)),
+                   int(data.get("dyck_min_length", default.min_length)))
 
 
 def parse_set_names(text: str) -> list[str]:
@@ -83,19 +114,28 @@ def parse_set_names(text: str) -> list[str]:
     return names
 
 
-def evaluation_sets(names: Sequence[str], *, seed: int = 0,
-                    num_types: int = dyck.PAPER_TYPES) -> dict[str, list[dyck.DyckExample]]:
-    """The named sets, each from its own generator ``[seed, code]`` (code: the length L, 1 for depth, 2 for valid)."""
+def evaluation_sets(names: Sequence[str], *, seed: int = 0, num_types: int = dyck.PAPER_TYPES,
+                    strings: TrainingStrings | None = None) -> dict[str, list[dyck.DyckExample]]:
+    """The named sets, each from its own generator ``[seed, code...]`` (code: the length L, and 1 for the
+    training-depth construction; 1 for depth; 2 for valid), drawn from the run's automaton ``strings``
+    (default: the paper's, with ``num_types`` bracket types)."""
+    strings = strings or TrainingStrings(num_types=num_types)
+    automaton = dict(num_types=strings.num_types, open_probability=strings.open_probability)
     sets = {}
     for name in names:
-        if name in LONG_RANGE_SETS:
+        if name in TRAINING_DEPTH_SETS:
             length = LONG_RANGE_SETS[name]
-            rng = np.random.default_rng([seed, length])
-            sets[name] = dyck.long_range_examples(rng, length, num_types=num_types)
+            sets[name] = dyck.long_range_examples(np.random.default_rng([seed, length, 1]), length,
+                                                  max_depth=strings.max_depth, **automaton)
+        elif name in RELEASE_SETS:
+            length = LONG_RANGE_SETS[name]
+            sets[name] = dyck.release_long_range_examples(np.random.default_rng([seed, length]), length, **automaton)
         elif name == "depth":
-            sets[name] = dyck.depth_generalisation_examples(np.random.default_rng([seed, 1]), num_types=num_types)
+            sets[name] = dyck.depth_generalisation_examples(np.random.default_rng([seed, 1]),
+                                                            inserted_depth=strings.max_depth, **automaton)
         elif name == "valid":
-            sets[name] = dyck.in_distribution_examples(np.random.default_rng([seed, 2]), num_types=num_types)
+            sets[name] = dyck.in_distribution_examples(np.random.default_rng([seed, 2]), max_depth=strings.max_depth,
+                                                       min_length=strings.min_length, **automaton)
         else:
             raise ValueError(f"unknown Dyck evaluation set {name!r}; expected one of {SET_NAMES}")
     return sets
@@ -288,7 +328,8 @@ def format_table(kind: str, scores: dict[str, SetScore]) -> str:
     for name, s in scores.items():
         tape = ("not read" if s.attachment_agreement is None
                 else f"{100 * s.attachment_agreement:.1f}% / {100 * s.exact_tapes:.1f}%")
-        reported = f"{paper[name]:7.1f}" if name in paper else f"{'—':>7s}"  # no paper figure in distribution
+        figure = paper.get(name.removesuffix(RELEASE_SUFFIX))  # both constructions beside Table 1's figure
+        reported = f"{figure:7.1f}" if figure is not None else f"{'—':>7s}"  # no paper figure in distribution
         lines.append(f"{SET_TITLES[name]:20s} {100 * s.accuracy:7.1f} {reported} {s.num_examples:5d}  {tape}")
     return "\n".join(lines)
 
@@ -302,8 +343,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", required=True, help="a Dyck run of configs/pushdown_dyck.py (Pushdown-LM or :base)")
     p.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
     p.add_argument("--sets", default=",".join(PAPER_SETS),
-                   help=f"comma-separated, of {', '.join(SET_NAMES)} (default: Table 1's, {', '.join(PAPER_SETS)}; "
-                        "valid: 500 closers of training-distribution strings, no paper figure)")
+                   help=f"comma-separated, of {', '.join(SET_NAMES)} (default: Table 1's, {', '.join(PAPER_SETS)}, "
+                        "the long-range sets nesting no deeper than training; dyck50-release..: the release's "
+                        "depth-40 construction; valid: 500 closers of training-distribution strings, no paper "
+                        "figure)")
     p.add_argument("--tape", choices=TAPE_SOURCES, default="model",
                    help="the stack tape a Pushdown-LM reads: model (its own attachment decisions by beam search, "
                         "the paper and release; default) or gold (the true matching: a diagnostic, not the "
@@ -329,6 +372,7 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
     """
     args = _parser().parse_args(argv)
     from tgjax.infer.loading import CheckpointError
+    from tgjax.outputs import OutputError, check_output, write_json
 
     try:
         names = parse_set_names(args.sets)
@@ -336,12 +380,17 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
             raise ValueError(f"--beam-size: expected at least 1, got {args.beam_size}")
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit: expected at least 1, got {args.limit}")
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size: expected at least 1, got {args.batch_size}")
+        if args.output:
+            check_output(args.output)
         if load is None:
             from tgjax.infer.pushdown_loading import load_pushdown as load
         loaded = load(args.workdir, step=args.step)
         num_types = check_dyck_run(loaded)
         vocab = dyck.dyck_vocabulary(num_types)
-        sets = evaluation_sets(names, seed=args.seed, num_types=num_types)
+        strings = TrainingStrings.of_run((loaded.meta.get("config") or {}).get("data") or {})
+        sets = evaluation_sets(names, seed=args.seed, strings=strings)
         base = is_base_lm(loaded.model)
         if base:
             scorer, tape = gold_tape_scorer(loaded.model, reads_tape=False), "not read (Base-LM)"
@@ -350,11 +399,17 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
         else:
             scorer = model_tape_scorer(loaded.model, vocab, beam_size=args.beam_size, num_parallel=args.batch_size)
             tape = f"the model's own attachments (top of a beam of {args.beam_size})"
-    except (ValueError, OSError, CheckpointError) as error:
+    except (ValueError, RuntimeError, OSError, CheckpointError) as error:
         print(f"tgjax eval dyck: error: {error}", file=sys.stderr)
         return 2
     kind = "base" if base else "pushdown"
-    print(f"{loaded.describe()}; tape: {tape}; prediction: argmax over {args.among}; sets from seed {args.seed}")
+    print(f"{loaded.describe()}; tape: {tape}; prediction: argmax over {args.among}; sets from seed {args.seed}, "
+          f"open probability {strings.open_probability}, training depth {strings.max_depth}")
+    longest = max((len(e.prefix) + 1 for examples in sets.values() for e in examples), default=0)  # <s> prefix
+    clip = loaded.model.config.max_relative_position
+    if longest > clip:  # the head's distance from the last position to <s> is `longest`
+        print(f"note: prefixes reach {longest} positions but this model clips relative distances at {clip} "
+              f"(model.max_relative_position); farther tokens all look {clip} away")
     from tgjax.progress import Progress
 
     scores = {}
@@ -377,8 +432,12 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
         record = {"workdir": str(loaded.workdir), "step": loaded.step, "model": kind, "tape": tape,
                   "beam_size": args.beam_size if kind == "pushdown" and args.tape == "model" else None,
                   "among": args.among, "seed": args.seed, "limit": args.limit,
+                  "strings": dataclasses.asdict(strings),
                   "scores": {n: s.as_dict() for n, s in scores.items()},
                   "paper": PAPER_TABLE[kind]}
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
+        try:
+            write_json(args.output, record)
+        except OutputError as error:
+            print(f"tgjax eval dyck: error: {error}", file=sys.stderr)
+            return 2
     return 0

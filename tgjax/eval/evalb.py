@@ -892,6 +892,10 @@ def main_f1(argv: Sequence[str] | None = None) -> int:
     except (OSError, EvalbError) as err:
         print(f"tgjax eval f1: error: {err}", file=sys.stderr)
         return 2
+    if result.all.num_sentences == 0:  # an F-measure of no sentence is no number
+        print(f"tgjax eval f1: error: no sentence to score: {result.errors[0] if result.errors else ''}"
+              f"{'' if result.errors else f'{args.gold} and {args.pred} are empty'}", file=sys.stderr)
+        return 2
     for message in result.errors:
         print(message, file=sys.stderr)
     print(result.format() if args.per_sentence else result.summary(), end="")

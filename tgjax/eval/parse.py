@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -43,12 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
+from tgjax.data.text_files import json_lines, parse_json_line, read_json, read_lines
 from tgjax.eval import blimp as blimp_lib
 from tgjax.eval import shards
 from tgjax.eval import syntaxgym as sg
+from tgjax.eval.arguments import check_counts
 from tgjax.eval.evalb import evalb, right_branching
 from tgjax.infer.beam import BeamConfig, BeamResult, make_word_scorer
 from tgjax.infer.choe_charniak import ActionSpace
+from tgjax.outputs import check_output, dumps_json, write_json, write_text
 from tgjax.progress import Progress
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
@@ -444,13 +446,15 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
                         help="the N shards' prediction files, in shard order: interleave and score them")
     add_beam_args(parser)
     args = parser.parse_args(argv)
+    if not args.merge and not args.workdir:
+        parser.error("--workdir is required (or --merge)")
     try:
+        check_counts(limit=args.limit, max_words=args.max_words)
+        shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
+        _check_parse_outputs(args, shard)
         gold, where = _read_gold(args.treebank, args.split, args.limit, args.max_words)
         if args.merge:
             return _merge_parses(args, gold, where)
-        if not args.workdir:
-            parser.error("--workdir is required (or --merge)")
-        shard = shards.job_shard(args.shard)
         gold = select_shard(gold, shard)
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
@@ -460,13 +464,12 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
         if rule == "txl_terminals":
             raise ValueError(f"{described} models words only: it cannot parse")
         report = parse_treebank(search, gold, params=args.params)
-    except (ValueError, FileNotFoundError, KeyError) as err:
+        for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
+            if path:
+                write_text(shards.shard_path(path, shard), "".join(t.to_string() + "\n" for t in trees))
+    except (ValueError, OSError, KeyError) as err:
         print(f"tgjax eval parse: error: {err}", file=sys.stderr)
         return 2
-    for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
-        if path:
-            with open(shards.shard_path(path, shard), "w", encoding="utf-8") as f:
-                f.writelines(t.to_string() + "\n" for t in trees)
     print(f"model {described}, step {args.step}; treebank {where}"
           + (f", shard {shard}" if shard.count > 1 else ""))
     if rule == "pushdown":
@@ -479,12 +482,17 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _check_parse_outputs(args, shard: shards.Shard) -> None:
+    """--output and --baseline-output (this shard's files), before any tree is read or model loaded."""
+    inputs = [args.treebank, *(args.merge or [])]
+    for option, path in (("-o", args.output), ("--baseline-output", args.baseline_output)):
+        if path:
+            check_output(shards.shard_path(path, shard), option=option, inputs=inputs)
+
+
 def _merge_parses(args, gold: list[Tree], where: str) -> int:
     """Interleaves shard prediction files (shard order) and scores them against the whole treebank."""
-    parts = []
-    for path in args.merge:
-        with open(path, encoding="utf-8") as f:
-            parts.append([line.rstrip("\n") for line in f if line.strip()])
+    parts = [[line for line in read_lines(path) if line.strip()] for path in args.merge]
     count = len(parts)
     expected = [len(range(i, len(gold), count)) for i in range(count)]
     if [len(p) for p in parts] != expected:
@@ -492,8 +500,7 @@ def _merge_parses(args, gold: list[Tree], where: str) -> int:
                          f"gives {expected} (give every shard's file, in shard order)")
     predicted = [parts[k % count][k // count] for k in range(len(gold))]
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.writelines(t + "\n" for t in predicted)
+        write_text(args.output, "".join(t + "\n" for t in predicted))
     baseline = []
     for tree in gold:
         pairs = trees_lib.tagged_words(tree)
@@ -543,6 +550,17 @@ def _suite_result_from_json(data: dict) -> sg.SuiteResult:
                           np.asarray(data["outcomes"], bool).reshape(len(data["items"]), len(data["predictions"])))
 
 
+def _read_sg_shards(paths: Sequence[str]) -> list[sg.SuiteResult]:
+    """The suite results in shards' --output files; a file that is not one is named."""
+    results = []
+    for path in paths:
+        try:
+            results.extend(_suite_result_from_json(r) for r in read_json(path)["suites"])
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not an `eval sg --output` file (no {err} in it)") from None
+    return results
+
+
 def main_sg(argv: Sequence[str] | None = None) -> int:
     """`tgjax eval sg --workdir W [--suites DIR] [--suite NAME ...] [--shard I/N] [--output J] [beam options]`.
 
@@ -561,39 +579,37 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
     add_beam_args(parser)
     args = parser.parse_args(argv)
-    circuits_path = Path(args.circuits) if args.circuits else Path(args.suites) / "circuits.json"
-    circuits = sg.load_circuits(circuits_path) if circuits_path.exists() else None
-    if args.merge:
-        results = []
-        for path in args.merge:
-            with open(path, encoding="utf-8") as f:
-                results.extend(_suite_result_from_json(r) for r in json.load(f)["suites"])
-        print(sg.sg_report(results, circuits).format())
-        return 0
-    if not args.workdir:
+    if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
+        shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
+        if args.output:
+            check_output(shards.shard_path(args.output, shard), inputs=args.merge or ())
+        circuits_path = Path(args.circuits) if args.circuits else Path(args.suites) / "circuits.json"
+        circuits = sg.load_circuits(circuits_path) if circuits_path.exists() else None
+        if args.merge:
+            print(sg.sg_report(_read_sg_shards(args.merge), circuits).format())
+            return 0
         suites = sg.load_suites(args.suites)
         if args.suite:
             missing = sorted(set(args.suite) - {s.name for s in suites})
             if missing:
                 raise ValueError(f"no suite(s) {missing} in {args.suites}")
             suites = [s for s in suites if s.name in args.suite]
-        shard = shards.job_shard(args.shard)
         suites = select_shard(sorted(suites, key=lambda s: s.name), shard)
         if not suites:
             raise ValueError("no suites in this shard")
         scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
                                                    pushdown=pushdown_config(args), search=args.search)
         run = evaluate_sg(scorer, suites, circuits, progress=lambda line: print(line, file=sys.stderr))
-    except (ValueError, FileNotFoundError, KeyError) as err:
+        if args.output:
+            write_json(shards.shard_path(args.output, shard), {
+                "model": described, "workdir": args.workdir, "step": args.step,
+                "suites": [_suite_result_to_json(r) for r in run.results],
+                "unknown_tokens": run.unknown.tokens, "tokens": run.unknown.total}, indent=1)
+    except (ValueError, OSError, KeyError) as err:
         print(f"tgjax eval sg: error: {err}", file=sys.stderr)
         return 2
-    if args.output:
-        with open(shards.shard_path(args.output, shard), "w", encoding="utf-8") as f:
-            json.dump({"model": described, "workdir": args.workdir, "step": args.step,
-                       "suites": [_suite_result_to_json(r) for r in run.results],
-                       "unknown_tokens": run.unknown.tokens, "tokens": run.unknown.total}, f, indent=1)
     print(f"model {described}; {len(suites)} suites"
           + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
     print(run.unknown.format())
@@ -636,6 +652,32 @@ def evaluate_blimp_pairs(scorer, pairs: Sequence[blimp_lib.BlimpPair]) -> BlimpR
     return BlimpRun(result, unknown, cached.seconds)
 
 
+def _write_blimp_scores(path: Path, result: blimp_lib.BlimpResult) -> None:
+    """One JSON line per pair (what --merge reads); a non-finite log p is an error naming the pair."""
+    lines = []
+    for pair, good, bad in zip(result.pairs, result.log_prob_good, result.log_prob_bad):
+        record = {"sentence_good": pair.sentence_good, "sentence_bad": pair.sentence_bad, "uid": pair.uid,
+                  "field": pair.field, "linguistics_term": pair.linguistics_term, "pair_id": pair.pair_id,
+                  "log_prob_good": float(good), "log_prob_bad": float(bad)}
+        lines.append(dumps_json(record, where=f"{path}: pair {pair.uid}/{pair.pair_id}") + "\n")
+    write_text(path, "".join(lines))
+
+
+def _merge_blimp(paths: Sequence[str]) -> blimp_lib.BlimpResult:
+    """The BLiMP result of shards' --output files (JSON lines); a line that is not a score record is named."""
+    pairs, scores = [], {}
+    for path in paths:
+        for number, line in json_lines(path):
+            r = parse_json_line(line, path, number)
+            try:
+                pairs.append(blimp_lib.BlimpPair(r["sentence_good"], r["sentence_bad"], r["uid"], r["field"],
+                                                 r["linguistics_term"], r["pair_id"]))
+                scores[r["sentence_good"]], scores[r["sentence_bad"]] = r["log_prob_good"], r["log_prob_bad"]
+            except (KeyError, TypeError) as err:
+                raise ValueError(f"{path}:{number}: not an `eval blimp --output` record (no {err})") from None
+    return blimp_lib.evaluate_blimp(pairs, lambda sentences: np.array([scores[s] for s in sentences]))
+
+
 def main_blimp(argv: Sequence[str] | None = None) -> int:
     """`tgjax eval blimp --workdir W [--data DIR|FILE] [--limit N] [--paradigm UID ...] [--shard I/N] [beam options]`.
 
@@ -654,25 +696,18 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
     add_beam_args(parser)
     args = parser.parse_args(argv)
-    if args.merge:
-        pairs, scores = [], {}
-        for path in args.merge:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    r = json.loads(line)
-                    pairs.append(blimp_lib.BlimpPair(r["sentence_good"], r["sentence_bad"], r["uid"], r["field"],
-                                                     r["linguistics_term"], r["pair_id"]))
-                    scores[r["sentence_good"]], scores[r["sentence_bad"]] = r["log_prob_good"], r["log_prob_bad"]
-        result = blimp_lib.evaluate_blimp(pairs, lambda sentences: np.array([scores[s] for s in sentences]))
-        print(blimp_lib.format_blimp_report(result))
-        return 0
-    if not args.workdir:
+    if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be positive, got {args.limit}")
+        shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
+        if args.output:
+            check_output(shards.shard_path(args.output, shard), inputs=[*(args.merge or []), args.data])
+        if args.merge:
+            print(blimp_lib.format_blimp_report(_merge_blimp(args.merge)))
+            return 0
         pairs = select_pairs(blimp_lib.load_blimp(args.data), limit=args.limit, paradigms=args.paradigm)
-        shard = shards.job_shard(args.shard)
         uids = select_shard(sorted({p.uid for p in pairs}), shard)
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
@@ -680,16 +715,11 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
                                                    pushdown=pushdown_config(args), search=args.search)
         run = evaluate_blimp_pairs(scorer, pairs)
-    except (ValueError, FileNotFoundError, KeyError) as err:
+        if args.output:
+            _write_blimp_scores(shards.shard_path(args.output, shard), run.result)
+    except (ValueError, OSError, KeyError) as err:
         print(f"tgjax eval blimp: error: {err}", file=sys.stderr)
         return 2
-    if args.output:
-        with open(shards.shard_path(args.output, shard), "w", encoding="utf-8") as f:
-            for pair, good, bad in zip(run.result.pairs, run.result.log_prob_good, run.result.log_prob_bad):
-                f.write(json.dumps({"sentence_good": pair.sentence_good, "sentence_bad": pair.sentence_bad,
-                                    "uid": pair.uid, "field": pair.field, "linguistics_term": pair.linguistics_term,
-                                    "pair_id": pair.pair_id, "log_prob_good": float(good),
-                                    "log_prob_bad": float(bad)}) + "\n")
     how = "exact log p(x)" if rule == "txl_terminals" else "beam-marginal log p(x)"
     print(f"model {described} ({how}); {len(pairs)} pairs"
           + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")

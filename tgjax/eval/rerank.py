@@ -16,6 +16,7 @@ cannot rerank: refused.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -76,6 +77,7 @@ def rerank_summary(records: Iterable[dict]) -> dict:
 def f1_summary(result: EvalbResult) -> dict:
     """The headline EVALB figures (all sentences) as a dict."""
     a = result.all
-    return {"f1": a.bracketing_fmeasure, "recall": a.bracketing_recall, "precision": a.bracketing_precision,
+    f1 = None if math.isnan(a.bracketing_fmeasure) else a.bracketing_fmeasure  # no bracket: none scored, not NaN
+    return {"f1": f1, "recall": a.bracketing_recall, "precision": a.bracketing_precision,
             "complete_match": a.complete_match, "evalb_sentences": a.num_sentences,
             "evalb_error_sentences": a.num_error_sentences, "evalb_skip_sentences": a.num_skip_sentences}

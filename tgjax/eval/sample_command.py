@@ -9,7 +9,6 @@ The sampling itself (constraints, temperature, top-k, top-p) is
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tgjax.infer.sampling import Sampler, SamplingConfig
+from tgjax.outputs import OutputError, check_output, dumps_json, write_text
 
 
 def _load(workdir: str, step: str):
@@ -32,15 +32,15 @@ def write_samples(samples: Sequence, args: argparse.Namespace, json_fields: Call
     its log p and a tab first; with `args.json`, a JSON object of the tree, log p and `json_fields(sample)`
     (what the model family drew). Shared by the TG / TXL (CC) and Pushdown-LM samplers."""
     lines = []
-    for s in samples:
+    for k, s in enumerate(samples):
         if args.json:
-            lines.append(json.dumps({"tree": s.tree.to_string(), "log_prob": s.log_prob, **json_fields(s)}))
+            lines.append(dumps_json({"tree": s.tree.to_string(), "log_prob": s.log_prob, **json_fields(s)},
+                                    where=f"sample {k}"))
         else:
             lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
     text = "\n".join(lines) + ("\n" if lines else "")
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text(args.output, text)
     else:
         sys.stdout.write(text)
 
@@ -70,6 +70,13 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     args = parser.parse_args(argv)
     from tgjax.infer.pushdown_loading import is_pushdown_workdir
+
+    if args.output:
+        try:
+            check_output(args.output)  # before any model is loaded or sample drawn
+        except OutputError as error:
+            print(f"tgjax sample: error: {error}", file=sys.stderr)
+            return 2
 
     if is_pushdown_workdir(args.workdir, args.step):  # words and attachments, not actions
         from tgjax.eval.pushdown import main_sample_pushdown

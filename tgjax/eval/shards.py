@@ -33,6 +33,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tgjax.data.text_files import json_lines, read_text
+from tgjax.outputs import AtomicFile, check_output, dumps_json, write_text
+
 FORMAT = "tgjax.eval.results/1"
 COMMANDS = ("score", "ppl", "rerank")
 
@@ -99,8 +102,9 @@ def meta_path(results: str | os.PathLike) -> Path:
     return Path(f"{os.fspath(results)}.meta.json")
 
 
-def _dumps(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, allow_nan=True)
+def _dumps(record: dict, where: str) -> str:
+    """One record as a JSON line; a NaN or infinity (not JSON) is an `OutputError` naming `where`."""
+    return dumps_json(record, where=where, ensure_ascii=False)
 
 
 # Settings that change what a summary's numbers mean; the summary repeats them beside the numbers.
@@ -116,7 +120,8 @@ def with_qualifying_settings(summary: dict, settings: dict) -> dict:
 class ResultWriter:
     """Writes one command's records (JSON lines) and, on success, its meta file; stdout when `path` is None.
 
-    Use as a context manager; `write(record)` checks that indices increase.
+    Use as a context manager; `write(record)` checks that indices increase. The results and the meta file
+    are written under temporary names and renamed when finished; a run that fails leaves neither behind.
     """
 
     def __init__(self, path: str | os.PathLike | None, command: str, settings: dict, shard: Shard):
@@ -127,23 +132,25 @@ class ResultWriter:
         self.num_records = 0
         self._last = -1
         self._file: io.TextIOBase | None = None
+        self._atomic: AtomicFile | None = None  # the results file while it is written
 
     def __enter__(self) -> ResultWriter:
         if self.path is None:
             self._file = sys.stdout
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            check_output(self.path)
             # A previous run's meta file goes first: if this run fails, nothing looks finished.
             meta_path(self.path).unlink(missing_ok=True)
-            self._tmp = self.path.with_name(self.path.name + ".tmp")
-            self._file = open(self._tmp, "w", encoding="utf-8")
+            self._atomic = AtomicFile(self.path)
+            self._file = self._atomic.file
         return self
 
     def write(self, record: dict) -> None:
         if record["index"] <= self._last:
             raise AssertionError(f"records out of order: {record['index']} after {self._last}")
         self._last = record["index"]
-        self._file.write(_dumps(record) + "\n")
+        where = f"{self.path}: sentence {record['index']}" if self.path else f"sentence {record['index']}"
+        self._file.write(_dumps(record, where) + "\n")
         self.num_records += 1
 
     def finish(self, summary: dict) -> None:
@@ -151,18 +158,17 @@ class ResultWriter:
         if self.path is None:
             self._file.flush()
             return
-        self._file.close()
-        os.replace(self._tmp, self.path)
         meta = {"format": FORMAT, "command": self.command, "shard": [self.shard.index, self.shard.count],
                 "num_records": self.num_records, "settings": self.settings, "summary": summary}
-        tmp = meta_path(self.path).with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=1, ensure_ascii=False, allow_nan=True) + "\n", encoding="utf-8")
-        os.replace(tmp, meta_path(self.path))
-        self._file = None
+        meta_text = dumps_json(meta, where=str(meta_path(self.path)), indent=1, ensure_ascii=False) + "\n"
+        self._atomic.commit()
+        self._atomic = self._file = None
+        write_text(meta_path(self.path), meta_text)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._file is not None and self._file is not sys.stdout:
-            self._file.close()  # not finished: leave the .tmp for inspection, no meta
+        if self._atomic is not None:  # not finished: the temporary results file goes, no meta
+            self._atomic.discard()
+            self._atomic = self._file = None
         return None
 
 
@@ -173,7 +179,7 @@ def read_meta(results: str | os.PathLike) -> dict:
     if not path.exists():
         raise ShardError(f"{results}: no meta file {path.name}; the shard did not finish (re-run it)")
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_text(path))  # bad bytes: an error naming file:line:column
     except json.JSONDecodeError as e:
         raise ShardError(f"{path}: unreadable ({e})") from None
     if meta.get("format") != FORMAT:
@@ -182,13 +188,11 @@ def read_meta(results: str | os.PathLike) -> dict:
 
 
 def read_records(results: str | os.PathLike) -> Iterator[dict]:
-    with open(results, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ShardError(f"{results}:{line_no}: not a JSON record ({e.msg})") from None
+    for line_no, line in json_lines(results):  # bad bytes: an error naming file:line:column
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ShardError(f"{results}:{line_no}: not a JSON record ({e.msg})") from None
 
 
 def make_summary(command: str, settings: dict):

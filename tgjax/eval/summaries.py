@@ -50,9 +50,11 @@ class ExactSum:
         return math.fsum(self._partials)
 
 
-def _exp(x: float) -> float:
-    """exp(x), inf where it would overflow (a perplexity of a diverged model is printed, not raised)."""
-    return math.exp(x) if x < 700 else math.inf
+def _exp(x: float) -> float | None:
+    """exp(x), None where it would overflow: the perplexity of a diverged model (or of a 5,000-deep tree) is
+    reported (JSON null, "none" in the report; the log value beside it is finite), not raised, and never
+    written as Infinity, which is not JSON."""
+    return math.exp(x) if x < 700 else None
 
 
 # -----------------------------------------------------------------------------

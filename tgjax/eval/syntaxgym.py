@@ -70,7 +70,6 @@ reported as missing, never counted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -79,6 +78,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tgjax.data.text_files import read_json
 from tgjax.eval.blimp import words_of
 
 __all__ = [
@@ -610,11 +610,7 @@ def suite_from_dict(data: Mapping, name: str | None = None, path: str = "") -> S
 def load_suite(path: str | os.PathLike) -> Suite:
     """Reads a SyntaxGym suite JSON file; ValueError / FormulaError name the file and what was expected."""
     source = os.fspath(path)
-    with open(source, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{source}:{err.lineno}:{err.colno}: invalid JSON ({err.msg})") from None
+    data = read_json(source)
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: expected a JSON object with 'items' and 'predictions'")
     return suite_from_dict(data, name=Path(source).stem, path=source)
@@ -768,11 +764,7 @@ def load_circuits(path: str | os.PathLike) -> Circuits:
     (keys starting with `_` are ignored), or just `{name: [suites]}`.
     """
     source = os.fspath(path)
-    with open(source, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{source}:{err.lineno}:{err.colno}: invalid JSON ({err.msg})") from None
+    data = read_json(source)
     table = data.get("circuits", data) if isinstance(data, Mapping) else None
     if not isinstance(table, Mapping):
         raise ValueError(f"{source}: expected a JSON object mapping circuit names to lists of suites")

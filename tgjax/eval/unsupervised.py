@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import math
 import re
 import sys
@@ -54,7 +53,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from tgjax.eval.arguments import check_counts
 from tgjax.eval.evalb import EvalbResult, evalb
+from tgjax.outputs import check_output, write_json
 from tgjax.syntax import distance as dist
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.distance import FilteredSentence, Nested
@@ -231,12 +232,16 @@ def prepare_treebank(trees: Iterable[Tree] | Iterable[tuple[Tree, str]], source:
 
 @dataclasses.dataclass(frozen=True)
 class ParseScores:
-    """Sentence-mean and corpus (EVALB) F1, in percent, over all sentences and the short ones."""
+    """Sentence-mean and corpus (EVALB) F1, in percent, over all sentences and the short ones.
 
-    sentence_f1: float
-    corpus_f1: float
-    sentence_f1_short: float
-    corpus_f1_short: float
+    None where nothing was scored: no short sentence, or (corpus F1) no bracket at all, e.g. only one-word
+    sentences. Printed as "none", written as JSON null; never NaN.
+    """
+
+    sentence_f1: float | None
+    corpus_f1: float | None
+    sentence_f1_short: float | None
+    corpus_f1_short: float | None
     num_sentences: int
     num_short: int
     short_length: int = SHORT_LENGTH
@@ -256,11 +261,12 @@ def score_trees(predicted: Sequence[Nested], sentences: Sequence[FilteredSentenc
     short = [i for i, s in enumerate(sentences) if s.num_words <= short_length]
     per_sentence = np.array([sentence_f1(p, g) for p, g in zip(predicted, gold)])
 
-    def mean(indices) -> float:
-        return 100.0 * float(per_sentence[indices].mean()) if len(indices) else math.nan
+    def mean(indices) -> float | None:
+        return 100.0 * float(per_sentence[indices].mean()) if len(indices) else None
 
-    def corpus(indices) -> float:
-        return corpus_f1([predicted[i] for i in indices], [gold[i] for i in indices]) if indices else math.nan
+    def corpus(indices) -> float | None:
+        f1 = corpus_f1([predicted[i] for i in indices], [gold[i] for i in indices]) if indices else math.nan
+        return None if math.isnan(f1) else f1  # no bracket to score
 
     everything = list(range(len(sentences)))
     return ParseScores(mean(everything), corpus(everything), mean(short), corpus(short),
@@ -301,9 +307,15 @@ def format_table(rows: dict[str, ParseScores], short_length: int = SHORT_LENGTH)
               f"{'':{width}}  {'all':>7} {f'<={short_length}':>8}  {'all':>8} {f'<={short_length}':>9}")
     lines = [header]
     for name, s in rows.items():
-        lines.append(f"{name:{width}}  {s.sentence_f1:7.2f} {s.sentence_f1_short:8.2f}  "
-                     f"{s.corpus_f1:8.2f} {s.corpus_f1_short:9.2f}")
+        lines.append(f"{name:{width}}  {_cell(s.sentence_f1, 7)} {_cell(s.sentence_f1_short, 8)}  "
+                     f"{_cell(s.corpus_f1, 8)} {_cell(s.corpus_f1_short, 9)}")
+    if any(None in (s.sentence_f1, s.sentence_f1_short, s.corpus_f1, s.corpus_f1_short) for s in rows.values()):
+        lines.append(f"none: none scored (no sentence of <={short_length} words, or no bracket to score)")
     return "\n".join(lines)
+
+
+def _cell(value: float | None, width: int) -> str:
+    return f"{'none':>{width}}" if value is None else f"{value:{width}.2f}"
 
 
 # ---------------------------------------------------------------------------
@@ -391,6 +403,10 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=No
     if not args.baselines_only and not args.workdir:
         parser.error("--workdir is required (or --baselines-only)")
     try:
+        check_counts(limit=args.limit, max_length=args.max_length, short_length=args.short_length,
+                     batch_size=args.batch_size)
+        if args.output:
+            check_output(args.output, inputs=args.treebank or ())
         located, source, num_malformed, errors = _read_treebanks(args.treebank or ["builtin"], args.split, args.limit)
         treebank = prepare_treebank(located, source, max_length=args.max_length)
         treebank.num_malformed, treebank.read_errors = num_malformed, errors
@@ -402,6 +418,8 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=No
                 from tgjax.infer.onlstm import load_parser
             model = load_parser(args.workdir, args.step, batch_size=args.batch_size)
         rows = run(treebank, model, word_form=args.word_form, layers=args.layer, short_length=args.short_length)
+        if args.output:
+            write_json(args.output, _record(args, source, treebank, rows))
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"tgjax eval unsupervised-parse: error: {err}", file=sys.stderr)
         return 2
@@ -412,12 +430,13 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=No
               + (f"; {model.describe()}" if hasattr(model, "describe") else ""))
     print(treebank.describe(args.short_length))
     print(format_table(rows, args.short_length))
-    if args.output:
-        record = {"treebank": source, "num_trees": treebank.num_trees, "num_scored": len(treebank.sentences),
-                  "num_no_words": treebank.num_no_words, "num_too_long": treebank.num_too_long,
-                  "num_malformed": treebank.num_malformed, "dropped_tags": dict(treebank.dropped_tags),
-                  "workdir": args.workdir, "step": args.step,
-                  "scores": {name: scores.as_dict() for name, scores in rows.items()}}
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
     return 0
+
+
+def _record(args, source: str, treebank, rows: dict) -> dict:
+    """What `--output` holds: the treebank's counts and every row's scores."""
+    return {"treebank": source, "num_trees": treebank.num_trees, "num_scored": len(treebank.sentences),
+            "num_no_words": treebank.num_no_words, "num_too_long": treebank.num_too_long,
+            "num_malformed": treebank.num_malformed, "dropped_tags": dict(treebank.dropped_tags),
+            "workdir": args.workdir, "step": args.step,
+            "scores": {name: scores.as_dict() for name, scores in rows.items()}}

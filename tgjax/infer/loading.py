@@ -224,7 +224,9 @@ def open_family_checkpoint(workdir: str | Path, step: str | int, *, trainer: str
     if written_by != trainer:
         raise CheckpointError(f"{where} was written by trainer {written_by!r}, not {trainer!r}: {reader}")
     try:
-        model_config = config_class(**meta["model"])
+        # a family's config may say how to read a record written before its newer fields
+        from_record = getattr(config_class, "from_record", None)
+        model_config = from_record(meta["model"]) if from_record else config_class(**meta["model"])
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{where}: meta lacks the {config_class.__name__} model config ({e})") from e
     return FamilyCheckpoint(workdir, step_number, meta, where, model_config)
@@ -239,7 +241,9 @@ def read_word_list(checkpoint: FamilyCheckpoint) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"workdir {str(checkpoint.workdir)!r} has checkpoints but no {WORD_LIST_FILE}: "
                                 "cannot read the model's ids")
-    words = path.read_text(encoding="utf-8").splitlines()
+    from tgjax.data.text_files import read_lines
+
+    words = read_lines(path)  # bad bytes: an error naming file:line:column
     if checkpoint.meta.get("vocab_sha256") not in (None, word_list_fingerprint(words)):
         raise VocabularyMismatch(f"{path} ({len(words)} words) is not the vocabulary {checkpoint.where} was trained "
                                  f"with ({checkpoint.meta.get('vocab_size')} words); restore the original file")

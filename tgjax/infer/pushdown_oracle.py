@@ -13,8 +13,8 @@ no incremental state. The tape rows of earlier positions never change once
 written (row j is the tape after token j), so this is exactly what the
 incremental search must compute.
 
-Search constraints (shared with `pushdown_search`, see its docstring): a word
-never attaches to ``<s>`` (ROOT); the final ``<eos>`` must (Appendix B), its
+Legal slots (shared with `pushdown_search` and training, see its docstring): a
+word never attaches to ``<s>`` (ROOT); the final ``<eos>`` must (Appendix B), its
 attachment log-probability counted (``final_attachment="scored"``, eq. 7) or
 not (``"forced"``, the release); ``prefix=True`` scores a string without an
 end (the Dyck evaluation's input).
@@ -42,7 +42,8 @@ from tgjax.nn.attachment_head import attachment_log_probs
 from tgjax.syntax import stack_tape as stt
 
 
-def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int], *, final: bool = False
+                          ) -> tuple[np.ndarray, np.ndarray]:
     """Next-token and attachment log-probabilities after the prefix ``tokens[:len(attach)]``.
 
     Runs the whole model, teacher-forced, on the prefix (positions 0..k-1,
@@ -54,8 +55,9 @@ def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -
     Returns:
       ``(token_log_probs [V], slot_log_probs [k + 1])``: log p(x_k | x_<k) for
       every id, and log p(r_k = c | x_<=k) for every slot c (c = k: shift) given
-      the next token ``tokens[k]``; −inf where a slot is not legal (model's
-      normalisation: `attachment_normalise`).
+      the next token ``tokens[k]``; −inf where a slot is not legal (`allowed_slots`;
+      ``final``: token k is the string's ``<eos>``) under the model's normalisation
+      (`attachment_normalise`).
     """
     tokens = np.asarray(tokens, np.int32)
     n, k = -(-max(tokens.size, 2) // 8) * 8, len(attach)  # padded to a multiple of 8: few compilations
@@ -71,19 +73,20 @@ def prefix_step_log_probs(model, tokens: Sequence[int], attach: Sequence[int]) -
     outputs = forward(graphdef, state, {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets),
                                          "weights": jnp.asarray(weights), "tape": jnp.asarray(tape)})
     token_log_probs = np.asarray(jax.nn.log_softmax(outputs["lm_logits"][0, k - 1].astype(jnp.float32)), np.float64)
-    # Legal slots for token k: the stack elements' rightmost tokens, and shift.
+    # Legal slots for token k: the stack elements' rightmost tokens and shift, under the ROOT rule.
     tape_state = stt.IncrementalStackTape(k)
     for r in attach:
         tape_state.step(int(r))
     legal = np.zeros((1, n, n + 1), bool)
-    legal[0, k - 1, tape_state.candidates()] = True
+    legal[0, k - 1, allowed_slots(tape_state.candidates(), k, final=final)] = True
     slots = attachment_log_probs(outputs["attach_logits"], jnp.asarray(legal),
                                  normalise_over=model.config.attachment_normalise, mask_illegal=True)
     return token_log_probs, np.asarray(slots[0, k - 1, :k + 1], np.float64)
 
 
 def allowed_slots(candidates: np.ndarray, k: int, *, final: bool) -> np.ndarray:
-    """The attachments the search may take for token k from the stack's candidates (ROOT rule)."""
+    """The legal attachments of token k from the stack's candidates (ROOT rule): ROOT alone for the final
+    ``<eos>``, else every candidate but ROOT. Training normalises over the same sets (`slot_legality`)."""
     if final:
         return np.asarray([0])
     return np.asarray([c for c in candidates.tolist() if c != 0])
@@ -111,7 +114,7 @@ def joint_log_prob(model, tokens: Sequence[int], attach: Sequence[int], *, final
         raise ValueError(f"{name}: the attachments are not a valid stack tape for these tokens: {error}") from None
     total = 0.0
     for k in range(1, n):  # token k, predicted at position k-1 after the prefix's attachments
-        token_lp, slot_lp = prefix_step_log_probs(model, tokens, attach[:k])
+        token_lp, slot_lp = prefix_step_log_probs(model, tokens, attach[:k], final=k == n - 1 and not prefix)
         total += float(token_lp[tokens[k]])
         if not (k == n - 1 and not prefix and final_attachment == "forced"):
             total += float(slot_lp[attach[k]])
@@ -175,7 +178,7 @@ def host_beam(model, tokens: Sequence[int], beam_size: int, *, final_attachment:
         candidates = []  # (score, parent index, r, word log-prob)
         word_lps = []
         for b, (attach, score, tape) in enumerate(beam):
-            token_lp, slot_lp = prefix_step_log_probs(model, tokens, attach)
+            token_lp, slot_lp = prefix_step_log_probs(model, tokens, attach, final=final)
             word_lp = float(token_lp[tokens[k]])
             word_lps.append(word_lp)
             for r in allowed_slots(tape.candidates(), k, final=final).tolist():

@@ -5,11 +5,14 @@ p(x_k | x_<k); the next token is drawn, and then its attachment from the
 head, which conditions on the drawn token (released-code.md §1.4), among the
 legal slots (the stack elements' rightmost tokens, or shift; never ROOT
 ``<s>``), the tape updated by Algorithm 1. ``<eos>`` ends the sentence and
-attaches to ROOT, folding what is left on the stack (as in the beam,
-`tgjax.infer.pushdown_search`). A sample's ``log_prob`` is log p(x, y) under
-the model's own distributions (what `pushdown_search.gold_joint_log_prob`
-gives for it, ``<eos>``'s attachment counted), whatever the temperature,
-top-k or top-p used to draw it.
+attaches to ROOT, folding what is left on the stack. The legal sets are
+training's and the beam's (`tgjax.infer.pushdown_oracle.allowed_slots`).
+A sample's ``log_prob`` is log p(x, y) under the model's own distributions,
+the attachment's renormalised over the legal slots it was drawn from,
+whatever the temperature, top-k or top-p used to draw it: with the paper's
+legal softmax that is what `pushdown_search.gold_joint_log_prob` gives for
+it; with the causal softmax (Fig. 8, the release), whose legal slots sum to
+less than one, it is more.
 
 Each step runs the model teacher-forced on the prefix (two passes: the
 next-token distribution, then the head given the drawn token): quadratic in
@@ -23,7 +26,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.special import logsumexp
 
+from tgjax.infer.pushdown_oracle import allowed_slots
 from tgjax.infer.pushdown_search import PushdownSearch, _teacher_forced, _with_words
 from tgjax.syntax import stack_tape as stt
 from tgjax.syntax.trees import Tree
@@ -71,9 +76,24 @@ def _draw(log_probs: np.ndarray, allowed: np.ndarray, config: PushdownSamplingCo
     return int(rng.choice(probs.size, p=probs))
 
 
-def sample_one(model, vocab, config: PushdownSamplingConfig, rng: np.random.Generator) -> PushdownSample:
+def _legal_log_probs(attach_logits, k: int, legal_slots: np.ndarray, padded: int, normalise_over: str) -> np.ndarray:
+    """``[k + 1]`` log p(r_k = c) over the legal slots of token k, −inf elsewhere, renormalised over them.
+
+    With the paper's legal softmax this is the head's distribution as it is; with the causal one (Fig. 8, the
+    release) the masked values sum to less than one, and the draw (and so the sample's log-probability) is
+    from their renormalisation.
+    """
     from tgjax.nn.attachment_head import attachment_log_probs
 
+    legal = np.zeros((1, padded, padded + 1), bool)
+    legal[0, k - 1, legal_slots] = True
+    slot_lp = np.asarray(attachment_log_probs(attach_logits.astype(jnp.float32), jnp.asarray(legal),
+                                              normalise_over=normalise_over, mask_illegal=True)[0, k - 1, :k + 1],
+                         np.float64)
+    return slot_lp - logsumexp(slot_lp[legal_slots])
+
+
+def sample_one(model, vocab, config: PushdownSamplingConfig, rng: np.random.Generator) -> PushdownSample:
     ids, attach = [vocab.bos_id], [0]
     tape = stt.IncrementalStackTape(config.max_tokens + 2)
     tape.step(0)
@@ -97,18 +117,11 @@ def sample_one(model, vocab, config: PushdownSamplingConfig, rng: np.random.Gene
         log_prob += token_lp[token]
         # The head given the drawn token: a pass with it as position k-1's target (the dummy shift at k is unread).
         outputs, _, padded = _teacher_forced(model, np.asarray(ids + [token]), np.asarray(attach + [k]))
-        legal = np.zeros((1, padded, padded + 1), bool)
-        legal[0, k - 1, tape.candidates()] = True
-        slot_lp = np.asarray(attachment_log_probs(outputs["attach_logits"].astype(jnp.float32), jnp.asarray(legal),
-                                                  normalise_over=model.config.attachment_normalise,
-                                                  mask_illegal=True)[0, k - 1, :k + 1], np.float64)
-        if token == vocab.eos_id:
-            r = 0
-        else:
-            choices = np.zeros(k + 1, bool)
-            choices[tape.candidates()] = True
-            choices[0] = False
-            r = _draw(slot_lp, choices, config, rng)
+        legal_slots = allowed_slots(tape.candidates(), k, final=token == vocab.eos_id)
+        slot_lp = _legal_log_probs(outputs["attach_logits"], k, legal_slots, padded, model.config.attachment_normalise)
+        choices = np.zeros(k + 1, bool)
+        choices[legal_slots] = True
+        r = _draw(slot_lp, choices, config, rng)
         log_prob += slot_lp[r]
         ids.append(token)
         attach.append(r)

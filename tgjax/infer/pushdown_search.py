@@ -29,15 +29,21 @@ forward passes). The attachment head caches A_k h_j pushed through the first
 layer of its key MLP (`[K, T, key_dim]`); each step adds the depth
 embeddings of the current row and runs the rest of the MLP.
 
-Legal attachments and ROOT. For token k the legal slots are the rightmost
-tokens of the stack's elements and k itself (shift); the head's softmax runs
-over them (or over every causal slot, `attachment_normalise="causal"`, the
-release), as in training. ``<s>`` plays ROOT (Appendix B): a word never
+Legal attachments and ROOT. ``<s>`` plays ROOT (Appendix B): a word never
 attaches to it, and ``<eos>`` must, which closes the sentence (an unfinished
-stack is folded right-branching under ROOT). The ``<eos>`` attachment's
-log-probability is counted (``final_attachment="scored"``: eq. 7 counts every
-r_k, and training supervises it) or not (``"forced"``: the release forces it
-to 0 and adds only the string's log-probability).
+stack is folded right-branching under ROOT). So for a word k the legal slots
+are the rightmost tokens of the stack's elements other than ROOT, and k
+itself (shift); for ``<eos>``, ROOT alone. Training, this search and the
+sampler share these sets (`attachment_head.slot_legality`). The head's
+softmax runs over them (the paper's text), so each step's attachment
+probabilities sum to one and a beam that holds every tree gives p(x)
+exactly, the summed surprisals included; or over every causal slot
+(`attachment_normalise="causal"`, the paper's Fig. 8 and the release), the
+illegal ones then dropped without renormalising, as the release's beam does.
+The ``<eos>`` attachment's log-probability is counted (``final_attachment=
+"scored"``: eq. 7 counts every r_k; 0 under the legal softmax, ROOT being
+its only slot) or not (``"forced"``: the release forces it to 0 and adds
+only the string's log-probability).
 
 What comes out, per string:
 
@@ -194,6 +200,15 @@ def _head_row(head, hidden: jax.Array, next_embedding: jax.Array, head_keys: jax
     return logits
 
 
+def _legal_slots(ends: jax.Array, i: jax.Array, final: jax.Array) -> jax.Array:
+    """The slots token i + 1 may take, `[K, T + 1]` from the stack's element ends `[K, T + 1]`: ROOT (slot 0)
+    alone for the final ``<eos>``, else an element end other than ROOT, or shift (`attachment_head.slot_legality`,
+    what training normalises over)."""
+    slots = jnp.arange(ends.shape[-1])[None, :]
+    words = (ends & (slots <= i) & (slots > 0)) | (slots == i + 1)
+    return jnp.where(final, jnp.broadcast_to(slots == 0, ends.shape), words)
+
+
 def _slot_log_probs(logits: jax.Array, legal: jax.Array, causal: jax.Array, normalise_over: str) -> jax.Array:
     """`attachment_log_probs` for one query row: `logits, legal [K, T + 1]`, `causal [T + 1]`; −inf off the legal slots.
 
@@ -245,12 +260,11 @@ def _search_one(graphdef, state, tokens: jax.Array, length: jax.Array, *, beam_s
         head_keys = jax.lax.dynamic_update_slice_in_dim(
             beam.head_keys, ((hidden @ head.key_proj[...]) @ head.key_depth_mlp.w1[...][:kd])[:, None], i, axis=1)
         logits = _head_row(head, hidden, table[next_token], head_keys, tape_row, i)
-        legal = (beam.ends & (slots[None, :] <= i)) | (slots[None, :] == i + 1)
-        slot_lp = _slot_log_probs(logits, legal, slots <= i + 1, cfg.attachment_normalise)
         final = jnp.logical_and(i + 1 == length - 1, not prefix)
-        allowed = jnp.where(final, slots[None, :] == 0, legal & (slots[None, :] != 0))
+        legal = _legal_slots(beam.ends, i, final)
+        slot_lp = _slot_log_probs(logits, legal, slots <= i + 1, cfg.attachment_normalise)
         attach_term = jnp.where(final & forced, 0.0, slot_lp) if forced else slot_lp
-        candidates = jnp.where(allowed, beam.scores[:, None] + word[:, None] + attach_term, -jnp.inf)
+        candidates = jnp.where(legal, beam.scores[:, None] + word[:, None] + attach_term, -jnp.inf)
         top, flat = jax.lax.top_k(candidates.reshape(-1), K)
         parent, r = flat // (T + 1), flat % (T + 1)
         # The release's reading: the o-th sorted candidate's parent, for each distinct origin o.

@@ -22,7 +22,9 @@ All four share one interface, over a batch of episodes of one task each:
   is encoded by one linear map (o_t = x W + b, no activation, as in the
   release) and the task by a learned embedding per task id (N(0, 1) at
   initialisation, PyTorch's nn.Embedding) [choice: the release has several
-  task encoders]. DONE gets p_end, the "end" class of the pointer softmax;
+  task encoders]. The pointer is `ompn_pointer`: "stickbreaking" (default,
+  what the release's OMStackBot runs) or "softmax" (over sqrt(H)-scaled
+  scores). DONE gets p_end, the "end" class of the pointer's distribution;
   log_done is log s_t, s_t = 1 - E_t / n with E_t the expected expansion
   position (OMPN's boundary score, same top-k); log_p is the pointer p_t.
 
@@ -46,7 +48,7 @@ from flax import nnx
 from tgjax.envs import craft_rules as rules
 from tgjax.envs.craft_rules import live_observation_indices
 from tgjax.nn.ocn import CellBank, OCNState, ocn_step
-from tgjax.nn.ompn import OMPNCell, OMPNState
+from tgjax.nn.ompn import POINTERS, OMPNCell, OMPNState
 from tgjax.nn.params import dense_init, param
 
 POLICIES = ("ocn", "moe", "lstm", "ompn")
@@ -63,6 +65,7 @@ class CraftPolicyConfig:
     hidden_size: int = 128         # H
     depth: int = 2                 # MLP layers of a cell (ocn, moe)
     num_slots: int = 3             # n, memory slots (ompn)
+    ompn_pointer: str = "stickbreaking"  # ompn: the release's OMStackBot pointer; "softmax" the alternative
     controller_temperature: float = 10.0
     option_temperature: float = 1.0
     task_state_init_std: float = 0.1   # OCN: std of the per-task h^c_0 rows at initialisation
@@ -81,6 +84,17 @@ class CraftPolicyConfig:
             raise ValueError("policy temperatures must be > 0")
         if self.task_state_init_std < 0:
             raise ValueError(f"policy task_state_init_std must be >= 0, got {self.task_state_init_std}")
+        if self.ompn_pointer not in POINTERS:
+            raise ValueError(f"policy ompn_pointer {self.ompn_pointer!r}: expected one of {', '.join(POINTERS)}")
+
+    @classmethod
+    def from_record(cls, saved: dict) -> CraftPolicyConfig:
+        """The config a checkpoint's meta recorded. OMPN runs recorded before `ompn_pointer` existed used the
+        softmax pointer (then the only one), not today's default."""
+        saved = dict(saved)
+        if saved.get("kind") == "ompn":
+            saved.setdefault("ompn_pointer", "softmax")
+        return cls(**saved)
 
     @property
     def input_size(self) -> int:
@@ -207,7 +221,7 @@ class OrderedMemoryPolicy(nnx.Module):
         self.w_obs = param(rngs, dense_init(0), (X, H), ("obs", "hidden"))
         self.b_obs = param(rngs, nnx.initializers.zeros, (H,), ("hidden",))
         self.task_embedding = param(rngs, nnx.initializers.normal(1.0), (config.num_tasks, H), ("tasks", "hidden"))
-        self.cell = OMPNCell(config.num_slots, H, config.num_actions, rngs=rngs)
+        self.cell = OMPNCell(config.num_slots, H, config.num_actions, pointer=config.ompn_pointer, rngs=rngs)
 
     def init_carry(self, task_ids: jax.Array) -> OMPNState:
         return self.cell.initial_state(self.task_embedding[...][task_ids])

@@ -38,6 +38,7 @@ import numpy as np
 from flax import nnx
 
 from tgjax.nn.ordered_memory import OrderedMemory
+from tgjax.nn.params import logical
 from tgjax.ops.ordered_memory import RELEASE, ordered_memory_scan, pointer_distances, pointer_tree
 
 __all__ = ["OMClassifierConfig", "OrderedMemoryClassifier", "pair_features", "pointer_trees", "remove_leaves",
@@ -101,11 +102,11 @@ def pair_features(u, v):
     return jnp.concatenate([u, v, u * v, jnp.abs(u - v)], axis=-1)
 
 
-def _torch_linear(rngs: nnx.Rngs, fan_in: int, fan_out: int) -> tuple[nnx.Param, nnx.Param]:
+def _torch_linear(rngs: nnx.Rngs, fan_in: int, fan_out: int, out_axis: str | None) -> tuple[nnx.Param, nnx.Param]:
     bound = 1.0 / float(np.sqrt(fan_in))
     weight = jax.random.uniform(rngs.params(), (fan_in, fan_out), jnp.float32, -bound, bound)
     bias = jax.random.uniform(rngs.params(), (fan_out,), jnp.float32, -bound, bound)
-    return nnx.Param(weight), nnx.Param(bias)
+    return nnx.Param(weight, **logical(None, out_axis)), nnx.Param(bias, **logical(out_axis))
 
 
 def _dropout(key, rate: float, x):
@@ -126,14 +127,14 @@ class OrderedMemoryClassifier(nnx.Module):
         else:
             r = c.embedding_init_range
             table = jax.random.uniform(rngs.params(), (c.vocab_size, c.embedding_size), jnp.float32, -r, r)
-        self.embedding = nnx.Param(table.at[c.pad_id].set(0.0))
+        self.embedding = nnx.Param(table.at[c.pad_id].set(0.0), **logical("vocab", "embed"))
         # Dropout rates live here, not in the layer: the layer then holds no RNG stream (see the docstring).
         self.encoder = OrderedMemory(c.embedding_size, c.slot_size, c.n_slots, rngs=rngs, **c.om_options)
         if c.kind == "sequence":
-            self.w_out, self.b_out = _torch_linear(rngs, c.slot_size, c.num_classes)
+            self.w_out, self.b_out = _torch_linear(rngs, c.slot_size, c.num_classes, None)
         else:
-            self.w_hidden, self.b_hidden = _torch_linear(rngs, 4 * c.slot_size, c.mlp_hidden_size)
-            self.w_out, self.b_out = _torch_linear(rngs, c.mlp_hidden_size, c.num_classes)
+            self.w_hidden, self.b_hidden = _torch_linear(rngs, 4 * c.slot_size, c.mlp_hidden_size, "mlp")
+            self.w_out, self.b_out = _torch_linear(rngs, c.mlp_hidden_size, c.num_classes, None)
 
     def encode(self, inputs, valid, *, n_slots: int, dropout_key=None):
         """inputs [B, T] ids, valid [B, T] bool -> (sequence vectors [B, D], pointers [B, T, N])."""

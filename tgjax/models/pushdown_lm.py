@@ -2,7 +2,8 @@
 
 Reads the batches of `tgjax.data.pushdown` (`inputs`, `targets`, `attach`,
 `attach_targets`, `weights`, `attach_weights`, `node_start`, `node_end`, or a
-dense `tape`) and returns the next-token logits `[B, T, V]` and the
+dense `tape`; `roots`, the ROOT tokens, when a row may hold several
+sentences) and returns the next-token logits `[B, T, V]` and the
 attachment-slot logits `[B, T, T + 1]`; `pushdown_loss` adds the LM
 cross-entropy and the attachment cross-entropy (weight 1, as the release).
 
@@ -52,14 +53,15 @@ class PushdownLMConfig:
     max_relative_position: int = 512
     embedding_dropout: float = 0.1
     dropout: float = 0.1
-    # The attachment head (paper defaults; release: head_scaled=False, head_self_key_input="query",
-    # head_relative_positions=True, attachment_normalise="causal").
+    # The attachment head (`tgjax.nn.attachment_head`). Defaults: the paper's Fig. 8 for the scores and its
+    # text (eq. 5, Fig. 2) for the softmax. The release: head_scaled=False, head_self_key_input="query",
+    # head_relative_positions=True, attachment_normalise="causal" (also Fig. 8's softmax).
     head_key_dim: int | None = None  # None: 2 d
     head_depth_dim: int | None = None  # None: d / num_heads
-    head_scaled: bool = True
-    head_self_key_input: Literal["projection", "query"] = "projection"
-    head_relative_positions: bool = False
-    attachment_normalise: Literal["legal", "causal"] = "legal"
+    head_scaled: bool = True  # Fig. 8; False: the release
+    head_self_key_input: Literal["projection", "query"] = "projection"  # Fig. 8; "query": the release
+    head_relative_positions: bool = False  # True: the release
+    attachment_normalise: Literal["legal", "causal"] = "legal"  # paper text; "causal": Fig. 8 and the release
     head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
     # How the layers run (not what they compute; checkpoints are the same either way):
     remat: bool = False  # recompute each layer's activations in the backward pass, for ~1.17x the FLOPs
@@ -164,7 +166,7 @@ def pushdown_loss(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
     weights = batch["weights"]
     target_log_probs = token_log_probs(outputs["lm_logits"], batch["targets"])
     lm_loss = -(target_log_probs * weights).sum() / jnp.maximum(weights.sum(), 1.0)
-    legal = slot_legality(batch["attach"])
+    legal = slot_legality(batch["attach"], batch.get("roots"))  # the sets the search and the sampler use
     attach_log_probs = attachment_log_probs(outputs["attach_logits"], legal,
                                             normalise_over=config.attachment_normalise, mask_illegal=False)
     attach_weights = batch["attach_weights"]

@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.nn.params import logical
 from tgjax.nn.stack_attention import (
     NondeterministicStackAttention,
     PreNormResidual,
@@ -259,12 +260,13 @@ class FeedForward(nnx.Module):
 
     def __init__(self, d_model: int, hidden_size: int, *, dropout_rate: float, rngs: nnx.Rngs,
                  kernel_init: Callable, bias_init: Callable):
-        def linear(i, o):
-            return nnx.Linear(i, o, kernel_init=kernel_init, bias_init=bias_init, rngs=rngs)
+        def linear(i, o, axes):
+            return nnx.Linear(i, o, kernel_init=kernel_init, bias_init=bias_init, rngs=rngs,
+                              kernel_metadata=logical(*axes), bias_metadata=logical(axes[1]))
 
-        self.hidden = linear(d_model, hidden_size)
+        self.hidden = linear(d_model, hidden_size, ("embed", "mlp"))
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.out = linear(hidden_size, d_model)
+        self.out = linear(hidden_size, d_model, ("mlp", "embed"))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.out(self.dropout(jax.nn.relu(self.hidden(x))))
@@ -330,7 +332,8 @@ class StackTransformerLM(nnx.Module):
         c = config
         self.config = c
         num_rows = c.input_vocab_size if c.input_ids is None else len(c.input_ids)
-        self.embedding = nnx.Embed(num_rows, c.d_model, embedding_init=_centered_uniform(c.init_scale), rngs=rngs)
+        self.embedding = nnx.Embed(num_rows, c.d_model, embedding_init=_centered_uniform(c.init_scale), rngs=rngs,
+                                   embedding_metadata=logical("vocab", "embed"))
         self.embedding_dropout = nnx.Dropout(c.dropout_rate, rngs=rngs)
         self.layers = nnx.List([
             TransformerLayer(c, c.stack if i == c.resolved_stack_layer else "none", stack_op=stack_op, rngs=rngs)
@@ -340,6 +343,7 @@ class StackTransformerLM(nnx.Module):
         num_classes = c.resolved_output_vocab_size if c.output_ids is None else len(c.output_ids)
         output_bias = nnx.initializers.zeros_init() if c.init == "released" else _centered_uniform(c.init_scale)
         self.output = nnx.Linear(c.d_model, num_classes, kernel_init=nnx.initializers.xavier_uniform(),
+                                 kernel_metadata=logical("embed", "vocab"), bias_metadata=logical("vocab"),
                                  bias_init=output_bias, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, padding_mask: jax.Array | None = None) -> jax.Array:

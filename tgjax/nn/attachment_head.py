@@ -18,19 +18,24 @@ the next token `[B, T, d_e]` and W_i the stack tape row of position i:
     k~_ij     = MLP_c([k_j; β[W_i[j]]])
     s_ij      = q_i · k~_ij / sqrt(key_dim)   (j <= i),     s_i,shift = q_i · k_self_i / sqrt(key_dim)
 
-each MLP `Linear, ReLU, Dropout, Linear` (the release's shape). The authors'
-release differs, and each difference is a named switch here (paper default):
+each MLP `Linear, ReLU, Dropout, Linear` (the release's shape). The paper
+speaks twice, in its text (eq. 5, Fig. 2) and in its code (Fig. 8), and the
+authors' release differs from both; each difference is a named switch, named
+here for where each value comes from (defaults: the paper):
 
-* ``scaled=False``: no 1/sqrt(key_dim) on the scores (release quirk §1.10.3);
-* ``self_key_input="query"``: k_self = MLP_k([q_i; e]) from the already
-  transformed query rather than q' (release);
-* ``relative_positions=True``: the release adds q_i · B_pos PE(i + 1 − c) to
-  every slot (the shift slot at distance 0);
-* masking (`attachment_log_probs`): the paper normalises over the legal slots
-  only (the rightmost tokens of stack elements and shift; Fig. 2's dashed
-  lines); the release normalises over all causal slots in training and, at
-  inference, sets the illegal ones to −inf after the log-softmax without
-  renormalising.
+* ``scaled``: True, Fig. 8's 1/sqrt(key_dim) on the scores; False, the
+  release (quirk §1.10.3);
+* ``self_key_input``: ``"projection"``, Fig. 8's k_self = MLP_k([q'_i; e]);
+  ``"query"``, the release's MLP_k([q_i; e]) from the already transformed query;
+* ``relative_positions``: True adds the release's q_i · B_pos PE(i + 1 − c)
+  to every slot (the shift slot at distance 0); neither eq. 5 nor Fig. 8 has it;
+* the softmax (`attachment_log_probs`): ``"legal"``, the paper's *text*:
+  eq. 5 over the candidates, the rightmost tokens of the stack elements and
+  shift, the other tokens being unreachable (Fig. 2's dashed lines), under
+  the ROOT rule of `slot_legality`; ``"causal"``, the paper's *Fig. 8* and
+  the release: over every causal slot c <= i + 1 (Fig. 8 masks only the
+  future); at inference the release then sets the illegal slots to −inf
+  after the log-softmax without renormalising (Fig. 8 shows no inference).
 
 k~_ij depends on j and on the depth value only, so MLP_c is evaluated once per
 (token, depth value) `[B, T, D, key_dim]` and the scores per depth value
@@ -71,9 +76,40 @@ def legal_attachments(attach: jax.Array) -> jax.Array:
     return ((j < k) & (k <= pop_step[..., None, :])) | (j == k)
 
 
-def slot_legality(attach: jax.Array) -> jax.Array:
-    """Legal slots `[B, T, T + 1]` of positions 0..T-1 from the labels of tokens 0..T, `attach [B, T + 1]`."""
-    return legal_attachments(attach)[..., 1:, :]
+def slot_legality(attach: jax.Array, roots: jax.Array | None = None) -> jax.Array:
+    """Legal slots `[B, T, T + 1]` of positions 0..T-1 from the labels of tokens 0..T, `attach [B, T + 1]`.
+
+    The stack's candidates (`legal_attachments`) under the ROOT rule. ROOT
+    (``<s>``) is prepended "such that the attachment decision of the final
+    word is made to this ROOT token" (Appendix B), and the release's beam
+    allows slot 0 only at ``<eos>`` (released-code.md §1.7), so:
+
+    * a ROOT token shifts;
+    * the token that attaches to its sentence's ROOT ends the sentence
+      (``<eos>`` in the data's layout; the head sees that token) and has that
+      one slot;
+    * any other token takes a candidate above its sentence's ROOT (never ROOT,
+      never an earlier sentence of a window), or shifts.
+
+    The search and the sampler use the same sets, so a softmax over them
+    (``normalise_over="legal"``) makes p(x) = Σ_y p(x, y) a distribution.
+
+    Args:
+      attach: `[B, T + 1]` int labels.
+      roots: `[B, T + 1]` bool, True at ROOT tokens (one per sentence of a
+        window); None: token 0 alone (one sentence per row).
+    """
+    steps = jnp.arange(attach.shape[-1])
+    if roots is None:
+        roots = jnp.broadcast_to(steps == 0, attach.shape)
+    latest_root = jax.lax.cummax(jnp.where(roots, steps, 0), axis=roots.ndim - 1)  # [B, N]: at or before k
+    own_root = jnp.concatenate([jnp.zeros_like(latest_root[..., :1]), latest_root[..., :-1]], axis=-1)  # before k
+    ends_sentence = jnp.take_along_axis(roots, attach, axis=-1) & (attach != steps)  # [B, N]
+    k, j = steps[:, None], steps[None, :]
+    word_slots = (legal_attachments(attach) & (j > own_root[..., :, None])) | (j == k)
+    legal = jnp.where(ends_sentence[..., None], j == own_root[..., :, None], word_slots)
+    legal = jnp.where(roots[..., None], j == k, legal)
+    return legal[..., 1:, :]
 
 
 def causal_slots(length: int) -> jax.Array:
@@ -89,8 +125,9 @@ def attachment_log_probs(logits: jax.Array, legal: jax.Array | None, *,
     Args:
       logits: `[B, T, T + 1]` from `AttachmentHead`.
       legal: `[B, T, T + 1]` bool (see `slot_legality`), or None for causal only.
-      normalise_over: ``"legal"`` (paper): softmax over the legal slots;
-        ``"causal"`` (release): over every slot c <= i + 1.
+      normalise_over: ``"legal"`` (the paper's text, eq. 5 and Fig. 2): softmax
+        over the legal slots; ``"causal"`` (the paper's Fig. 8 and the release):
+        over every slot c <= i + 1.
       mask_illegal: with ``normalise_over="causal"``, set illegal slots to −inf
         after the log-softmax without renormalising (release inference);
         False leaves them (release training).

@@ -10,9 +10,13 @@ One step, restated from §5.7 (indices as there, i = 0..n-1):
 
     Composition, bottom-up from the last slot (candidates C [B, n, H]):
         h = o_t;  for i = n-1 .. 0:  h = ComCell_i(h, M_i, u_t);  C_i = h
-    Scores and the n+1-way softmax with the "end" class in front:
-        beta_i = MLP([u_t ; M_i ; C_i]) / sqrt(H)
-        phat   = softmax([0 ; beta_0 .. beta_{n-1}])                    [B, n + 1]
+    Scores and the n+1-way distribution phat [B, n + 1] with the "end" class in front, by `pointer`:
+        beta_i = MLP([u_t ; M_i ; C_i])
+        "stickbreaking" (default; what the release's OMStackBot runs): b_i = sigmoid(beta_i), the stick
+            broken from the last slot upward:
+            phat_{i+1} = b_i prod_{j>i} (1 - b_j),   phat_0 = prod_i (1 - b_i)
+        "softmax" (the release's `Distribution` default, which its bots override):
+            phat = softmax([0 ; beta_0 .. beta_{n-1}] / sqrt(H))
         p_end  = phat_0,  p = phat_{1:} / sum(phat_{1:})                pointer [B, n]
         pi     = cumsum_i p  (nondecreasing, pi_{n-1} = 1);  pi~ = reverse cumsum_i p
     Decomposition, top-down (c^in [B, n, H]):
@@ -41,14 +45,17 @@ om_utils.py, was read to settle them; no code was copied):
   composition is not run, as in the release): the first new memory is then
   M'_0 = M_0 = LN(e) and M'_i = c^in_i, the task decomposed down the stack.
 * The score MLP is Linear(4H -> H), LeakyReLU (slope 0.01), Linear(H -> 1),
-  one MLP shared by the slots; its output is divided by sqrt(H) (the
-  release's "softmax" process). ComCell_i and DecomCell_i have their own
-  parameters per slot. No dropout (the release's default is 0).
+  one MLP shared by the slots; only the "softmax" pointer divides its output
+  by sqrt(H) (as the release's `Distribution` does). ComCell_i and
+  DecomCell_i have their own parameters per slot. No dropout (the
+  release's default is 0).
 * DONE is the last action (index A - 1; `tgjax.envs.craft_rules.DONE`).
 * Everything is in log space: log p = log phat_{1:} - logsumexp(log phat_{1:}),
-  log(1 - p_end) = logsumexp(log phat_{1:}). The release clamps p_end to
-  [1e-9, 1 - 1e-9] before mixing in probability space; here a softmax
-  output is never exactly 0 or 1 in log space, and the exact zeros of the
+  log(1 - p_end) = logsumexp(log phat_{1:}); stick-breaking's factors are
+  log b = log_sigmoid(beta) and log(1 - b) = log_sigmoid(-beta), so its phat
+  sums to 1 by construction (the stick's pieces telescope). The release
+  clamps p_end to [1e-9, 1 - 1e-9] before mixing in probability space; here
+  log phat is never -inf for a finite beta, and the exact zeros of the
   fixed first-step phat are `NEVER` (so DONE has log-probability -1e9 at
   the first step: a demonstration never starts with DONE).
 * The boundary score (`log_done`): OMPN's metrics take the top-k steps of
@@ -79,10 +86,13 @@ from flax import nnx
 from tgjax.nn.params import dense_init, param
 from tgjax.ops.ordered_memory import _layer_norm
 
-__all__ = ["NEVER", "OMPNCell", "OMPNState", "OMPNStepOutput", "boundary_log_score"]
+__all__ = ["NEVER", "POINTERS", "OMPNCell", "OMPNState", "OMPNStepOutput", "boundary_log_score",
+           "pointer_log_distribution"]
 
 #: log of a probability that is exactly 0 (finite, so that gradients stay finite)
 NEVER = -1e9
+#: how the slot scores become the n+1-way distribution (module docstring); the first is the default
+POINTERS = ("stickbreaking", "softmax")
 
 
 class OMPNState(NamedTuple):
@@ -120,6 +130,23 @@ def boundary_log_score(log_p_hat: jax.Array) -> jax.Array:
     return jax.nn.logsumexp(log_p_hat[..., :n] + jnp.asarray(weights, log_p_hat.dtype), axis=-1)
 
 
+def stick_breaking_log_distribution(beta: jax.Array) -> jax.Array:
+    """log phat [B, n + 1] ("end" first) of the stick broken from the last slot upward: beta [B, n] (logits of b)."""
+    log_stop, log_pass = jax.nn.log_sigmoid(beta), jax.nn.log_sigmoid(-beta)
+    # sum_{j>i} log(1 - b_j): what is left of the stick when slot i takes its piece
+    log_left_below = jnp.cumsum(log_pass[:, ::-1], axis=1)[:, ::-1] - log_pass
+    log_end = jnp.sum(log_pass, axis=1, keepdims=True)
+    return jnp.concatenate([log_end, log_stop + log_left_below], axis=1)
+
+
+def pointer_log_distribution(beta: jax.Array, pointer: str, hidden_size: int) -> jax.Array:
+    """log phat [B, n + 1] ("end" first) from the slot scores beta [B, n] (module docstring)."""
+    if pointer == "stickbreaking":
+        return stick_breaking_log_distribution(beta)
+    scaled = beta / jnp.sqrt(jnp.asarray(hidden_size, beta.dtype))
+    return jax.nn.log_softmax(jnp.concatenate([jnp.zeros_like(scaled[:, :1]), scaled], -1), axis=-1)
+
+
 class OMPNCell(nnx.Module):
     """The memory, composition / decomposition cells, scorer and policy head of one OMPN (module docstring).
 
@@ -129,12 +156,15 @@ class OMPNCell(nnx.Module):
     score_w1 [4H, H], score_b1 [H], score_w2 [H], score_b2 []; w_pi [3H, A - 1], b_pi [A - 1].
     """
 
-    def __init__(self, num_slots: int, hidden_size: int, num_actions: int, *, rngs: nnx.Rngs):
+    def __init__(self, num_slots: int, hidden_size: int, num_actions: int, *, pointer: str = "stickbreaking",
+                 rngs: nnx.Rngs):
         if num_slots < 1 or hidden_size < 1 or num_actions < 2:
             raise ValueError(f"OMPNCell needs num_slots >= 1, hidden_size >= 1 and num_actions >= 2, got "
                              f"{num_slots}, {hidden_size}, {num_actions}")
+        if pointer not in POINTERS:
+            raise ValueError(f"OMPNCell pointer {pointer!r}: expected one of {', '.join(POINTERS)}")
         n, H, A = num_slots, hidden_size, num_actions
-        self.num_slots, self.hidden_size, self.num_actions = n, H, A
+        self.num_slots, self.hidden_size, self.num_actions, self.pointer = n, H, A, pointer
         zeros, ones = nnx.initializers.zeros, nnx.initializers.ones
         stacked = dense_init(-2)
         self.com_w1 = param(rngs, stacked, (n, 4 * H, 4 * H), ("slots", "cell_in", "mlp"))
@@ -178,13 +208,12 @@ class OMPNCell(nnx.Module):
         return _unit_layer_norm(gates[:, :H] * v + gates[:, H:] * z[:, 2 * H:])
 
     def _scores(self, u: jax.Array, memory: jax.Array, candidates: jax.Array) -> jax.Array:
-        """beta [B, n] from u [B, 2H], M and C [B, n, H]."""
+        """beta [B, n] (unscaled) from u [B, 2H], M and C [B, n, H]."""
         n = self.num_slots
         inputs = jnp.concatenate([jnp.broadcast_to(u[:, None], u.shape[:1] + (n,) + u.shape[1:]), memory,
                                   candidates], -1)
         hidden = jax.nn.leaky_relu(inputs @ self.score_w1[...] + self.score_b1[...], 0.01)
-        return (hidden @ self.score_w2[...] + self.score_b2[...]) / jnp.sqrt(jnp.asarray(self.hidden_size,
-                                                                                          u.dtype))
+        return hidden @ self.score_w2[...] + self.score_b2[...]
 
     def __call__(self, state: OMPNState, obs_enc: jax.Array) -> tuple[OMPNState, OMPNStepOutput]:
         """One step: state, obs_enc [B, H] (o_t, the encoded observation) -> (next state, output)."""
@@ -201,8 +230,7 @@ class OMPNCell(nnx.Module):
         candidates = jnp.where(first[:, None, None], memory, jnp.stack(composed, axis=1))   # [B, n, H]
 
         # the n+1-way distribution ("end" first); the fixed [0, 1, 0, ...] at the first step
-        scores = self._scores(u, memory, candidates)
-        log_p_hat = jax.nn.log_softmax(jnp.concatenate([jnp.zeros_like(scores[:, :1]), scores], -1), axis=-1)
+        log_p_hat = pointer_log_distribution(self._scores(u, memory, candidates), self.pointer, self.hidden_size)
         fixed = jnp.full((n + 1,), NEVER, log_p_hat.dtype).at[1].set(0.0)
         log_p_hat = jnp.where(first[:, None], fixed, log_p_hat)
         log_p_end = log_p_hat[:, 0]

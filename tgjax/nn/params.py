@@ -25,6 +25,11 @@ def dense_init(in_axis: int | Sequence[int] = 0) -> Callable:
     return nnx.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=in_axis, out_axis=-1)
 
 
+def logical(*axes: str | None) -> dict:
+    """The metadata that gives a Flax layer's parameter (`nnx.Linear(kernel_metadata=...)`) logical axis names."""
+    return {"out_sharding": tuple(axes), "eager_sharding": False}
+
+
 def param(rngs: nnx.Rngs, init: Callable, shape: tuple[int, ...], logical_axes: tuple[str | None, ...],
           dtype=jnp.float32) -> nnx.Param:
     if len(shape) != len(logical_axes):

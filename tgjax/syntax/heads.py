@@ -18,9 +18,18 @@ Head rules (`CollinsHeadFinder`) are Collins (1999) as CoreNLP's
   right / right to left and take the first whose category is in the set;
 * when no list matches, the last list's direction decides: the leftmost
   child for `left`/`leftdis`, the rightmost for `right`/`rightdis`;
-* coordination: when the head is at index >= 2 and the child just before it
-  is CC or CONJP, the head moves two to the left, then further left past
-  punctuation pre-terminals (unless that runs off the start);
+* coordination (`coordination="corenlp"`, the default: what CoreNLP's
+  `CollinsHeadFinder.postOperationFix` does): when a list matched the head
+  at index >= 2 and the child just before it is CC or CONJP, the head moves
+  two to the left, unless the child there is a punctuation pre-terminal:
+  then it stays. (CoreNLP's loop meant to skip punctuation re-tests the same
+  child, so it runs off the start and leaves the head where it was.) The
+  fallback of the previous point is never moved. So in
+  `(NP (NN apples) (, ,) (NNS pears) (, ,) (CC and) (NNS plums))` "plums" heads.
+  `coordination="skip_punctuation"` is what that loop was evidently meant to
+  do, and tgjax's earlier behaviour: move two to the left, then further left
+  past punctuation pre-terminals (unless that runs off the start), after the
+  fallback too; "pears" heads the example;
 * a label with no rule (NML, TOP with several children, a label the table
   does not know) is counted in `HeadReport.unknown_labels` and falls back to
   `UNKNOWN_LABEL_RULE` (leftmost child; CoreNLP raises instead).
@@ -28,11 +37,14 @@ Head rules (`CollinsHeadFinder`) are Collins (1999) as CoreNLP's
 Filtering (`dependencies(..., keep_tags=WORD_TAGS)`): the release keeps only
 words whose tag is lexical (drops punctuation, `-NONE-`, `$`, `#`). A kept
 word whose head is dropped climbs the head chain to the first kept word. If
-the root itself is dropped, the kept words that climbed to it are rejoined:
-the one nearest the old root (ties: the right one) becomes the root and the
-others are chained towards it (each to its neighbour on the root's side), which
-keeps a projective tree projective; this is counted in
-`HeadReport.reheaded_roots`.
+the root itself is dropped, the kept words that climbed to it are rejoined
+(`dropped_root="rechain"`, the default): the one nearest the old root (ties:
+the right one) becomes the root and the others are chained towards it (each
+to its neighbour on the root's side), which keeps a projective tree
+projective. `dropped_root="udgn_release"` is the UDGN release's convention
+(its data_dep.py, released-code.md §4.5): a word whose head chain reaches the
+root through dropped words heads itself, so such a sentence has several
+roots. Either way the sentence is counted in `HeadReport.reheaded_roots`.
 
 Exact heads (`TableHeadFinder`): a grammar whose rules mark their head child
 (`tgjax.syntax.grammar`, `VP^`) gives a table (label, child labels) -> head
@@ -51,6 +63,8 @@ from tgjax.syntax.trees import Child, Tree, strip_function_tag
 
 __all__ = [
     "COLLINS_HEAD_RULES",
+    "COORDINATION_RULES",
+    "DROPPED_ROOT_RULES",
     "PUNCTUATION_TAGS",
     "UNKNOWN_LABEL_RULE",
     "WORD_TAGS",
@@ -63,6 +77,7 @@ __all__ = [
     "dependencies",
     "grammar_head_table",
     "is_projective",
+    "keep_tagged",
     "keep_tokens",
 ]
 
@@ -76,6 +91,11 @@ WORD_TAGS = frozenset(
 )
 
 HeadRule = tuple[tuple[str, tuple[str, ...]], ...]  # ((direction, categories), ...)
+
+# How the head moves in coordination (module docstring): CoreNLP's, or on past punctuation.
+COORDINATION_RULES = ("corenlp", "skip_punctuation")
+# What the words under a dropped root head (module docstring): one re-chained root, or the release's self-heads.
+DROPPED_ROOT_RULES = ("rechain", "udgn_release")
 
 
 def _rule(*lists: str) -> HeadRule:
@@ -193,6 +213,32 @@ def _search(direction: str, categories: tuple[str, ...], kids: Sequence[str | No
     return None
 
 
+def _after_coordinator(head: int, categories: Sequence[str | None]) -> bool:
+    return head >= 2 and categories[head - 1] in ("CC", "CONJP")
+
+
+def _corenlp_coordination(head: int, kids: Sequence[Child], categories: Sequence[str | None]) -> int:
+    """(X A CC B) takes A; (X A , CC B) keeps B: CoreNLP never moves the head onto or past punctuation."""
+    if _after_coordinator(head, categories) and not _is_punctuation(kids[head - 2]):
+        return head - 2
+    return head
+
+
+def _skip_punctuation_coordination(head: int, kids: Sequence[Child], categories: Sequence[str | None]) -> int:
+    """(X A CC B) and (X A , CC B) both take A: the move goes on left past punctuation."""
+    if not _after_coordinator(head, categories):
+        return head
+    candidate = head - 2
+    while candidate >= 0 and _is_punctuation(kids[candidate]):
+        candidate -= 1
+    return candidate if candidate >= 0 else head
+
+
+def _fallback(rule: HeadRule, num_kids: int) -> int:
+    """No list matched: the last list's direction decides (the leftmost or the rightmost child)."""
+    return 0 if rule[-1][0] in ("left", "leftdis") else num_kids - 1
+
+
 class CollinsHeadFinder:
     """`finder(node) -> index of node's head child` with the Collins rules (module docstring).
 
@@ -200,6 +246,7 @@ class CollinsHeadFinder:
       rules: label -> rule lists (default `COLLINS_HEAD_RULES`).
       unknown_rule: the rule for labels not in `rules`.
       report: a `HeadReport` whose `unknown_labels` this counts into.
+      coordination: "corenlp" (default) or "skip_punctuation" (`COORDINATION_RULES`, module docstring).
     """
 
     def __init__(
@@ -207,11 +254,14 @@ class CollinsHeadFinder:
         rules: Mapping[str, HeadRule] = COLLINS_HEAD_RULES,
         unknown_rule: HeadRule = UNKNOWN_LABEL_RULE,
         report: HeadReport | None = None,
+        coordination: str = "corenlp",
     ):
         for label, rule in list(rules.items()) + [("<unknown>", unknown_rule)]:
             if not rule or any(d not in _DIRECTIONS for d, _ in rule):
                 raise ValueError(f"head rule for {label!r}: expected lists led by one of {_DIRECTIONS}, got {rule}")
-        self.rules, self.unknown_rule = rules, unknown_rule
+        if coordination not in COORDINATION_RULES:
+            raise ValueError(f"coordination must be one of {COORDINATION_RULES}, got {coordination!r}")
+        self.rules, self.unknown_rule, self.coordination = rules, unknown_rule, coordination
         self.report = report if report is not None else HeadReport()
 
     def __call__(self, node: Tree) -> int:
@@ -229,16 +279,11 @@ class CollinsHeadFinder:
             head = _search(direction, wanted, categories)
             if head is not None:
                 break
-        if head is None:  # the last list's direction decides
-            head = 0 if rule[-1][0] in ("left", "leftdis") else len(kids) - 1
-        # Coordination: (X A , CC B) takes A, not B.
-        if head >= 2 and categories[head - 1] in ("CC", "CONJP"):
-            candidate = head - 2
-            while candidate >= 0 and _is_punctuation(kids[candidate]):
-                candidate -= 1
-            if candidate >= 0:
-                head = candidate
-        return head
+        if self.coordination == "skip_punctuation":
+            head = _fallback(rule, len(kids)) if head is None else head
+            return _skip_punctuation_coordination(head, kids, categories)
+        # CoreNLP returns its fallback before the coordination fix: only a head a list matched can move.
+        return _fallback(rule, len(kids)) if head is None else _corenlp_coordination(head, kids, categories)
 
 
 def _child_key(child: Child) -> str:
@@ -365,12 +410,16 @@ def _head_arcs(tree: Tree, head_child: Callable[[Tree], int]) -> Dependencies:
     return Dependencies(words, tags, heads)
 
 
-def keep_tokens(deps: Dependencies, keep: np.ndarray, report: HeadReport | None = None) -> Dependencies | None:
+def keep_tokens(deps: Dependencies, keep: np.ndarray, report: HeadReport | None = None, *,
+                dropped_root: str = "rechain") -> Dependencies | None:
     """The sentence without the words where `keep` is False, heads climbed past them.
 
     Returns None (counted in `report.empty_sentences`) when nothing is kept.
-    See the module docstring for the root rule.
+    `dropped_root` ("rechain" or "udgn_release", `DROPPED_ROOT_RULES`): what the
+    words that climbed to a dropped root head; see the module docstring.
     """
+    if dropped_root not in DROPPED_ROOT_RULES:
+        raise ValueError(f"dropped_root must be one of {DROPPED_ROOT_RULES}, got {dropped_root!r}")
     report = report if report is not None else HeadReport()
     keep = np.asarray(keep, dtype=bool)
     n = len(deps)
@@ -395,17 +444,24 @@ def keep_tokens(deps: Dependencies, keep: np.ndarray, report: HeadReport | None 
             orphans.append(new_i)
     if orphans:
         report.reheaded_roots += 1
-        positions = kept[orphans]
-        distance = np.abs(positions - old_root) * 2 - (positions > old_root)  # ties go right
-        root_k = int(np.argmin(distance))
-        for k, orphan in enumerate(orphans):
-            if k < root_k:
-                new_heads[orphan] = orphans[k + 1]
-            elif k > root_k:
-                new_heads[orphan] = orphans[k - 1]
-            else:
-                new_heads[orphan] = orphan
+        if dropped_root == "udgn_release":
+            new_heads[orphans] = orphans  # the release climbs to ROOT (0) and makes each its own root
+        else:
+            _rechain(new_heads, orphans, kept[orphans], old_root)
     return Dependencies([deps.words[i] for i in kept], [deps.tags[i] for i in kept], new_heads)
+
+
+def _rechain(new_heads: np.ndarray, orphans: list[int], positions: np.ndarray, old_root: int) -> None:
+    """One root among the orphans (nearest the old root, ties right), the others chained towards it."""
+    distance = np.abs(positions - old_root) * 2 - (positions > old_root)  # ties go right
+    root_k = int(np.argmin(distance))
+    for k, orphan in enumerate(orphans):
+        if k < root_k:
+            new_heads[orphan] = orphans[k + 1]
+        elif k > root_k:
+            new_heads[orphan] = orphans[k - 1]
+        else:
+            new_heads[orphan] = orphan
 
 
 def dependencies(
@@ -414,6 +470,7 @@ def dependencies(
     *,
     keep_tags: Iterable[str] | None = None,
     report: HeadReport | None = None,
+    dropped_root: str = "rechain",
 ) -> Dependencies | None:
     """The dependency tree of a constituency tree.
 
@@ -425,6 +482,8 @@ def dependencies(
       keep_tags: keep only words with these tags (e.g. `WORD_TAGS`, as the
         release); None keeps every word. Words without a tag are kept.
       report: counts (unknown labels, filtered words, ...).
+      dropped_root: "rechain" (default) or "udgn_release": the root rule of
+        `keep_tokens` when filtering drops the root word.
     Returns:
       The `Dependencies`, or None when filtering leaves no word (counted).
     """
@@ -434,8 +493,15 @@ def dependencies(
     report.num_trees += 1
     if keep_tags is None:
         return deps
+    return keep_tagged(deps, keep_tags, report, dropped_root=dropped_root)
+
+
+def keep_tagged(deps: Dependencies, keep_tags: Iterable[str], report: HeadReport | None = None, *,
+                dropped_root: str = "rechain") -> Dependencies | None:
+    """`keep_tokens` of the words whose tag is in `keep_tags` (or that have no tag): the release's filter."""
     keep_set = set(keep_tags)
-    return keep_tokens(deps, np.array([t is None or t in keep_set for t in deps.tags]), report)
+    return keep_tokens(deps, np.array([t is None or t in keep_set for t in deps.tags], dtype=bool), report,
+                       dropped_root=dropped_root)
 
 
 def check_heads(heads: Sequence[int] | np.ndarray) -> str | None:

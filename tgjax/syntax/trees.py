@@ -53,6 +53,7 @@ import gc
 import gzip
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Literal, Union, overload
 
@@ -614,12 +615,18 @@ def text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[str
     skip mode too: the encoding is the whole file's, not one tree's.
     """
     source = os.fspath(path)
+    lines_read = 0
     try:
         with _open_text(source, "rt", encoding) as f:
-            yield from _strip_bom(f)
+            for line in _strip_bom(f):
+                lines_read += 1
+                yield line
     except UnicodeDecodeError:
         # The text layer decodes whole blocks and reports block offsets: find the line again.
         raise _decode_error(source, encoding) from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:  # a .gz cut short (a killed copy) or not gzip at all
+        raise TreeSyntaxError(source, lines_read + 1, 1, f"the .gz file cannot be decompressed ({err}); "
+                                                         f"is it truncated?") from None
 
 
 def _decode_error(source: str, encoding: str) -> TreeSyntaxError:

@@ -35,9 +35,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 from flax import nnx
+from ml_collections.config_dict import placeholder
 
 from tgjax.data.cfl import SPLITS, TASK_NAMES, CFLTask, cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference
@@ -45,7 +47,14 @@ from tgjax.extras import require_extra
 from tgjax.models.parts import count_parameters
 from tgjax.models.stack_lm import StackLMConfig, StackTransformerLM, stack_cfl_config
 from tgjax.ops.log_probs import token_log_probs
-from tgjax.train.config import ConfigError
+from tgjax.train.config import (
+    ConfigError,
+    check_int,
+    check_positive_int,
+    check_range,
+    config_value,
+    family_config,
+)
 
 __all__ = [
     "CFLState",
@@ -74,14 +83,76 @@ _ARCHITECTURE_KEYS = ("num_layers", "d_model", "num_heads", "feedforward_size", 
                       "stack_embedding_size", "num_states", "stack_alphabet_size", "pushed_vectors", "init",
                       "nd_num_blocks")
 MAX_TRAIN_LENGTH = SPLITS["train"].max_length
-# The shared trainer's sections and the keys it reads from them (configs/stack_cfl.py has them all).
-_TRAINER_KEYS = {"checkpointing": ("interval_steps", "max_to_keep", "keep_best", "async_save", "checksums"),
-                 "mesh": ("data", "model"),
-                 "distributed": ("initialize", "coordinator_address", "num_processes", "process_id")}
 
 
 # -----------------------------------------------------------------------------
 # The config.
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key a CFL trial reads: the paper's set-up on marked reversal with Tf (configs/stack_cfl.py).
+
+    Checkpoints are saved after every epoch (`checkpointing.interval_steps` None), and the best epoch's is
+    kept: the trial's result is read back from it.
+    """
+    return family_config(dict(
+        trainer="cfl",  # `tgjax train` runs the trials of tgjax.train.cfl_trials, each on the shared trainer
+        task="marked_reversal",  # one of tgjax.data.cfl.TASK_NAMES
+        model="tf",  # one of MODEL_NAMES
+        # None: the paper's value for (task, model). Keys as tgjax.models.stack_lm.StackLMConfig.
+        architecture=dict(
+            num_layers=placeholder(int),
+            d_model=placeholder(int),
+            num_heads=placeholder(int),
+            feedforward_size=placeholder(int),
+            dropout_rate=placeholder(float),
+            stack_embedding_size=placeholder(int),  # m
+            num_states=placeholder(int),  # |Q| (tf_nd)
+            stack_alphabet_size=placeholder(int),  # |Γ| (tf_nd)
+            pushed_vectors=placeholder(str),  # None/"released" (the authors' code: raw W_v x) or "paper" (σ, eq. 17)
+            init=placeholder(str),  # None/"released" (U(±0.1), Appendix D.2 and the release) or "xavier"
+            # tf_nd: static blocks of the dVPDA span scan (None: the kernel's default, up to 8 by length).
+            # Same numbers either way; 1-2 compile several times faster and suit a GPU.
+            nd_num_blocks=placeholder(int),
+        ),
+        data=dict(
+            train_size=10_000,
+            valid_size=1_000,
+            test_per_length=100,
+            test_lengths=None,  # None: every valid length 40–100; else e.g. (40, 60, 80, 100)
+            seed=placeholder(int),  # train/valid sampling seed; None: training.seed (+ trial)
+            # Pad each batch's time axis up to a multiple of this (1 = exact lengths, as the paper).
+            # Models are causal, so padding changes no number; it bounds recompilation to a few shapes.
+            length_bucket=8,
+        ),
+        training=dict(
+            epochs=200,
+            # A wall-clock budget per trial (seconds of training, compiles and validation included; None: none):
+            # the trial ends after the first epoch that finishes past it, as an early stop. Not the paper's
+            # recipe: for reduced runs that must fit a time slot (benchmarks/cfl_grid.py).
+            max_train_seconds=placeholder(float),
+            batch_size=10,
+            learning_rate=placeholder(float),  # None: log-uniform from learning_rate_range (the paper's random search)
+            learning_rate_range=(5e-4, 1e-2),
+            clip_grad_norm=5.0,
+            lr_decay=0.9,
+            lr_patience=5,  # epochs without validation improvement before lr *= lr_decay
+            # An improvement must lower the validation cross-entropy by this fraction of the best one (0: any
+            # improvement, the paper's text; the release: 1e-4 with lr_patience=6).
+            lr_threshold=0.0,
+            early_stopping_patience=10,  # epochs without improvement before stopping
+            num_trials=1,  # the paper: 10, best by validation
+            seed=1,
+            adam=dict(b1=0.9, b2=0.999, eps=1e-8),
+        ),
+        evaluation=dict(
+            batch_size=50,  # strings per forward pass (one length per batch)
+            bin_width=1,  # lengths per test bin (1: one point per length, as the paper's plots)
+            # Per-bin true probabilities conditioned on the length (the authors' test script, the
+            # paper's plots); False keeps the split's 1/|L| length term in every bin.
+            bins_condition_on_length=True,
+        ),
+    ), checkpointing=dict(interval_steps=placeholder(int)), logging=dict(interval_steps=50))  # None: every epoch
 
 
 def _task_name(config) -> str:
@@ -103,56 +174,27 @@ def _model_name(config) -> str:
 def check_config(config) -> tuple[str, str]:
     """(task, model) normalised; raises `ConfigError` naming the key for anything the trainer cannot use."""
     task, model = _task_name(config), _model_name(config)
-
-    def integer(key: str, value, minimum: int = 1):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"config key {key!r} must be an integer >= {minimum}, got {value!r}")
-
-    def number(key: str, value, *, positive: bool = True):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and not value > 0):
-            raise ConfigError(f"config key {key!r} must be a number{' > 0' if positive else ''}, got {value!r}")
-
-    d, t, e = config.data, config.training, config.evaluation
-    integer("data.train_size", d.train_size)
-    integer("data.valid_size", d.valid_size)
-    integer("data.test_per_length", d.test_per_length)
-    integer("data.length_bucket", d.length_bucket)
-    if d.seed is not None:
-        integer("data.seed", d.seed, 0)
-    integer("training.epochs", t.epochs)
-    if t.get("max_train_seconds") is not None:
-        number("training.max_train_seconds", t.max_train_seconds)
-    integer("training.batch_size", t.batch_size)
-    integer("training.lr_patience", t.lr_patience)
-    integer("training.early_stopping_patience", t.early_stopping_patience)
-    integer("training.num_trials", t.num_trials)
-    integer("training.seed", t.seed, 0)
-    integer("evaluation.batch_size", e.batch_size)
-    integer("evaluation.bin_width", e.bin_width)
-    integer("logging.interval_steps", config.logging.interval_steps)
-    number("training.lr_decay", t.lr_decay)
-    number("training.lr_threshold", t.get("lr_threshold", 0.0), positive=False)
-    if t.get("lr_threshold", 0.0) < 0:
-        raise ConfigError(f"config key 'training.lr_threshold' must be >= 0, got {t.lr_threshold!r}")
-    if t.clip_grad_norm is not None:
-        number("training.clip_grad_norm", t.clip_grad_norm, positive=False)
-    if t.learning_rate is not None:
-        number("training.learning_rate", t.learning_rate)
-    else:
+    t = config.training
+    for key in ("data.train_size", "data.valid_size", "data.test_per_length", "data.length_bucket",
+                "training.epochs", "training.batch_size", "training.lr_patience", "training.early_stopping_patience",
+                "training.num_trials", "evaluation.batch_size", "evaluation.bin_width", "logging.interval_steps",
+                "checkpointing.max_to_keep", "checkpointing.keep_best"):  # keep_best: the best epoch is read back
+        check_positive_int(config, key)
+    check_int(config, "training.seed", minimum=0)
+    for key, minimum in (("data.seed", 0), ("checkpointing.interval_steps", 1)):
+        if config_value(config, key) is not None:
+            check_int(config, key, minimum=minimum)
+    for key, low_open in (("training.max_train_seconds", True), ("training.clip_grad_norm", False),
+                          ("training.learning_rate", True)):
+        if config_value(config, key) is not None:
+            check_range(config, key, low=0, low_open=low_open)
+    check_range(config, "training.lr_decay", low=0, low_open=True)
+    check_range(config, "training.lr_threshold", low=0)
+    if t.learning_rate is None:
         lr_range = tuple(t.learning_rate_range)
         if len(lr_range) != 2 or not 0 < lr_range[0] <= lr_range[1]:
             raise ConfigError(f"config key 'training.learning_rate_range' must be (low, high) with "
                               f"0 < low <= high, got {t.learning_rate_range!r}")
-    for section, keys in _TRAINER_KEYS.items():
-        missing = [k for k in keys if section not in config or k not in config[section]]
-        if missing:
-            raise ConfigError(f"config section {section!r} lacks {', '.join(missing)}: the shared trainer reads "
-                              f"them (configs/stack_cfl.py has the defaults)")
-    ck = config.checkpointing
-    if ck.interval_steps is not None:
-        integer("checkpointing.interval_steps", ck.interval_steps)
-    integer("checkpointing.max_to_keep", ck.max_to_keep)
-    integer("checkpointing.keep_best", ck.keep_best)  # the best epoch's parameters are read back from it
     selected_test_lengths(config, cfl_task(task))  # checks data.test_lengths
     resolve_model_config(config, cfl_task(task).vocabulary.size)  # checks architecture.*
     return task, model
@@ -201,7 +243,8 @@ def describe_cfl(config) -> dict[str, Any]:
     model_cfg = resolve_model_config(config, vocab_size)
     return {"task": task, "model_name": model, "num_parameters": count_stack_lm_parameters(model_cfg),
             "vocab_size": vocab_size, "vocab_source": f"the {task} task's symbols + PAD, BOS, EOS",
-            "model": dataclasses.asdict(model_cfg)}
+            "model": dataclasses.asdict(model_cfg),
+            "build_model": lambda rngs: StackTransformerLM(model_cfg, rngs=rngs)}
 
 
 # -----------------------------------------------------------------------------

@@ -5,17 +5,25 @@ text after a colon: `configs/tg_ptb.py:TRAIN,VALID`) and returns a
 `ConfigDict`. Section and key names follow the authors' Transformer Grammars
 release where it has them (`training.num_steps`, `training.lr_schedule.kwargs.max_lr`,
 `model.d_model`, `evaluation.interval_steps`, ...), so their configs carry
-over; `default_config()` holds every key this trainer reads, with its default.
+over.
 
-Overrides are `a.b.c=value` strings (from `--config.a.b.c=value`): the key
-must exist (else a `ConfigError` names it and lists its section's keys) and the
-value is parsed to the type of the value it replaces.
+Every family (a config's `trainer`, `registered_families()`) has a
+`default_config()` on its task class holding every key it reads, with its default ("lm": this module's
+`default_config()`); the sections every family shares come from
+`shared_sections()`. `load_config` merges a config file over its family's
+defaults, so a file states only what differs; the result is locked. Overrides
+are `a.b.c=value` strings (from `--config.a.b.c=value`). In a file or an
+override, a key the defaults lack is a `ConfigError` naming it (with the
+closest key, and its section's keys), and so is a value of another type than
+the default's (an override's text is parsed to that type).
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import functools
+import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Iterable, Sequence
@@ -23,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 # Where `--config NAME` (no ".py", no path) is looked up: the configs/ directory ships in the wheel as the
 # package `tgjax_configs` (setup.py maps it); a source checkout without that mapping uses its configs/ directly.
@@ -37,6 +46,7 @@ DEFAULT_LOGICAL_AXIS_RULES = (
     ("vocab", "model"),
     ("mlp", "model"),
     ("heads", "model"),
+    ("hidden", "model"),  # a recurrent cell's hidden width (the Craft policies)
     ("embed", None),
     ("kv", None),
 )
@@ -46,15 +56,65 @@ class ConfigError(ValueError):
     """A config file, key or value that cannot be used; the message names it."""
 
 
+def shared_sections() -> dict[str, dict]:
+    """The sections the trainer (tgjax.train.loop) reads for every family, at their common defaults."""
+    return dict(
+        checkpointing=dict(
+            interval_steps=200,
+            max_to_keep=3,  # most recent checkpoints kept
+            keep_best=1,  # and the best by the task's validation number
+            async_save=True,
+            # Every checkpoint gets a manifest of its files' sizes (checked on resume: a truncated or missing
+            # file is caught). checksums=True adds sha256 sums (a flipped byte is caught too); they are computed
+            # on a background thread, but read every byte (3 GB for tg_bllip with Adam).
+            checksums=True,
+            # Save the per-row memory of a state that has one (TG / TXL, ON-LSTM): resuming mid-sequence is
+            # then bit-identical. A state without memory ignores it.
+            save_memory=False,
+        ),
+        logging=dict(
+            interval_steps=50,
+            tensorboard=True,
+        ),
+        mesh=dict(
+            data=-1,  # -1: whatever the other axis leaves
+            model=1,
+            logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES,  # how parameters are laid out on the mesh
+        ),
+        distributed=dict(
+            # Call jax.distributed.initialize() first (multi-host TPU / GPU); the addresses are
+            # detected on Cloud TPU and SLURM when left None.
+            initialize=False,
+            coordinator_address=placeholder(str),  # placeholder(T): None, or a T (what an override is parsed as)
+            num_processes=placeholder(int),
+            process_id=placeholder(int),
+        ),
+    )
+
+
+def family_config(sections: dict, **shared_changes: dict) -> ml_collections.ConfigDict:
+    """A family's defaults: its own `sections` and the shared ones, each updated by `shared_changes[name]`.
+
+    `family_config(dict(model=..., training=...), logging=dict(interval_steps=10))` is a family whose
+    logging interval differs from the shared default.
+    """
+    shared = shared_sections()
+    for name, changes in shared_changes.items():
+        if name not in shared:
+            raise KeyError(f"{name!r} is not a shared section ({', '.join(shared)})")
+        shared[name].update(changes)
+    return ml_collections.ConfigDict({**sections, **shared})
+
+
 def default_config() -> ml_collections.ConfigDict:
-    """Every key the trainer reads, with its default (a small TG on the built-in treebank)."""
-    return ml_collections.ConfigDict(dict(
+    """Every key the "lm" trainer reads, with its default (a small TG on the built-in treebank)."""
+    sections = dict(
         model=dict(
             # One of tgjax.models.MODEL_NAMES: tg, txl_cc, txl_terminals, tg_* variants.
             name="tg",
             # None: the size of the vocabulary built from (or loaded for) the data. An int is used
             # by `tgjax info` when no data is at hand, and as the SentencePiece target size.
-            vocab_size=None,
+            vocab_size=placeholder(int),
             d_model=64,
             num_layers=2,
             num_heads=4,
@@ -66,7 +126,7 @@ def default_config() -> ml_collections.ConfigDict:
             # Only the hybrids take these (tg_layer_hybrid, tg_head_hybrid; 0 or None there means 1): a
             # switch of another model is refused, naming the registered model that has it.
             num_unrestricted_layers=0,
-            num_unrestricted_heads=None,  # the authors' default; None means 0
+            num_unrestricted_heads=placeholder(int),  # the authors' default; None means 0
             embedding_dropout=0.1,
             core_dropout=0.1,
             core_output_dropout=0.1,  # the authors' name for the final-layer dropout
@@ -83,13 +143,13 @@ def default_config() -> ml_collections.ConfigDict:
             # valid_path="" trains without validation.
             train_path="builtin",
             valid_path="builtin",
-            num_train_sentences=None,  # built-in corpus sizes (None: 5000 / 500)
-            num_valid_sentences=None,
+            num_train_sentences=placeholder(int),  # built-in corpus sizes (None: 5000 / 500)
+            num_valid_sentences=placeholder(int),
             corpus_seed=0,  # which built-in treebank
             vocabulary="words",  # "words" or "sentencepiece" (trained on the training trees)
             min_word_count=1,  # "words": rarer training words become UNK (so that UNK is trained)
-            vocab_path=None,  # an existing vocabulary file instead (word-dictionary JSON or SP model)
-            max_actions=None,
+            vocab_path=placeholder(str),  # an existing vocabulary file instead (word-dictionary JSON or SP model)
+            max_actions=placeholder(int),
             on_too_long="error",  # "error" or "skip" (counted, reported)
             on_bad_tree="error",  # "error" or "skip" (counted, reported)
             # Stack entries that do not fit in model.memory_length: "warn" (count, report) or "error".
@@ -111,36 +171,14 @@ def default_config() -> ml_collections.ConfigDict:
             interval_steps=200,
             batch_size=16,  # global rows for the validation pass
         ),
-        checkpointing=dict(
-            interval_steps=200,
-            max_to_keep=3,  # most recent checkpoints kept
-            keep_best=1,  # and the best by validation loss
-            async_save=True,
-            # Every checkpoint gets a manifest of its files' sizes (checked on resume: a truncated or missing
-            # file is caught). checksums=True adds sha256 sums (a flipped byte is caught too); they are computed
-            # on a background thread, but read every byte (3 GB for tg_bllip with Adam), hence opt-in.
-            checksums=False,
-            # Save the per-row memory [K, B, M, d] too: resuming mid-sequence is then bit-identical.
-            save_memory=True,
-        ),
-        logging=dict(
-            interval_steps=10,
-            tensorboard=True,
-        ),
-        mesh=dict(
-            data=-1,  # -1: whatever the other axis leaves
-            model=1,
-            logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES,
-        ),
-        distributed=dict(
-            # Call jax.distributed.initialize() first (multi-host TPU / GPU); the addresses are
-            # detected on Cloud TPU and SLURM when left None.
-            initialize=False,
-            coordinator_address=None,
-            num_processes=None,
-            process_id=None,
-        ),
-    ))
+    )
+    return family_config(
+        sections,
+        # sha256 sums read every byte of a checkpoint (3 GB for tg_bllip with Adam), hence opt-in here; the
+        # memory [K, B, M, d] is saved so that resuming mid-sequence is bit-identical.
+        checkpointing=dict(interval_steps=200, checksums=False, save_memory=True),
+        logging=dict(interval_steps=10),
+    )
 
 
 def set_data_paths(config: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
@@ -233,19 +271,17 @@ def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.Conf
         raise ConfigError(f"config file {path}: get_config({'' if arg is None else repr(arg)}) failed: {e}") from e
     if not isinstance(config, (ml_collections.ConfigDict, dict)):
         raise ConfigError(f"config file {path}: get_config() returned {type(config).__name__}, expected a ConfigDict")
-    if trainer_of(config) != "lm":  # another trainer's config (configs/stack_cfl.py): its own keys, no TG defaults
-        if not isinstance(config, ml_collections.ConfigDict):
-            config = ml_collections.ConfigDict(config)
-        return apply_overrides(config, overrides)
     return apply_overrides(merge_into_defaults(config), overrides)
 
 
-# `trainer` (a top-level key; absent means "lm") picks what `tgjax train` runs: "lm" is the TG / TXL
-# loop (tgjax.train.loop) over `default_config()`'s keys; "cfl" is tgjax.train.cfl_trials (configs/stack_cfl.py);
-# "classification" is tgjax.train.tasks.classification (configs/om_listops.py, configs/om_logic.py).
-# The one registry of tasks: a config's `trainer` key -> "module:class" of its task (tgjax.train.tasks
-# imports it on use, so one family's imports do not load the others'). A new family adds one line.
-TASKS = {
+# `trainer` (a top-level key; absent means "lm") picks what `tgjax train` runs and which defaults a config
+# file is merged over: "lm" is the TG / TXL task over `default_config()`'s keys; "cfl" is tgjax.train.cfl_trials
+# (configs/stack_cfl.py); the others are the trainer (tgjax.train.loop) on their task (tgjax.train.tasks
+# imports it on use, so one family's imports do not load the others').
+# tgjax's own families: a config's `trainer` key -> "module:class" of its task. They are registered
+# under the entry-point group `tgjax.families` (pyproject.toml) like an outside package's would be;
+# this table is what a source tree that was not pip-installed falls back to.
+BUILTIN_FAMILIES = {
     "lm": "tgjax.train.tasks.treebank_lm:TreebankLMTask",  # TG and the TXL baselines
     "cfl": "tgjax.train.tasks.cfl:CFLTask",  # stack attention on the CFL tasks
     "classification": "tgjax.train.tasks.classification:ClassificationTask",  # Ordered Memory: ListOps, logic
@@ -256,14 +292,39 @@ TASKS = {
     "ppo_options": "tgjax.train.tasks.ppo_options:PPOOptionsTask",  # PPO over frozen Craft options (OCN / MoE)
     "ppo_actions": "tgjax.train.tasks.ppo_actions:PPOActionsTask",  # PPO in action space (LSTM / OMPN baselines)
 }
-TRAINERS = tuple(TASKS)
+TRAINERS = tuple(BUILTIN_FAMILIES)
+FAMILY_ENTRY_POINTS = "tgjax.families"
+
+
+@functools.cache
+def registered_families() -> dict[str, str]:
+    """Every family a config's `trainer` may name -> "module:class" of its task: tgjax's own and those that
+    installed packages register under the entry-point group `tgjax.families` (read once per process).
+
+    A package adds a family with, in its pyproject.toml:
+
+        [project.entry-points."tgjax.families"]
+        my_family = "my_package.family:MyFamilyTask"
+    """
+    families = dict(BUILTIN_FAMILIES)
+    for entry in importlib.metadata.entry_points(group=FAMILY_ENTRY_POINTS):
+        if families.get(entry.name, entry.value) != entry.value:
+            raise ConfigError(f"entry point {FAMILY_ENTRY_POINTS}:{entry.name} = {entry.value!r} (from "
+                              f"{entry.dist.name if entry.dist else 'an installed package'}) takes the name of "
+                              f"the family {families[entry.name]!r}; register it under another name")
+        families[entry.name] = entry.value
+    return families
 
 
 def trainer_of(config: ml_collections.ConfigDict | dict) -> str:
     """The config's `trainer` ("lm" when it has none); raises `ConfigError` for an unknown one."""
     trainer = config.get("trainer", "lm") if hasattr(config, "get") else "lm"
-    if trainer not in TRAINERS:
-        raise ConfigError(f"config key 'trainer': unknown {trainer!r}; expected one of {', '.join(TRAINERS)}")
+    families = registered_families()
+    if trainer not in families:
+        close = difflib.get_close_matches(str(trainer), list(families), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"config key 'trainer': unknown {trainer!r}{hint}; expected one of {', '.join(families)} "
+                          f"(a package adds one under the entry-point group {FAMILY_ENTRY_POINTS!r})")
     return trainer
 
 
@@ -272,28 +333,49 @@ def trainer_of(config: ml_collections.ConfigDict | dict) -> str:
 FREE_FORM_SECTIONS = {("training", "optimizer", "kwargs"), ("training", "lr_schedule", "kwargs")}
 
 
-def merge_into_defaults(config: ml_collections.ConfigDict | dict) -> ml_collections.ConfigDict:
-    """`default_config()` with the values of `config` set on it; a key the defaults lack is an error.
+def family_defaults(trainer: str) -> ml_collections.ConfigDict:
+    """The `default_config()` of the family `trainer` names: every key it reads, with its default."""
+    from tgjax.train.tasks import task_class  # imported here: tgjax.train.tasks imports this module
 
-    A config file may therefore set only what differs from the defaults, and a
-    misspelt key is reported instead of silently ignored.
+    return task_class(trainer).default_config()
+
+
+def merge_into_defaults(config: ml_collections.ConfigDict | dict,
+                        defaults: ml_collections.ConfigDict | None = None) -> ml_collections.ConfigDict:
+    """`defaults` (its family's `default_config()` when None) with the values of `config` set on it, locked.
+
+    A key the defaults lack, or a value of another type than the default's, is a
+    `ConfigError`. A config file may therefore set only what differs from its
+    family's defaults, and a misspelt key is reported instead of silently ignored.
     """
     if not isinstance(config, ml_collections.ConfigDict):
         config = ml_collections.ConfigDict(config)
-    merged = default_config()
+    merged = family_defaults(trainer_of(config)) if defaults is None else defaults
     for path in _leaf_paths(config):
+        if path == ("trainer",) and "trainer" not in merged:
+            continue  # "lm" named explicitly: its defaults leave the key out (absent means "lm")
         value = config
         for key in path:
             value = value[key]
-        section = _lookup(merged, path, what="config key")
-        if isinstance(section[path[-1]], ml_collections.ConfigDict) and path not in FREE_FORM_SECTIONS:
-            raise ConfigError(f"config key {'.'.join(path)!r} is a section, got the value {value!r}")
-        with section.unlocked():
-            try:
-                section[path[-1]] = value
-            except TypeError as e:
-                raise ConfigError(f"config key {'.'.join(path)!r}: {e}") from None
+        _set_default(merged, path, value)
+    merged.lock()  # a key added later (a typo in code) fails too
     return merged
+
+
+def _set_default(merged: ml_collections.ConfigDict, path: tuple[str, ...], value: Any) -> None:
+    """Sets the value of `path` on the defaults, refusing what is not there or of another type."""
+    dotted = ".".join(path)
+    section = _lookup(merged, path, what="config key")
+    default = section[path[-1]]
+    if isinstance(default, ml_collections.ConfigDict) and path not in FREE_FORM_SECTIONS:
+        raise ConfigError(f"config key {dotted!r} is a section, got the value {value!r}")
+    with section.unlocked():
+        try:
+            section[path[-1]] = value
+        except TypeError:
+            kind = declared_type(section, path[-1])
+            raise ConfigError(f"config key {dotted!r}: expected {kind.__name__ if kind else 'another type'} "
+                              f"(the default is {default!r}), got {value!r}") from None
 
 
 def _leaf_paths(config: ml_collections.ConfigDict, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -358,9 +440,10 @@ def _refuse_unsupported_knob(config: ml_collections.ConfigDict, path: tuple[str,
     if len(path) == 2 and path[0] == "model" and path[1] in ACCELERATOR_KNOBS and "model" in config \
             and path[1] not in config.model:
         family = trainer_of(config)
-        raise ConfigError(f"config key 'model.{path[1]}': the {family!r} family ({TASKS[family]}) does not support "
-                          f"it yet; the accelerator knobs model.{', model.'.join(ACCELERATOR_KNOBS)} exist for the "
-                          f"'lm' family (TG / TXL models), model.remat and model.scan_layers also for 'pushdown_lm'")
+        raise ConfigError(f"config key 'model.{path[1]}': the {family!r} family ({registered_families()[family]}) "
+                          f"does not support it yet; the accelerator knobs model.{', model.'.join(ACCELERATOR_KNOBS)} "
+                          f"exist for the 'lm' family (TG / TXL models), model.remat and model.scan_layers also "
+                          f"for 'pushdown_lm'")
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]) -> ml_collections.ConfigDict:
@@ -390,7 +473,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
         if isinstance(current, ml_collections.ConfigDict):
             raise ConfigError(f"config key {dotted!r} is a section; set one of its keys: "
                               f"{', '.join(f'{dotted}.{k}' for k in sorted(current.keys()))}")
-        value = parse_value(text, current, key=dotted)
+        value = parse_value(text, current, key=dotted, declared=declared_type(section, path[-1]))
         with section.unlocked():
             section[path[-1]] = value
     return config
@@ -399,18 +482,25 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
-def parse_value(text: str, current: Any, *, key: str = "value") -> Any:
-    """`text` as the type of `current` (bool, int, float, str, tuple/list); literal when `current` is None."""
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"config key {key!r}: cannot use {text!r}, expected {expected} "
-                           f"(like the current value {current!r})")
+def parse_value(text: str, current: Any, *, key: str = "value", declared: type | None = None) -> Any:
+    """`text` as the type of `current` (bool, int, float, str, tuple/list).
 
-    if isinstance(current, bool):
+    When `current` is None: "None", or `text` as the `declared` type (a None default's placeholder type,
+    `ml_collections.config_dict.placeholder(int)`), or without one a Python literal if it is one, else the string.
+    """
+    def bad(expected: str) -> ConfigError:
+        like = f"like the current value {current!r}" if current is not None else "or None"
+        return ConfigError(f"config key {key!r}: cannot use {text!r}, expected {expected} ({like})")
+
+    kind = type(current) if current is not None else declared
+    if current is None and (kind is None or kind is type(None) or text.strip() == "None"):
+        return _literal(text)
+    if issubclass(kind, bool):
         lowered = text.strip().lower()
         if lowered in _TRUE | _FALSE:
             return lowered in _TRUE
         raise bad("true or false")
-    if isinstance(current, int):
+    if issubclass(kind, int):
         try:
             return int(text)
         except ValueError:
@@ -422,28 +512,99 @@ def parse_value(text: str, current: Any, *, key: str = "value") -> Any:
             if number != int(number):
                 raise bad("an integer") from None
             return int(number)
-    if isinstance(current, float):
+    if issubclass(kind, float):
         try:
             return float(text)
         except ValueError:
             raise bad("a number") from None
-    if isinstance(current, str):
+    if issubclass(kind, str):
         return text
-    if isinstance(current, (tuple, list)):
+    if issubclass(kind, (tuple, list)):
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             raise bad("a Python tuple/list literal") from None
         if not isinstance(value, (tuple, list)):
             raise bad("a tuple/list")
-        return tuple(value) if isinstance(current, tuple) else list(value)
-    # None (or anything else): a Python literal if it is one, else the string.
+        return tuple(value) if issubclass(kind, tuple) else list(value)
+    return _literal(text)
+
+
+def _literal(text: str) -> Any:
+    """A Python literal if `text` is one ("None" included), else the string."""
     if text.strip() == "None":
         return None
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def declared_type(section: ml_collections.ConfigDict, key: str) -> type | None:
+    """The type a key's values must have: its value's, or a None default's placeholder type (None: any)."""
+    kind = section.get_type(key)
+    return None if kind is type(None) else kind
+
+
+# -----------------------------------------------------------------------------
+# Value checks: presence and type come from the merge over a family's defaults; a task's
+# `validate_config` checks what the type alone does not say (a range, a choice) through these.
+
+
+def config_value(config: ml_collections.ConfigDict, key: str) -> Any:
+    """The value of a dotted key ("training.num_steps")."""
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def check_int(config: ml_collections.ConfigDict, key: str, *, minimum: int = 1) -> int:
+    """The value of `key`, refused (`ConfigError` naming the key) unless an integer >= minimum (a bool is not)."""
+    value = config_value(config, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config key {key!r} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_positive_int(config: ml_collections.ConfigDict, key: str) -> int:
+    """The value of `key`, refused unless an integer >= 1."""
+    return check_int(config, key, minimum=1)
+
+
+def check_range(config: ml_collections.ConfigDict, key: str, low: float | None = None, high: float | None = None,
+                *, low_open: bool = False, high_open: bool = False) -> float:
+    """The value of `key`, refused unless a number within [low, high] (`*_open`: that bound excluded)."""
+    value = config_value(config, key)
+    if not _is_number(value) or not _within(value, low, high, low_open, high_open):
+        raise ConfigError(f"config key {key!r} must be {_interval(low, high, low_open, high_open)}, got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _within(value: float, low, high, low_open: bool, high_open: bool) -> bool:
+    above_low = low is None or (value > low if low_open else value >= low)
+    below_high = high is None or (value < high if high_open else value <= high)
+    return above_low and below_high
+
+
+def _interval(low, high, low_open: bool, high_open: bool) -> str:
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    return f"{'<' if high_open else '<='} {high:g}"
+
+
+def check_choice(config: ml_collections.ConfigDict, key: str, choices: Sequence[Any]) -> Any:
+    """The value of `key`, refused unless one of `choices`."""
+    value = config_value(config, key)
+    if value not in choices:
+        raise ConfigError(f"config key {key!r}: unknown {value!r}; expected one of {', '.join(map(repr, choices))}")
+    return value
 
 
 def to_json_dict(config: ml_collections.ConfigDict) -> dict:

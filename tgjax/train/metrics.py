@@ -87,8 +87,15 @@ def read_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
         path = path / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (a run's metrics.jsonl, written by tgjax train)")
+    from tgjax.data.text_files import decode_line
+
     records, unreadable = [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    data = path.read_bytes()
+    raw_lines = data.splitlines()
+    for number, raw in enumerate(raw_lines, start=1):
+        if number == len(raw_lines) and not data.endswith(b"\n"):  # cut short by a kill, maybe mid-character
+            raw = raw.decode("utf-8", errors="replace").encode()
+        line = decode_line(raw, str(path), number)  # bad bytes elsewhere: an error naming file:line:column
         try:
             record = json.loads(line)
         except json.JSONDecodeError:

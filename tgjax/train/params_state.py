@@ -1,14 +1,19 @@
-"""The training state most tasks need, replicated over the mesh: parameters, optimiser state, step, RNG key.
+"""The training state most tasks need: parameters, optimiser state, step, RNG key, placed on the mesh.
 
-A task whose model is data-parallel only (the CFL, classification, MLM and
-Pushdown tasks) keeps one `ParamsState` and builds it here:
+A task keeps one `ParamsState` and builds it here:
 
-    state = init_params_state(build_model, tx, seed, replicated)   # a fresh run
-    target = abstract_params_state(abstract_params, tx, replicated) # what a checkpoint restores into
+    layout = params_layout(build_model, mesh, rules)                # shapes and shardings, nothing allocated
+    state = init_params_state(build_model, tx, seed, layout)        # a fresh run
+    target = abstract_params_state(layout, tx)                      # what a checkpoint restores into
 
 `build_model(rngs)` makes the task's NNX model; the parameters are its
 `nnx.Param`s as a pure dict (what the jitted step differentiates and orbax
-saves). The seed gives two keys: one initialises the parameters, the other
+saves). Each parameter is placed by its logical axis names (NNX partition
+metadata, `tgjax.nn.params.param`) through the config's rules, and each Adam
+moment like its parameter (`tgjax.train.sharding`): with `mesh.model > 1` the
+marked dimensions are split over "model", the rest replicated.
+
+The seed gives two keys: one initialises the parameters, the other
 (`rng`, stored as raw uint32 key data so that orbax saves it) is the base key
 the step folds the step number into for dropout and masking, so a resumed run
 draws what an uninterrupted one draws.
@@ -17,6 +22,7 @@ draws what an uninterrupted one draws.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +30,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import Sharding
+from jax.sharding import Mesh, NamedSharding
+
+from tgjax.train import sharding as shd
 
 
 @jax.tree_util.register_dataclass
@@ -38,30 +46,80 @@ class ParamsState:
     rng: jax.Array
 
 
-def abstract_params(build_model: Callable[[nnx.Rngs], nnx.Module]) -> dict:
-    """The model's parameters as `jax.ShapeDtypeStruct`s (a pure dict), without allocating them."""
+@dataclasses.dataclass(frozen=True)
+class ParamsLayout:
+    """A model's parameters on a mesh, before any is allocated.
+
+    `shapes` and `shardings` are pure dicts shaped like `nnx.to_pure_dict` of
+    the parameters (`jax.ShapeDtypeStruct`s; `NamedSharding`s by the logical
+    axes and the rules); `variables` is the abstract `nnx.Param` state, whose
+    metadata the optimiser state's shardings are read from.
+    """
+
+    shapes: dict
+    shardings: dict
+    variables: nnx.State
+    mesh: Mesh
+    rules: Any
+
+    @property
+    def num_parameters(self) -> int:
+        return int(sum(math.prod(s.shape) for s in jax.tree.leaves(self.shapes)))
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return shd.replicated(self.mesh)
+
+    def opt_state_shardings(self, tx: optax.GradientTransformation) -> Any:
+        """Each moment sharded as its parameter; counts and scalars replicated."""
+        return shd.opt_state_shardings(tx, self.variables, self.mesh, self.rules)
+
+    def partition_specs(self) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """"path/to/param" -> (shape, its `PartitionSpec` on the mesh), in the parameters' order."""
+        flat = jax.tree_util.tree_flatten_with_path(self.shardings)[0]
+        shapes = jax.tree.leaves(self.shapes)
+        name = lambda path: "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+        return {name(path): (tuple(shape.shape), sharding.spec) for (path, sharding), shape in zip(flat, shapes)}
+
+    def state_shardings(self, tx: optax.GradientTransformation) -> ParamsState:
+        """The `ParamsState` of shardings (the jitted steps' in and out shardings)."""
+        return ParamsState(self.shardings, self.opt_state_shardings(tx), self.replicated, self.replicated)
+
+
+def params_layout(build_model: Callable[[nnx.Rngs], nnx.Module], mesh: Mesh, rules) -> ParamsLayout:
+    """The model's parameter shapes and shardings under `rules` on `mesh`, without allocating them."""
     abstract = nnx.eval_shape(lambda: build_model(nnx.Rngs(params=0, dropout=0)))
-    params = nnx.split(abstract, nnx.Param, ...)[1]
-    return jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(params))
+    variables = nnx.split(abstract, nnx.Param, ...)[1]
+    shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(variables))
+    return ParamsLayout(shapes, shd.param_shardings(variables, mesh, rules), variables, mesh, rules)
 
 
 def init_params_state(build_model: Callable[[nnx.Rngs], nnx.Module], tx: optax.GradientTransformation,
-                      seed: int, sharding: Sharding) -> ParamsState:
-    """A fresh state: parameters from `seed`'s first key, the step's base key from its second, all on `sharding`."""
+                      seed: int, layout: ParamsLayout) -> ParamsState:
+    """A fresh state: parameters from `seed`'s first key, the step's base key from its second, placed by `layout`.
+
+    The parameters are initialised directly in their shardings (no full copy on one device first).
+    """
     param_key, step_key = jax.random.split(jax.random.key(seed))
+    shardings = layout.state_shardings(tx)
 
     def init():
         model = build_model(nnx.Rngs(params=param_key, dropout=0))
         return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
 
-    params = jax.jit(init, out_shardings=sharding)()
-    opt_state = jax.jit(tx.init, out_shardings=sharding)(params)
-    return ParamsState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), sharding),
-                       jax.device_put(jax.random.key_data(step_key), sharding))
+    params = jax.jit(init, out_shardings=shardings.params)()
+    opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
+    return ParamsState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), shardings.step),
+                       jax.device_put(jax.random.key_data(step_key), shardings.rng))
 
 
-def abstract_params_state(params: dict, tx: optax.GradientTransformation, sharding: Sharding) -> ParamsState:
-    """The restore target for `params`' shapes (`abstract_params`): every leaf a ShapeDtypeStruct on `sharding`."""
-    shapes = ParamsState(params, jax.eval_shape(tx.init, params), jax.ShapeDtypeStruct((), jnp.int32),
+def abstract_params_state(layout: ParamsLayout, tx: optax.GradientTransformation) -> ParamsState:
+    """The restore target: every leaf of a `ParamsState` a ShapeDtypeStruct with its sharding."""
+    shapes = ParamsState(layout.shapes, jax.eval_shape(tx.init, layout.shapes), jax.ShapeDtypeStruct((), jnp.int32),
                          jax.ShapeDtypeStruct((2,), jnp.uint32))
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+    return with_shardings(shapes, layout.state_shardings(tx))
+
+
+def with_shardings(shapes: Any, shardings: Any) -> Any:
+    """`jax.ShapeDtypeStruct`s of `shapes` carrying the matching leaf of `shardings` (a same-shaped tree)."""
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)

@@ -58,6 +58,14 @@ def make_mesh(data: int = -1, model: int = 1, devices: Sequence[jax.Device] | No
     return jax.make_mesh((data, model), MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto), devices=devices)
 
 
+def config_rules(config) -> tuple:
+    """The config's `mesh.logical_axis_rules` as a tuple of pairs (the shipped defaults where it has none)."""
+    from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES  # config imports nothing of train: no cycle
+
+    rules = config.mesh.get("logical_axis_rules", None) or DEFAULT_LOGICAL_AXIS_RULES
+    return tuple(tuple(rule) for rule in rules)
+
+
 def logical_to_spec(logical_axes: Sequence[str | None] | None, rules: Rules) -> P:
     """Logical axis names -> a `PartitionSpec` by the first matching rule whose mesh axes are still free."""
     if logical_axes is None:

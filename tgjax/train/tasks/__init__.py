@@ -1,7 +1,9 @@
 """Training tasks, one module per family; `make_task(config)` picks the one a config names.
 
 A config's top-level `trainer` key names its task ("lm" when absent,
-`tgjax.train.config.trainer_of`). `task_class(name)` is the one way to reach a
+`tgjax.train.config.trainer_of`), registered under the entry-point group
+`tgjax.families` (`tgjax.train.config.registered_families`): an installed
+package adds a family without a change to tgjax. `task_class(name)` is the one way to reach a
 family's task class (its `default_config()` included); the trainer
 (`tgjax.train.loop`) is not edited for a new family. The CFL task
 (`trainer="cfl"`) is one trial; `tgjax.train.cfl_trials.train_cfl` runs the trials.
@@ -11,14 +13,29 @@ from __future__ import annotations
 
 import importlib
 
-from tgjax.train.config import TASKS, trainer_of
+from tgjax.train.config import registered_families, trainer_of
 
 
 def task_class(name: str) -> type:
-    """The task class registered under the trainer name `name` (imported on use)."""
+    """The task class registered under the trainer name `name` (imported on use); a small plug-in family
+    (`tgjax.train.family`) comes back as the trainer's task made of it."""
+    from tgjax.train.family import is_plugin_family, task_for
+
+    registered = getattr(family_module(name), registered_families()[name].split(":")[1])
+    return task_for(registered) if is_plugin_family(registered) else registered
+
+
+def describe(config) -> dict:
+    """What `tgjax info` prints of a config's family (its task class's `describe`, else its module's)."""
+    name = trainer_of(config)
+    cls = task_class(name)
+    return cls.describe(config) if hasattr(cls, "describe") else family_module(name).describe(config)
+
+
+def family_module(name: str):
+    """The module of the task registered under `name`; it also defines `describe(config)` (`tgjax info`)."""
     trainer_of({"trainer": name})  # a ConfigError naming the known trainers for an unknown name
-    module, cls = TASKS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return importlib.import_module(registered_families()[name].split(":")[0])
 
 
 def make_task(config):

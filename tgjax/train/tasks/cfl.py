@@ -2,8 +2,8 @@
 
 What it hands the trainer (`tgjax.train.task`): the config's checks
 (`tgjax.train.cfl.check_config`), the trial's fresh training and validation
-sample, `StackTransformerLM` parameters (replicated over the mesh; the model
-is small), the resumable shuffled batches (`ShuffledBatches`: the same batches
+sample, `StackTransformerLM` parameters (placed on the mesh by their logical
+axes, `tgjax.train.params_state`), the resumable shuffled batches (`ShuffledBatches`: the same batches
 in a new order every epoch), the jitted step of `tgjax.train.cfl.make_steps`
 (cross-entropy summed over time, mean over strings; the learning rate is an
 argument, so a plateau decay recompiles nothing), validation after every
@@ -30,15 +30,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from tgjax.data.cfl import cfl_task
 from tgjax.data.cfl_metric import cross_entropy_difference
+from tgjax.models.stack_lm import StackTransformerLM
 from tgjax.progress import format_duration
 from tgjax.train import cfl
 from tgjax.train import sharding as shd
+from tgjax.train.cfl import describe_cfl as describe  # noqa: F401  (what `tgjax info` reads of every family module)
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.params_state import params_layout, with_shardings
 from tgjax.train.schedules import Plateau
 from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged, read_intervals
 
@@ -143,6 +145,7 @@ class CFLTask:
 
     name = "cfl"
     selection = Selection("cross_entropy_difference", "min")
+    default_config = staticmethod(cfl.default_config)
 
     def __init__(self, config, trial: int = 0):
         self.config = config
@@ -218,7 +221,9 @@ class CFLTask:
         interval = config.checkpointing.interval_steps
         self.checkpoint_interval = int(interval) if interval else self.steps_per_epoch
         self.steps, self.tx = cfl.make_steps(self.model_config, t)
-        self.replicated = NamedSharding(run.mesh, PartitionSpec())
+        self.replicated = shd.replicated(run.mesh)
+        self.layout = params_layout(lambda rngs: StackTransformerLM(self.model_config, rngs=rngs), run.mesh,
+                                    shd.config_rules(config))
         self.started = time.perf_counter()
 
     def describe_run(self) -> list[str]:
@@ -238,13 +243,16 @@ class CFLTask:
                              rng=jax.random.key_data(dropout_key))
         return state, rest
 
+    def _shardings(self) -> cfl.CFLState:
+        return cfl.CFLState(self.layout.shardings, self.layout.opt_state_shardings(self.tx), self.replicated,
+                            self.replicated)
+
     def init_state(self):
         state, rest = self._fresh()
-        return jax.device_put(state, self.replicated), jax.device_put(rest, self.replicated)
+        return jax.device_put(state, self._shardings()), jax.device_put(rest, self.replicated)
 
     def abstract_state(self):
-        shapes = jax.eval_shape(lambda: self._fresh()[0])
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.replicated), shapes)
+        return with_shardings(jax.eval_shape(lambda: self._fresh()[0]), self._shardings())
 
     def restored_rest(self):
         # The parameters come from the checkpoint; the rest (dropout streams, reseeded every step) is the seed's.

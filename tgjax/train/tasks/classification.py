@@ -13,7 +13,11 @@ What it hands the trainer (`tgjax.train.task`):
   the end; "logic": the original files (`data.logic_dir`), train0..6 with
   every 10th pair held out for validation (the release's protocol), tested
   per operator count 7..12 (`data.split="length"`) or on the unseen pairs of
-  a systematicity split A / B / C (`data.split`), per count and overall.
+  a systematicity split A / B / C (`data.split`), per count (0..12) and
+  pooled twice: over 7..12 operators ("A/7-12", what the thesis' A / B / C
+  columns aggregate, "the unseen operation lengths": 1,369 / 9,257 / 12,757
+  pairs), the figure the results put beside the thesis, and over every
+  length ("A/0-12": 2,472 / 17,544 / 27,232 pairs), reported apart.
   Deviation from the ListOps release, which has no validation split and
   selects on the test set: here a generated validation set selects, and the
   test set is read once, at the end.
@@ -70,9 +74,17 @@ from tgjax.models.ordered_memory import (
 from tgjax.models.parts import count_parameters
 from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
-from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.config import (
+    ConfigError,
+    check_choice,
+    check_int,
+    check_positive_int,
+    check_range,
+    family_config,
+    to_json_dict,
+)
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
@@ -86,7 +98,7 @@ SMART_BATCH_WINDOW = 10  # batches per sorted window (the release's 10 shards)
 
 def default_config() -> ml_collections.ConfigDict:
     """Every key this task and the trainer read, at the ListOps release's values (configs/om_*.py set theirs)."""
-    return ml_collections.ConfigDict(dict(
+    return family_config(dict(
         trainer="classification",
         dataset="listops",
         data=dict(
@@ -106,7 +118,7 @@ def default_config() -> ml_collections.ConfigDict:
             embedding_size=128, slot_size=128, n_slots=21, test_n_slots=0,  # 0: n_slots
             mlp_hidden_size=0,  # the pair head's hidden size (logic: 200)
             embedding_dropout=0.1, output_dropout=0.2, attention_dropout=0.3, cell_dropout=0.1,
-            release_switches=False,  # the release's q/k LayerNorms, mask floor and zero padding
+            release_switches=False,  # the release's q/k LayerNorms, mask floor and zero padding (configs/om_*: on)
             embedding_init_range=0.0,  # 0: N(0, 1) (PyTorch's default); r: U(-r, r)
         ),
         training=dict(
@@ -116,57 +128,29 @@ def default_config() -> ml_collections.ConfigDict:
             lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000,
         ),
         evaluation=dict(interval_steps=700, batch_size=128),
-        checkpointing=dict(interval_steps=700, max_to_keep=3, keep_best=1, async_save=True, checksums=True,
-                           save_memory=False),
-        logging=dict(interval_steps=50, tensorboard=False),
-        mesh=dict(data=-1, model=1, logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
-    ))
+    ), checkpointing=dict(interval_steps=700), logging=dict(tensorboard=False))
 
 
 def check_config(config) -> None:
-    """Every key this task reads, checked before anything starts; `ConfigError` names the key."""
-    def need(path: str):
-        node = config
-        for key in path.split("."):
-            if not hasattr(node, "keys") or key not in node:
-                raise ConfigError(f"config key {path!r} is missing (see tgjax.train.tasks.classification."
-                                  f"default_config for every key)")
-            node = node[key]
-        return node
-
-    def positive_int(path: str, minimum: int = 1):
-        value = need(path)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"config key {path!r} must be an integer >= {minimum}, got {value!r}")
-
-    if need("dataset") not in DATASETS:
-        raise ConfigError(f"config key 'dataset': expected one of {', '.join(DATASETS)}, got {config.dataset!r}")
-    if need("data.split") not in SPLITS:
-        raise ConfigError(f"config key 'data.split': expected one of {', '.join(SPLITS)}, got {config.data.split!r}")
-    for path in ("data.train_size", "data.valid_size", "data.max_train_tokens", "data.length_bucket",
-                 "model.embedding_size", "model.slot_size", "model.n_slots", "training.num_steps",
-                 "training.batch_size", "evaluation.interval_steps", "evaluation.batch_size",
-                 "checkpointing.interval_steps", "logging.interval_steps"):
-        positive_int(path)
-    for path in ("data.seed", "data.test_max_tokens", "data.max_train_examples", "data.max_valid_examples",
-                 "model.test_n_slots", "model.mlp_hidden_size", "training.seed", "training.lr_patience",
-                 "training.early_stopping_patience"):
-        positive_int(path, 0)
-    for path in ("training.learning_rate", "training.eps"):
-        if not need(path) > 0:
-            raise ConfigError(f"config key {path!r} must be > 0, got {need(path)!r}")
-    for path in ("training.b1", "training.b2"):
-        if not 0 <= need(path) < 1:
-            raise ConfigError(f"config key {path!r} must be in [0, 1), got {need(path)!r}")
-    if not 0 < need("training.lr_decay") <= 1:
-        raise ConfigError(f"config key 'training.lr_decay' must be in (0, 1], got {config.training.lr_decay!r}")
-    if need("training.schedule") not in ("plateau", "constant"):
-        raise ConfigError(f"config key 'training.schedule': expected 'plateau' or 'constant', "
-                          f"got {config.training.schedule!r}")
-    need("training.weight_decay"), need("training.clip_grad_norm"), need("data.test_path"), need("data.logic_dir")
-    for section in ("mesh", "checkpointing", "distributed"):
-        need(section)
+    """The values this task reads, checked before anything starts (every key is there: the config was merged
+    over `default_config()`); `ConfigError` names the key."""
+    check_choice(config, "dataset", DATASETS)
+    check_choice(config, "data.split", SPLITS)
+    for key in ("data.train_size", "data.valid_size", "data.max_train_tokens", "data.length_bucket",
+                "model.embedding_size", "model.slot_size", "model.n_slots", "training.num_steps",
+                "training.batch_size", "evaluation.interval_steps", "evaluation.batch_size",
+                "checkpointing.interval_steps", "logging.interval_steps"):
+        check_positive_int(config, key)
+    for key in ("data.seed", "data.test_max_tokens", "data.max_train_examples", "data.max_valid_examples",
+                "model.test_n_slots", "model.mlp_hidden_size", "training.seed", "training.lr_patience",
+                "training.early_stopping_patience"):
+        check_int(config, key, minimum=0)
+    for key in ("training.learning_rate", "training.eps"):
+        check_range(config, key, low=0, low_open=True)
+    for key in ("training.b1", "training.b2"):
+        check_range(config, key, 0, 1, high_open=True)
+    check_range(config, "training.lr_decay", 0, 1, low_open=True)
+    check_choice(config, "training.schedule", ("plateau", "constant"))
     try:
         model_config(config)
     except ValueError as e:
@@ -195,7 +179,8 @@ def describe(config) -> dict[str, Any]:
     count = count_parameters(lambda: OrderedMemoryClassifier(model_cfg, rngs=nnx.Rngs(0)))
     source = "tgjax.data.listops.TOKENS" if config.dataset == "listops" else "tgjax.data.logic.TOKENS + padding"
     return {"model_name": f"ordered_memory_{config.dataset}", "num_parameters": count,
-            "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg)}
+            "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg),
+            "build_model": lambda rngs: OrderedMemoryClassifier(model_cfg, rngs=rngs)}
 
 
 # -----------------------------------------------------------------------------
@@ -318,6 +303,37 @@ def eval_batches(dataset: str, split: Split, batch_size: int) -> list[tuple[np.n
     return out
 
 
+THESIS_LENGTHS = "7-12"  # the systematicity aggregate the thesis reports: the unseen lengths
+ALL_LENGTHS = "0-12"  # every unseen test pair, reported apart
+
+
+def pooled_accuracy(parts: list[dict]) -> dict:
+    """{"accuracy", "count"} over the examples of several results (each weighs by its count)."""
+    counts = [r["count"] for r in parts]
+    if not sum(counts):
+        return {"accuracy": float("nan"), "count": 0}
+    return {"accuracy": float(np.average([r["accuracy"] for r in parts], weights=counts)), "count": int(sum(counts))}
+
+
+def systematicity_totals(results: dict[str, dict], split: str) -> dict[str, dict]:
+    """A systematicity split's per-count results ("A/3", ...) pooled over 7..12 operators (the thesis'
+    aggregate, "A/7-12") and over every count ("A/0-12")."""
+    per_count = {int(name.split("/")[1]): r for name, r in results.items() if name.startswith(f"{split}/")}
+    unseen = list(logic.thesis_lengths(per_count).values())
+    return {f"{split}/{THESIS_LENGTHS}": pooled_accuracy(unseen),
+            f"{split}/{ALL_LENGTHS}": pooled_accuracy(list(per_count.values()))}
+
+
+def result_line(name: str, result: dict, split: str | None) -> str:
+    """One console line of the test summary; a systematicity split's two totals say which the thesis reports."""
+    extra = f", parse F1 {result['parse_f1']:.1f}" if "parse_f1" in result else ""
+    if split not in (None, "length") and name == f"{split}/{THESIS_LENGTHS}":
+        extra += f"  <- beside the thesis' {split} (unseen lengths 7-12)"
+    elif split not in (None, "length") and name == f"{split}/{ALL_LENGTHS}":
+        extra += "  (every unseen length 0-12; not a thesis figure)"
+    return f"  {name:>10}: accuracy {100 * result['accuracy']:.2f}% ({result['count']:,} examples){extra}"
+
+
 def span_f1(gold: list[set], predicted: list[set]) -> tuple[float, int]:
     """Corpus unlabelled span F1 (%) and the number of gold spans (sets of [start, end) spans per example)."""
     matched = sum(len(g & p) for g, p in zip(gold, predicted))
@@ -398,6 +414,7 @@ class ClassificationTask:
 
     name = "classification"
     selection = Selection("valid_accuracy", "max")
+    default_config = staticmethod(default_config)
 
     def __init__(self, config):
         self.config = config
@@ -426,14 +443,14 @@ class ClassificationTask:
         self.model_config = model_config(self.config)
         self._load_data()
         abstract = nnx.eval_shape(lambda: OrderedMemoryClassifier(self.model_config, rngs=nnx.Rngs(0)))
-        self.graphdef, abstract_params = nnx.split(abstract, nnx.Param)
-        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                            nnx.to_pure_dict(abstract_params))
-        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.graphdef = nnx.split(abstract, nnx.Param)[0]
+        self.layout = params_layout(self._build, run.mesh, shd.config_rules(self.config))
+        self.num_parameters = self.layout.num_parameters
         self.tx = make_optimizer(self.config.training)
         self.replicated = shd.replicated(run.mesh)
         train_step, eval_step = make_steps(self.model_config, self.graphdef, self.tx)
-        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._train_step = jax.jit(train_step, donate_argnums=(0,),
+                                   out_shardings=(self.layout.state_shardings(self.tx), self.replicated))
         self._eval_step = jax.jit(eval_step)
 
     def _load_data(self) -> None:
@@ -497,13 +514,14 @@ class ClassificationTask:
 
     # -- state and checkpoints ---------------------------------------------------------------
 
+    def _build(self, rngs: nnx.Rngs) -> OrderedMemoryClassifier:
+        return OrderedMemoryClassifier(self.model_config, rngs=rngs)
+
     def init_state(self):
-        state = init_params_state(lambda rngs: OrderedMemoryClassifier(self.model_config, rngs=rngs), self.tx,
-                                  self.config.training.seed, self.replicated)
-        return state, None
+        return init_params_state(self._build, self.tx, self.config.training.seed, self.layout), None
 
     def abstract_state(self):
-        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
+        return abstract_params_state(self.layout, self.tx)
 
     def restored_rest(self):
         return None
@@ -655,10 +673,10 @@ class ClassificationTask:
                 subset = Split([e for e, m in zip(split.examples, mask) if m], split.lengths[mask])
                 if len(subset.examples):
                     results[label] = self.accuracy(params, subset)
-        if self.dataset == "logic" and len(self.test_splits) > 1:
-            counts = [r["count"] for r in results.values()]
-            results["all"] = {"accuracy": float(np.average([r["accuracy"] for r in results.values()],
-                                                           weights=counts)), "count": int(sum(counts))}
+        if self.dataset == "logic" and self.config.data.split != "length":
+            results.update(systematicity_totals(results, self.config.data.split))
+        elif self.dataset == "logic" and len(self.test_splits) > 1:
+            results["all"] = pooled_accuracy(list(results.values()))
         return results
 
     def result_fields(self) -> dict[str, Any]:
@@ -666,17 +684,19 @@ class ClassificationTask:
 
     def report(self, results: dict, *, final_step: int, seconds: float) -> str:
         """Writes WORKDIR/test_results.json and returns the closing lines."""
-        report = {"dataset": self.dataset, "split": self.config.data.split if self.dataset == "logic" else None,
+        split = self.config.data.split if self.dataset == "logic" else None
+        report = {"dataset": self.dataset, "split": split,
                   "best_step": self.best["step"], "valid_accuracy": self.best["value"],
                   "final_step": final_step, "skipped": self.skipped, "test": results,
                   "num_parameters": self.num_parameters, "seconds": seconds}
+        if split not in (None, "length"):
+            report["beside_thesis"] = f"{split}/{THESIS_LENGTHS}"  # the key the thesis' column compares with
+            report["all_lengths"] = f"{split}/{ALL_LENGTHS}"
         if self.run.process_index == 0:
             (self.run.workdir / "test_results.json").write_text(json.dumps(report, indent=2) + "\n")
         lines = [f"done: step {final_step} in {format_duration(seconds)}; best validation accuracy "
                  f"{100 * self.best['value']:.2f}% at step {self.best['step']}; test with those parameters:"]
-        for name, r in results.items():
-            extra = f", parse F1 {r['parse_f1']:.1f}" if "parse_f1" in r else ""
-            lines.append(f"  {name:>10}: accuracy {100 * r['accuracy']:.2f}% ({r['count']:,} examples){extra}")
+        lines += [result_line(name, r, split) for name, r in results.items()]
         lines.append(f"  written to {self.run.workdir / 'test_results.json'}")
         return "\n".join(lines)
 

@@ -16,12 +16,12 @@ What it hands the trainer (`tgjax.train.task`):
   `tgjax data craft-demos` writes). The first `data.num_demos` episodes of a
   file are used: the last `valid_fraction` of them validate (the thesis'
   80/20 split).
-* batches: whole episodes, padded to max_steps + 1 rows (the final DONE
-  row is trained on too, as OMPN's behaviour cloning does; with
-  `data.train_final_done=False` it is not a target: the thesis' OCN ends
-  a task on the environment's signal, and a DONE imitated at the end of
-  the short training tasks is what an option then says midway through a
-  longer one), the observation
+* batches: whole episodes, padded to max_steps + 1 rows. The bot's final
+  DONE row is read but is no target: the thesis' actions are up, down,
+  left, right and use, the environment signalling the task's end, and a
+  DONE imitated at the end of the short training tasks is what an option
+  then says midway through a longer one. `data.train_final_done=True`
+  trains on it, as OMPN's release's behaviour cloning does. The observation
   reduced to its live features (`tgjax.models.ocn.live_observation_indices`)
   and stored as uint8; an epoch's order is a function of (seed, epoch), so
   the position {"epoch", "step"} is all a checkpoint needs; the last
@@ -68,21 +68,16 @@ from tgjax.models.ocn import (
 )
 from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
-from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.config import ConfigError, check_positive_int, check_range, family_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import (
-    ParamsState,
-    abstract_params,
-    abstract_params_state,
-    init_params_state,
-)
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every key this task and the trainer read, at the thesis' values (§5.3; configs/ocn_craft.py)."""
-    return ml_collections.ConfigDict(dict(
+    return family_config(dict(
         trainer="craft_bc",
         data=dict(
             tasks="AC,CD,DA",      # comma-separated tasks (subtask letters A=wood B=gold C=iron D=grass)
@@ -92,21 +87,18 @@ def default_config() -> ml_collections.ConfigDict:
             valid_fraction=0.2,
             seed=0,                # the bot's seed (task i uses seed + i)
             max_steps=64,          # the episode time limit the demonstrations were made with
-            # the bot's final DONE is a target (OMPN's BC); False: read, not imitated (the environment ends tasks)
-            train_final_done=True,
+            # False (the thesis' actions): the bot's final DONE is read, not imitated (the environment ends tasks);
+            # True: it is a target, as in OMPN's release
+            train_final_done=False,
         ),
         model=dict(kind="ocn", num_options=3, hidden_size=128, depth=2, controller_temperature=10.0,
                    option_temperature=1.0, live_inputs=True, num_slots=3,  # num_slots: OMPN's memory
                    task_state_init_std=0.1,   # OCN's per-task controller state h^c_0 ~ N(0, std^2) at the start
-                   option_done_bias_init=0.0),  # OCN: the options' done-head bias at the start (e = σ(b_e))
+                   option_done_bias_init=0.0,  # OCN: the options' done-head bias at the start (e = σ(b_e))
+                   ompn_pointer="stickbreaking"),  # OMPN: the release's bots' pointer; "softmax" the alternative
         training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
         evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
-        checkpointing=dict(interval_steps=200, max_to_keep=3, keep_best=1, async_save=True, checksums=False,
-                           save_memory=False),
-        logging=dict(interval_steps=20, tensorboard=True),
-        mesh=dict(data=-1, model=1, logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
-    ))
+    ), checkpointing=dict(interval_steps=200, checksums=False), logging=dict(interval_steps=20))
 
 
 def task_names(config) -> tuple[str, ...]:
@@ -132,29 +124,23 @@ def policy_config(config, num_tasks: int) -> CraftPolicyConfig:
                              option_temperature=m.option_temperature, live_inputs=m.live_inputs,
                              num_slots=m.get("num_slots", 3),  # configs written before OMPN lack it
                              task_state_init_std=m.get("task_state_init_std", 0.1),
-                             option_done_bias_init=m.get("option_done_bias_init", 0.0))
+                             option_done_bias_init=m.get("option_done_bias_init", 0.0),
+                             ompn_pointer=m.get("ompn_pointer", "softmax"))  # configs before the key: softmax
 
 
 def check_config(config) -> None:
-    """Every key this task reads, checked before anything starts; `ConfigError` names the key."""
-    for section in ("data", "model", "training", "evaluation", "checkpointing", "logging", "mesh", "distributed"):
-        if section not in config:
-            raise ConfigError(f"config section {section!r} is missing (see tgjax.train.tasks.craft_bc.default_config)")
+    """The values this task reads, checked before anything starts (every key is there: the config was merged
+    over `default_config()`); `ConfigError` names the key."""
     task_names(config)
-    for path in ("data.num_demos", "data.max_steps", "training.num_steps", "training.batch_size",
-                 "evaluation.interval_steps", "evaluation.batch_size", "checkpointing.interval_steps",
-                 "logging.interval_steps"):
-        section, key = path.split(".")
-        value = config[section][key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
-    if not isinstance(config.data.get("train_final_done", True), bool):
+    for key in ("data.num_demos", "data.max_steps", "training.num_steps", "training.batch_size",
+                "evaluation.interval_steps", "evaluation.batch_size", "checkpointing.interval_steps",
+                "logging.interval_steps"):
+        check_positive_int(config, key)
+    if not isinstance(config.data.train_final_done, bool):
         raise ConfigError(f"config key 'data.train_final_done' must be True or False, got "
                           f"{config.data.train_final_done!r}")
-    if not 0 < config.data.valid_fraction < 1:
-        raise ConfigError(f"config key 'data.valid_fraction' must be in (0, 1), got {config.data.valid_fraction!r}")
-    if not config.training.learning_rate > 0:
-        raise ConfigError(f"config key 'training.learning_rate' must be > 0, got {config.training.learning_rate!r}")
+    check_range(config, "data.valid_fraction", 0, 1, low_open=True, high_open=True)
+    check_range(config, "training.learning_rate", low=0, low_open=True)
     try:
         policy_config(config, 1)
     except ValueError as error:
@@ -167,7 +153,8 @@ def describe(config) -> dict[str, Any]:
     cfg = policy_config(config, len(task_names(config)))
     count = count_parameters(lambda: build_policy(cfg, nnx.Rngs(0)))
     return {"model_name": f"craft_{cfg.kind}", "num_parameters": count, "vocab_size": cfg.num_actions,
-            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(cfg)}
+            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(cfg),
+            "build_model": lambda rngs: build_policy(cfg, rngs)}
 
 
 # -----------------------------------------------------------------------------
@@ -277,6 +264,7 @@ class CraftBCTask:
 
     name = "craft_bc"
     selection = Selection("valid_nll", "min")
+    default_config = staticmethod(default_config)
     schedule = StepSchedule()
 
     def __init__(self, config):
@@ -315,14 +303,15 @@ class CraftBCTask:
         build = lambda rngs: build_policy(self.policy_config, rngs)
         abstract = nnx.eval_shape(lambda: build(nnx.Rngs(0)))
         self.graphdef = nnx.split(abstract, nnx.Param, ...)[0]
-        self.abstract_params = abstract_params(build)
+        self.layout = params_layout(build, run.mesh, shd.config_rules(self.config))
         self.num_parameters = count_parameters(abstract)
         t = self.config.training
         parts = [optax.clip_by_global_norm(t.clip_grad_norm)] if t.clip_grad_norm > 0 else []
         self.tx = optax.chain(*parts, optax.adam(t.learning_rate))
         self.replicated = shd.replicated(run.mesh)
         train_step, eval_step = make_steps(self.graphdef, self.tx)
-        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._train_step = jax.jit(train_step, donate_argnums=(0,),
+                                   out_shardings=(self.layout.state_shardings(self.tx), self.replicated))
         self._eval_step = jax.jit(eval_step)
 
     def describe_run(self) -> list[str]:
@@ -339,11 +328,11 @@ class CraftBCTask:
 
     def init_state(self):
         state = init_params_state(lambda rngs: build_policy(self.policy_config, rngs), self.tx,
-                                  self.config.training.seed, self.replicated)
+                                  self.config.training.seed, self.layout)
         return state, None
 
     def abstract_state(self):
-        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
+        return abstract_params_state(self.layout, self.tx)
 
     def restored_rest(self):
         return None
@@ -357,7 +346,7 @@ class CraftBCTask:
         changed = []
         saved = meta.get("model")
         try:  # a checkpoint from before a config field existed (num_slots) holds that field's default
-            same_model = isinstance(saved, dict) and CraftPolicyConfig(**saved) == self.policy_config
+            same_model = isinstance(saved, dict) and CraftPolicyConfig.from_record(saved) == self.policy_config
         except (TypeError, ValueError):
             same_model = False
         if not same_model:

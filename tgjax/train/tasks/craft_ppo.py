@@ -7,7 +7,12 @@
 * `ppo_update`: the update of one PPO iteration, `rl.num_epochs` epochs of `rl.num_minibatches` minibatches of
   environments (each epoch a fresh permutation), a step of the optimiser per minibatch on the gradient of a
   loss of (params, env indices); `rollout_metrics`: what a rollout's records add to the train record.
-* `evaluation_episodes`: the validation's fixed episodes run to `rl.max_steps` (return, success rate).
+* `evaluation_episodes`: the validation's fixed episodes run to `rl.max_steps` (return, success rate);
+  `evaluation_keys`: the two fixed sets of them, one to select the best checkpoint on, one held out to report.
+* `without_done`: the thesis' action set (up, down, left, right, use; the environment ends the task), the
+  policy's DONE made impossible; `rl.ompn_done_action=True` leaves DONE a choice, as OMPN's release does.
+* `fold_truncation`: the rewards and discounts GAE reads, a time-limit truncation bootstrapped from the value
+  of the episode's final observation rather than treated as terminal.
 * `find_bc_checkpoint` and `restore_bc_policy`: the craft_bc run both reuse (`rl.options_workdir`'s options,
   `rl.policy_workdir`'s flat policy), its step chosen and checked and its parameters restored.
 * `CraftPPOTask`: the trainer hooks that do not depend on the agent (the state's init / abstract / resume, the
@@ -28,6 +33,7 @@ from flax import nnx
 
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, build_policy
+from tgjax.nn.ompn import NEVER
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError
 from tgjax.train.metrics import SummingWindow
@@ -70,6 +76,37 @@ def check_ppo_config(config) -> None:
     if r.num_envs % r.num_minibatches:
         raise ConfigError(f"config key 'rl.num_minibatches' ({r.num_minibatches}) must divide rl.num_envs "
                           f"({r.num_envs})")
+    if not isinstance(r.ompn_done_action, bool):
+        raise ConfigError(f"config key 'rl.ompn_done_action' must be True or False, got {r.ompn_done_action!r}")
+
+
+def without_done(log_pi: jax.Array) -> jax.Array:
+    """log pi [..., A] over the thesis' actions: DONE (a no-op the environment never asks for) gets log NEVER, the
+    others renormalised. A finite NEVER keeps the entropy and the log-ratios finite, and a sample never picks it."""
+    return jax.nn.log_softmax(log_pi.at[..., rules.DONE].set(NEVER), axis=-1)
+
+
+def fold_truncation(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, final_value: jax.Array,
+                    gamma: float) -> tuple[jax.Array, jax.Array]:
+    """(rewards, discounts) for GAE (rlax's delta_t = r_t + discount_t V_{t+1} - V_t), arrays [T, N].
+
+    Every episode end cuts the recursion (discount 0), since V_{t+1} is then the next episode's. A truncation
+    (the time limit; gymnax reports it apart from termination) is no end of the task: its delta is
+    r_t + gamma V(final observation) - V_t, so gamma V(final observation) is folded into its reward. A step that
+    both terminates and hits the limit is a termination.
+    """
+    cut_short = truncated & ~terminated
+    rewards = reward + gamma * jnp.where(cut_short, final_value, 0.0)
+    discounts = gamma * (1.0 - (terminated | truncated).astype(jnp.float32))
+    return rewards, discounts
+
+
+def final_value_if_truncated(value_of: Callable[[], jax.Array], truncated: jax.Array, terminated: jax.Array
+                             ) -> jax.Array:
+    """value_of() [N] (the value of each episode's final observation) when some episode was cut short by the
+    time limit at this step, else zeros without running it (most steps truncate nothing)."""
+    cut_short = truncated & ~terminated
+    return jax.lax.cond(jnp.any(cut_short), value_of, lambda: jnp.zeros(truncated.shape, jnp.float32))
 
 
 def find_bc_checkpoint(workdir: str | Path, step, key: str, reused: str) -> tuple[int, dict]:
@@ -148,6 +185,14 @@ def rollout_metrics(rec: dict, rl) -> dict[str, jax.Array]:
     """The train record's sums over a rollout's records ([T, N] "done", "success", "reward")."""
     return {"episodes": rec["done"].astype(jnp.float32).sum(), "successes": rec["success"].astype(jnp.float32).sum(),
             "sum_rewards": rec["reward"].sum(), "env_steps": jnp.float32(rl.rollout_steps * rl.num_envs)}
+
+
+def evaluation_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """(selection key, held-out key): the two fixed episode sets of every validation, from `training.seed`. The
+    best checkpoint is chosen on the first; the second, different maps never selected on, is the one to report
+    (a set chosen on is an optimistic estimate of itself)."""
+    base = jax.random.key(seed + 7)
+    return jax.random.fold_in(base, 0), jax.random.fold_in(base, 1)
 
 
 def evaluation_episodes(act: Callable, carry: tuple, key: jax.Array, n: int, max_steps: int):
@@ -278,12 +323,17 @@ class CraftPPOTask:
         return True
 
     def evaluate(self, state, rest) -> Evaluation:
-        key = jax.random.fold_in(jax.random.key(self.config.training.seed + 7), 0)  # the same episodes each time
-        mean_return, success = (float(v) for v in self._evaluate(state.params, *self.frozen, key))
+        """The selection episodes rank the checkpoint; the held-out ones (other maps) are recorded to report."""
+        select_key, heldout_key = evaluation_keys(self.config.training.seed)  # the same episodes each time
+        mean_return, success = (float(v) for v in self._evaluate(state.params, *self.frozen, select_key))
+        heldout_return, heldout_success = (float(v) for v in self._evaluate(state.params, *self.frozen,
+                                                                            heldout_key))
         return Evaluation(values={"valid_return": mean_return},
                           record={"return": mean_return, "success_rate": success,
+                                  "heldout_return": heldout_return, "heldout_success_rate": heldout_success,
                                   "episodes": self.config.evaluation.episodes},
-                          message=f"return {mean_return:.3f}, success rate {success:.3f}")
+                          message=f"return {mean_return:.3f}, success rate {success:.3f} (selection episodes); "
+                                  f"held out: return {heldout_return:.3f}, success rate {heldout_success:.3f}")
 
     def summary(self, result) -> str | None:
         return None

@@ -51,14 +51,22 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
+from ml_collections.config_dict import placeholder
 
 from tgjax.models.mlm_masking import MASK, MASK_ID, PAD, PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens, masked_nll  # noqa: F401
 from tgjax.models.parts import count_parameters
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.train import sharding as shd
-from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.config import (
+    ConfigError,
+    check_choice,
+    check_positive_int,
+    check_range,
+    family_config,
+    to_json_dict,
+)
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
@@ -314,37 +322,18 @@ def model_config(config, vocab_size: int) -> UDGNConfig:
 
 
 def check_config(config) -> None:
-    def need(path: str):
-        node = config
-        for key in path.split("."):
-            if not hasattr(node, "keys") or key not in node:
-                raise ConfigError(f"config key {path!r} is missing (see configs/udgn_tiny.py for every key)")
-            node = node[key]
-        return node
-
-    if need("data.source") not in SOURCES:
-        raise ConfigError(f"config key 'data.source': expected one of {', '.join(SOURCES)}, got {config.data.source!r}")
-    for path in ("model.d_model", "model.num_layers", "model.num_channels", "model.channel_size",
-                 "model.parser_hidden", "model.parser_layers", "training.num_steps", "training.token_budget",
-                 "training.length_bucket", "data.min_word_count", "evaluation.interval_steps", "evaluation.runs",
-                 "checkpointing.interval_steps", "logging.interval_steps"):
-        value = need(path)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"config key {path!r} must be an integer >= 1, got {value!r}")
-    if not 0.0 < need("training.mask_rate") < 1.0:
-        raise ConfigError(f"config key 'training.mask_rate' must be in (0, 1), got {config.training.mask_rate!r}")
-    if not need("training.learning_rate") > 0:
-        raise ConfigError(f"config key 'training.learning_rate' must be > 0, got {config.training.learning_rate!r}")
-    if not 0 < need("training.lr_decay") <= 1:
-        raise ConfigError(f"config key 'training.lr_decay' must be in (0, 1], got {config.training.lr_decay!r}")
-    if need("training.schedule") not in ("plateau", "constant"):
-        raise ConfigError(f"config key 'training.schedule': expected 'plateau' or 'constant', "
-                          f"got {config.training.schedule!r}")
-    for path in ("model.num_tags", "model.dropout", "model.attention_dropout", "model.parser_dropout",
-                 "training.seed", "training.clip", "training.weight_decay", "training.b1", "training.b2",
-                 "training.eps", "training.lr_patience", "training.early_stopping_patience", "data.corpus_seed",
-                 "data.train_path", "data.valid_path", "data.craft_dir", "mesh", "checkpointing", "distributed"):
-        need(path)
+    """The values this task reads, checked before anything starts (every key is there: the config was merged
+    over `default_config()`); `ConfigError` names the key."""
+    check_choice(config, "data.source", SOURCES)
+    for key in ("model.d_model", "model.num_layers", "model.num_channels", "model.channel_size",
+                "model.parser_hidden", "model.parser_layers", "training.num_steps", "training.token_budget",
+                "training.length_bucket", "data.min_word_count", "evaluation.interval_steps", "evaluation.runs",
+                "checkpointing.interval_steps", "logging.interval_steps"):
+        check_positive_int(config, key)
+    check_range(config, "training.mask_rate", 0, 1, low_open=True, high_open=True)
+    check_range(config, "training.learning_rate", low=0, low_open=True)
+    check_range(config, "training.lr_decay", 0, 1, low_open=True)
+    check_choice(config, "training.schedule", ("plateau", "constant"))
 
 
 PTB_VOCABULARY_SIZE = 10_798  # the thesis' PTB dictionary (frequency >= 5 plus the three specials)
@@ -363,7 +352,7 @@ def describe(config) -> dict[str, Any]:
     model_cfg = model_config(config, vocab_size)
     count = count_parameters(lambda: UDGN(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
     return {"model_name": "udgn_mlm", "num_parameters": count, "vocab_size": vocab_size, "vocab_source": source,
-            "model": dataclasses.asdict(model_cfg)}
+            "model": dataclasses.asdict(model_cfg), "build_model": lambda rngs: UDGN(model_cfg, rngs=rngs)}
 
 
 def _fingerprint(parts: list[str]) -> str:
@@ -379,6 +368,10 @@ class MLMTask:
 
     name = "mlm"
     selection = Selection("valid_loss", "min")
+
+    @staticmethod
+    def default_config() -> ml_collections.ConfigDict:
+        return default_config()  # the module's, below
 
     def __init__(self, config):
         self.config = config
@@ -421,14 +414,14 @@ class MLMTask:
                                   "config and data, or a new --workdir")
             path.write_text(text, encoding="utf-8")
         abstract = nnx.eval_shape(lambda: UDGN(self.model_config, rngs=nnx.Rngs(params=0, dropout=0)))
-        self.graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
-        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                            nnx.to_pure_dict(abstract_params))
-        self.num_parameters = int(sum(np.prod(v.shape) for v in jax.tree.leaves(self.abstract_params)))
+        self.graphdef = nnx.split(abstract, nnx.Param, ...)[0]
+        self.layout = params_layout(self._build, run.mesh, shd.config_rules(self.config))
+        self.num_parameters = self.layout.num_parameters
         self.tx = make_optimizer(t)
         self.replicated = shd.replicated(run.mesh)
         train_step, eval_step = make_steps(self.graphdef, self.tx, float(t.mask_rate))
-        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._train_step = jax.jit(train_step, donate_argnums=(0,),
+                                   out_shardings=(self.layout.state_shardings(self.tx), self.replicated))
         self._eval_step = jax.jit(eval_step)
 
     def describe_run(self) -> list[str]:
@@ -453,13 +446,15 @@ class MLMTask:
         model = UDGN(self.model_config, rngs=nnx.Rngs(params=0, dropout=self.config.training.seed))
         return nnx.split(model, nnx.Param, ...)[2]
 
+    def _build(self, rngs: nnx.Rngs) -> UDGN:
+        return UDGN(self.model_config, rngs=rngs)
+
     def init_state(self):
-        state = init_params_state(lambda rngs: UDGN(self.model_config, rngs=rngs), self.tx,
-                                  self.config.training.seed, self.replicated)
+        state = init_params_state(self._build, self.tx, self.config.training.seed, self.layout)
         return state, self.restored_rest()
 
     def abstract_state(self):
-        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
+        return abstract_params_state(self.layout, self.tx)
 
     def restored_rest(self):
         # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.
@@ -561,20 +556,16 @@ class MLMTask:
 
 def default_config() -> ml_collections.ConfigDict:
     """Every key this task reads, at the release's PTB values (configs/udgn_*.py set their own)."""
-    return ml_collections.ConfigDict(dict(
+    return family_config(dict(
         trainer="mlm",
         model=dict(d_model=512, num_layers=8, num_channels=8, channel_size=128, parser_hidden=512,
                    parser_layers=3, num_tags=0, dropout=0.2, attention_dropout=0.1, parser_dropout=0.2),
         data=dict(source="text", train_path="", valid_path="", test_path="", craft_dir=DEFAULT_CRAFT_DIR,
-                  num_train_sentences=None, num_valid_sentences=None, num_test_sentences=None, corpus_seed=0,
+                  num_train_sentences=placeholder(int), num_valid_sentences=placeholder(int),
+                  num_test_sentences=placeholder(int), corpus_seed=0,
                   min_word_count=5, max_length=0),
         training=dict(num_steps=100_000, token_budget=4096, length_bucket=8, mask_rate=0.3, seed=1111,
                       learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
                       schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
         evaluation=dict(interval_steps=1000, runs=5, seed=0),
-        checkpointing=dict(interval_steps=1000, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
-                           save_memory=False),
-        logging=dict(interval_steps=50, tensorboard=False),
-        mesh=dict(data=-1, model=1),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
-    ))
+    ), checkpointing=dict(interval_steps=1000, max_to_keep=2), logging=dict(tensorboard=False))

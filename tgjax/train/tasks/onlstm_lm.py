@@ -90,15 +90,22 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from ml_collections.config_dict import placeholder
 
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
 from tgjax.models.parts import count_parameters
 from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
-from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.config import (
+    ConfigError,
+    check_choice,
+    check_positive_int,
+    check_range,
+    family_config,
+    to_json_dict,
+)
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.params_state import params_layout, with_shardings
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
@@ -497,7 +504,7 @@ def default_config() -> ml_collections.ConfigDict:
     release's random lengths; NT-ASGD with nonmono 5; 1000 epochs; validation
     batch 10 every epoch. Data paths are empty: a config names its corpus.
     """
-    return ml_collections.ConfigDict(dict(
+    return family_config(dict(
         trainer="onlstm_lm",
         model=dict(
             embedding_size=400, hidden_size=1150, num_layers=3, chunk_size=10,
@@ -505,7 +512,8 @@ def default_config() -> ml_collections.ConfigDict:
         ),
         data=dict(
             source="text", train_path="", valid_path="", craft_dir="",
-            num_train_sentences=None, num_valid_sentences=None, corpus_seed=0, min_word_count=1,
+            num_train_sentences=placeholder(int), num_valid_sentences=placeholder(int), corpus_seed=0,
+            min_word_count=1,
             vocabulary_from="train",
         ),
         training=dict(
@@ -513,15 +521,10 @@ def default_config() -> ml_collections.ConfigDict:
             length_bucket=16,  # pad segments to a multiple of 16 steps: a few compiled shapes
             lr=30.0, weight_decay=1.2e-6, clip=0.25, alpha=2.0, beta=1.0,
             asgd=True, nonmono=5, asgd_as_released=False,
-            num_epochs=1000, num_steps=None, seed=141,
+            num_epochs=1000, num_steps=placeholder(int), seed=141,  # one of the two counts
         ),
         evaluation=dict(every_epoch=True, interval_steps=0, batch_size=10, bptt=70),
-        checkpointing=dict(interval_steps=1000, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
-                           save_memory=True),
-        logging=dict(interval_steps=200, tensorboard=True),
-        mesh=dict(data=-1, model=1),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
-    ))
+    ), checkpointing=dict(interval_steps=1000, max_to_keep=2, save_memory=True), logging=dict(interval_steps=200))
 
 
 _MODEL_KEYS = ("embedding_size", "hidden_size", "num_layers", "chunk_size", "dropout", "dropout_hidden",
@@ -536,58 +539,27 @@ def model_config(config, vocab_size: int) -> OnLSTMLMConfig:
 
 
 def validate_config(config) -> None:
-    """Every key this task reads, checked before anything runs; `ConfigError` names the key."""
-    def need(path: str):
-        node = config
-        for part in path.split("."):
-            if part not in node:
-                raise ConfigError(f"config key {path!r} is missing (trainer 'onlstm_lm'; see configs/onlstm_tiny.py)")
-            node = node[part]
-        return node
-
-    def positive_int(path: str):
-        value = need(path)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{path}: expected a positive int, got {value!r}")
-
-    for k in _MODEL_KEYS:
-        need(f"model.{k}")
+    """The values this task reads, checked before anything runs (every key is there: the config was merged over
+    `default_config()`); `ConfigError` names the key."""
     model_config(config, 2)
-    if need("data.source") not in SOURCES:
-        raise ConfigError(f"data.source: unknown {config.data.source!r}; expected one of {SOURCES}")
-    if need("data.vocabulary_from") not in ("train", "all"):
-        raise ConfigError(f"data.vocabulary_from: expected 'train' or 'all', got {config.data.vocabulary_from!r}")
-    for k in ("train_path", "valid_path", "num_train_sentences", "num_valid_sentences", "corpus_seed"):
-        need(f"data.{k}")
-    if config.data.source == "craft":
-        need("data.craft_dir")
-    positive_int("data.min_word_count")
+    check_choice(config, "data.source", SOURCES)
+    check_choice(config, "data.vocabulary_from", ("train", "all"))
+    check_positive_int(config, "data.min_word_count")
     for k in ("batch_size", "bptt", "length_bucket", "min_seq_len", "nonmono"):
-        positive_int(f"training.{k}")
-    for k in ("lr", "weight_decay", "clip", "alpha", "beta", "bptt_std", "bptt_short_probability", "seed",
-              "asgd", "asgd_as_released"):
-        need(f"training.{k}")
-    if not 0.0 <= config.training.bptt_short_probability <= 1.0:
-        raise ConfigError(f"training.bptt_short_probability must be in [0, 1], got "
-                          f"{config.training.bptt_short_probability!r}")
-    if config.training.lr <= 0 or config.training.clip <= 0:
-        raise ConfigError("training.lr and training.clip must be > 0")
-    epochs, steps = need("training.num_epochs"), need("training.num_steps")
+        check_positive_int(config, f"training.{k}")
+    check_range(config, "training.bptt_short_probability", 0, 1)
+    check_range(config, "training.lr", low=0, low_open=True)
+    check_range(config, "training.clip", low=0, low_open=True)
+    epochs, steps = config.training.num_epochs, config.training.num_steps
     if (epochs is None) == (steps is None):
         raise ConfigError(f"set exactly one of training.num_epochs ({epochs!r}) and training.num_steps ({steps!r})")
-    positive_int("training.num_epochs" if epochs is not None else "training.num_steps")
+    check_positive_int(config, "training.num_epochs" if epochs is not None else "training.num_steps")
     for k in ("batch_size", "bptt"):
-        positive_int(f"evaluation.{k}")
-    if not need("evaluation.every_epoch"):
-        positive_int("evaluation.interval_steps")
-    for k in ("interval_steps", "max_to_keep", "keep_best", "async_save", "checksums", "save_memory"):
-        need(f"checkpointing.{k}")
-    positive_int("checkpointing.interval_steps")
-    positive_int("logging.interval_steps")
-    need("logging.tensorboard")
-    for k in ("data", "model"):
-        need(f"mesh.{k}")
-    need("distributed.initialize")
+        check_positive_int(config, f"evaluation.{k}")
+    if not config.evaluation.every_epoch:
+        check_positive_int(config, "evaluation.interval_steps")
+    check_positive_int(config, "checkpointing.interval_steps")
+    check_positive_int(config, "logging.interval_steps")
 
 
 def describe(config) -> dict[str, Any]:
@@ -604,7 +576,8 @@ def describe(config) -> dict[str, Any]:
     model_cfg = model_config(config, len(words))
     count = count_parameters(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
     return {"model_name": "onlstm_lm", "num_parameters": count, "vocab_size": len(words),
-            "vocab_source": f"built from {split_path(d, 'train')}", "model": dataclasses.asdict(model_cfg)}
+            "vocab_source": f"built from {split_path(d, 'train')}", "model": dataclasses.asdict(model_cfg),
+            "build_model": lambda rngs: OnLSTMLM(model_cfg, rngs=rngs)}
 
 
 # -----------------------------------------------------------------------------
@@ -616,6 +589,7 @@ class OnLSTMLMTask:
 
     name = "onlstm_lm"
     selection = Selection("valid_perplexity", "min")
+    default_config = staticmethod(default_config)
 
     def __init__(self, config):
         self.config = config
@@ -697,15 +671,15 @@ class OnLSTMLMTask:
             self.num_steps = self.epoch_ends.end_of(t.num_epochs - 1)
         self.model_config = model_config(c, len(self.words))
         abstract = nnx.eval_shape(lambda: OnLSTMLM(self.model_config, rngs=nnx.Rngs(0)))
-        self.graphdef, abstract_params = nnx.split(abstract, nnx.Param)
-        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                            nnx.to_pure_dict(abstract_params))
-        self.num_parameters = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(self.abstract_params))
+        self.graphdef = nnx.split(abstract, nnx.Param)[0]
+        self.layout = params_layout(lambda rngs: OnLSTMLM(self.model_config, rngs=rngs), run.mesh,
+                                    shd.config_rules(self.config))
+        self.num_parameters = self.layout.num_parameters
         self.recipe = Recipe(lr=float(t.lr), weight_decay=float(t.weight_decay), clip=float(t.clip),
                              alpha=float(t.alpha), beta=float(t.beta),
                              asgd_as_released=bool(t.asgd_as_released))
-        self.replicated = NamedSharding(run.mesh, P())
-        self.rows_sharding = NamedSharding(run.mesh, P("data"))
+        self.replicated = shd.replicated(run.mesh)
+        self.rows_sharding = shd.batch_sharding(run.mesh)
 
     def _write_vocabulary(self, run: RunContext) -> None:
         path = run.workdir / WORD_LIST_FILE
@@ -740,7 +714,7 @@ class OnLSTMLMTask:
     # -- state and checkpoints ---------------------------------------------------------------
 
     def _shardings(self) -> OnLSTMTrainState:
-        params = jax.tree.map(lambda _: self.replicated, self.abstract_params)
+        params = self.layout.shardings  # the averaged parameters (ASGD) like the parameters
         hidden = {f"layer_{layer}": {"h": self.rows_sharding, "c": self.rows_sharding}
                   for layer in range(self.model_config.num_layers)}
         return OnLSTMTrainState(params=params, average=params, num_averaged=self.replicated, step=self.replicated,
@@ -752,7 +726,7 @@ class OnLSTMLMTask:
                                  "c": jax.ShapeDtypeStruct((batch, size), jnp.float32)}
                   for layer, size in enumerate(self.model_config.layer_sizes())}
         scalar = jax.ShapeDtypeStruct((), jnp.int32)
-        return OnLSTMTrainState(params=self.abstract_params, average=self.abstract_params, num_averaged=scalar,
+        return OnLSTMTrainState(params=self.layout.shapes, average=self.layout.shapes, num_averaged=scalar,
                                 step=scalar, rng=jax.ShapeDtypeStruct((2,), jnp.uint32), hidden=hidden)
 
     def init_state(self):
@@ -772,8 +746,7 @@ class OnLSTMLMTask:
         return state, {}
 
     def abstract_state(self):
-        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), self._shapes(),
-                            self._shardings())
+        return with_shardings(self._shapes(), self._shardings())
 
     def restored_rest(self):
         return {}
@@ -812,7 +785,8 @@ class OnLSTMLMTask:
         return BPTTBatches(self.train_data, self.plans, self.settings, self.config.training.length_bucket, position)
 
     def make_train_step(self):
-        jitted = jax.jit(make_step_fn(self.graphdef, self.recipe), donate_argnums=(0,))
+        jitted = jax.jit(make_step_fn(self.graphdef, self.recipe), donate_argnums=(0,),
+                         out_shardings=(self._shardings(), self.replicated))
 
         def train_step(state, rest, batch):
             self._steps_done += 1

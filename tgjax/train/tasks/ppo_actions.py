@@ -29,7 +29,8 @@ One trainer step is one PPO iteration, as in `ppo_options` (the update loop
 and the trainer hooks are the same code: `craft_ppo`): a rollout of
 `rl.num_envs` auto-resetting environments for `rl.rollout_steps` steps (the
 policy's carry restarted from its initial state at each episode's first
-step; a truncated episode is treated as terminal); advantages by
+step; an episode cut short by the time limit is bootstrapped from the value
+of its final observation, `craft_ppo.fold_truncation`); advantages by
 `ppo_options.smdp_advantages` with every step a decision (plain GAE,
 `rlax.truncated_generalized_advantage_estimation` with lambda everywhere);
 the loss `ppo_options.masked_clipped_loss` with mask 1 (the plain mean of
@@ -40,8 +41,11 @@ each environment's rollout from its saved carry (BPTT). Adam with the
 gradient clipped, lr linearly to 0 (thesis: 3e-4, batch 1024 = 16 x 64).
 The rollout's environments and the policy's carry are in the checkpointed
 state: a stopped run resumes bit-identically. Validation: as `ppo_options`
-(`evaluation.episodes` fixed episodes, sampled actions; the selection is
-the mean return).
+(two fixed sets of `evaluation.episodes` episodes, sampled actions: the
+mean return on the first selects, the second is held out and recorded).
+The policy acts in the thesis' action set: DONE is masked out of its
+choices (`craft_ppo.without_done`, in the rollout and in the loss alike)
+unless `rl.ompn_done_action=True` (OMPN's release; OMPN's DONE is its p_end).
 """
 
 from __future__ import annotations
@@ -64,10 +68,13 @@ from tgjax.train.tasks.craft_ppo import (
     CraftPPOTask,
     check_ppo_config,
     evaluation_episodes,
+    final_value_if_truncated,
     find_bc_checkpoint,
+    fold_truncation,
     ppo_update,
     restore_bc_policy,
     rollout_metrics,
+    without_done,
 )
 from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages
 
@@ -81,10 +88,11 @@ def default_config() -> ml_collections.ConfigDict:
     rl.policy_workdir / rl.policy_step in place of the options' keys, and a `model` section for a fresh policy."""
     config = ppo_options.default_config().to_dict()
     config["trainer"] = "ppo_actions"
-    rl = {k: v for k, v in config["rl"].items() if k not in ("options_workdir", "options_step")}
+    rl = {k: v for k, v in config["rl"].items()
+          if k not in ("options_workdir", "options_step", "controller_temperature")}  # no controller here
     config["rl"] = {"policy_workdir": "", "policy_step": "best", **rl}
     # read only when rl.policy_workdir is "" (a fresh policy); a fine-tuned one keeps its BC run's settings
-    config["model"] = dict(kind="lstm", hidden_size=128, num_slots=3)
+    config["model"] = dict(kind="lstm", hidden_size=128, num_slots=3, ompn_pointer="stickbreaking")
     return ml_collections.ConfigDict(config)
 
 
@@ -100,11 +108,13 @@ def check_config(config) -> None:
 
 
 class ActorCritic(nnx.Module):
-    """policy (LSTMPolicy or OrderedMemoryPolicy, num_tasks 1: the RL task's row); value head w_v [H], b_v."""
+    """policy (LSTMPolicy or OrderedMemoryPolicy, num_tasks 1: the RL task's row); value head w_v [H], b_v;
+    done_action: whether DONE stays among the actions (OMPN's release) or is masked out (the thesis')."""
 
-    def __init__(self, config: CraftPolicyConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: CraftPolicyConfig, *, done_action: bool = False, rngs: nnx.Rngs):
         if config.kind not in FLAT_KINDS:
             raise ValueError(f"ActorCritic is for the flat policies {tuple(FLAT_KINDS)}, got kind {config.kind!r}")
+        self.done_action = done_action
         self.policy = build_policy(config, rngs)
         self.w_v = nnx.Param(jnp.zeros((config.hidden_size,)))
         self.b_v = nnx.Param(jnp.zeros(()))
@@ -128,7 +138,8 @@ class ActorCritic(nnx.Module):
     def step(self, carry, obs: jax.Array):
         """obs [B, 1075] (or its live features) -> (carry, log_pi [B, A], value [B])."""
         carry, out = self.policy.step(carry, obs)
-        return carry, out.log_pi, self.hidden(carry) @ self.w_v[...] + self.b_v[...]
+        log_pi = out.log_pi if self.done_action else without_done(out.log_pi)
+        return carry, log_pi, self.hidden(carry) @ self.w_v[...] + self.b_v[...]
 
 
 def rerun(module: ActorCritic, carry, obs: jax.Array, first: jax.Array):
@@ -191,6 +202,7 @@ class PPOActionsTask(CraftPPOTask):
     """PPO in action space; see the module docstring (the shared hooks: `craft_ppo.CraftPPOTask`)."""
 
     name = "ppo_actions"
+    default_config = staticmethod(default_config)
 
     def validate_config(self, config) -> None:
         check_config(config)
@@ -198,7 +210,7 @@ class PPOActionsTask(CraftPPOTask):
     def setup(self, run: RunContext) -> None:
         self.policy_config, self.start_params, self.policy_step = _starting_policy(self.config)
         self.setup_env(run, full_view=self.policy_config.full_view)
-        abstract = nnx.eval_shape(lambda: ActorCritic(self.policy_config, rngs=nnx.Rngs(0)))
+        abstract = nnx.eval_shape(lambda: self._actor_critic(nnx.Rngs(0)))
         self.graphdef = nnx.graphdef(abstract)
         self.num_parameters = count_parameters(abstract)
         self.tx = self.optimizer()
@@ -214,13 +226,16 @@ class PPOActionsTask(CraftPPOTask):
                 f"{self.policy_config.kind}, {self.num_parameters:,} parameters with the value head, {start}",
                 self.iteration_line()]
 
+    def _actor_critic(self, rngs: nnx.Rngs) -> ActorCritic:
+        return ActorCritic(self.policy_config, done_action=self.config.rl.ompn_done_action, rngs=rngs)
+
     # -- state -----------------------------------------------------------------------------
 
     def _fresh_state(self) -> ActionPPOState:
         r = self.config.rl
         key = jax.random.key(self.config.training.seed)
         param_key, env_key, step_key = jax.random.split(key, 3)
-        module = ActorCritic(self.policy_config, rngs=nnx.Rngs(params=param_key))
+        module = self._actor_critic(nnx.Rngs(params=param_key))
         params = nnx.to_pure_dict(nnx.state(module))
         if self.start_params is not None:
             params["policy"] = self.start_params
@@ -253,8 +268,12 @@ class PPOActionsTask(CraftPPOTask):
         rows = jnp.arange(obs.shape[0])
         obs_next, env_state, reward, terminated, truncated, info = self.step_envs(k_env, env_state, action)
         done = terminated | truncated
+        # V of a truncated episode's last observation: the policy stepped on it from the carry it reached
+        final_value = final_value_if_truncated(lambda: module.step(policy_carry, info["final_observation"])[2],
+                                               truncated, terminated)
         record = {"obs": obs, "first": first, "action": action, "log_pi_old": log_pi[rows, action], "value": value,
-                  "reward": reward, "done": done, "success": info["success"] & done, "terminated": terminated}
+                  "reward": reward, "done": done, "success": info["success"] & done, "terminated": terminated,
+                  "truncated": truncated, "final_value": final_value}
         return (env_state, obs_next, policy_carry, done), record
 
     def _make_rollout(self):
@@ -285,9 +304,10 @@ class PPOActionsTask(CraftPPOTask):
             module = nnx.merge(graphdef, state.params)
             _, _, last_value = module.step(module.reset(policy_carry, first), obs)    # bootstrap V(s_T)
             values = jnp.concatenate([rec["value"], last_value[None]])                # [T + 1, N]
-            discounts = r.gamma * (1.0 - rec["done"].astype(jnp.float32))
+            rewards, discounts = fold_truncation(rec["reward"], rec["terminated"], rec["truncated"],
+                                                 rec["final_value"], r.gamma)
             advantages = jax.vmap(plain_gae, in_axes=(1, 1, 1, None), out_axes=1)(
-                rec["reward"], discounts, values, r.gae_lambda)
+                rewards, discounts, values, r.gae_lambda)
             targets = advantages + rec["value"]
             train_rec = {k: rec[k] for k in ("obs", "first", "action", "log_pi_old")}
 
@@ -328,9 +348,11 @@ def _policy_config(config) -> tuple[CraftPolicyConfig, int | None, dict | None]:
     r = config.rl
     if not r.policy_workdir:
         m = config.model
-        return CraftPolicyConfig(kind=m.kind, num_tasks=1, hidden_size=m.hidden_size, num_slots=m.num_slots), None, None
+        fresh = CraftPolicyConfig(kind=m.kind, num_tasks=1, hidden_size=m.hidden_size, num_slots=m.num_slots,
+                                  ompn_pointer=m.ompn_pointer)
+        return fresh, None, None
     chosen, meta = find_bc_checkpoint(r.policy_workdir, r.policy_step, key="rl.policy_workdir", reused=_REUSED)
-    bc_config = CraftPolicyConfig(**meta["model"])
+    bc_config = CraftPolicyConfig.from_record(meta["model"])
     if bc_config.kind not in FLAT_KINDS:
         raise ConfigError(f"rl.policy_workdir {r.policy_workdir}: a {bc_config.kind!r} policy; PPO in action space "
                           f"fine-tunes {' or '.join(FLAT_KINDS)} (OCN / MoE: trainer ppo_options)")
@@ -343,7 +365,7 @@ def _starting_policy(config) -> tuple[CraftPolicyConfig, dict | None, int | None
     if chosen is None:
         return policy_config, None, None
     assert meta is not None
-    bc = restore_bc_policy(config.rl.policy_workdir, chosen, CraftPolicyConfig(**meta["model"]))
+    bc = restore_bc_policy(config.rl.policy_workdir, chosen, CraftPolicyConfig.from_record(meta["model"]))
     params = nnx.to_pure_dict(nnx.state(bc, nnx.Param))
     table = FLAT_KINDS[policy_config.kind]
     params[table] = jnp.mean(params[table], axis=0, keepdims=True)  # the unseen task's row: the BC rows' mean
@@ -354,8 +376,10 @@ def describe(config) -> dict[str, Any]:
     """What `tgjax info` prints: the policy with its value head (the BC run's recorded config, or `model`)."""
     check_config(config)
     pc, chosen, _ = _policy_config(config)
-    abstract = nnx.eval_shape(lambda: ActorCritic(pc, rngs=nnx.Rngs(0)))
+    done_action = config.rl.ompn_done_action
+    abstract = nnx.eval_shape(lambda: ActorCritic(pc, done_action=done_action, rngs=nnx.Rngs(0)))
     start = f"fine-tuned from step {chosen}" if chosen is not None else "fresh"
     return {"model_name": f"ppo_actions {pc.kind} policy with a value head ({start})",
             "num_parameters": count_parameters(abstract), "vocab_size": pc.num_actions,
-            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(pc)}
+            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(pc),
+            "build_model": lambda rngs: ActorCritic(pc, done_action=done_action, rngs=rngs)}

@@ -5,14 +5,21 @@
 Thesis §5.3 and Algorithm 4 (released-code.md §5.3): every option of a
 behaviour-cloned OCN (or MoE) run (`rl.options_workdir`, its best
 checkpoint) is frozen; a new controller (a re-initialised cell over the K
-options with its own learned initial state, temperature as in the BC run,
-and a linear value head on its hidden state) is trained with PPO on one
-unseen, longer task (`rl.task`), with the sparse or the dense reward.
+options with its own learned initial state, temperature
+`rl.controller_temperature`: the thesis' tau = 10 of imitation by default,
+tau = 1 selectable, and a linear value head on its hidden state) is trained
+with PPO on one unseen, longer task (`rl.task`), with the sparse or the
+dense reward. The options act in the thesis' action set (up, down, left,
+right, use; the environment ends the task): their DONE is masked out
+(`craft_ppo.without_done`), unless `rl.ompn_done_action=True` (OMPN's
+release, whose bot ends with DONE).
 
 One trainer step is one PPO iteration:
 
 * rollout: `rl.num_envs` environments for `rl.rollout_steps` steps (gymnax's
-  auto-resetting `step`; a truncated episode is treated as terminal). At
+  auto-resetting `step`; an episode cut short by the time limit is
+  bootstrapped from the controller's value of its final observation,
+  gymnax's `final_observation`, `craft_ppo.fold_truncation`). At
   each step the running option, continued from its state, says done with
   probability e (sampled, as Algorithm 4 rolls an option out "until its
   done-signal fires"); at the first step of an episode, or when it fires,
@@ -36,8 +43,10 @@ One trainer step is one PPO iteration:
   `rl.options_workdir` names several BC runs separated by commas; their
   options are pooled in that order (`pool_options`) and the controller
   chooses among all of them.
-* validation: `evaluation.episodes` fresh episodes (sampled actions and
-  options): success rate and mean return; the selection is the return.
+* validation: two fixed sets of `evaluation.episodes` fresh episodes
+  (sampled actions and options; `craft_ppo.evaluation_keys`): the return on
+  the first selects the best checkpoint, the second (other maps) is held
+  out and recorded ("heldout_return", "heldout_success_rate") to report.
 
 The epochs x minibatches update, the validation's episode loop and the trainer
 hooks are shared with `ppo_actions` (`tgjax.train.tasks.craft_ppo`). rlax and
@@ -59,35 +68,35 @@ from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, pool_options
 from tgjax.models.parts import count_parameters
 from tgjax.nn.ocn import CellBank, follow_option, option_branches
-from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, ConfigError, to_json_dict
+from tgjax.train.config import ConfigError, family_config, to_json_dict
 from tgjax.train.task import RunContext
 from tgjax.train.tasks.craft_ppo import (
     CraftPPOTask,
     check_ppo_config,
     evaluation_episodes,
+    final_value_if_truncated,
     find_bc_checkpoint,
+    fold_truncation,
     ppo_update,
     restore_bc_policy,
     rollout_metrics,
+    without_done,
 )
 from tgjax.workdir import split_workdirs
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every key this task and the trainer read (configs/ocn_craft_rl.py sets the run's)."""
-    return ml_collections.ConfigDict(dict(
+    return family_config(dict(
         trainer="ppo_options",
         rl=dict(options_workdir="", options_step="best", task="ACD", dense_reward=False, max_steps=64,
                 num_envs=16, rollout_steps=64, num_epochs=4, num_minibatches=4, gamma=0.99, gae_lambda=0.95,
-                clip_epsilon=0.2, value_coef=0.5, entropy_coef=0.01),
+                clip_epsilon=0.2, value_coef=0.5, entropy_coef=0.01,
+                controller_temperature=10.0,  # the fresh controller's tau: the thesis' 10 (imitation's); 1 selectable
+                ompn_done_action=False),      # True: DONE stays a choice (OMPN's release); False: the thesis' actions
         training=dict(num_steps=200, learning_rate=3e-4, clip_grad_norm=0.5, seed=1),
         evaluation=dict(interval_steps=20, episodes=64),
-        checkpointing=dict(interval_steps=20, max_to_keep=3, keep_best=1, async_save=True, checksums=False,
-                           save_memory=False),
-        logging=dict(interval_steps=5, tensorboard=True),
-        mesh=dict(data=1, model=1, logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
-    ))
+    ), checkpointing=dict(interval_steps=20, checksums=False), logging=dict(interval_steps=5), mesh=dict(data=1))
 
 
 def check_config(config) -> None:
@@ -96,6 +105,8 @@ def check_config(config) -> None:
         raise ConfigError("config key 'rl.options_workdir': the workdir of a behaviour-cloning run "
                           "(configs/ocn_craft.py) whose options are reused")
     check_ppo_config(config)
+    if not r.controller_temperature > 0:
+        raise ConfigError(f"config key 'rl.controller_temperature' must be > 0, got {r.controller_temperature!r}")
 
 
 # -----------------------------------------------------------------------------
@@ -103,7 +114,8 @@ def check_config(config) -> None:
 
 
 class Controller(nnx.Module):
-    """A fresh controller: cell [1 cell over K options] (tau from the BC run), h_init [H], value head w_v [H], b_v."""
+    """A fresh controller: cell [1 cell over K options] (tau = rl.controller_temperature), h_init [H], value head
+    w_v [H], b_v."""
 
     def __init__(self, input_size: int, hidden_size: int, num_options: int, depth: int, temperature: float, *,
                  rngs: nnx.Rngs):
@@ -170,6 +182,7 @@ class PPOOptionsTask(CraftPPOTask):
 
     name = "ppo_options"
     extra_ratios = {"decisions_per_step": ("decisions", "env_steps")}
+    default_config = staticmethod(default_config)
 
     def validate_config(self, config) -> None:
         check_config(config)
@@ -181,7 +194,7 @@ class PPOOptionsTask(CraftPPOTask):
         pc = self.options_policy.config
         self.always_decide = pc.kind == "moe"
         self.live = jnp.asarray(rules.live_observation_indices())
-        self.controller_args = (pc.input_size, pc.hidden_size, pc.num_options, pc.depth, pc.controller_temperature)
+        self.controller_args = (pc.input_size, pc.hidden_size, pc.num_options, pc.depth, r.controller_temperature)
         abstract = nnx.eval_shape(lambda: Controller(*self.controller_args, rngs=nnx.Rngs(0)))
         self.graphdef, abstract_state = nnx.split(abstract)
         self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
@@ -242,12 +255,15 @@ class PPOOptionsTask(CraftPPOTask):
         new_option = jnp.where(decision, jax.random.categorical(k_option, log_p), option)
         h_c = jnp.where(decision[:, None], h_c_new, h_from)
         h_o, log_pi = follow_option(branches, new_option, decision)
-        action = jax.random.categorical(k_action, log_pi)
+        action = jax.random.categorical(k_action, log_pi if self.config.rl.ompn_done_action else without_done(log_pi))
         obs_next, env_state, reward, terminated, truncated, info = self.step_envs(k_env, env_state, action)
         done = terminated | truncated
+        # V of a truncated episode's last observation, as if the controller were asked there (rollout end alike)
+        final_value = final_value_if_truncated(
+            lambda: controller(jnp.take(info["final_observation"], self.live, axis=-1), h_c)[2], truncated, terminated)
         record = {"obs": x, "decision": decision, "option": new_option, "log_p_old": log_p[rows, new_option],
                   "value": value, "reward": reward, "done": done, "first": first, "success": info["success"] & done,
-                  "terminated": terminated}
+                  "terminated": terminated, "truncated": truncated, "final_value": final_value, "action": action}
         return (env_state, obs_next, h_c, h_o, new_option, done), record
 
     def _make_iteration(self):
@@ -274,11 +290,12 @@ class PPOOptionsTask(CraftPPOTask):
             h_last = jnp.where(first[:, None], controller.h_init[...][None], h_c)
             _, _, last_value = controller(x_last, h_last)
             values = jnp.concatenate([rec["value"], last_value[None]])                 # [T + 1, N]
-            discounts = r.gamma * (1.0 - rec["done"].astype(jnp.float32))
+            rewards, discounts = fold_truncation(rec["reward"], rec["terminated"], rec["truncated"],
+                                                 rec["final_value"], r.gamma)
             decisions_next = jnp.concatenate([rec["decision"][1:], jnp.ones((1, r.num_envs), bool)])
             decisions_next = decisions_next | rec["done"]
             advantages = jax.vmap(smdp_advantages, in_axes=(1, 1, 1, 1, None), out_axes=1)(
-                rec["reward"], discounts, decisions_next, values, r.gae_lambda)
+                rewards, discounts, decisions_next, values, r.gae_lambda)
             targets = advantages + rec["value"]
 
             def loss_fn(params, envs):
@@ -350,7 +367,7 @@ _REUSED = "PPO in option space reuses a behaviour-cloned OCN or MoE"
 def _load_one(workdir: str, step) -> tuple[OptionControllerPolicy, int]:
     """The frozen policy of one craft_bc checkpoint: parameters only (an orbax partial restore)."""
     chosen, meta = find_bc_checkpoint(workdir, step, key="rl.options_workdir", reused=_REUSED)
-    policy_config = CraftPolicyConfig(**meta["model"])
+    policy_config = CraftPolicyConfig.from_record(meta["model"])
     if policy_config.kind not in ("ocn", "moe"):
         raise ConfigError(f"rl.options_workdir {workdir}: a {policy_config.kind!r} policy has no options")
     policy = restore_bc_policy(workdir, chosen, policy_config)
@@ -376,13 +393,16 @@ def describe(config) -> dict[str, Any]:
     check_config(config)
     found = [find_bc_checkpoint(w, config.rl.options_step, key="rl.options_workdir", reused=_REUSED)
              for w in split_workdirs(config.rl.options_workdir)]
-    configs = [CraftPolicyConfig(**meta["model"]) for _, meta in found]
+    configs = [CraftPolicyConfig.from_record(meta["model"]) for _, meta in found]
     pc = dataclasses.replace(configs[0], num_options=sum(c.num_options for c in configs))
-    abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth,
-                                                 pc.controller_temperature, rngs=nnx.Rngs(0)))
+    tau = config.rl.controller_temperature
+    abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth, tau,
+                                                 rngs=nnx.Rngs(0)))
     count = count_parameters(abstract)
     steps = ", ".join(str(chosen) for chosen, _ in found)
     return {"model_name": f"ppo_options controller over {pc.kind} options (step {steps})",
             "num_parameters": count, "vocab_size": pc.num_options, "vocab_source": "the frozen options",
-            "model": dataclasses.asdict(pc)}
+            "model": dataclasses.asdict(pc),
+            "build_model": lambda rngs: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth, tau,
+                                                   rngs=rngs)}
 

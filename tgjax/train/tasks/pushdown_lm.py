@@ -31,9 +31,11 @@ released-code.md §1.5-1.6. What it hands the trainer (`tgjax.train.task`):
 * the loss: mean LM cross-entropy per token + `training.attachment_weight`
   x mean attachment cross-entropy on the gold labels (weight 1: the paper
   sums the two, as the release's training_utils.py). The attachment
-  softmax is the paper's, over the legal slots; `model.attachment_normalise
-  = "causal"` is the release's (every causal slot, illegal ones unmasked).
-  The head's other release differences are switches too (paper defaults):
+  softmax is the paper text's (eq. 5, Fig. 2), over the legal slots (ROOT
+  only for `<eos>`, as the search and the sampler); `model.
+  attachment_normalise="causal"` is the paper's Fig. 8 code's and the
+  release's (every causal slot, illegal ones unmasked). The head's other
+  release differences are switches too (defaults: the paper's Fig. 8):
   `model.head_scaled=False` (no 1/sqrt(d) on its scores),
   `model.head_self_key_input="query"`, `model.head_relative_positions=True`;
   `model.head_depth_dim` (0: d / num_heads) sizes its depth embedding.
@@ -63,16 +65,25 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
+from ml_collections.config_dict import placeholder
 
 from tgjax.data.pushdown import PushdownReport, PushdownSentence, encode_trees, make_batch
 from tgjax.models.parts import count_parameters
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
 from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
-from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
+from tgjax.train.config import (
+    UNSET_PATH,
+    ConfigError,
+    check_choice,
+    check_positive_int,
+    check_range,
+    family_config,
+    to_json_dict,
+)
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state
+from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
@@ -85,15 +96,19 @@ VOCABULARY_FILE = "vocab.json"
 
 def default_config() -> ml_collections.ConfigDict:
     """Every key this task reads; the values are the release's Dyck recipe at tiny sizes (configs set theirs)."""
-    return ml_collections.ConfigDict(dict(
+    return family_config(dict(
         trainer="pushdown_lm",
         model=dict(d_model=64, num_layers=2, num_heads=4, ffw_hidden_size=256, sequence_length=64,
                    pushdown_layers="all", num_depths=50, max_relative_position=512, embedding_dropout=0.1,
                    dropout=0.1, head_depth_dim=0, head_scaled=True, head_self_key_input="projection",
                    head_relative_positions=False, attachment_normalise="legal", remat=False,
-                   scan_layers=False),
-        data=dict(source="builtin", train_path="", valid_path="", vocab_path="", num_train_sentences=None,
-                  num_valid_sentences=None, corpus_seed=0, min_word_count=1, on_too_long="skip", windows=False,
+                   scan_layers=False,
+                   # None: the data's vocabulary size; an int is what `tgjax info` counts with when the
+                   # data are absent (the run notes it when the data's differs)
+                   vocab_size=placeholder(int)),
+        data=dict(source="builtin", train_path="", valid_path="", vocab_path="",
+                  num_train_sentences=placeholder(int), num_valid_sentences=placeholder(int), corpus_seed=0,
+                  min_word_count=1, on_too_long="skip", windows=False,
                   dyck_num_types=20, dyck_max_depth=10, dyck_num_train=100_000, dyck_num_valid=1000,
                   dyck_max_length=600, dyck_min_length=1, dyck_open_probability=0.5),
         training=dict(num_steps=1000, batch_size=16, seed=42, attachment_weight=1.0, clip_grad_norm=3.0,
@@ -103,12 +118,7 @@ def default_config() -> ml_collections.ConfigDict:
                                        kwargs=dict(start_lr=0.0, max_lr=1e-4, min_lr=0.0, warmup_steps=100,
                                                    cosine_cycle_length=900))),
         evaluation=dict(interval_steps=250, batch_size=16),
-        checkpointing=dict(interval_steps=250, max_to_keep=2, keep_best=1, async_save=True, checksums=True,
-                           save_memory=False),
-        logging=dict(interval_steps=25, tensorboard=False),
-        mesh=dict(data=-1, model=1),
-        distributed=dict(initialize=False, coordinator_address=None, num_processes=None, process_id=None),
-    ))
+    ), checkpointing=dict(interval_steps=250, max_to_keep=2), logging=dict(interval_steps=25, tensorboard=False))
 
 
 def pushdown_layer_indices(spec, num_layers: int) -> tuple[int, ...] | None:
@@ -157,37 +167,19 @@ def model_config(config, vocab_size: int) -> PushdownLMConfig:
 
 
 def check_config(config) -> None:
-    """Every key this task reads, and each value that can be checked before any data is read (ConfigError)."""
-    reference = default_config()
-
-    def walk(expected, node, prefix):
-        for key, value in expected.items():
-            path = f"{prefix}{key}"
-            if not hasattr(node, "keys") or key not in node:
-                raise ConfigError(f"config key {path!r} is missing (configs/pushdown_tiny.py has every key)")
-            if isinstance(value, ml_collections.ConfigDict) and key not in ("kwargs",):
-                walk(value, node[key], path + ".")
-
-    walk(reference, config, "")
+    """Each value that can be checked before any data is read (every key is there: the config was merged over
+    `default_config()`); `ConfigError` names the key."""
     d, m, t = config.data, config.model, config.training
-    if d.source not in SOURCES:
-        raise ConfigError(f"data.source: unknown {d.source!r}; expected one of {SOURCES}")
-    if d.on_too_long not in ("skip", "error"):
-        raise ConfigError(f"data.on_too_long: {d.on_too_long!r}; expected 'skip' (count them) or 'error'")
-    if m.attachment_normalise not in ("legal", "causal"):
-        raise ConfigError(f"model.attachment_normalise: {m.attachment_normalise!r}; expected 'legal' (paper) "
-                          f"or 'causal' (release)")
-    if m.head_self_key_input not in ("projection", "query"):
-        raise ConfigError(f"model.head_self_key_input: {m.head_self_key_input!r}; expected 'projection' "
-                          f"(paper) or 'query' (release)")
+    check_choice(config, "data.source", SOURCES)
+    check_choice(config, "data.on_too_long", ("skip", "error"))  # skip: count them
+    check_choice(config, "model.attachment_normalise", ("legal", "causal"))  # paper text's; Fig. 8's and release's
+    check_choice(config, "model.head_self_key_input", ("projection", "query"))  # Fig. 8's, the release's
+    for key in ("training.batch_size", "evaluation.batch_size", "training.num_steps", "model.num_depths",
+                "model.num_heads"):
+        check_positive_int(config, key)
     if m.d_model % m.num_heads:
         raise ConfigError(f"model.num_heads={m.num_heads} does not divide model.d_model={m.d_model}")
-    for path, value in (("training.batch_size", t.batch_size), ("evaluation.batch_size", config.evaluation.batch_size),
-                        ("training.num_steps", t.num_steps), ("model.num_depths", m.num_depths)):
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{path}: expected a positive integer, got {value!r}")
-    if not t.attachment_weight >= 0:
-        raise ConfigError(f"training.attachment_weight: expected >= 0, got {t.attachment_weight!r}")
+    check_range(config, "training.attachment_weight", low=0)
     if d.source == "dyck" and d.windows:
         raise ConfigError("data.windows: packing several strings into a row is for text (WikiTrees), not Dyck")
     model_config(config, 8)  # sizes and switches
@@ -256,7 +248,7 @@ def pack_windows(sentences: list[PushdownSentence], max_tokens: int) -> tuple[li
             attach=np.concatenate([s.attach + o for s, o in zip(current, offsets)]).astype(np.int32),
             node_start=np.concatenate([s.node_start + o for s, o in zip(current, offsets)]).astype(np.int32),
             node_end=np.concatenate([s.node_end + o for s, o in zip(current, offsets)]).astype(np.int32),
-            num_binarised=sum(s.num_binarised for s in current)))
+            num_binarised=sum(s.num_binarised for s in current), roots=tuple(int(o) for o in offsets)))
 
     for sentence in sentences:
         if len(sentence) > max_tokens:
@@ -433,7 +425,7 @@ class PushdownTrainBatches:
 
 # The fields the model and the loss read (make_batch's fields; no dense tape).
 BATCH_FIELDS = ("inputs", "targets", "attach", "attach_targets", "weights", "attach_weights", "node_start",
-                "node_end")
+                "node_end", "roots")
 
 
 def loss_and_metrics(outputs, batch, model_cfg: PushdownLMConfig, attachment_weight: float):
@@ -498,7 +490,8 @@ def describe(config) -> dict[str, Any]:
     model_cfg = model_config(config, vocab_size)
     num_parameters = count_parameters(lambda: PushdownLM(model_cfg, rngs=nnx.Rngs(0)))
     return {"model_name": "pushdown_lm", "num_parameters": num_parameters, "vocab_size": vocab_size,
-            "vocab_source": source, "model": dataclasses.asdict(model_cfg)}
+            "vocab_source": source, "model": dataclasses.asdict(model_cfg),
+            "build_model": lambda rngs: PushdownLM(model_cfg, rngs=rngs)}
 
 
 # -----------------------------------------------------------------------------
@@ -510,6 +503,7 @@ class PushdownLMTask:
 
     name = "pushdown_lm"
     selection = Selection("valid_loss", "min")
+    default_config = staticmethod(default_config)
 
     def __init__(self, config):
         self.config = config
@@ -592,15 +586,15 @@ class PushdownLMTask:
                         if self.valid_data is not None else None)
         self.model_config = model_config(c, vocab_size)
         abstract = nnx.eval_shape(lambda: PushdownLM(self.model_config, rngs=nnx.Rngs(0)))
-        self.graphdef, abstract_params, _ = nnx.split(abstract, nnx.Param, ...)
-        self.abstract_params = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                            nnx.to_pure_dict(abstract_params))
+        self.graphdef = nnx.split(abstract, nnx.Param, ...)[0]
+        self.layout = params_layout(self._build, run.mesh, shd.config_rules(self.config))
         self.num_parameters = count_parameters(abstract)
         self.tx, self.lr_schedule = make_optimizer(t)
         self.replicated = shd.replicated(run.mesh)
         train_step, eval_step = make_steps(self.graphdef, self.model_config, self.tx, self.lr_schedule,
                                            float(t.attachment_weight))
-        self._train_step = jax.jit(train_step, donate_argnums=(0,))
+        self._train_step = jax.jit(train_step, donate_argnums=(0,),
+                                   out_shardings=(self.layout.state_shardings(self.tx), self.replicated))
         self._eval_step = jax.jit(eval_step)
         self._valid_batches = None
         for line in self.describe_data():
@@ -647,13 +641,15 @@ class PushdownLMTask:
         model = PushdownLM(self.model_config, rngs=nnx.Rngs(params=0, dropout=self.config.training.seed))
         return nnx.split(model, nnx.Param, ...)[2]
 
+    def _build(self, rngs: nnx.Rngs) -> PushdownLM:
+        return PushdownLM(self.model_config, rngs=rngs)
+
     def init_state(self):
-        state = init_params_state(lambda rngs: PushdownLM(self.model_config, rngs=rngs), self.tx,
-                                  self.config.training.seed, self.replicated)
+        state = init_params_state(self._build, self.tx, self.config.training.seed, self.layout)
         return state, self.restored_rest()
 
     def abstract_state(self):
-        return abstract_params_state(self.abstract_params, self.tx, self.replicated)
+        return abstract_params_state(self.layout, self.tx)
 
     def restored_rest(self):
         # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.

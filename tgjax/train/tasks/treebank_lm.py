@@ -30,7 +30,7 @@ from tgjax.syntax import masks
 from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
-from tgjax.train.config import UNSET_PATH, ConfigError, to_json_dict
+from tgjax.train.config import UNSET_PATH, ConfigError, default_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
@@ -117,6 +117,7 @@ def describe(config) -> dict[str, Any]:
         "vocab_size": vocab_size,
         "vocab_source": source,
         "model": dataclasses.asdict(model_cfg),
+        "build_model": lambda rngs: TransformerLM(model_cfg, rngs=rngs),
     }
 
 
@@ -182,6 +183,7 @@ class TreebankLMTask:
 
     name = "treebank_lm"
     selection = Selection("valid_loss", "min")
+    default_config = staticmethod(default_config)
 
     def __init__(self, config):
         self.config = config

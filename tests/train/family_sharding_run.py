@@ -1,0 +1,109 @@
+"""Run in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before JAX starts).
+
+    python -m tests.train.family_sharding_run WORKDIR FAMILY [FAMILY ...]
+
+Trains each family's test-sized config for a few steps on a 1x1 mesh and on
+a data=4 x model=2 mesh, and prints one JSON line:
+{family: {layout: {"losses": [...], "split": [names of parameters split over "model"],
+"moments_split": n}}}, read off the arrays the trainer actually holds after the last step
+("moments_split": optimiser-state leaves split over "model").
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from tgjax.train.config import apply_overrides, load_config
+from tgjax.train.loop import train
+
+STEPS = 3
+COMMON = ["logging.interval_steps=1", "logging.tensorboard=false", "checkpointing.interval_steps=100",
+          "checkpointing.async_save=false"]
+
+
+def _config(family: str, workdir: Path):
+    """(config, task or None) of `family` at test size; every batch size divisible by the data axis (4)."""
+    if family == "mlm":
+        return load_config("configs/udgn_tiny.py", [
+            "model.d_model=16", "model.num_layers=1", "model.num_channels=2", "model.channel_size=8",
+            "model.parser_hidden=8", "data.num_train_sentences=40", "data.num_valid_sentences=8",
+            "training.token_budget=128", "training.length_bucket=32", "evaluation.interval_steps=100",
+            "evaluation.runs=1", f"training.num_steps={STEPS}", *COMMON]), None
+    if family == "onlstm_lm":
+        return load_config("configs/onlstm_tiny.py", [
+            "model.embedding_size=16", "model.hidden_size=16", "model.num_layers=2", "model.chunk_size=4",
+            "data.num_train_sentences=40", "data.num_valid_sentences=8", "training.batch_size=4",
+            "training.bptt=8", "training.min_seq_len=2", "training.length_bucket=16", "evaluation.batch_size=4",
+            "evaluation.bptt=16", *COMMON]), None
+    if family == "pushdown_lm":
+        return load_config("configs/pushdown_tiny.py", [
+            "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffw_hidden_size=64",
+            "model.sequence_length=32", "data.num_train_sentences=40", "data.num_valid_sentences=8",
+            "training.batch_size=8", "evaluation.batch_size=8", f"training.num_steps={STEPS}",
+            "evaluation.interval_steps=100", *COMMON]), None
+    if family == "classification":
+        from tests.train.test_classification_task import write_toy_logic
+
+        logic_dir = write_toy_logic(workdir / "logic")
+        return load_config("configs/om_logic.py", [
+            "model.embedding_size=16", "model.slot_size=16", "model.mlp_hidden_size=16", "model.n_slots=4",
+            "model.test_n_slots=4", "model.embedding_dropout=0.0", "model.output_dropout=0.0",
+            "model.attention_dropout=0.0", "model.cell_dropout=0.0", "training.batch_size=8",
+            f"training.num_steps={STEPS}", "evaluation.batch_size=8", "evaluation.interval_steps=100",
+            f"data.logic_dir={logic_dir}", *COMMON]), None
+    if family == "craft_bc":
+        from tgjax.train.tasks.craft_bc import default_config
+
+        return apply_overrides(default_config(), [
+            "data.tasks=AC,CD", "data.num_demos=8", "model.hidden_size=8", "training.batch_size=4",
+            "evaluation.batch_size=4", f"training.num_steps={STEPS}", "evaluation.interval_steps=100",
+            f"data.demo_dir={workdir / 'demos'}", *COMMON]), None
+    if family == "cfl":
+        from tgjax.train.tasks.cfl import CFLTask
+
+        config = load_config("configs/stack_cfl.py:marked_reversal,tf_sup", [
+            "training.epochs=1", "data.train_size=24", "data.valid_size=8", "data.length_bucket=88",
+            "training.batch_size=8", "evaluation.batch_size=8", "logging.interval_steps=1"])
+        return config, CFLTask(config, trial=0)
+    raise SystemExit(f"unknown family {family!r}")
+
+
+def _split_over_model(tree) -> list[str]:
+    """Paths of the leaves of `tree` whose sharding splits a dimension over "model"."""
+    paths = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        spec = getattr(getattr(leaf, "sharding", None), "spec", ())
+        if any(axis == "model" or (isinstance(axis, tuple) and "model" in axis) for axis in spec):
+            paths.append(jax.tree_util.keystr(path))
+    return paths
+
+
+def run(family: str, workdir: Path) -> dict:
+    out = {}
+    for data, model in ((1, 1), (4, 2)):
+        layout = f"{data}x{model}"
+        config, task = _config(family, workdir)
+        config.mesh.data, config.mesh.model = data, model
+        seen = {}
+
+        def record(step, state, metrics):
+            seen["split"] = _split_over_model(state.params)
+            seen["moments_split"] = len(_split_over_model(getattr(state, "opt_state", ())))
+
+        result = train(config, workdir / layout, task=task, devices=jax.devices()[: data * model], quiet=True,
+                       callback=record, stop_after_step=STEPS)
+        losses = [float(result.losses[s]) for s in sorted(result.losses)][:STEPS]
+        out[layout] = {"losses": losses, **seen}
+        assert np.all(np.isfinite(losses)), (family, layout, losses)
+    return out
+
+
+def main(workdir: str, families: list[str]) -> None:
+    print(json.dumps({family: run(family, Path(workdir) / family) for family in families}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
