@@ -10,7 +10,9 @@
 # used in place); TRAIN_FILE / VALID_FILE (names inside it, passed as
 # --config.data.{train,valid}_path=...); DETACH=1 (default) runs in the background under nohup with
 # a log and a pid file in LOG_DIR, so the ssh session may end; DETACH=0 runs in the foreground.
-# A run already going on this host is left alone (RESTART=1 stops it first). Re-running resumes:
+# A run already going on this host is left alone. RESTART=1 stops it first: SIGTERM, then waits up to
+# STOP_TIMEOUT seconds (default 600) for it to exit, as it saves its agreed checkpoint meanwhile; a run that
+# has not exited by then is an error (nothing new is started). Re-running resumes:
 # the trainer restores the latest checkpoint in WORKDIR. A gs:// WORKDIR is mounted with gcsfuse at
 # GCS_MOUNT/BUCKET (default ~/gcs) and the trainer gets that path. DISTRIBUTED=1 (set by
 # launch/tpu_train.sh) adds --config.distributed.initialize=true: every host joins one JAX program.
@@ -27,6 +29,7 @@ cd "$HERE/.."
 : "${TRAIN_FILE:=}" "${VALID_FILE:=}"
 : "${DETACH:=1}"
 : "${RESTART:=0}"
+: "${STOP_TIMEOUT:=600}"
 : "${LOG_DIR:=$HOME/tgjax_logs}"
 : "${DISTRIBUTED:=0}"
 RUN_NAME="train-${CONFIG##*/}"; RUN_NAME="${RUN_NAME%.py}"
@@ -51,6 +54,29 @@ mount_bucket_of "$WORKDIR"
 cmd=("$VENV/bin/tgjax" train --config "$(config_path "$CONFIG")" --workdir "$(local_path "$WORKDIR")"
      "${overrides[@]}" "${REST_ARGS[@]}")
 
+# wait_for_exit PGID SECONDS: waits until no process of the group PGID is left (the run and its children:
+# a restart must not start while the old run still writes its checkpoint), saying so every 30 s; 1 if
+# some are still there after SECONDS.
+wait_for_exit() {
+  local group=$1 limit=$2 waited=0
+  if [[ "$DRY_RUN" == 1 ]]; then
+    echo "# wait up to $limit s for process group $group to exit"
+    return 0
+  fi
+  while kill -0 -- "-$group" 2>/dev/null; do
+    if (( waited >= limit )); then
+      return 1
+    fi
+    if (( waited % 30 == 0 )); then
+      echo "$(hostname): waiting for $RUN_NAME (pid $group) to save its checkpoint and exit" \
+           "(${waited} s of at most ${limit} s)"
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  echo "$(hostname): $RUN_NAME (pid $group) has exited after ${waited} s"
+}
+
 if [[ "$DETACH" != 1 ]]; then
   run "${cmd[@]}"
   exit
@@ -58,8 +84,13 @@ fi
 run mkdir -p "$LOG_DIR"
 if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   if [[ "$RESTART" == 1 ]]; then
-    run kill -TERM -- "-$(cat "$PIDFILE")"   # the run's own process group (setsid below)
-    sleep 5
+    old_pid=$(cat "$PIDFILE")
+    run kill -TERM -- "-$old_pid"   # the run's own process group (setsid below)
+    wait_for_exit "$old_pid" "$STOP_TIMEOUT" || {
+      echo "$(hostname): error: $RUN_NAME (pid $old_pid) has not exited ${STOP_TIMEOUT} s after SIGTERM; not" \
+           "starting a new run beside it. See $LOG; stop it (kill -KILL -- -$old_pid) or raise STOP_TIMEOUT" >&2
+      exit 1
+    }
   else
     echo "$(hostname): $RUN_NAME is already running (pid $(cat "$PIDFILE"), log $LOG); RESTART=1 to restart" >&2
     exit 0

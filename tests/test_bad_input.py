@@ -56,8 +56,8 @@ HUGE = {
     "deep": "(S " * DEEP + "(NN fox)" + ")" * DEEP,
     "long": "(S " + " ".join("(NN fox)" for _ in range(LONG)) + " (. .))",
 }
-# Parse-style commands skip malformed trees of a gold file when some good ones remain (and report them).
-SKIPPED_BY_PARSE = ("unclosed", "extra_close", "good_then_bad")
+# Every command stops at the first malformed tree by default (--on-bad-tree skip skips and counts them).
+SKIPPED_BY_PARSE = ()
 
 TRAIN_SIZES = ["--config.model.d_model=16", "--config.model.num_layers=1", "--config.model.num_heads=2",
                "--config.model.ffw_hidden_size=32", "--config.model.sequence_length=16",
@@ -246,11 +246,9 @@ def test_evalb_reads_huge_trees(runs, name):
         assert line in summary, summary
 
 
-def test_eval_parse_leaves_out_and_counts_sentences_over_max_words(runs, corpus):
-    stderr = _worked(runs["long/parse"])
-    assert (f"{corpus['long']}: left out 1 of 3 sentences are longer than --max-words 300 (the longest has "
-            f"{LONG + 1:,} words, tree 1); F1 is over the other 2") in stderr
-    assert "labelled F1" in runs["long/parse"]["stdout"]
+def test_eval_parse_refuses_a_sentence_over_max_words_naming_its_line(runs, corpus):
+    assert (f"{corpus['long']}:3:1: expected a sentence of at most 300 words (the command's length limit: "
+            "--max-words") in _error_line(runs["long/parse"])
     _worked(runs["deep/parse"])  # one word under 5,000 brackets: parsed
 
 

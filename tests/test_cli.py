@@ -72,7 +72,7 @@ def test_eval_f1_hand_counted(tmp_path, capsys):
 def test_readme_python_example_runs_and_says_what_it_shows():
     """The README's Python block, run as written; its comments' claims checked."""
     readme = (REPO / "README.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "actions.choe_charniak" in b]
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["tokens"] == ["(S", "(NP", "the", "blue", "bird", "NP)", "(VP", "sings", "VP)", "S)"]

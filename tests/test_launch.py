@@ -10,8 +10,10 @@ renamed config key or eval flag breaks this test, not a TPU job.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -139,3 +141,67 @@ def test_host_install_adds_gcsfuse_on_tpu_hosts_only():
     assert any("'jax[cuda12]'" in line for line in cuda)
     assert not any("gcsfuse" in line for line in cuda)
     assert "sudo apt-get install -y -q gcsfuse" in dry_run("host_install.sh", ACCEL="cuda12", GCSFUSE="1")
+
+
+def _old_run(tmp_path: Path, on_term: str) -> tuple[subprocess.Popen, Path]:
+    """A stand-in for a run host_train.sh started before: its own process group, its pid in LOG_DIR's pid file,
+    `on_term` its SIGTERM trap. A thread reaps it, as init would the real (detached) run."""
+    import threading
+
+    pidfile = tmp_path / "logs" / "train-tiny.pid"
+    pidfile.parent.mkdir()
+    script = f'echo $$ >"$0"; trap {shlex.quote(on_term)} TERM; while true; do sleep 0.1; done'
+    old = subprocess.Popen(["bash", "-c", script, str(pidfile)], start_new_session=True,
+                           env={"PATH": "/usr/bin:/bin", "EVENTS": str(tmp_path / "events")})
+    threading.Thread(target=old.wait, daemon=True).start()
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        subprocess.run(["sleep", "0.05"])
+    return old, pidfile
+
+
+def _restart(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """host_train.sh RESTART=1 (detached), with a stand-in `tgjax` that notes that it started."""
+    fake_tgjax = tmp_path / "venv" / "bin" / "tgjax"
+    fake_tgjax.parent.mkdir(parents=True)
+    fake_tgjax.write_text('#!/usr/bin/env bash\necho "new-started" >>"$EVENTS"\n')
+    fake_tgjax.chmod(0o755)
+    return subprocess.run(["bash", str(LAUNCH / "host_train.sh")], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CONFIG": "tiny",
+                                            "WORKDIR": str(tmp_path / "run"), "LOG_DIR": str(tmp_path / "logs"),
+                                            "VENV": str(tmp_path / "venv"), "RESTART": "1",
+                                            "EVENTS": str(tmp_path / "events"), **env})
+
+
+def _events(tmp_path: Path) -> list[str]:
+    for _ in range(100):  # the new run is detached: give it a moment to note its start
+        events = (tmp_path / "events").read_text().split() if (tmp_path / "events").exists() else []
+        if "new-started" in events:
+            break
+        subprocess.run(["sleep", "0.05"])
+    return events
+
+
+def test_restart_waits_for_the_old_run_to_save_and_exit_before_starting(tmp_path):
+    # The old run takes 2 s after SIGTERM (its checkpoint) before it exits.
+    old, _ = _old_run(tmp_path, 'echo old-term >>"$EVENTS"; sleep 2; echo old-exited >>"$EVENTS"; exit 0')
+    done = _restart(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert old.poll() is not None
+    assert _events(tmp_path) == ["old-term", "old-exited", "new-started"]
+    assert f"waiting for train-tiny (pid {old.pid}) to save its checkpoint and exit" in done.stdout
+    assert f"train-tiny (pid {old.pid}) has exited after" in done.stdout and "started train-tiny" in done.stdout
+
+
+def test_restart_gives_up_with_a_message_when_the_old_run_does_not_exit(tmp_path):
+    old, pidfile = _old_run(tmp_path, "")  # SIGTERM ignored
+    try:
+        done = _restart(tmp_path, STOP_TIMEOUT="2")
+        assert done.returncode == 1
+        assert (f"train-tiny (pid {old.pid}) has not exited 2 s after SIGTERM; not starting a new run beside it"
+                in done.stderr)
+        assert old.poll() is None and pidfile.read_text().strip() == str(old.pid)
+        assert not (tmp_path / "events").exists()  # no new run
+    finally:
+        os.killpg(old.pid, signal.SIGKILL)

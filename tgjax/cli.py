@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tgjax.limits import DRAWING_MAX_NODES, check_tree_size
+from tgjax.limits import TREEBANK_MAX_WORDS as MAX_WORDS
+
 if TYPE_CHECKING:  # imported where used: `tgjax --help` stays fast
     from tgjax.data.pipeline import PipelineConfig
 
@@ -37,7 +40,8 @@ def _pipeline_config(args) -> PipelineConfig:
     return PipelineConfig(
         corpus=args.corpus, split=args.split, num_sentences=args.num_sentences, rule=args.rule,
         seq_len=args.seq_len, mem_len=args.mem_len, batch_size=args.batch_size,
-        max_actions=args.max_actions, on_too_long=args.on_too_long, on_bad_tree=args.on_bad_tree, seed=args.seed,
+        max_actions=args.max_actions, max_words=args.max_words, on_too_long=args.on_too_long,
+        on_bad_tree=args.on_bad_tree, seed=args.seed,
         num_workers=args.num_workers,
     )
 
@@ -51,7 +55,10 @@ def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-actions", type=int, default=None, help="longest sequence accepted")
-    p.add_argument("--on-too-long", default="error", choices=("error", "skip"))
+    p.add_argument("--max-words", type=int, default=MAX_WORDS,
+                   help=f"longest sentence of a treebank file, checked while reading (default {MAX_WORDS:,})")
+    p.add_argument("--on-too-long", default="error", choices=("error", "skip"),
+                   help="a sentence over --max-words or --max-actions: stop with an error, or skip and count")
     p.add_argument("--on-bad-tree", default="error", choices=("error", "skip"),
                    help="malformed trees in a treebank file: stop with an error, or skip and count")
     p.add_argument("--seed", type=int, default=0)
@@ -96,11 +103,14 @@ def _print_summary(pipeline, counts: dict) -> None:
     print(f"corpus            {pipeline.config.corpus} ({pipeline.config.split}): {len(pipeline.trees)} trees")
     print(f"rule              {pipeline.config.rule}: {rule!r}")
     print(f"vocabulary        {pipeline.vocab.size} ids ({type(pipeline.vocab).__name__})")
+    too_long_read = 0
     if pipeline.read_report is not None:
-        print(f"reading           {pipeline.read_report.num_skipped} malformed trees skipped")
-        for error in pipeline.read_report.errors[:5]:
+        too_long_read = pipeline.read_report.num_too_long
+        print(f"reading           {pipeline.read_report.num_skipped} malformed trees skipped, {too_long_read} over "
+              f"--max-words {pipeline.config.max_words}")
+        for error in (pipeline.read_report.errors + pipeline.read_report.too_long)[:5]:
             print(f"                  {error}")
-    print(f"sequences         {len(enc.sequences)} kept, {enc.skipped_too_long} skipped as too long")
+    print(f"sequences         {len(enc.sequences)} kept, {enc.skipped_too_long + too_long_read} skipped as too long")
     print(f"inputs per seq.   mean {lengths.mean():.1f}, max {lengths.max()}")
     print(f"one epoch         {counts['steps']} steps of {pipeline.config.batch_size} rows, "
           f"{counts['segments']} segments, {counts['seconds']:.1f}s")
@@ -153,6 +163,7 @@ def cmd_data_show(args) -> int:
     from tgjax.syntax import actions, masks, pos_tags, trees
     from tgjax.syntax import token_types as tt
 
+    check_tree_size(args.tree, args.max_nodes, "tgjax data show")
     tree = trees.parse(args.tree)
     # One tree: tagged iff every word is alone under a node of its own (`tgjax.syntax.pos_tags`).
     tokens = ["<s>"] + actions.choe_charniak(tree, pos_tags=pos_tags.is_tagged(tree))
@@ -177,6 +188,7 @@ def cmd_viz_mask(args) -> int:
     from tgjax.syntax import pos_tags, trees
     from tgjax.viz import draw_mask
 
+    check_tree_size(args.tree, args.max_nodes, "tgjax viz mask")  # before parsing: the picture is n x n
     tree = trees.parse(args.tree)
     check_output(args.output, figure=True)
     draw_mask(tree, args.output, pos_tags=pos_tags.is_tagged(tree))  # one tree: tagged iff every word is alone
@@ -189,6 +201,7 @@ def cmd_viz_tree(args) -> int:
     from tgjax.syntax import trees
     from tgjax.viz import draw_tree
 
+    check_tree_size(args.tree, args.max_nodes, "tgjax viz tree")
     tree = trees.parse(args.tree)
     check_output(args.output, figure=True)
     draw_tree(tree, args.output)
@@ -335,6 +348,11 @@ def _spec_axes(spec) -> set[str]:
     return axes
 
 
+def _add_max_nodes_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-nodes", type=int, default=DRAWING_MAX_NODES,
+                   help=f"largest tree taken, in nodes ('('), counted before parsing (default {DRAWING_MAX_NODES:,})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tgjax", description="Syntactic language models at scale in JAX/Flax.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -355,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_data_export)
     p = data.add_parser("show", help="the Figure 2 table (input, type, attention, label) of a tree")
     p.add_argument("tree", help='a bracketed tree, e.g. "(S (NP the blue bird) (VP sings))"')
+    _add_max_nodes_arg(p)
     p.set_defaults(func=cmd_data_show)
     data.add_parser("deps", help="dependency trees from a treebank by head rules, written as CoNLL-U: "
                                  "--treebank FILE|builtin -o OUT [--heads collins|builtin] [--keep all|words]")
@@ -365,10 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = viz.add_parser("mask", help="draw the STACK/COMPOSE mask of a tree (Figure 2b)")
     p.add_argument("tree")
     p.add_argument("-o", "--output", default="mask.png")
+    _add_max_nodes_arg(p)
     p.set_defaults(func=cmd_viz_mask)
     p = viz.add_parser("tree", help="draw a tree (e.g. a parse from tgjax eval parse or tgjax sample)")
     p.add_argument("tree")
     p.add_argument("-o", "--output", default="tree.png")
+    _add_max_nodes_arg(p)
     p.set_defaults(func=cmd_viz_tree)
     p = viz.add_parser("curves", help="training and validation loss against step of one or more runs")
     p.add_argument("--workdir", action="append", required=True, help="a run (repeat to compare runs)")

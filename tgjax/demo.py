@@ -214,11 +214,11 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
 
     `search`: the TG / TXL (CC) beam engine, "auto", "device" or "host" (`tgjax.eval.parse.word_scorer`)."""
     from tgjax.eval.parse import parse_treebank, word_scorer
+    from tgjax.infer.api import workdir_family
     from tgjax.infer.loading import load_model
-    from tgjax.infer.pushdown_loading import is_pushdown_workdir
 
     start = time.perf_counter()
-    if is_pushdown_workdir(workdir):
+    if workdir_family(workdir) == "pushdown_lm":
         from tgjax.infer.pushdown_loading import load_pushdown
         from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
 

@@ -20,6 +20,7 @@ when a vocabulary differs from it (`vocabulary_fingerprint`,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -155,6 +156,120 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
 
 
 # -----------------------------------------------------------------------------
+# The family a workdir holds, read from its files (no orbax, no JAX): each command that takes a workdir
+# refuses one of another family up front, in one line, rather than failing deep inside its loader.
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What a workdir's run is: its trainer (`lm`, `pushdown_lm`, `onlstm_lm`, `mlm`, ...) and, for the
+    families that read several kinds of data, the data source (`dyck`, `treebank`, `builtin`, ...)."""
+
+    trainer: str
+    source: str | None = None
+    model: str | None = None
+
+    @property
+    def is_treebank_lm(self) -> bool:
+        """A run that scores, parses and samples trees: TG / TXL, or Pushdown-LM on trees (not on Dyck)."""
+        return self.trainer == "lm" or (self.trainer == "pushdown_lm" and self.source != "dyck")
+
+    def describe(self) -> str:
+        what = FAMILY_NAMES.get(self.trainer, self.trainer)
+        details = [f"model {self.model}"] if self.model else []
+        details += [f"data {self.source}"] if self.source else []
+        return f"{what} run ({', '.join(details)})" if details else f"{what} run"
+
+    def commands(self) -> str:
+        """The commands that take a run of this family."""
+        if self.trainer == "pushdown_lm" and self.source == "dyck":
+            return "tgjax eval dyck"
+        return FAMILY_COMMANDS.get(self.trainer, "tgjax viz curves (its metrics.jsonl)")
+
+
+FAMILY_NAMES = {"lm": "a TG/TXL", "pushdown_lm": "a Pushdown-LM", "onlstm_lm": "an ON-LSTM", "mlm": "a UDGN",
+                "classification": "an Ordered Memory (ListOps / logic)", "cfl": "a stack-attention CFL",
+                "craft_bc": "a Craft behaviour-cloning", "ppo_options": "a Craft PPO (options)",
+                "ppo_actions": "a Craft PPO (actions)"}
+_TREEBANK_COMMANDS = ("tgjax eval score / ppl / rerank / parse / sg / blimp, tgjax sample")
+FAMILY_COMMANDS = {"lm": _TREEBANK_COMMANDS, "pushdown_lm": "tgjax eval score / parse / sg / blimp, tgjax sample",
+                   "onlstm_lm": "tgjax eval unsupervised-parse / sg / blimp", "mlm": "tgjax eval dependency",
+                   "craft_bc": "tgjax eval craft", "ppo_options": "tgjax eval craft", "ppo_actions": "tgjax eval craft"}
+
+
+def _newest_meta(workdir: Path) -> dict | None:
+    """The newest checkpoint step's meta (orbax writes the JSON item as `meta/metadata`), or None."""
+    steps = sorted((int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()), reverse=True)
+    for step in steps:
+        try:
+            meta = json.loads((workdir / "checkpoints" / str(step) / "meta" / "metadata").read_text())
+        except (OSError, ValueError):
+            continue  # a step cut short: an older one may say
+        if isinstance(meta, dict):
+            return meta
+    return None
+
+
+def family_of(workdir: str | os.PathLike) -> Family | None:
+    """The family of the run in `workdir`, from its newest checkpoint's meta (its `family` and training
+    `config`), or the `config.json` some trainers write; None when the workdir says nothing (the command's
+    own loader then says what is missing)."""
+    if is_url(workdir):
+        return None
+    directory = local_workdir(workdir)
+    meta = _newest_meta(directory)
+    config = meta.get("config") if meta else None
+    if not isinstance(config, dict) and (directory / "config.json").is_file():
+        try:
+            config = json.loads((directory / "config.json").read_text())
+        except (OSError, ValueError):
+            config = None
+    if meta is None and not isinstance(config, dict):
+        return None
+    config = config if isinstance(config, dict) else {}
+    trainer = recorded_family(meta, config)
+    data, model = config.get("data") or {}, config.get("model") or {}
+    source = data.get("source") if isinstance(data, dict) else None
+    name = model.get("name") if isinstance(model, dict) else None
+    return Family(str(trainer), source, name)
+
+
+def recorded_family(meta: dict | None, config: dict | None) -> str:
+    """The family a checkpoint records: its meta's `family` (written by the trainer), else (runs from before it)
+    its training config's `trainer`, "lm" when the config names none."""
+    return (meta or {}).get("family") or (config or {}).get("trainer", "lm")
+
+
+class WrongFamily(ValueError):
+    """A workdir of a family that the command does not take; the message names what it holds and what takes it."""
+
+
+def check_family(workdir: str | os.PathLike, command: str, takes: str, accepts) -> None:
+    """Refuses, in one line, a workdir whose family `accepts(family)` rejects; silent when it cannot tell.
+
+    `takes` says in words what `command` takes (e.g. "TG/TXL and Pushdown treebank runs").
+    """
+    family = family_of(workdir)
+    if family is None or accepts(family):
+        return
+    raise WrongFamily(f"{os.fspath(workdir)} holds {family.describe()}; `{command}` takes {takes}; for this run "
+                      f"use: {family.commands()}")
+
+
+def check_treebank_lm(workdirs, command: str, *, word_scorers: bool = False) -> None:
+    """`check_family` for the commands that score, parse or sample trees (TG/TXL and Pushdown on trees);
+    with `word_scorers` (eval sg, blimp: log p of word strings) an ON-LSTM language model too."""
+    takes = "TG/TXL, Pushdown treebank and ON-LSTM runs" if word_scorers else "TG/TXL and Pushdown treebank runs"
+
+    def accepts(family: Family) -> bool:
+        return family.is_treebank_lm or (word_scorers and family.trainer == "onlstm_lm")
+
+    for workdir in [workdirs] if isinstance(workdirs, (str, os.PathLike)) else workdirs or ():
+        for one in split_workdirs(workdir):
+            check_family(one, command, takes, accepts)
+
+
+# -----------------------------------------------------------------------------
 # The vocabulary.
 
 
@@ -191,6 +306,7 @@ def word_list_fingerprint(words: list[str]) -> str:
     return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
 
 
-__all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "VocabularyMismatch", "check_step",
+__all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "Family", "VocabularyMismatch",
+           "WrongFamily", "check_family", "check_step", "check_treebank_lm", "family_of",
            "checkpoint_workdir", "directory_manifest", "is_url", "local_workdir", "saved_vocabulary_path",
            "vocabulary_file_name", "vocabulary_fingerprint", "word_list_fingerprint"]

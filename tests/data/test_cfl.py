@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tgjax.data.cfl import SPLITS, TASK_NAMES, cfl_task
-from tgjax.eval.cfl import cross_entropy_difference, string_log_probs
+from tgjax.data.cfl_metric import cross_entropy_difference, string_log_probs
 
 # ---------------------------------------------------------------------------
 # Independent membership checkers.

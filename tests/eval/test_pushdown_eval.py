@@ -21,7 +21,8 @@ from tgjax.data.pushdown import encode_tree
 from tgjax.eval import parse as parse_eval
 from tgjax.eval.commands import main_score
 from tgjax.eval.pushdown import table4_f1
-from tgjax.infer.pushdown_loading import is_pushdown_workdir, load_pushdown
+from tgjax.infer.api import workdir_family
+from tgjax.infer.pushdown_loading import load_pushdown
 from tgjax.infer.pushdown_search import teacher_forced_log_probs
 from tgjax.syntax import trees as trees_lib
 from tgjax.train.config import load_config
@@ -47,7 +48,7 @@ def test_loaded_model_reproduces_the_trainers_validation_loss(workdir):
     from tgjax.data.corpora import get_corpus
 
     loaded = load_pushdown(workdir)
-    assert is_pushdown_workdir(workdir) and loaded.step == STEPS
+    assert workdir_family(workdir) == "pushdown_lm" and loaded.step == STEPS
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     expected = [r for r in records if r.get("split") == "valid"][-1]["loss"]
     total, count = 0.0, 0
@@ -102,7 +103,8 @@ def test_eval_blimp_on_a_pushdown_workdir(workdir, tmp_path, capsys):
 
 
 def test_bad_workdirs_are_refused(workdir, tmp_path, capsys):
-    assert not is_pushdown_workdir(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        workdir_family(tmp_path / "nothing")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_pushdown(tmp_path / "nothing")
     broken = tmp_path / "copy"

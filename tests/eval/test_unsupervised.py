@@ -286,7 +286,7 @@ def test_command_errors(tmp_path, capsys):
     assert f"{bad}:3: the word 'b' is not under a POS tag" in capsys.readouterr().err
     malformed = tmp_path / "malformed.txt"
     malformed.write_text("(S (DT a) (NN c))\n(S (DT a) (NN c)\n(S (DT the) (NN end))\n")
-    assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(malformed)]) == 0
+    assert U.main_unsupervised_parse(["--baselines-only", "--treebank", str(malformed), "--on-bad-tree", "skip"]) == 0
     captured = capsys.readouterr()
     assert "2 trees, 2 scored" in captured.out and "1 malformed (skipped by the reader)" in captured.out
     assert f"{malformed}:3:1: expected ')'" in captured.err

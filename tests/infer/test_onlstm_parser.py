@@ -75,3 +75,31 @@ def test_load_parser_refuses_what_is_not_an_onlstm_run(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="holds no checkpoints"):
         O.load_parser(tmp_path / "empty")
+
+
+def _chain_rule_oracle(state_dict, words: list[str]) -> tuple[np.ndarray, float]:
+    """(per-word log p [n], log p(<eos> | x)) from the release's forward in float64 (tests/models/test_onlstm_lm.py)."""
+    index = {w: i for i, w in enumerate(WORDS)}
+    ids = [index["<eos>"]] + [index.get(w, index["<unk>"]) for w in words] + [index["<eos>"]]
+    logits, _, _ = oracle_lm(state_dict, np.asarray([ids[:-1]]), hh_scale=(1 - WEIGHT_DROP,) * 3)
+    shifted = logits[0] - logits[0].max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    steps = log_probs[np.arange(len(ids) - 1), ids[1:]]
+    return steps[:-1], float(steps[-1])
+
+
+def test_sentence_log_probs_are_the_chain_rule_of_the_release_forward(released):
+    model, state_dict = released
+    scorer = O.from_model(model, WORDS, batch_size=2, length_bucket=4)
+    sentences = [["the", "dog", "barks"], ["a", "zebra", "sings", "the", "old", "bird", "sees"], [], ["cat"]]
+    results = scorer.search(sentences)  # two batches of mixed lengths, padded
+    for words, result in zip(sentences, results):
+        words_log_p, end_log_p = _chain_rule_oracle(state_dict, words)
+        np.testing.assert_allclose(-result.surprisals, words_log_p, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(result.end_surprisal, -end_log_p, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(result.log_prob, words_log_p.sum() + end_log_p, rtol=1e-5, atol=1e-5)
+        assert result.surprisals.sum() + result.end_surprisal == pytest.approx(-result.log_prob, abs=1e-9)
+        np.testing.assert_allclose(result.prefix_log_probs, np.concatenate([[0.0], np.cumsum(words_log_p)]),
+                                   atol=1e-4)
+    assert [r.num_unknown for r in results] == [0, 1, 0, 0]
+    assert scorer.space.encode_word("zebra") == (WORDS.index("<unk>"), True)

@@ -1,12 +1,14 @@
 """Run in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before JAX starts).
 
-    python -m tests.train.multidevice_run WORKDIR LAYOUT [LAYOUT ...]     LAYOUT = DATAxMODEL[:scan], e.g. 4x2
+    python -m tests.train.multidevice_run WORKDIR LAYOUT [LAYOUT ...]     LAYOUT = DATAxMODEL[:scan|:fsdp], e.g. 4x2
 
 Trains the test-sized model for 5 steps on the first data*model devices for
-each layout, and prints one JSON line: {layout: {"losses": [...], "specs": {...}}},
-with the partition specs the parameters actually got (and of the first Adam
-moment of `w_in`). ":scan" trains with model.scan_layers and model.remat on:
-the layers' parameters are then stacked `[K, ...]`.
+each layout, and prints one JSON line: {layout: {"losses": [...], "specs": {...},
+"device_bytes": n}}, with the partition specs the parameters actually got (and of
+the first Adam moment of `w_in`), and the most bytes of parameters and optimiser
+state any one device holds (from the arrays' shards). ":scan" trains with
+model.scan_layers and model.remat on: the layers' parameters are then stacked
+`[K, ...]`. ":fsdp" trains with mesh.fsdp on.
 """
 
 import json
@@ -19,12 +21,21 @@ from tests.train.helpers import small_config
 from tgjax.train.loop import train
 
 
+def device_bytes(tree) -> int:
+    """The most bytes of `tree`'s arrays that any one device holds."""
+    per_device: dict = {}
+    for leaf in jax.tree.leaves(tree):
+        for shard in leaf.addressable_shards:
+            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
+    return max(per_device.values())
+
+
 def main(workdir: str, layouts: list[str]) -> None:
     out = {}
     for layout in layouts:
         sizes, _, variant = layout.partition(":")
         data, model = (int(x) for x in sizes.split("x"))
-        knobs = ["model.scan_layers=true", "model.remat=true"] if variant == "scan" else []
+        knobs = {"scan": ["model.scan_layers=true", "model.remat=true"], "fsdp": ["mesh.fsdp=true"]}.get(variant, [])
         config = small_config("training.num_steps=5", f"mesh.data={data}", f"mesh.model={model}",
                               "evaluation.interval_steps=0", "data.valid_path=", "checkpointing.interval_steps=100",
                               *knobs)
@@ -38,11 +49,12 @@ def main(workdir: str, layouts: list[str]) -> None:
                          query=repr(layers["attention"]["query"].sharding.spec),
                          w_in_mu=repr(adam_mu["feed_forward"]["w_in"].sharding.spec),
                          memory=repr(state.memory.sharding.spec))
+            specs["device_bytes"] = device_bytes((state.params, state.opt_state))
 
         result = train(config, Path(workdir) / layout.replace(":", "_"), devices=jax.devices()[: data * model],
                        quiet=True, callback=record)
         out[layout] = {"losses": [result.losses[s] for s in sorted(result.losses)], "specs": specs,
-                       "devices": len(jax.devices())}
+                       "device_bytes": specs.pop("device_bytes"), "devices": len(jax.devices())}
     print(json.dumps(out))
 
 

@@ -14,7 +14,8 @@ parameters after the last step, or null if the run stopped before it),
 "processes": 2, "devices": 4}.
 
 Environment variables for the preemption tests (tests/train/test_preemption.py):
-MULTIHOST_NUM_STEPS (default 5), and MULTIHOST_RUNS="SUBDIR:A,B;SUBDIR:A,B;...":
+MULTIHOST_NUM_STEPS (default 5), MULTIHOST_PREEMPTION_CHECK_STEPS
+(checkpointing.preemption_check_steps, default 1), and MULTIHOST_RUNS="SUBDIR:A,B;SUBDIR:A,B;...":
 the runs to do one after another in these processes (one line each, in order),
 each in WORKDIR/SUBDIR, with process 0 sending itself SIGTERM after step A and
 process 1 after step B (an empty entry: never). Several runs in one pair of
@@ -69,9 +70,11 @@ def run_once(config, workdir: Path, sigterm_after: str, stop_after_step: str | N
 
 def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) -> None:
     num_steps = int(os.environ.get("MULTIHOST_NUM_STEPS", "5"))
+    check_every = int(os.environ.get("MULTIHOST_PREEMPTION_CHECK_STEPS", "1"))
     config = small_config(
         f"training.num_steps={num_steps}", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0",
         "data.valid_path=", f"checkpointing.interval_steps={num_steps}",
+        f"checkpointing.preemption_check_steps={check_every}",
         "distributed.initialize=true", f"distributed.coordinator_address=localhost:{port}",
         "distributed.num_processes=2", f"distributed.process_id={process_id}",
     )

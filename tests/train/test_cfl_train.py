@@ -10,7 +10,7 @@ from flax import nnx
 
 from tgjax import cli
 from tgjax.data.cfl import TASK_NAMES, cfl_task
-from tgjax.eval.cfl import cross_entropy_difference, string_log_probs
+from tgjax.data.cfl_metric import cross_entropy_difference, string_log_probs
 from tgjax.models.stack_lm import StackTransformerLM
 from tgjax.train.cfl import (
     MODEL_NAMES,

@@ -16,10 +16,12 @@ import pytest
 from tests.train.test_sharding import _TWO_DEVICES, REPO, _run_pair, _two_processes_can_join
 
 
-def _pair(workdir, env: dict, num_steps: int, runs: str) -> list[list[dict]]:
-    """One pair of processes doing `runs` (MULTIHOST_RUNS); per run, both processes' results (process 0 first)."""
+def _pair(workdir, env: dict, num_steps: int, runs: str, check_every: int = 1) -> list[list[dict]]:
+    """One pair of processes doing `runs` (MULTIHOST_RUNS), combining SIGTERM flags every `check_every` steps
+    (without the preemption service); per run, both processes' results (process 0 first)."""
     done = _run_pair(["-m", "tests.train.multihost_run", str(workdir)],
-                     {**env, **_TWO_DEVICES, "MULTIHOST_NUM_STEPS": str(num_steps), "MULTIHOST_RUNS": runs},
+                     {**env, **_TWO_DEVICES, "MULTIHOST_NUM_STEPS": str(num_steps), "MULTIHOST_RUNS": runs,
+                      "MULTIHOST_PREEMPTION_CHECK_STEPS": str(check_every)},
                      timeout=240)
     per_process = []
     for process, (code, out, err) in enumerate(done):
@@ -72,16 +74,18 @@ def _check_resumed(resumed: list[dict], stopped: int, uninterrupted: dict, num_s
 
 def test_sigterm_at_different_steps_stops_both_hosts_after_the_first_signal_by_the_collective_flag(
         tmp_path, two_host_env):
-    """Without JAX's preemption service the hosts combine their flags after every step: both stop after step 3.
+    """Without JAX's preemption service the hosts combine their flags every K steps
+    (checkpointing.preemption_check_steps=2 here): signalled after steps 3 and 5, both stop after step 4,
+    the first check after the first signal.
 
     One pair of processes does the three runs (uninterrupted, preempted, resumed) to start JAX once.
     """
     env = {**two_host_env, "JAX_ENABLE_PREEMPTION_SERVICE": "false"}
     num_steps = 6
-    reference, preempted, resumed = _pair(tmp_path, env, num_steps, "uninterrupted:;run:3,5;run:")
+    reference, preempted, resumed = _pair(tmp_path, env, num_steps, "uninterrupted:;run:3,5;run:", check_every=2)
     uninterrupted = _check_uninterrupted(reference, num_steps)
-    assert _check_preempted(preempted, tmp_path / "run", num_steps) == 3
-    _check_resumed(resumed, 3, uninterrupted, num_steps)
+    assert _check_preempted(preempted, tmp_path / "run", num_steps) == 4
+    _check_resumed(resumed, 4, uninterrupted, num_steps)
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ their `num_valid_lengths = 1` per length), which adds log|L| / (ℓ + 1) to a
 bin's Δ for any model; `bins_condition_on_length=True` reproduces that.
 
 NumPy only (model scores come in as arrays; JAX arrays are converted), so both
-`tgjax.train` (best epoch) and `tgjax.eval.cfl` (which re-exports it) use it.
+`tgjax.train` (best epoch) and the CFL evaluation use it.
 """
 
 from __future__ import annotations

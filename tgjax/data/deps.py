@@ -27,6 +27,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 
+from tgjax.limits import TREEBANK_MAX_WORDS, add_bad_input_args, add_max_words_arg, reader_policy
 from tgjax.syntax.heads import (
     COORDINATION_RULES,
     DROPPED_ROOT_RULES,
@@ -112,20 +113,22 @@ def main_deps(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test", help="split of the built-in treebank")
     parser.add_argument("--num-sentences", type=int, default=None, help="built-in treebank size")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--on-bad-tree", default="error", choices=("error", "skip"),
-                        help="malformed trees in the file: stop with an error, or skip and count")
+    add_max_words_arg(parser, TREEBANK_MAX_WORDS)
+    add_bad_input_args(parser)
     args = parser.parse_args(argv)
     try:
         check_output(args.output, inputs=[] if args.treebank == "builtin" else [args.treebank])
         if args.treebank == "builtin":
             trees = corpora.get_corpus("builtin", args.split, seed=args.seed, num_sentences=args.num_sentences)
             source = f"built-in treebank ({args.split}, {len(trees)} trees)"
-        elif args.on_bad_tree == "skip":
-            trees, read_report = trees_lib.read_treebank(args.treebank, on_error="skip")
-            print(read_report.summary(), file=sys.stderr)
+        elif "skip" in (args.on_bad_tree, args.on_too_long):
+            trees, read_report = trees_lib.read_treebank(args.treebank, max_words=args.max_words,
+                                                         on_error=reader_policy(args.on_bad_tree),
+                                                         on_too_long=reader_policy(args.on_too_long))
+            print(read_report.summary(max_errors=5), file=sys.stderr)
             source = args.treebank
-        else:
-            trees = trees_lib.read_treebank(args.treebank)
+        else:  # a tree over --max-words is refused while read, before it is built
+            trees = trees_lib.read_treebank(args.treebank, max_words=args.max_words)
             source = args.treebank
         scheme = args.heads if args.heads != "auto" else ("builtin" if args.treebank == "builtin" else "collins")
         report = HeadReport()

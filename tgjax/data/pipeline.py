@@ -29,6 +29,7 @@ import numpy as np
 from tgjax.data import corpora
 from tgjax.data.pushdown import PushdownSentence, encode_tree
 from tgjax.data.vocab import Vocabulary, build_word_dictionary, train_sentencepiece
+from tgjax.limits import TREEBANK_MAX_WORDS
 from tgjax.syntax import actions, masks, trees
 from tgjax.syntax import pos_tags as tagging  # (`pos_tags` names the decision, a bool, below)
 from tgjax.syntax import token_types as tt
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 # The masking each model family reads its data with.
 RULES = ("tg", "txl_cc", "txl_terminals", "pushdown")
+
+
+MAX_WORDS = TREEBANK_MAX_WORDS  # the default length limit of a treebank file's sentences
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +60,9 @@ class PipelineConfig:
     linear_relpos: bool = False
     compact: bool = True  # emit `CompactChunk` fields (else dense `Chunk` fields)
     max_actions: int | None = None  # longest sequence (before duplication) accepted
+    # Longest sentence read from a file, checked while reading: a huge tree is refused (or skipped, per
+    # on_too_long) before its actions and masks are built. 25,000 words keep one epoch within about 1.5 GB.
+    max_words: int | None = MAX_WORDS
     on_too_long: str = "error"  # "error" or "skip" (counted and reported)
     on_bad_tree: str = "error"  # treebank files: "error" or "skip" (counted and reported)
     seed: int = 0
@@ -76,7 +83,7 @@ class PipelineConfig:
         for name in ("on_too_long", "on_bad_tree"):
             if getattr(self, name) not in ("error", "skip"):
                 raise ValueError(f"{name}: expected 'error' or 'skip', got {getattr(self, name)!r}")
-        for name in ("seq_len", "mem_len", "batch_size"):
+        for name in ("seq_len", "mem_len", "batch_size") + (("max_words",) if self.max_words is not None else ()):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         tagging.check_setting(self.pos_tags)
@@ -90,19 +97,24 @@ def load_trees(config: PipelineConfig) -> tuple[list[trees.Tree], trees.ReadRepo
     """The corpus's trees: the built-in treebank, or a treebank file.
 
     A malformed tree in a file raises (naming file, line and column), or with
-    `on_bad_tree="skip"` is skipped and counted in the returned report.
+    `on_bad_tree="skip"` is skipped and counted in the returned report; so is a
+    tree over `max_words` words, with `on_too_long` (found while reading: it is never built).
     """
     if config.corpus == "builtin":
         tree_list = corpora.get_corpus("builtin", config.split, num_sentences=config.num_sentences, seed=config.seed)
         return tree_list, None
     if not os.path.exists(config.corpus):
         raise FileNotFoundError(f"corpus: no such treebank file {config.corpus!r} (or use 'builtin')")
-    if config.on_bad_tree == "skip":
-        tree_list, report = trees.read_treebank(config.corpus, on_error="skip")
-        if report.num_skipped:
+    if os.path.isdir(config.corpus):
+        raise ValueError(f"corpus: {config.corpus!r} is a directory; give a treebank file (or 'builtin')")
+    policies = dict(on_error="skip" if config.on_bad_tree == "skip" else "raise",
+                    on_too_long="skip" if config.on_too_long == "skip" else "raise")
+    if "skip" in policies.values():
+        tree_list, report = trees.read_treebank(config.corpus, max_words=config.max_words, **policies)
+        if report.num_skipped or report.num_too_long:
             log.warning("%s", report.summary())
         return tree_list, report
-    return trees.read_treebank(config.corpus), None
+    return trees.read_treebank(config.corpus, max_words=config.max_words), None
 
 
 def corpus_pos_tags(tree_list: Sequence[trees.Tree], setting: str | bool, source: str) -> bool:

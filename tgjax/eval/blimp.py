@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from tgjax.data.text_files import json_lines
+from tgjax.limits import MINIMAL_PAIR_MAX_WORDS
+from tgjax.syntax.trees import SentenceTooLong, too_long_reason
 
 __all__ = [
     "Accuracy",
@@ -133,10 +135,12 @@ class BlimpPair:
     source: str = ""
 
 
-def _read_jsonl(path: Path) -> list[BlimpPair]:
+def _read_jsonl(path: Path, max_words: int | None) -> list[BlimpPair]:
     pairs: list[BlimpPair] = []
     for number, line in json_lines(path):  # bad bytes: an error naming file:line:column
         where = f"{path}:{number}"
+        if max_words is not None and line.count(" ") > 2 * max_words + 200:  # two sentences and the other fields
+            raise SentenceTooLong(str(path), number, 1, too_long_reason(max_words))
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
@@ -149,6 +153,8 @@ def _read_jsonl(path: Path) -> list[BlimpPair]:
         for key in ("sentence_good", "sentence_bad"):
             if not isinstance(record[key], str) or not record[key].strip():
                 raise ValueError(f"{where}: expected {key} to be a non-empty string, found {record[key]!r}")
+            if max_words is not None and len(record[key].split()) > max_words:
+                raise SentenceTooLong(str(path), number, 1, f"{key}: {too_long_reason(max_words)}")
         pairs.append(BlimpPair(
             sentence_good=record["sentence_good"], sentence_bad=record["sentence_bad"],
             uid=str(record["UID"]), field=str(record["field"]),
@@ -159,21 +165,22 @@ def _read_jsonl(path: Path) -> list[BlimpPair]:
     return pairs
 
 
-def load_blimp(path: str | os.PathLike) -> list[BlimpPair]:
+def load_blimp(path: str | os.PathLike, max_words: int | None = MINIMAL_PAIR_MAX_WORDS) -> list[BlimpPair]:
     """Reads BLiMP pairs from one `.jsonl` file, or from every `*.jsonl` in a directory (sorted by name).
 
     Raises ValueError naming the file (and line) for an empty file, invalid
-    JSON or a missing field, and for a directory without `.jsonl` files.
+    JSON or a missing field, a sentence over `max_words` words (refused while
+    read: the scorer's time grows with it), and for a directory without `.jsonl` files.
     """
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.jsonl"))
         if not files:
             raise ValueError(f"{path}: no *.jsonl files in this directory")
-        return [pair for file in files for pair in _read_jsonl(file)]
+        return [pair for file in files for pair in _read_jsonl(file, max_words)]
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return _read_jsonl(path)
+    return _read_jsonl(path, max_words)
 
 
 # ---------------------------------------------------------------------------

@@ -24,6 +24,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tgjax.limits import TREEBANK_MAX_WORDS, add_max_words_arg
+from tgjax.workdir import check_treebank_lm
+
 STEP_HELP = "checkpoint: best (lowest validation loss, default), latest, or a step; comma-separated for one per workdir"
 
 
@@ -46,6 +49,7 @@ def _add_common(p: argparse.ArgumentParser, *, output_help: str = "results, one 
                    help="call jax.distributed.initialize() first (multi-host; each host then takes its shard)")
     p.add_argument("-o", "--output", default=None, help=output_help + " (default: stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    add_max_words_arg(p, TREEBANK_MAX_WORDS)
     p.add_argument("--pos-tags", choices=("yes", "no", "auto"), default="auto",
                    help="whether the file's trees carry POS tags, which the models drop: yes, no (every node is a "
                         "constituent, e.g. tgjax sample's trees), or auto (default): tagged iff every word is alone "
@@ -145,6 +149,7 @@ def _run(prog: str, body, argv, parser) -> int:
 
     args = parser.parse_args(argv)
     try:
+        check_treebank_lm(getattr(args, "workdir", None), prog)  # another family's run: one line, before any load
         return body(args)
     except (ValueError, OSError, CheckpointError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
@@ -198,7 +203,8 @@ def _score(args) -> int:
     shard = _shard(args)
     if pushdown_eval.is_pushdown(args.workdir, _steps(args)[0]):  # its own scorer (gold joint, beam marginal)
         return pushdown_eval.main_score_pushdown(args)
-    tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format)  # before loading any model
+    # Before loading any model: a sentence over --max-words is refused here, before any tree of it is built.
+    tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format, args.max_words)
     scorer, members, settings = build_scorer(args)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
                     per_token=args.per_token, surprisal=args.surprisal)
@@ -207,7 +213,7 @@ def _score(args) -> int:
     records = (score_record(s, per_token=args.per_token,
                             surprisal=surprisals_from_score(s) if args.surprisal else None)
                for s in score_treebank(scorer, args.input, pos_tags=tagged, input_format=args.input_format, shard=shard,
-                                       chunk_size=args.chunk_size))
+                                       chunk_size=args.chunk_size, max_words=args.max_words))
     result, output = _write_records(args, "score", shard, settings, records, ScoreSummary(scorer.rule), members)
     result["sentences_per_second"] = result["sentences"] / max(result["seconds"], 1e-9)
     _report_shard("score", args.input, shard, output, result, args.quiet)
@@ -247,14 +253,15 @@ def _ppl(args) -> int:
     from tgjax.infer.perplexity import proposals_pos_tags, read_proposals, score_documents, score_proposals
 
     shard = _shard(args)
-    tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents)  # before loading any model
+    tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents,  # before loading any model
+                                max_words=args.max_words)
     scorer, members, settings = build_scorer(args)
     _pos_tags_setting(settings, tagged, args.pos_tags)
     settings.update(command="ppl", proposals=os.path.abspath(args.proposals), dedup=not args.keep_duplicates,
                     documents=args.documents, doc_label=args.doc_label if args.documents else None,
                     all_logps=args.all_logps)
     blocks = read_proposals(args.proposals, dedup=not args.keep_duplicates, documents=args.documents, shard=shard,
-                            pos_tags=tagged)
+                            pos_tags=tagged, max_words=args.max_words)
     if args.documents:
         results = score_documents(scorer, blocks, label=args.doc_label)
     else:
@@ -310,7 +317,7 @@ def _rerank(args) -> int:
     from tgjax.infer.perplexity import check_sentence, proposals_pos_tags, read_proposals
 
     shard = _shard(args)
-    tagged = proposals_pos_tags(args.proposals, args.pos_tags)  # before loading any model
+    tagged = proposals_pos_tags(args.proposals, args.pos_tags, max_words=args.max_words)  # before loading any model
     if shard.count > 1 and (args.gold or args.trees):
         raise ValueError("--gold and --trees need every sentence: with --shard, give them to `tgjax eval merge`")
     gold = read_gold(args.gold) if args.gold else None
@@ -327,7 +334,7 @@ def _rerank(args) -> int:
                                                                  f"{block.index}")
             yield block
 
-    blocks = checked(read_proposals(args.proposals, shard=shard, pos_tags=tagged))
+    blocks = checked(read_proposals(args.proposals, shard=shard, pos_tags=tagged, max_words=args.max_words))
     best: list[str] = []
 
     def records():

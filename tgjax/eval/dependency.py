@@ -64,6 +64,7 @@ import numpy as np
 
 from tgjax.eval.arguments import check_counts
 from tgjax.eval.mst import best_single_root_tree
+from tgjax.limits import DEPENDENCY_MAX_WORDS, add_bad_input_args, add_max_words_arg, reader_policy
 from tgjax.outputs import check_output, write_json
 from tgjax.syntax.heads import COORDINATION_RULES, DROPPED_ROOT_RULES
 
@@ -194,8 +195,12 @@ class GoldTreebank:
         return f"{self.scheme} head rules, not Stanford Dependencies"
 
 
-def _read_trees(paths: Sequence[str], split: str) -> tuple[list, str]:
-    """The trees of the treebank files (or the built-in treebank's split) and a name for them."""
+def _read_trees(paths: Sequence[str], split: str, reading: Reading) -> tuple[list, str]:
+    """The trees of the treebank files (or the built-in treebank's split) and a name for them.
+
+    A malformed tree, or one over `reading.max_words` (refused while read, before it is built), stops with
+    file:line:column, or is skipped and counted (on stderr) as `reading` says.
+    """
     from tgjax.syntax.trees import read_treebank
 
     if list(paths) == ["builtin"]:
@@ -206,8 +211,24 @@ def _read_trees(paths: Sequence[str], split: str) -> tuple[list, str]:
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no treebank at {path}")
-        trees.extend(read_treebank(path))
+        policies = dict(on_error=reader_policy(reading.on_bad_tree), on_too_long=reader_policy(reading.on_too_long))
+        if "skip" not in policies.values():
+            trees.extend(read_treebank(path, max_words=reading.max_words))
+            continue
+        found, report = read_treebank(path, max_words=reading.max_words, **policies)
+        if report.num_skipped or report.num_too_long:
+            print(report.summary(max_errors=5), file=sys.stderr)
+        trees.extend(found)
     return trees, paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How the gold treebank is read: its length limit and what a bad or too long tree does."""
+
+    max_words: int | None = DEPENDENCY_MAX_WORDS
+    on_bad_tree: str = "error"
+    on_too_long: str = "error"
 
 
 def _collins_scheme(nml_as_np: bool, coordination: str) -> str:
@@ -218,7 +239,7 @@ def _collins_scheme(nml_as_np: bool, coordination: str) -> str:
 
 def read_gold(paths: Sequence[str], *, split: str = "test", heads: str = "auto", nml_as_np: bool = False,
               limit: int | None = None, coordination: str = "corenlp", dropped_root: str = "rechain",
-              gold_files: Sequence[str] = ()) -> GoldTreebank:
+              gold_files: Sequence[str] = (), reading: Reading | None = None) -> GoldTreebank:
     """Gold dependencies of files (or "builtin"), WORD_TAGS kept (module docstring).
 
     With `gold_files` the heads come from those CoNLL-U / CoNLL-X files, checked against the trees' words.
@@ -226,7 +247,7 @@ def read_gold(paths: Sequence[str], *, split: str = "test", heads: str = "auto",
     from tgjax.data.deps import tree_dependencies
     from tgjax.syntax.heads import WORD_TAGS, HeadReport
 
-    trees, source = _read_trees(paths, split)
+    trees, source = _read_trees(paths, split, reading or Reading())
     if limit is not None:
         trees = trees[:limit]
     if gold_files:
@@ -379,6 +400,8 @@ def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> i
                         help="gold heads from this CoNLL-U / CoNLL-X file (repeat for several, in order), "
                              "aligned to the treebank's trees; instead of head rules")
     parser.add_argument("--limit", type=int, default=None, help="first N trees only")
+    add_max_words_arg(parser, DEPENDENCY_MAX_WORDS)
+    add_bad_input_args(parser)
     parser.add_argument("--random-seeds", type=int, default=5, help="draws of the random projective baseline")
     parser.add_argument("--mlm-runs", type=int, default=5, help="random maskings for the MLM perplexity")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
@@ -397,7 +420,8 @@ def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> i
         if args.output:
             check_output(args.output, inputs=[*paths, *(args.gold or [])])
         gold = read_gold(paths, split=args.split, heads=args.heads, nml_as_np=args.nml_as_np, limit=args.limit,
-                         coordination=args.coordination, dropped_root=args.dropped_root, gold_files=args.gold or ())
+                         coordination=args.coordination, dropped_root=args.dropped_root, gold_files=args.gold or (),
+                         reading=Reading(args.max_words, args.on_bad_tree, args.on_too_long))
         if not any(len(h) for h in gold.heads):
             raise ValueError(f"{gold.source}: no sentence with words to score ({gold.report})")
         if args.craft:

@@ -48,18 +48,27 @@ from tgjax.eval import shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.arguments import check_counts
 from tgjax.eval.evalb import evalb, right_branching
-from tgjax.infer.beam import BeamConfig, BeamResult, make_word_scorer
+from tgjax.infer.api import SEARCHES, resolve_search, word_scorer  # noqa: F401  (re-exported)
+from tgjax.infer.beam import BeamConfig, BeamResult
 from tgjax.infer.choe_charniak import ActionSpace
+from tgjax.limits import (
+    MINIMAL_PAIR_MAX_WORDS,
+    PARSE_MAX_WORDS,
+    add_bad_input_args,
+    add_max_words_arg,
+    reader_policy,
+)
 from tgjax.outputs import check_output, dumps_json, write_json, write_text
 from tgjax.progress import Progress
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
+from tgjax.workdir import check_treebank_lm
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-# Longer gold sentences are left out (and counted): the search's time grows with the length, and a
+# Longer gold sentences are refused (or skipped and counted): the search's time grows with the length, and a
 # 20,000-word line is more likely a broken file than a sentence (the PTB's longest has 141 words).
-MAX_WORDS = 300
+MAX_WORDS = PARSE_MAX_WORDS
 
 
 # -----------------------------------------------------------------------------
@@ -120,32 +129,8 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
 
 
-SEARCHES = ("auto", "device", "host")
-
-
-def resolve_search(search: str) -> str:
-    """"device" or "host" for `search`: "auto" is the device engine on an accelerator, the host search on CPU
-    (on 2 CPU cores the host search measured faster: benchmarks/beam_search.py, README)."""
-    if search not in SEARCHES:
-        raise ValueError(f"search: expected one of {SEARCHES}, got {search!r}")
-    if search == "auto":
-        import jax
-
-        return "host" if jax.default_backend() == "cpu" else "device"
-    return search
-
-
-def word_scorer(models, vocab, rules, config: BeamConfig, search: str = "auto"):
-    """The word-level scorer of one model or an ensemble: TG / TXL (CC) through the `search` engine
-    ("device": `DeviceBeamSearch`, "host": `WordSynchronousBeamSearch`, "auto": see `resolve_search`);
-    TXL (terminals) scores directly."""
-    search = resolve_search(search)
-    rule_list = [rules] if isinstance(rules, str) else list(rules)
-    if search == "device" and all(rule in ("tg", "txl_cc") for rule in rule_list):
-        from tgjax.infer.device_beam import DeviceBeamSearch
-
-        return DeviceBeamSearch(models, vocab, rules, config)
-    return make_word_scorer(models, vocab, rules, config)
+# Scorers whose log p(x) is exact (the chain rule), not a beam's marginal over trees.
+EXACT_RULES = ("txl_terminals", "onlstm_lm")
 
 
 def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "auto"):
@@ -159,9 +144,19 @@ def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pus
     syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
     """
     from tgjax.eval import pushdown as pushdown_eval
+    from tgjax.infer.api import load
+    from tgjax.workdir import family_of
 
-    if pushdown is not None and pushdown_eval.is_pushdown(workdirs, step):
+    recorded = [family_of(workdir) for workdir in workdirs]  # None: a workdir that records nothing (yet)
+    if pushdown is not None and any(f is not None and f.trainer == "pushdown_lm" for f in recorded):
         return pushdown_eval.pushdown_scorer(workdirs, step, pushdown)
+    others = [w for w, f in zip(workdirs, recorded) if f is not None and f.trainer not in ("lm", "pushdown_lm")]
+    if others:  # another family's scorer (the chain rule of an ON-LSTM), alone; or its CapabilityError
+        if len(workdirs) != 1:
+            raise ValueError(f"ensembles mix TG / TXL models only: {others[0]} holds {recorded[0].describe()}")
+        model = load(others[0], step)
+        scorer = model.scorer(command="scoring sentences")
+        return scorer, model.family, scorer.describe()
     loaded = [_load(workdir, step) for workdir in workdirs]
     names = [f"{m.model_name} ({workdir})" for m, workdir in zip(loaded, workdirs)]
     for m, name in zip(loaded[1:], names[1:]):
@@ -363,49 +358,40 @@ def corpus_f1(gold, predicted, params: str, unlabeled: bool) -> float:
     return 0.0 if math.isnan(f1) else f1
 
 
-def _read_gold(treebank: str, split: str, limit: int | None, max_words: int | None = None
-               ) -> tuple[list[Tree], str]:
-    if treebank == "builtin":
+def _read_gold(treebank: str, split: str, limit: int | None, max_words: int | None = PARSE_MAX_WORDS,
+               on_bad_tree: str = "error", on_too_long: str = "error") -> tuple[list[Tree], str]:
+    if treebank == "builtin":  # its sentences are short (`corpora.MAX_SENTENCE_LENGTH`)
         from tgjax.data.corpora import get_corpus
 
         gold, where = get_corpus("builtin", split), f"built-in treebank ({split})"
     else:
-        gold, where = _read_gold_file(treebank), treebank
+        gold, where = read_gold_file(treebank, max_words, on_bad_tree, on_too_long), treebank
     gold = gold[:limit] if limit is not None else gold
-    gold = _without_long_sentences(gold, where, max_words)
     check_gold_tagged(gold, where)
     return gold, where
 
 
-def _read_gold_file(path: str) -> list[Tree]:
-    """The well-formed trees of a gold file; malformed ones are skipped and reported on stderr.
+def read_gold_file(path: str, max_words: int | None, on_bad_tree: str = "error", on_too_long: str = "error"
+                   ) -> list[Tree]:
+    """The trees of a gold file, each at most `max_words` words (the beam's time grows with length).
 
-    A file with no well-formed tree is an error naming the first malformed one (file:line:col).
+    A malformed tree, or one over the limit (refused while read, before it is
+    built), stops with file:line:column; with `on_bad_tree` / `on_too_long`
+    "skip" it is left out, and the count and first locations go to stderr. A
+    file with no tree left is an error naming the first one skipped.
     """
-    gold, report = trees_lib.read_treebank(path, on_error="skip")
+    policies = dict(on_error=reader_policy(on_bad_tree), on_too_long=reader_policy(on_too_long))
+    if "skip" not in policies.values():
+        return trees_lib.read_treebank(path, max_words=max_words)
+    gold, report = trees_lib.read_treebank(path, max_words=max_words, **policies)
     if not gold:
-        if not report.errors:
+        skipped = report.errors + report.too_long
+        if not skipped:
             raise trees_lib.TreeSyntaxError(path, 1, 1, "expected at least one tree, found an empty file")
-        raise ValueError(f"{report.errors[0]} (no well-formed tree to parse: {report.num_skipped} malformed)")
-    if report.num_skipped:
-        print(report.summary(), file=sys.stderr)
+        raise ValueError(f"{skipped[0]} (no tree left to parse: {len(skipped)} skipped)")
+    if report.num_skipped or report.num_too_long:
+        print(report.summary(max_errors=5), file=sys.stderr)
     return gold
-
-
-def _without_long_sentences(gold: list[Tree], where: str, max_words: int | None) -> list[Tree]:
-    """Leaves out (and reports on stderr) the sentences over `max_words` words: the beam's time grows with length."""
-    if max_words is None:
-        return gold
-    lengths = [len(tree.leaves()) for tree in gold]
-    kept = [tree for tree, n in zip(gold, lengths) if n <= max_words]
-    if len(kept) == len(gold):
-        return gold
-    what = (f"{len(gold) - len(kept)} of {len(gold)} sentences are longer than --max-words {max_words} "
-            f"(the longest has {max(lengths):,} words, tree {lengths.index(max(lengths))})")
-    if not kept:
-        raise ValueError(f"{where}: {what}; nothing left to parse")
-    print(f"{where}: left out {what}; F1 is over the other {len(kept)}", file=sys.stderr)
-    return kept
 
 
 def check_gold_tagged(gold: Sequence[Tree], where: str) -> None:
@@ -437,8 +423,8 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--treebank", default="builtin", help="gold trees (one per line) or 'builtin'")
     parser.add_argument("--split", default="test", help="split of the built-in treebank")
     parser.add_argument("--limit", type=int, default=None, help="first N trees only")
-    parser.add_argument("--max-words", type=int, default=MAX_WORDS,
-                        help=f"leave out (and count) sentences longer than this (default {MAX_WORDS})")
+    add_max_words_arg(parser, PARSE_MAX_WORDS)
+    add_bad_input_args(parser)
     parser.add_argument("--output", "-o", default=None, help="write the predicted trees here")
     parser.add_argument("--baseline-output", default=None, help="write the right-branching trees here")
     parser.add_argument("--params", default="collins", help="EVALB parameters: collins, keep_punct or a .prm file")
@@ -449,10 +435,12 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
+        check_treebank_lm(args.workdir, "tgjax eval parse")  # another family's run: refused in one line, first
         check_counts(limit=args.limit, max_words=args.max_words)
         shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
         _check_parse_outputs(args, shard)
-        gold, where = _read_gold(args.treebank, args.split, args.limit, args.max_words)
+        gold, where = _read_gold(args.treebank, args.split, args.limit, args.max_words, args.on_bad_tree,
+                                 args.on_too_long)
         if args.merge:
             return _merge_parses(args, gold, where)
         gold = select_shard(gold, shard)
@@ -463,6 +451,9 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
                                                    search=args.search)
         if rule == "txl_terminals":
             raise ValueError(f"{described} models words only: it cannot parse")
+        if rule == "onlstm_lm":
+            raise ValueError(f"{described}: an ON-LSTM parses by its syntactic distances, not a beam: use "
+                             f"`tgjax eval unsupervised-parse --workdir {args.workdir[0]}`")
         report = parse_treebank(search, gold, params=args.params)
         for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
             if path:
@@ -582,6 +573,7 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
+        check_treebank_lm(args.workdir, "tgjax eval sg", word_scorers=True)
         shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
         if args.output:
             check_output(shards.shard_path(args.output, shard), inputs=args.merge or ())
@@ -692,6 +684,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", default=str(SHARED_DATA / "blimp"), help="a BLiMP .jsonl file or a directory")
     parser.add_argument("--limit", type=int, default=None, help="first N pairs of each paradigm")
     parser.add_argument("--paradigm", action="append", default=None, help="only this paradigm (UID; repeatable)")
+    add_max_words_arg(parser, MINIMAL_PAIR_MAX_WORDS)
     parser.add_argument("--output", "-o", default=None, help="write per-pair log-probabilities (JSON lines)")
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
     add_beam_args(parser)
@@ -699,6 +692,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
+        check_treebank_lm(args.workdir, "tgjax eval blimp", word_scorers=True)
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be positive, got {args.limit}")
         shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
@@ -707,7 +701,8 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         if args.merge:
             print(blimp_lib.format_blimp_report(_merge_blimp(args.merge)))
             return 0
-        pairs = select_pairs(blimp_lib.load_blimp(args.data), limit=args.limit, paradigms=args.paradigm)
+        pairs = select_pairs(blimp_lib.load_blimp(args.data, args.max_words), limit=args.limit,
+                             paradigms=args.paradigm)
         uids = select_shard(sorted({p.uid for p in pairs}), shard)
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
@@ -720,7 +715,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError, KeyError) as err:
         print(f"tgjax eval blimp: error: {err}", file=sys.stderr)
         return 2
-    how = "exact log p(x)" if rule == "txl_terminals" else "beam-marginal log p(x)"
+    how = "exact log p(x)" if rule in EXACT_RULES else "beam-marginal log p(x)"
     print(f"model {described} ({how}); {len(pairs)} pairs"
           + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
     print(run.unknown.format())

@@ -45,9 +45,10 @@ def pushdown_config(args: argparse.Namespace) -> PushdownBeamConfig:
 
 
 def is_pushdown(workdirs: Sequence[str] | None, step: str) -> bool:
-    from tgjax.infer.pushdown_loading import is_pushdown_workdir
+    """Whether any of `workdirs` holds a Pushdown-LM run (the family its checkpoint records)."""
+    from tgjax.workdir import family_of
 
-    return bool(workdirs) and any(is_pushdown_workdir(w, step) for w in workdirs)
+    return bool(workdirs) and any((f := family_of(w)) is not None and f.trainer == "pushdown_lm" for w in workdirs)
 
 
 def pushdown_scorer(workdirs: Sequence[str], step: str, config: PushdownBeamConfig):
@@ -121,11 +122,8 @@ def main_score_pushdown(args) -> int:
         raise ValueError("a Pushdown-LM scores trees (--input-format trees); for words alone use tgjax eval blimp "
                          "or eval parse, which search the parses")
     search, _, described = pushdown_scorer(args.workdir, args.step, pushdown_config(args))
-    trees, report = trees_lib.read_treebank(args.input, on_error="skip")
-    if report.num_skipped:
-        print(report.summary(), file=sys.stderr)
-    if not trees:
-        raise ValueError(f"{args.input}: no well-formed tree to score")
+    # As the other models' scoring: a malformed tree, or one over --max-words (refused while read), stops.
+    trees = trees_lib.read_treebank(args.input, max_words=args.max_words)
     shard = job_shard(args.shard)
     output = shard_path(args.output, shard) if args.output else None
     total, tokens, count = 0.0, 0, 0

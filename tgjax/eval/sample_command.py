@@ -69,7 +69,7 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per sample instead of trees")
     parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     args = parser.parse_args(argv)
-    from tgjax.infer.pushdown_loading import is_pushdown_workdir
+    from tgjax.workdir import check_treebank_lm, family_of
 
     if args.output:
         try:
@@ -78,7 +78,13 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
             print(f"tgjax sample: error: {error}", file=sys.stderr)
             return 2
 
-    if is_pushdown_workdir(args.workdir, args.step):  # words and attachments, not actions
+    try:
+        check_treebank_lm(args.workdir, "tgjax sample")  # another family's run: one line, before any load
+    except ValueError as error:
+        print(f"tgjax sample: error: {error}", file=sys.stderr)
+        return 2
+    family = family_of(args.workdir)
+    if family is not None and family.trainer == "pushdown_lm":  # words and attachments, not actions
         from tgjax.eval.pushdown import main_sample_pushdown
 
         return main_sample_pushdown(args)

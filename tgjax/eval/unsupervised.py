@@ -55,6 +55,7 @@ import numpy as np
 
 from tgjax.eval.arguments import check_counts
 from tgjax.eval.evalb import EvalbResult, evalb
+from tgjax.limits import UNSUPERVISED_MAX_WORDS, add_bad_input_args, add_max_words_arg, reader_policy
 from tgjax.outputs import check_output, write_json
 from tgjax.syntax import distance as dist
 from tgjax.syntax import trees as trees_lib
@@ -323,9 +324,15 @@ def _cell(value: float | None, width: int) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _read_treebanks(paths: Sequence[str], split: str, limit: int | None
+def _read_treebanks(paths: Sequence[str], split: str, limit: int | None, max_words: int | None = UNSUPERVISED_MAX_WORDS,
+                    on_bad_tree: str = "error", on_too_long: str = "error"
                     ) -> tuple[list[tuple[Tree, str]], str, int, list[str]]:
-    """(tree, where) pairs from files (malformed trees skipped and reported) or the built-in split."""
+    """(tree, where) pairs from files or the built-in split.
+
+    A malformed tree, or one over `max_words` (refused while read, before it is
+    built), stops with file:line:column; with `on_bad_tree` / `on_too_long`
+    "skip" it is skipped, counted and located.
+    """
     if list(paths) == ["builtin"]:
         from tgjax.data.corpora import get_corpus
 
@@ -335,13 +342,12 @@ def _read_treebanks(paths: Sequence[str], split: str, limit: int | None
     located: list[tuple[Tree, str]] = []
     num_malformed, errors = 0, []
     for path in paths:
-        try:  # well-formed files: every tree located by its line
-            found = [(tree, f"{path}:{line}") for tree, line in trees_lib.iter_treebank_lines(path)]
-        except trees_lib.TreeSyntaxError:  # else read again, skipping (and reporting) the malformed trees
-            gold, report = trees_lib.read_treebank(path, on_error="skip")
-            num_malformed += report.num_skipped
-            errors.extend(str(e) for e in report.errors)
-            found = [(tree, f"{path}: tree {i}") for i, tree in enumerate(gold, start=1)]
+        report = trees_lib.ReadReport(path)
+        found = [(tree, f"{path}:{line}") for tree, line in trees_lib.iter_treebank_lines(
+            path, max_words=max_words, on_error=reader_policy(on_bad_tree), on_too_long=reader_policy(on_too_long),
+            report=report)]
+        num_malformed += report.num_skipped + report.num_too_long
+        errors.extend(str(e) for e in report.errors + report.too_long)
         if not found and not errors:
             raise trees_lib.TreeSyntaxError(path, 1, 1, "expected at least one tree, found an empty file")
         located.extend(found)
@@ -397,6 +403,8 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=No
     parser.add_argument("--word-form", choices=("release", "raw"), default="release",
                         help="words as the LM reads them: release (lower-cased, digit runs -> N; default) or raw")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default 64)")
+    add_max_words_arg(parser, UNSUPERVISED_MAX_WORDS)
+    add_bad_input_args(parser)
     parser.add_argument("--layer", type=int, action="append", default=None, help="print only this layer (repeat)")
     parser.add_argument("--output", "-o", default=None, help="write the scores as one JSON object here")
     args = parser.parse_args(argv)
@@ -407,7 +415,8 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=No
                      batch_size=args.batch_size)
         if args.output:
             check_output(args.output, inputs=args.treebank or ())
-        located, source, num_malformed, errors = _read_treebanks(args.treebank or ["builtin"], args.split, args.limit)
+        located, source, num_malformed, errors = _read_treebanks(args.treebank or ["builtin"], args.split, args.limit,
+                                                                 args.max_words, args.on_bad_tree, args.on_too_long)
         treebank = prepare_treebank(located, source, max_length=args.max_length)
         treebank.num_malformed, treebank.read_errors = num_malformed, errors
         if not treebank.sentences:

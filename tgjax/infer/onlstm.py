@@ -1,7 +1,12 @@
-"""A trained ON-LSTM language model back from its workdir, and the syntactic distances it computes.
+"""A trained ON-LSTM language model back from its workdir: the syntactic distances it computes, and log p(x).
 
     parser = load_parser("runs/onlstm_tiny")              # best checkpoint
     per_sentence = parser.layer_distances([["the", "dog", "barks"], ...])   # each [num_layers, n]
+    scored = parser.search([["the", "dog", "barks"]])     # exact log p(w_1 .. w_n <eos> | <eos>), surprisals
+
+`search` is the sentence-scoring interface the TG / TXL and Pushdown scorers
+share (`tgjax.infer.beam.BeamResult` per sentence), so SyntaxGym, BLiMP and
+the like run on an ON-LSTM unchanged: the chain rule, no search.
 
 Every sentence is read alone from the zero state in eval mode (dropouts off,
 DropConnect's W_hh * (1 - p)), as the release's parsing script does, framed by
@@ -40,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.infer.beam import BeamResult
 from tgjax.infer.loading import open_family_checkpoint, read_word_list, restore_state_items
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig
 from tgjax.syntax.distance import word_distances
@@ -48,6 +54,17 @@ __all__ = ["BOUNDARY", "UNKNOWN", "OnLSTMParser", "from_model", "load_parser", "
 
 BOUNDARY = "<eos>"  # the training stream's sentence separator (tgjax.train.tasks.onlstm_lm.EOS)
 UNKNOWN = "<unk>"
+
+
+@dataclasses.dataclass(frozen=True)
+class _WordSpace:
+    """What the unknown-word counters of SyntaxGym / BLiMP ask of a scorer: `encode_word(w) -> (id, unknown)`."""
+
+    index: dict[str, int]
+
+    def encode_word(self, word: str) -> tuple[int, bool]:
+        found = self.index.get(word)
+        return (self.index[UNKNOWN], True) if found is None else (found, False)
 
 
 def step_distances(model: OnLSTMLM, tokens, mask=None):
@@ -92,8 +109,17 @@ class OnLSTMParser:
         def distances(state, tokens):
             return step_distances(nnx.merge(graphdef, state), tokens)
 
+        @jax.jit
+        def next_token_log_probs(state, tokens):
+            """tokens [B, L] -> [B, L - 1]: log p(tokens[:, t + 1] | tokens[:, :t + 1])."""
+            logits, _, _ = nnx.merge(graphdef, state)(tokens[:, :-1], None, deterministic=True)
+            log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+            return jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]
+
         self._state = state
         self._distances = distances
+        self._next_token_log_probs = next_token_log_probs
+        self.space = _WordSpace(self.index)
 
     @property
     def num_layers(self) -> int:
@@ -114,15 +140,41 @@ class OnLSTMParser:
         for start in range(0, len(sentences), self.batch_size):
             chunk = sentences[start:start + self.batch_size]
             encoded = [self.encode(words) for words in chunk]
-            longest = max(len(ids) for ids in encoded)
-            length = -(-longest // self.length_bucket) * self.length_bucket
-            tokens = np.full((self.batch_size, length), self.index[BOUNDARY], np.int32)
-            for row, ids in enumerate(encoded):
-                tokens[row, :len(ids)] = ids
+            tokens = self._padded(encoded)
             steps = np.asarray(jax.device_get(self._distances(self._state, jnp.asarray(tokens))), np.float64)
             for row, words in enumerate(chunk):
                 results.append(np.stack([word_distances(steps[layer, row], len(words), num_leading=1)
                                          for layer in range(self.num_layers)]))
+        return results
+
+    def _padded(self, encoded: list[np.ndarray]) -> np.ndarray:
+        """[batch_size, L] ids: each row's ids, then `<eos>` up to a multiple of `length_bucket`."""
+        length = -(-max(len(ids) for ids in encoded) // self.length_bucket) * self.length_bucket
+        tokens = np.full((self.batch_size, length), self.index[BOUNDARY], np.int32)
+        for row, ids in enumerate(encoded):
+            tokens[row, :len(ids)] = ids
+        return tokens
+
+    def search(self, sentences: Sequence[Sequence[str]]) -> list[BeamResult]:
+        """Per sentence, log p(w_1 .. w_n <eos> | <eos>) by the chain rule (exact; nats) and each word's surprisal.
+
+        The end surprisal is -log p(<eos> | x); `surprisals.sum() + end_surprisal == -log_prob`. Words outside
+        the vocabulary are read as `<unk>` (counted in `num_unknown` of each result).
+        """
+        results: list[BeamResult] = []
+        unknown_id = self.index[UNKNOWN]
+        for start in range(0, len(sentences), self.batch_size):
+            chunk = [list(words) for words in sentences[start:start + self.batch_size]]
+            encoded = [self.encode(words) for words in chunk]
+            log_probs = np.asarray(jax.device_get(self._next_token_log_probs(
+                self._state, jnp.asarray(self._padded(encoded)))), np.float64)
+            for row, (words, ids) in enumerate(zip(chunk, encoded)):
+                steps = log_probs[row, :len(words) + 1]  # each word, then <eos>
+                prefix = np.concatenate([[0.0], np.cumsum(steps[:-1])])
+                total = float(steps.sum())
+                unknown = sum(1 for i, word in zip(ids[1:-1], words) if i == unknown_id and word != UNKNOWN)
+                results.append(BeamResult(words, prefix, -steps[:-1], total, float(-steps[-1]),
+                                          num_unknown=unknown))
         return results
 
     def describe(self) -> str:

@@ -71,6 +71,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from tgjax.infer.scoring import DEFAULT_CHUNK_SIZE, Encoded, SequenceScorer, encode, sequence_tokens
+from tgjax.limits import TREEBANK_MAX_WORDS
 from tgjax.syntax import actions, trees
 from tgjax.syntax import pos_tags as tagging
 
@@ -109,10 +110,10 @@ class ProposalBlock:
         return len(self.trees)
 
 
-def _parse_line(path: str, line_no: int, block: int, text: str) -> trees.Tree:
+def _parse_line(path: str, line_no: int, block: int, text: str, max_words: int | None) -> trees.Tree:
     try:
-        return trees.parse(text, source=path, first_line=line_no)
-    except trees.TreeSyntaxError as e:
+        return trees.parse(text, source=path, first_line=line_no, max_words=max_words)
+    except (trees.TreeSyntaxError, trees.SentenceTooLong) as e:
         raise ProposalError(f"{path}:{e.line}:{e.column}: block {block}: {e.reason} "
                             f"(proposal files hold one tree per line)") from None
 
@@ -130,7 +131,8 @@ def _proposal_lines(path: str, documents: bool) -> Iterator[tuple[int, int, str]
             yield block, line_no, line.rstrip()  # unstripped on the left: columns as in the file
 
 
-def proposals_pos_tags(path: str | os.PathLike, setting: str | bool, *, documents: bool = False) -> bool:
+def proposals_pos_tags(path: str | os.PathLike, setting: str | bool, *, documents: bool = False,
+                       max_words: int | None = TREEBANK_MAX_WORDS) -> bool:
     """Whether a proposal file's trees are tagged (`tgjax.syntax.pos_tags.resolve` over every line of it).
 
     "yes" and "auto" parse the whole file once, so every shard decides the same way.
@@ -138,13 +140,14 @@ def proposals_pos_tags(path: str | os.PathLike, setting: str | bool, *, document
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such proposal file {path!r}")
-    located = ((_parse_line(path, line_no, block, text), f"{path}:{line_no}")
+    located = ((_parse_line(path, line_no, block, text, max_words), f"{path}:{line_no}")
                for block, line_no, text in _proposal_lines(path, documents))
     return tagging.resolve(setting, located)
 
 
 def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bool = False,
-                   shard: tuple[int, int] = (0, 1), pos_tags: str | bool = "auto") -> Iterator[ProposalBlock]:
+                   shard: tuple[int, int] = (0, 1), pos_tags: str | bool = "auto",
+                   max_words: int | None = TREEBANK_MAX_WORDS) -> Iterator[ProposalBlock]:
     """Streams the blocks of a proposal file (see the module docstring); errors name file, block and line.
 
     With `shard=(I, N)` only the blocks of sentences (documents, in document
@@ -153,7 +156,7 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
     `proposals_pos_tags`), or a bool already decided.
     """
     path = os.fspath(path)
-    tagged = proposals_pos_tags(path, pos_tags, documents=documents)
+    tagged = proposals_pos_tags(path, pos_tags, documents=documents, max_words=max_words)
     document = 0
     seen_block_in_document = False
     block_index = 0
@@ -170,7 +173,7 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
         words = None
         duplicates = 0
         for line_no, text in current:
-            tree = _parse_line(path, line_no, block_index, text)
+            tree = _parse_line(path, line_no, block_index, text, max_words)
             leaves = tree.leaves()
             if words is None:
                 words, first_line = leaves, line_no

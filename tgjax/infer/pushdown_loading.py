@@ -25,9 +25,7 @@ import numpy as np
 from flax import nnx
 
 from tgjax.infer.loading import (
-    CheckpointError,
     open_family_checkpoint,
-    resolve_step,
     restore_state_items,
 )
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig
@@ -35,15 +33,6 @@ from tgjax.workdir import VocabularyMismatch, local_workdir
 
 TRAINER = "pushdown_lm"
 VOCABULARY_TEXT = "vocab.txt"
-
-
-def is_pushdown_workdir(workdir: str | Path, step: str | int = "best") -> bool:
-    """Whether the workdir's checkpoint was written by the Pushdown-LM task (False when it cannot tell)."""
-    try:
-        _, meta = resolve_step(workdir, step)
-    except (FileNotFoundError, CheckpointError, ValueError):
-        return False
-    return (meta.get("config") or {}).get("trainer") == TRAINER
 
 
 @dataclasses.dataclass
@@ -133,4 +122,4 @@ def load_pushdown(workdir: str | Path, *, step: str | int = "best") -> LoadedPus
                           meta=checkpoint.meta)
 
 
-__all__ = ["LoadedPushdown", "is_pushdown_workdir", "load_pushdown", "load_vocabulary"]
+__all__ = ["LoadedPushdown", "load_pushdown", "load_vocabulary"]

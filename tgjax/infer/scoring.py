@@ -95,6 +95,7 @@ from jax.sharding import PartitionSpec as P
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
 from tgjax.infer.loading import LoadedModel
+from tgjax.limits import TREEBANK_MAX_WORDS, words_of_line
 from tgjax.ops.log_probs import token_log_probs
 from tgjax.syntax import masks, trees
 from tgjax.syntax import pos_tags as tagging
@@ -388,40 +389,43 @@ def score_trees(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *, pos_
     return list(score_sequences(scorer, items, chunk_size=chunk_size))
 
 
-def resolve_input_pos_tags(path: str | os.PathLike, pos_tags: str | bool, input_format: str = "trees") -> bool:
+def resolve_input_pos_tags(path: str | os.PathLike, pos_tags: str | bool, input_format: str = "trees",
+                           max_words: int | None = TREEBANK_MAX_WORDS) -> bool:
     """Whether an input file's trees are read as tagged (`tgjax.syntax.pos_tags.resolve_file`); words: False."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such input file {os.fspath(path)!r}")
     if input_format == "words":  # flat `(X w1 ... wn)`: no tags, and only TXL (terminals) reads them
         tagging.check_setting(pos_tags)
         return False
-    return tagging.resolve_file(pos_tags, path)
+    return tagging.resolve_file(pos_tags, path, max_words=max_words)
 
 
-def read_sentences(path: str | os.PathLike, input_format: str = "trees") -> Iterator[trees.Tree]:
+def read_sentences(path: str | os.PathLike, input_format: str = "trees",
+                   max_words: int | None = TREEBANK_MAX_WORDS) -> Iterator[trees.Tree]:
     """Trees of a treebank file, lazily; or, with `input_format="words"`, one sentence of words per line.
 
     A words line becomes a flat tree `(X w1 ... wn)` (its words are all a
     TXL (terminals) model reads). Empty lines of a words file are skipped
-    (and so not counted).
+    (and so not counted). A sentence over `max_words` is refused while read, naming its file and line.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such input file {path!r}")
     if input_format == "trees":
-        yield from trees.iter_treebank(path)
+        yield from trees.iter_treebank(path, max_words=max_words)
         return
     if input_format != "words":
         raise ValueError(f"input format: expected 'trees' or 'words', got {input_format!r}")
-    for line in trees.text_lines(path):
-        words = line.split()
+    for number, line in enumerate(trees.text_lines(path), start=1):
+        words = words_of_line(line, max_words, path, number)
         if words:
             yield trees.Tree("X", words)
 
 
 def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, pos_tags: str | bool = "auto",
                    input_format: str = "trees", shard: tuple[int, int] = (0, 1),
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[SequenceScore]:
+                   chunk_size: int = DEFAULT_CHUNK_SIZE,
+                   max_words: int | None = TREEBANK_MAX_WORDS) -> Iterator[SequenceScore]:
     """Streams a file's sentences (this shard's: index % N == I) through the scorer; constant memory.
 
     `pos_tags`: "yes", "no" or "auto", decided over the whole file first
@@ -434,12 +438,12 @@ def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, pos_tags:
         raise ValueError(f"--input-format words is for TXL (terminals) models; a {scorer.rule} model scores trees")
     index, count = shard
     path = os.fspath(path)
-    tagged = resolve_input_pos_tags(path, pos_tags, input_format)
+    tagged = resolve_input_pos_tags(path, pos_tags, input_format, max_words)
     seen = 0
 
     def items():
         nonlocal seen
-        for i, tree in enumerate(read_sentences(path, input_format)):
+        for i, tree in enumerate(read_sentences(path, input_format, max_words)):
             seen += 1
             if i % count == index:
                 yield i, encode_tree(scorer.vocab, tree, scorer.rule, pos_tags=tagged, where=f"{path}: sentence {i}")

@@ -35,6 +35,7 @@ from flax import nnx
 from tgjax.nn.attachment_head import AttachmentHead, attachment_log_probs, attachment_loss, slot_legality
 from tgjax.nn.params import param
 from tgjax.nn.pushdown_attention import PushdownLayer, count_clipped_depths, stack_tape_from_nodes
+from tgjax.nn.remat import checkpoint_body, remat_layer, remat_policy_name
 from tgjax.ops.log_probs import token_log_probs
 
 
@@ -64,11 +65,14 @@ class PushdownLMConfig:
     attachment_normalise: Literal["legal", "causal"] = "legal"  # paper text; "causal": Fig. 8 and the release
     head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
     # How the layers run (not what they compute; checkpoints are the same either way):
-    remat: bool = False  # recompute each layer's activations in the backward pass, for ~1.17x the FLOPs
+    # What each layer keeps for the backward pass: a tgjax.nn.remat policy name; "full" (or the old True) recomputes
+    # each layer's activations, for ~1.17x the FLOPs
+    remat: str = "none"
     scan_layers: bool = False  # one lax.scan over the layers (identical layers only): one layer body to compile,
     # and with remat one layer's [B, heads, T, T] tensors live in the backward pass (unrolled, XLA:CPU keeps all)
 
     def __post_init__(self):
+        object.__setattr__(self, "remat", remat_policy_name(self.remat))  # frozen: normalised once here
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "ffw_hidden_size", "sequence_length"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
@@ -121,8 +125,7 @@ class PushdownLM(nnx.Module):
             x = layer(x, tape, valid, deterministic=deterministic)
             return x, nnx.split(layer, nnx.Param, ...)[2]  # the dropout stream, advanced
 
-        if self.config.remat:
-            body = jax.checkpoint(body, prevent_cse=False)  # inside a scan CSE cannot undo the recompute
+        body = checkpoint_body(body, self.config.remat, prevent_cse=False)  # inside a scan CSE cannot undo it
         x, rests = jax.lax.scan(body, x, stacked)
         for index, layer in enumerate(self.layers):
             nnx.update(layer, jax.tree.map(lambda leaf: leaf[index], rests))
@@ -150,8 +153,7 @@ class PushdownLM(nnx.Module):
             def run_layer(layer, x):
                 return layer(x, tape, valid, deterministic=deterministic)
 
-            if self.config.remat:
-                run_layer = nnx.remat(run_layer)
+            run_layer = remat_layer(run_layer, self.config.remat)
             for layer in self.layers:
                 x = run_layer(layer, x)
         lm_logits = x @ table.T + self.output_bias[...]

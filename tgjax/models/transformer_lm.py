@@ -12,7 +12,7 @@ array carried from one segment to the next by the caller.
 
 Accelerator knobs (none changes a value in float32): `dtype` (compute dtype;
 parameters stay in `param_dtype`, the loss and softmaxes in float32),
-`remat` (each layer's activations recomputed in the backward pass, `nnx.remat`)
+`remat` (a `tgjax.nn.remat` policy name: what each layer keeps for the backward pass, `nnx.remat`)
 and `scan_layers` (the K layers stacked `[K, ...]` and run under `nnx.scan`, so
 compile time does not grow with depth). A scanned model's parameters are
 `{"layers": {name: [K, ...]}}` instead of `{"layers": {0: ..., K-1: ...}}`;
@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tgjax.nn.params import param
+from tgjax.nn.remat import remat_layer, remat_policy_name
 from tgjax.nn.transformer_xl import TransformerXLLayer
 from tgjax.ops.log_probs import token_log_probs
 from tgjax.syntax import masks
@@ -65,10 +66,13 @@ class ModelConfig:
     # Accelerator knobs: the defaults are today's float32 model, layers in a list.
     dtype: str = "float32"  # compute dtype: float32, bfloat16 or float16
     param_dtype: str = "float32"  # parameter (and so optimiser state) dtype
-    remat: bool = False  # recompute each layer's activations in the backward pass (nnx.remat)
+    # What each layer keeps for the backward pass: a tgjax.nn.remat policy name ("none", "full", "dots_saveable",
+    # ...); the old True / False are taken as "full" / "none".
+    remat: str = "none"
     scan_layers: bool = False  # stack the layers and run them under nnx.scan
 
     def __post_init__(self):
+        object.__setattr__(self, "remat", remat_policy_name(self.remat))  # frozen: normalised once here
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"model.{name}={getattr(self, name)!r}: expected one of {', '.join(DTYPES)}")
@@ -257,8 +261,7 @@ class TransformerLM(nnx.Module):
         def run_layer(layer, x, layer_memory, mask, relpos):
             return layer(x, layer_memory, mask, relpos, compose, deterministic=deterministic)
 
-        if c.remat:
-            run_layer = nnx.remat(run_layer)
+        run_layer = remat_layer(run_layer, c.remat)
         first_unrestricted = c.num_layers - c.num_unrestricted_layers
         if c.scan_layers:
             x, new_memory = self._scanned(run_layer, x, memory, batch, mask, relpos, attn, first_unrestricted)

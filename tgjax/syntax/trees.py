@@ -205,6 +205,16 @@ class TreeSyntaxError(SourceLocationError):
     """Malformed bracketed input (or a tree file that is not the expected encoding)."""
 
 
+class SentenceTooLong(SourceLocationError):
+    """A tree with more words than the reader's `max_words`, found while reading it (before it is built)."""
+
+
+def too_long_reason(max_words: int) -> str:
+    """What a reader says of a sentence over its length limit (the same words for trees and other records)."""
+    return (f"expected a sentence of at most {max_words:,} words (the command's length limit: --max-words, or "
+            f"data.max_words in training, raises it), found a longer one")
+
+
 @dataclasses.dataclass
 class ReadReport:
     """What a read in skip mode kept and left out.
@@ -213,24 +223,32 @@ class ReadReport:
       source: the file name, or `<string>`.
       num_trees: trees returned.
       errors: one `TreeSyntaxError` per skipped tree (or run of stray text), in file order.
+      too_long: one `SentenceTooLong` per tree skipped as over `max_words` (`on_too_long="skip"`).
     """
 
     source: str
     num_trees: int = 0
     errors: list[TreeSyntaxError] = dataclasses.field(default_factory=list)
+    too_long: list[SentenceTooLong] = dataclasses.field(default_factory=list)
 
     @property
     def num_skipped(self) -> int:
         return len(self.errors)
 
+    @property
+    def num_too_long(self) -> int:
+        return len(self.too_long)
+
     def summary(self, max_errors: int = 10) -> str:
         """`source: read N trees, skipped K` and then the first `max_errors` messages."""
         if self.num_trees == 0 and not self.errors:
             return f"{self.source}: read 0 trees (the input is empty)"
-        lines = [f"{self.source}: read {self.num_trees} trees, skipped {self.num_skipped}"]
-        lines += [f"  {err}" for err in self.errors[:max_errors]]
-        if self.num_skipped > max_errors:
-            lines.append(f"  ... and {self.num_skipped - max_errors} more")
+        too_long = f" (and {self.num_too_long} over the length limit)" if self.too_long else ""
+        lines = [f"{self.source}: read {self.num_trees} trees, skipped {self.num_skipped}{too_long}"]
+        for skipped in (self.errors, self.too_long):
+            lines += [f"  {err}" for err in skipped[:max_errors]]
+            if len(skipped) > max_errors:
+                lines.append(f"  ... and {len(skipped) - max_errors} more")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -281,6 +299,7 @@ class _ReadOptions:
     unwrap_root: bool = False
     tree_starts_at_line_start: bool = True
     first_line: int = 1  # the number of the text's first line in its file, for messages
+    max_words: int | None = None  # longer trees are refused while read (`SentenceTooLong`), never built
 
 
 _NOTHING_LEFT = "expected a tree with words, found none left after removing empty elements (-NONE-)"
@@ -315,6 +334,8 @@ def _read_lines(
     stack: list[tuple[str, list[Child], int, str, int]] = []
     skip_depth = 0  # > 0 while skipping the rest of a bad tree: its bracket depth
     in_stray_text = False  # one error per run of stray tokens, not one per token
+    max_words = options.max_words
+    words_in_tree = 0  # words of the open top-level tree, counted as read: a huge tree is refused, not built
     last_line_index, last_line = -1, ""  # the last line with a token, for end-of-file errors
 
     for line_index, line in enumerate(lines, start=options.first_line - 1):
@@ -366,6 +387,8 @@ def _read_lines(
                     stack.clear()
                     continue
                 in_stray_text = False
+                if not stack:
+                    words_in_tree = 0
                 stack.append((label, [], line_index, line, token_index))
             elif first == ")":
                 if skip_depth:
@@ -419,6 +442,14 @@ def _read_lines(
                 if skip_depth:
                     continue
                 if stack:
+                    words_in_tree += 1
+                    if max_words is not None and words_in_tree > max_words:
+                        _, _, open_line_index, open_line, open_token = stack[0]
+                        start = _error(source, open_line_index, open_line, open_token, "")
+                        fail(SentenceTooLong(source, start.line, start.column, too_long_reason(max_words)))
+                        skip_depth = len(stack)  # skip to the ')' that closes the tree
+                        stack.clear()
+                        continue
                     stack[-1][1].append(token)
                 elif not in_stray_text:
                     reason = f"expected '(' to start a tree, found {token!r}"
@@ -444,17 +475,21 @@ def _read(
     on_error: OnError,
     report: ReadReport | None,
     options: _ReadOptions,
+    on_too_long: OnError = "raise",
 ) -> Iterator[tuple[Tree, _Start]]:
-    """`_read_lines` with the error policy applied and the report kept."""
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if on_error == "skip" and report is None:
-        raise ValueError("on_error='skip' needs a ReadReport to record the skipped trees in")
+    """`_read_lines` with the error policies applied (malformed trees: `on_error`; trees over
+    `options.max_words`: `on_too_long`) and the report kept."""
+    for name, policy in (("on_error", on_error), ("on_too_long", on_too_long)):
+        if policy not in ("raise", "skip"):
+            raise ValueError(f"{name} must be 'raise' or 'skip', got {policy!r}")
+        if policy == "skip" and report is None:
+            raise ValueError(f"{name}='skip' needs a ReadReport to record the skipped trees in")
 
     def fail(err: TreeSyntaxError) -> None:
-        if on_error == "raise":
+        too_long = isinstance(err, SentenceTooLong)
+        if (on_too_long if too_long else on_error) == "raise":
             raise err
-        report.errors.append(err)
+        (report.too_long if too_long else report.errors).append(err)
 
     for tree, start in _read_lines(lines, source, fail, options):
         if report is not None:
@@ -473,6 +508,8 @@ def iter_trees(
     remove_empty: bool = True,
     unwrap_root: bool = False,
     tree_starts_at_line_start: bool = True,
+    max_words: int | None = None,
+    on_too_long: OnError = "raise",
 ) -> Iterator[Tree]:
     """Yields the trees of a bracketed text one by one (the streaming core of the reader).
 
@@ -489,13 +526,17 @@ def iter_trees(
       strip_function_tags, remove_empty, unwrap_root: see `normalise`.
       tree_starts_at_line_start: a '(' in column 1 starts a new tree (see the
         module docstring).
+      max_words: a tree with more words is refused while it is read, before it
+        is built (`SentenceTooLong`, at the tree's start), or with
+        `on_too_long="skip"` left out and recorded in `report.too_long`.
     Yields:
       `Tree`s in input order. Empty input yields nothing (no error here;
       `parse_trees` and `read_treebank` decide what empty input means).
     """
     lines = text.split("\n") if isinstance(text, str) else text
-    options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start)
-    for tree, _ in _read(lines, source, on_error, report, options):
+    options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start,
+                           max_words=max_words)
+    for tree, _ in _read(lines, source, on_error, report, options, on_too_long):
         yield tree
 
 
@@ -509,6 +550,7 @@ def parse(
     unwrap_root: bool = False,
     tree_starts_at_line_start: bool = True,
     first_line: int = 1,
+    max_words: int | None = None,
 ) -> Tree:
     """Reads exactly one bracketed tree, e.g. `parse("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))")`.
 
@@ -518,7 +560,7 @@ def parse(
     one tree.
     """
     options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start,
-                           first_line)
+                           first_line, max_words)
     lines = text.split("\n")
     trees = _read(lines, source, "raise", None, options)
     first = next(trees, None)
@@ -546,6 +588,8 @@ def parse_trees(
     remove_empty: bool = True,
     unwrap_root: bool = False,
     tree_starts_at_line_start: bool = True,
+    max_words: int | None = None,
+    on_too_long: OnError = "raise",
 ):
     """Reads all trees of a bracketed text (a string or an iterable of lines).
 
@@ -556,6 +600,9 @@ def parse_trees(
       with `on_error="skip"`: `(trees, report)`, where `report.errors` lists
         every skipped tree with its location; empty input gives `([], report)`
         with `report.num_trees == 0` and no errors.
+      with `on_too_long="skip"` too: `(trees, report)`, the trees over
+        `max_words` in `report.too_long` (an empty input still raises when
+        `on_error="raise"`).
     """
     report = ReadReport(source)
     with _gc_paused():
@@ -570,14 +617,14 @@ def parse_trees(
                 remove_empty=remove_empty,
                 unwrap_root=unwrap_root,
                 tree_starts_at_line_start=tree_starts_at_line_start,
+                max_words=max_words,
+                on_too_long=on_too_long,
             )
         )
-    if on_error == "skip":
-        return trees, report
-    if not trees:  # in raise mode, no trees and no error means no tokens at all
+    if on_error == "raise" and not trees and not report.too_long:  # no trees, no error: no tokens at all
         what = "an empty input" if source == "<string>" else "an empty file"
         raise TreeSyntaxError(source, 1, 1, f"expected at least one tree, found {what}")
-    return trees
+    return (trees, report) if "skip" in (on_error, on_too_long) else trees
 
 
 @contextlib.contextmanager
@@ -660,6 +707,8 @@ def iter_treebank(
     remove_empty: bool = True,
     unwrap_root: bool = False,
     tree_starts_at_line_start: bool = True,
+    max_words: int | None = None,
+    on_too_long: OnError = "raise",
 ) -> Iterator[Tree]:
     """Streams the trees of a file (`.gz` is decompressed) line by line; as `iter_trees`.
 
@@ -677,14 +726,19 @@ def iter_treebank(
         remove_empty=remove_empty,
         unwrap_root=unwrap_root,
         tree_starts_at_line_start=tree_starts_at_line_start,
+        max_words=max_words,
+        on_too_long=on_too_long,
     )
 
 
-def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", **options) -> Iterator[tuple[Tree, int]]:
-    """`iter_treebank`, each tree with the 1-based line it starts on (errors raise, as `iter_treebank`)."""
+def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", on_error: OnError = "raise",
+                        on_too_long: OnError = "raise", report: ReadReport | None = None,
+                        **options) -> Iterator[tuple[Tree, int]]:
+    """`iter_treebank`, each tree with the 1-based line it starts on."""
     source = os.fspath(path)
-    read_options = _ReadOptions(**options)  # normalise, strip_function_tags, ...: as `iter_treebank`
-    for tree, (line_index, _, _) in _read(text_lines(source, encoding), source, "raise", None, read_options):
+    read_options = _ReadOptions(**options)  # normalise, strip_function_tags, max_words, ...: as `iter_treebank`
+    lines = text_lines(source, encoding)
+    for tree, (line_index, _, _) in _read(lines, source, on_error, report, read_options, on_too_long):
         yield tree, line_index + 1
 
 
@@ -706,6 +760,8 @@ def read_treebank(
     remove_empty: bool = True,
     unwrap_root: bool = False,
     tree_starts_at_line_start: bool = True,
+    max_words: int | None = None,
+    on_too_long: OnError = "raise",
 ):
     """Reads every tree of a bracketed file (`.gz` is decompressed); errors name the file.
 
@@ -723,6 +779,8 @@ def read_treebank(
         remove_empty=remove_empty,
         unwrap_root=unwrap_root,
         tree_starts_at_line_start=tree_starts_at_line_start,
+        max_words=max_words,
+        on_too_long=on_too_long,
     )
 
 
@@ -1000,6 +1058,7 @@ __all__ = [
     "INTERMEDIATE_PREFIX",
     "ROOT_LABELS",
     "ReadReport",
+    "SentenceTooLong",
     "Tree",
     "SourceLocationError",
     "TreeSyntaxError",
@@ -1021,5 +1080,6 @@ __all__ = [
     "tagged_words",
     "unbinarise",
     "words",
+    "too_long_reason",
     "write_treebank",
 ]

@@ -71,15 +71,25 @@ def shared_sections() -> dict[str, dict]:
             # Save the per-row memory of a state that has one (TG / TXL, ON-LSTM): resuming mid-sequence is
             # then bit-identical. A state without memory ignores it.
             save_memory=False,
+            # Several hosts without JAX's preemption service agree on a SIGTERM with a collective, which waits
+            # for the device: done every this many steps (the stop comes up to this many steps - 1 late).
+            preemption_check_steps=10,
         ),
         logging=dict(
             interval_steps=50,
             tensorboard=True,
+            # True: fetch each step's metrics as it ends (the host waits for every step). False: they stay on
+            # the device until the logging step, or a validation or save, fetches them in one batch (NaN is
+            # caught there, naming its step).
+            fetch_every_step=False,
         ),
         mesh=dict(
             data=-1,  # -1: whatever the other axis leaves
             model=1,
             logical_axis_rules=DEFAULT_LOGICAL_AXIS_RULES,  # how parameters are laid out on the mesh
+            # Fully sharded data parallel: every parameter's "embed" dimension (and its optimiser state's) is
+            # split over "data" too (tgjax.train.sharding.FSDP_RULES), each device holding about 1/data of them.
+            fsdp=False,
         ),
         distributed=dict(
             # Call jax.distributed.initialize() first (multi-host TPU / GPU); the addresses are
@@ -131,11 +141,13 @@ def default_config() -> ml_collections.ConfigDict:
             core_dropout=0.1,
             core_output_dropout=0.1,  # the authors' name for the final-layer dropout
             # Accelerator knobs (the TG / TXL family; README "Accelerator knobs"): compute dtype
-            # (float32, bfloat16, float16) over parameters kept in param_dtype; remat recomputes each
-            # layer's activations in the backward pass; scan_layers stacks the layers under nnx.scan.
+            # (float32, bfloat16, float16) over parameters kept in param_dtype; remat names what each layer
+            # keeps for the backward pass (tgjax.nn.remat: none, full, dots_saveable,
+            # dots_with_no_batch_dims_saveable, everything_saveable; true / false mean full / none);
+            # scan_layers stacks the layers under nnx.scan.
             dtype="float32",
             param_dtype="float32",
-            remat=False,
+            remat="none",
             scan_layers=False,
         ),
         data=dict(
@@ -150,6 +162,9 @@ def default_config() -> ml_collections.ConfigDict:
             min_word_count=1,  # "words": rarer training words become UNK (so that UNK is trained)
             vocab_path=placeholder(str),  # an existing vocabulary file instead (word-dictionary JSON or SP model)
             max_actions=placeholder(int),
+            # Longest sentence of a treebank file, checked while reading (a huge tree is refused before it is
+            # built); 25,000 words keep the pipeline within about 1.5 GB. Over it: on_too_long.
+            max_words=25000,
             on_too_long="error",  # "error" or "skip" (counted, reported)
             on_bad_tree="error",  # "error" or "skip" (counted, reported)
             # Stack entries that do not fit in model.memory_length: "warn" (count, report) or "error".
@@ -362,9 +377,24 @@ def merge_into_defaults(config: ml_collections.ConfigDict | dict,
     return merged
 
 
+# Keys that were booleans and now take names: the old values still load, as these names.
+FORMER_BOOLEANS = {("model", "remat"): {True: "full", False: "none"}}
+
+
+def _former_boolean(path: tuple[str, ...], value: Any) -> Any:
+    """`value` of a key in `FORMER_BOOLEANS` as its name when it is a boolean (or "true" / "false" text)."""
+    names = FORMER_BOOLEANS.get(tuple(path))
+    if names is None:
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        value = value.strip().lower() in _TRUE
+    return names[value] if isinstance(value, bool) else value
+
+
 def _set_default(merged: ml_collections.ConfigDict, path: tuple[str, ...], value: Any) -> None:
     """Sets the value of `path` on the defaults, refusing what is not there or of another type."""
     dotted = ".".join(path)
+    value = _former_boolean(path, value)
     section = _lookup(merged, path, what="config key")
     default = section[path[-1]]
     if isinstance(default, ml_collections.ConfigDict) and path not in FREE_FORM_SECTIONS:
@@ -473,7 +503,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
         if isinstance(current, ml_collections.ConfigDict):
             raise ConfigError(f"config key {dotted!r} is a section; set one of its keys: "
                               f"{', '.join(f'{dotted}.{k}' for k in sorted(current.keys()))}")
-        value = parse_value(text, current, key=dotted, declared=declared_type(section, path[-1]))
+        value = _former_boolean(path, parse_value(text, current, key=dotted, declared=declared_type(section, path[-1])))
         with section.unlocked():
             section[path[-1]] = value
     return config

@@ -68,6 +68,7 @@ def pipeline_config(config, model_config: ModelConfig, split: str, batch_size: i
         num_sentences=(data.num_train_sentences if split == "train" else data.num_valid_sentences) if builtin else None,
         batch_size=batch_size,
         max_actions=data.max_actions,
+        max_words=data.get("max_words", pl.MAX_WORDS),  # configs saved before it had no such key
         on_too_long=data.on_too_long,
         on_bad_tree=data.on_bad_tree,
         seed=data.corpus_seed if builtin else config.training.seed,
@@ -81,6 +82,8 @@ def _check_file(key: str, path: str) -> None:
         return
     if not os.path.exists(path):
         raise FileNotFoundError(f"{key}: no such treebank file {path!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"{key}: {path!r} is a directory; give a treebank file (one bracketed tree per line)")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{key}: treebank file {path!r} is empty")
 

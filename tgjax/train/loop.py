@@ -11,11 +11,21 @@ state, and while the device works the host builds the next batch. Every
 `logging` interval a record goes to `metrics.jsonl` / TensorBoard and the
 progress line; every validation interval the task evaluates and a checkpoint
 is saved with its selection value (keep-best); every checkpoint interval,
-and at the end, a checkpoint is saved. A NaN or infinite loss stops the run
-naming the step; the checkpoints on disk are all from before it. SIGTERM
+and at the end, a checkpoint is saved.
+
+The host does not wait for each step: a step's metrics stay device arrays
+and are fetched in one batch at the next logging step, and before every
+validation and every save (`logging.fetch_every_step=true` fetches after each
+step, as a `callback` does too). The host can so dispatch steps ahead of the
+device. A NaN or infinite loss is therefore found when its step's metrics are
+fetched: the run stops at the first logging step (or validation or save) whose
+window holds a non-finite loss, naming the step where it happened; since a save
+fetches first, the checkpoints on disk are all from before it. SIGTERM
 (preemption) saves a checkpoint after a step and stops; on several hosts
 every host saves and stops after the same step, whichever hosts got the
-signal and when (`_Preemption` says how they agree). A plateau
+signal and when (`_Preemption` says how they agree; without JAX's preemption
+service that costs a collective, done every `checkpointing.preemption_check_steps`
+steps). A plateau
 schedule may decay the learning rate or stop the run after a validation; a
 run it stopped is recorded so (checkpoint meta `schedule_stopped`) and stays
 stopped when called again. `TrainResult.stop_reason` says why a run ended
@@ -44,6 +54,7 @@ from tgjax.train import inputs
 from tgjax.train import sharding as shd
 from tgjax.train import state as st
 from tgjax.train.checkpoint import CheckpointStore, Problem
+from tgjax.train.config import ConfigError, trainer_of
 from tgjax.train.metrics import MetricsWriter
 from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
@@ -104,12 +115,15 @@ class _Preemption:
       stop comes a little after the signal (the notifier polls about once a
       second), still within a preemption's grace period.
     - Several processes without the service: our handler sets a local flag,
-      and after each step the flags are combined by `process_allgather` (one
-      scalar collective per step; the loop already waits for each step's
-      metrics), so all hosts see the same "someone got SIGTERM" at the same step.
+      and every `check_every` steps (`checkpointing.preemption_check_steps`)
+      the flags are combined by `process_allgather`, so all hosts see the same
+      "someone got SIGTERM" at the same step. The collective waits for the
+      device to finish the steps dispatched so far, hence not every step: the
+      stop comes up to `check_every - 1` steps after the signal.
     """
 
-    def __init__(self):
+    def __init__(self, check_every: int = 1):
+        self.check_every = check_every
         self.requested = False  # set once the processes agree to stop
         self._signalled = False  # this process got SIGTERM (local; not yet agreed)
         self._previous = None
@@ -130,6 +144,8 @@ class _Preemption:
         if self.uses_service:
             self.requested = multihost_utils.reached_preemption_sync_point(step)
         elif self._combine:
+            if step % self.check_every:
+                return False
             flags = multihost_utils.process_allgather(np.int32(self._signalled))
             self.requested = bool(np.max(flags))
         else:
@@ -139,6 +155,21 @@ class _Preemption:
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+
+
+def _preemption_check_steps(config) -> int:
+    """`checkpointing.preemption_check_steps` (10 for a config without it), refused unless a whole number >= 1."""
+    value = config.checkpointing.get("preemption_check_steps", 10)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"checkpointing.preemption_check_steps: expected a whole number of steps >= 1, "
+                          f"got {value!r}")
+    return value
+
+
+def _fetch_to_host(pending: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """[(step, metrics as device arrays)] -> the same with NumPy values, in one `jax.device_get`."""
+    steps = [step for step, _ in pending]
+    return list(zip(steps, jax.device_get([metrics for _, metrics in pending])))
 
 
 class Trainer:
@@ -164,6 +195,7 @@ class Trainer:
         self.progress: Progress | None = None
         self.writer: MetricsWriter | None = None
         # The mesh's checks need the devices but no checkpoint manager (whose threads start on opening).
+        self._preemption_check_steps = _preemption_check_steps(config)
         self.mesh = shd.make_mesh(config.mesh.data, config.mesh.model, devices)
         self.task.check_mesh(self.mesh)
         ck = config.checkpointing
@@ -179,6 +211,7 @@ class Trainer:
             self.store.close()
             raise
         self.best: dict[str, Any] = {"value": None, "step": None}
+        self._last_saved: int | None = None  # the newest checkpoint step of this run (a NaN message names it)
         self.schedule_stopped = False  # the schedule ended the run (early stopping), here or before a resume
 
     # -- reporting ---------------------------------------------------------------------------
@@ -192,6 +225,14 @@ class Trainer:
             self.progress.message(text)
         else:
             print(text, file=self.stream, flush=True)
+
+    def warn(self, text: str) -> None:
+        """A warning about the run's data (a corrupt checkpoint moved aside): shown even when quiet, on stderr."""
+        if self.quiet and self.is_main:
+            log.info("%s", text)
+            print(text, file=sys.stderr, flush=True)
+        else:
+            self.say(text)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -207,7 +248,7 @@ class Trainer:
         restored, problems = self.store.restore_latest(
             task.abstract_state(), lambda step, meta: task.check_checkpoint(meta, step, self.store.directory))
         for problem in problems:
-            self.say(f"warning: {problem}")
+            self.warn(f"warning: {problem}")
         if restored is None:
             self.say(f"no usable checkpoint in {self.store.directory}; starting from step 0")
             state, rest = task.init_state()
@@ -223,8 +264,9 @@ class Trainer:
 
     def checkpoint_meta(self) -> dict[str, Any]:
         """The task's run facts (checked on resume) and the best selection value so far."""
-        return {**self.task.checkpoint_meta(), "best_valid_loss": self.best["value"], "best_step": self.best["step"],
-                "schedule_stopped": self.schedule_stopped}
+        # "family": what `tgjax.load` reads to know what the checkpoint holds (no guessing from files).
+        return {**self.task.checkpoint_meta(), "family": trainer_of(self.config), "best_valid_loss": self.best["value"],
+                "best_step": self.best["step"], "schedule_stopped": self.schedule_stopped}
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -257,36 +299,35 @@ class Trainer:
         batch = next(iterator)
         position = iterator.get_state()  # the data position once `batch` is consumed
         window = task.new_window()
-        last_saved = start_step or None
-        with _Preemption() as stop:
+        self._last_saved = start_step or None
+        # A callback gets each step's metrics as host scalars, so it fetches every step.
+        fetch_every_step = bool(self.config.logging.get("fetch_every_step", False)) or callback is not None
+        pending: list[tuple[int, dict]] = []  # (step, metrics as device arrays) not fetched yet
+        last_metrics: dict = {}
+        with _Preemption(self._preemption_check_steps) as stop:
             for step in range(start_step + 1, num_steps + 1):
                 step_began = time.perf_counter()
                 state, metrics = train_step(state, rest, shd.global_batch(batch, mesh))
+                pending.append((step, metrics))
                 position_after_step = position
                 if step < num_steps:  # the host builds the next batch while the device works
                     batch = next(iterator)
                     position = iterator.get_state()
-                metrics = jax.device_get(metrics)
                 if step == start_step + 1:
                     # The first call compiles (every bucket width, where the task has them): minutes on an
                     # accelerator, which would put the first interval's steps/s and ETA far off.
                     compile_seconds = time.perf_counter() - step_began
                     window.start += compile_seconds
                     self.say(f"first step (compiling included) took {compile_seconds:.1f} s; not counted in steps/s")
-                loss = float(metrics["loss"])
-                if not math.isfinite(loss):
-                    store.wait()
-                    kept = (f"the last good checkpoint is step {last_saved} in {store.directory}" if last_saved
-                            else "no checkpoint was saved before it")
-                    raise TrainingDiverged(f"training loss is {loss} at step {step}; stopped, and {kept} "
-                                           f"(nothing from step {step} was saved)")
-                result.losses[step], result.final_step = loss, step
-                window.add(metrics)
-                if callback is not None:
-                    callback(step, state, metrics)
+                result.final_step = step
 
-                if step % task.logging_interval == 0 or step == num_steps:
-                    record = window.record(step, metrics)
+                logging_due = step % task.logging_interval == 0 or step == num_steps
+                interval = task.validation_interval
+                validation_due = task.has_validation() and ((interval and step % interval == 0) or step == num_steps)
+                if fetch_every_step or logging_due or validation_due:
+                    last_metrics = self._take_fetched(pending, step, state, window, result, callback)
+                if logging_due:
+                    record = window.record(step, last_metrics)
                     self.writer.write(record)
                     self.progress.update(step, rates={"steps": record["steps_per_second"],
                                                       "tokens": record["tokens_per_second"]},
@@ -295,17 +336,18 @@ class Trainer:
 
                 paused_at = time.perf_counter()  # validation and saving do not count towards steps/s
                 value, schedule_stop = None, False
-                interval = task.validation_interval
-                if task.has_validation() and ((interval and step % interval == 0) or step == num_steps):
+                if validation_due:
                     value, schedule_stop = self._validate(step, state, rest, result)
 
                 self.schedule_stopped = schedule_stop
-                preempted = stop.agreed(step)  # every process, every step: a collective on several hosts
+                preempted = stop.agreed(step)  # every process, every step (a collective every K steps, at most)
                 stopping = (preempted or schedule_stop
                             or (stop_after_step is not None and step >= stop_after_step))
                 if (value is not None or step % task.checkpoint_interval == 0 or step == num_steps or stopping):
+                    # Fetch first: a non-finite loss among the pending steps stops the run before this save.
+                    last_metrics = self._take_fetched(pending, step, state, window, result, callback) or last_metrics
                     store.save(step, state, position_after_step, self.checkpoint_meta(), valid_loss=value)
-                    last_saved = step
+                    self._last_saved = step
                 window.start += time.perf_counter() - paused_at
                 if stopping:
                     result.stopped_early = True
@@ -322,6 +364,35 @@ class Trainer:
         if summary:
             self.say(summary)
         return result
+
+    def _take_fetched(self, pending: list[tuple[int, dict]], checked_at: int, state, window, result: TrainResult,
+                      callback) -> dict:
+        """Fetches the pending steps' metrics in one batch and takes them in step order: the NaN check, the
+        loss into `result`, the window, the callback. Empties `pending`; returns the last step's metrics
+        ({} when nothing was pending)."""
+        if not pending:
+            return {}
+        fetched = _fetch_to_host(pending)
+        pending.clear()
+        for step, metrics in fetched:
+            loss = float(metrics["loss"])
+            if not math.isfinite(loss):
+                self._diverged(step, loss, checked_at)
+            result.losses[step] = loss
+            window.add(metrics)
+            if callback is not None:
+                callback(step, state, metrics)
+        return fetched[-1][1]
+
+    def _diverged(self, step: int, loss: float, checked_at: int):
+        """Raises `TrainingDiverged` for a non-finite loss at `step`, found when fetching at `checked_at`."""
+        self.store.wait()
+        last_saved = self._last_saved
+        kept = (f"the last good checkpoint is step {last_saved} in {self.store.directory}" if last_saved
+                else "no checkpoint was saved before it")
+        found = "" if checked_at == step else f"; found when the metrics were fetched at step {checked_at}"
+        raise TrainingDiverged(f"training loss is {loss} at step {step}; stopped, and {kept} "
+                               f"(nothing from step {step} on was saved{found})")
 
     def _validate(self, step: int, state, rest, result: TrainResult) -> tuple[float, bool]:
         """The task's evaluation: the best so far, the record, the message, the schedule's verdict.
@@ -370,7 +441,8 @@ def train(config, workdir: str | Path, *, task: Task | None = None, devices: lis
       stream: where the progress line and messages go (default stderr).
       quiet: no progress line or messages.
       callback: called after every step with (step, state, metrics as host scalars); for custom
-        logging or inspection (it must not keep `state`: the next step donates its buffers).
+        logging or inspection (it must not keep `state`: the next step donates its buffers). With one,
+        each step's metrics are fetched as it ends (as with `logging.fetch_every_step`).
 
     Raises:
       ConfigError, FileNotFoundError, ValueError: bad config or data (named).

@@ -9,7 +9,14 @@ style:
     (("vocab", "model"), ("mlp", "model"), ("heads", "model"), ("embed", None), ("kv", None))
 
 so one model runs data-parallel (`mesh.model=1`), model-parallel
-(`mesh.data=1`) or both, from the same code. Batches `[B, ...]` and the memory
+(`mesh.data=1`) or both, from the same code. `mesh.fsdp=true` puts
+`FSDP_RULES` ahead of the config's rules: every parameter's "embed"
+dimension (and so its Adam moments') is split over "data" too, and a
+parameter without one (an MLP of hidden widths) gets its largest dimension
+that no rule placed and "data" divides split over "data" (the rule name
+`ANY_FREE_DIMENSION`). Each device so holds about 1/data of the parameters
+and optimiser state (FSDP / ZeRO-3), and XLA gathers a layer's parameters
+where the layer uses them. Batches `[B, ...]` and the memory
 `[K, B, M, d]` are split over "data" along B. A name no rule mentions (e.g.
 "layers") is replicated. A dimension that a mesh axis does
 not divide is replicated instead (and reported once), so odd vocabulary
@@ -32,6 +39,12 @@ from jax.sharding import PartitionSpec as P
 log = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "model")
+# With `mesh.fsdp`: ahead of the config's rules, so "embed" goes to "data" (the rules' own target for it stays
+# the fallback where "data" is taken already).
+# A rule of this name places a parameter's largest dimension that no other rule placed (never "layers", the
+# stacked axis of a scanned model) on its mesh axes, unless the parameter is on them already.
+ANY_FREE_DIMENSION = "*"
+FSDP_RULES = (("embed", "data"), (ANY_FREE_DIMENSION, "data"))
 Rules = Sequence[tuple[str, str | Sequence[str] | None]]
 
 
@@ -59,11 +72,13 @@ def make_mesh(data: int = -1, model: int = 1, devices: Sequence[jax.Device] | No
 
 
 def config_rules(config) -> tuple:
-    """The config's `mesh.logical_axis_rules` as a tuple of pairs (the shipped defaults where it has none)."""
+    """The config's `mesh.logical_axis_rules` as a tuple of pairs (the shipped defaults where it has none),
+    after `FSDP_RULES` with `mesh.fsdp`."""
     from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES  # config imports nothing of train: no cycle
 
     rules = config.mesh.get("logical_axis_rules", None) or DEFAULT_LOGICAL_AXIS_RULES
-    return tuple(tuple(rule) for rule in rules)
+    fsdp = FSDP_RULES if config.mesh.get("fsdp", False) else ()
+    return tuple(tuple(rule) for rule in (*fsdp, *rules))
 
 
 def logical_to_spec(logical_axes: Sequence[str | None] | None, rules: Rules) -> P:
@@ -102,6 +117,30 @@ def fit_spec(spec: P, shape: Sequence[int], mesh: Mesh, *, what: str = "") -> P:
     return P(*fitted)
 
 
+def _axes_of(entry) -> tuple[str, ...]:
+    """The mesh axes of one `PartitionSpec` entry (None, a name or a tuple of names)."""
+    return () if entry is None else ((entry,) if isinstance(entry, str) else tuple(entry))
+
+
+def place_free_dimension(spec: P, names: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules: Rules) -> P:
+    """`spec` with each `ANY_FREE_DIMENSION` rule applied: the largest dimension left whole (replicated, or on
+    mesh axes of size 1; not "layers") that the rule's mesh axes divide goes on them, unless `spec` uses them
+    already."""
+    entries = list(spec) + [None] * (len(shape) - len(spec))
+    names = tuple(names) + (None,) * (len(shape) - len(names))
+    size_of = lambda axes: int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
+    for rule_name, target in rules:
+        axes = _axes_of(target)
+        used = {axis for entry in entries for axis in _axes_of(entry)}
+        if rule_name != ANY_FREE_DIMENSION or size_of(axes) <= 1 or used.intersection(axes):
+            continue
+        free = [i for i, entry in enumerate(entries)
+                if size_of(_axes_of(entry)) == 1 and names[i] != "layers" and shape[i] % size_of(axes) == 0]
+        if free:
+            entries[max(free, key=lambda i: shape[i])] = target
+    return P(*entries)
+
+
 def _is_variable(x) -> bool:
     return isinstance(x, nnx.Variable)
 
@@ -120,6 +159,7 @@ def variable_shardings(tree: Any, mesh: Mesh, rules: Rules) -> Any:
         if _is_variable(leaf):
             names = tuple(spec.get_value())
             mesh_spec = fit_spec(logical_to_spec(names, rules), leaf.shape, mesh, what=f"parameter {names}")
+            mesh_spec = place_free_dimension(mesh_spec, names, leaf.shape, mesh, rules)
             return spec.replace(NamedSharding(mesh, mesh_spec))
         return NamedSharding(mesh, P())
 

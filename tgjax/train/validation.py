@@ -40,7 +40,7 @@ _rule("model.d_model model.num_layers model.num_heads model.ffw_hidden_size mode
       lambda v: _is_int(v) and v > 0, "an integer > 0")
 _rule("evaluation.interval_steps checkpointing.keep_best data.num_workers model.num_unrestricted_layers",
       lambda v: _is_int(v) and v >= 0, "an integer >= 0")
-_rule("model.vocab_size data.num_train_sentences data.num_valid_sentences data.max_actions",
+_rule("model.vocab_size data.num_train_sentences data.num_valid_sentences data.max_actions data.max_words",
       lambda v: v is None or (_is_int(v) and v > 0), "None or an integer > 0")
 _rule("model.num_unrestricted_heads", lambda v: v is None or (_is_int(v) and v >= 0), "None or an integer >= 0")
 _rule("model.min_relative_position model.max_relative_position training.seed data.corpus_seed",

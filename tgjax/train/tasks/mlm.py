@@ -106,6 +106,7 @@ def craft_files(craft_dir: str, split: str) -> list[Path]:
 
 def split_trees(data, split: str) -> list:
     """The trees of a split for the treebank sources ("builtin", "treebank", "craft")."""
+    from tgjax.limits import max_words_of
     from tgjax.syntax.trees import read_treebank
 
     if data.source == "builtin":
@@ -115,13 +116,14 @@ def split_trees(data, split: str) -> list:
                  "test": data.get("num_test_sentences", None)}[split]
         return get_corpus("builtin", split, num_sentences=count, seed=data.corpus_seed)
     if data.source == "craft":
-        return [tree for path in craft_files(data.craft_dir, split) for tree in read_treebank(path)]
+        return [tree for path in craft_files(data.craft_dir, split)
+                for tree in read_treebank(path, max_words=max_words_of(data))]
     path = {"train": data.train_path, "valid": data.valid_path, "test": data.get("test_path", "")}[split]
     if not path:
         return []
     if not Path(path).is_file():
         raise FileNotFoundError(f"no {split} treebank at {path} (config key data.{split}_path)")
-    return read_treebank(path)
+    return read_treebank(path, max_words=max_words_of(data))  # a huge tree is refused before it is built
 
 
 def read_split(data, split: str) -> tuple[list[list[str]], dict[str, int]]:

@@ -92,6 +92,7 @@ import optax
 from flax import nnx
 from ml_collections.config_dict import placeholder
 
+from tgjax.limits import TREEBANK_MAX_WORDS, max_words_of, words_of_line
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
 from tgjax.models.parts import count_parameters
 from tgjax.progress import format_duration
@@ -120,11 +121,12 @@ _BPTT_STREAM = 0x0B77  # separates the seq_len draws from any other stream of th
 
 
 def read_sentences(source: str, path: str | None, split: str, *, num_sentences=None, corpus_seed: int = 0,
-                   key: str = "data") -> list[list[str]]:
+                   max_words: int | None = TREEBANK_MAX_WORDS, key: str = "data") -> list[list[str]]:
     """The sentences of one split, each a list of words (without `<eos>`).
 
     "builtin": the synthetic treebank's `split`; "text": `path`, one sentence
-    per line; "treebank": the leaves of each tree of the bracketed file `path`.
+    per line; "treebank": the leaves of each tree of the bracketed file `path`. A sentence of a file over
+    `max_words` is refused while read, naming its file and line.
     """
     if source == "builtin":
         from tgjax.data.corpora import builtin_treebank
@@ -139,11 +141,12 @@ def read_sentences(source: str, path: str | None, split: str, *, num_sentences=N
     if source == "text":
         from tgjax.syntax.trees import text_lines
 
-        sentences = [line.split() for line in text_lines(path)]
+        sentences = [words_of_line(line, max_words, path, number)
+                     for number, line in enumerate(text_lines(path), start=1)]
     elif source == "treebank":
         from tgjax.syntax.trees import read_treebank
 
-        sentences = [tree.leaves() for tree in read_treebank(path)]
+        sentences = [tree.leaves() for tree in read_treebank(path, max_words=max_words)]
     else:
         raise ConfigError(f"data.source: unknown {source!r}; expected one of {SOURCES}")
     return sentences[:num_sentences] if num_sentences is not None else sentences
@@ -567,11 +570,11 @@ def describe(config) -> dict[str, Any]:
     validate_config(config)
     d = config.data
     train = read_sentences(d.source, split_path(d, "train"), "train", num_sentences=d.num_train_sentences,
-                           corpus_seed=d.corpus_seed, key="data.train_path")
+                           corpus_seed=d.corpus_seed, max_words=max_words_of(d), key="data.train_path")
     splits = [train]
     if d.vocabulary_from == "all" and split_path(d, "valid"):
         splits.append(read_sentences(d.source, split_path(d, "valid"), "valid", num_sentences=d.num_valid_sentences,
-                                     corpus_seed=d.corpus_seed, key="data.valid_path"))
+                                     corpus_seed=d.corpus_seed, max_words=max_words_of(d), key="data.valid_path"))
     words = build_vocabulary(*splits, min_count=d.min_word_count)
     model_cfg = model_config(config, len(words))
     count = count_parameters(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
@@ -616,9 +619,9 @@ class OnLSTMLMTask:
         self.run = run
         d = c.data
         train = read_sentences(d.source, split_path(d, "train"), "train", num_sentences=d.num_train_sentences,
-                               corpus_seed=d.corpus_seed, key="data.train_path")
+                               corpus_seed=d.corpus_seed, max_words=max_words_of(d), key="data.train_path")
         valid = (read_sentences(d.source, split_path(d, "valid"), "valid", num_sentences=d.num_valid_sentences,
-                                corpus_seed=d.corpus_seed, key="data.valid_path")
+                                corpus_seed=d.corpus_seed, max_words=max_words_of(d), key="data.valid_path")
                  if split_path(d, "valid") else None)
         self.words = build_vocabulary(train, *([valid] if valid and d.vocabulary_from == "all" else []),
                                       min_count=d.min_word_count)

@@ -101,7 +101,8 @@ def default_config() -> ml_collections.ConfigDict:
         model=dict(d_model=64, num_layers=2, num_heads=4, ffw_hidden_size=256, sequence_length=64,
                    pushdown_layers="all", num_depths=50, max_relative_position=512, embedding_dropout=0.1,
                    dropout=0.1, head_depth_dim=0, head_scaled=True, head_self_key_input="projection",
-                   head_relative_positions=False, attachment_normalise="legal", remat=False,
+                   head_relative_positions=False, attachment_normalise="legal",
+                   remat="none",  # a tgjax.nn.remat policy name (true / false: full / none)
                    scan_layers=False,
                    # None: the data's vocabulary size; an int is what `tgjax info` counts with when the
                    # data are absent (the run notes it when the data's differs)
@@ -211,9 +212,10 @@ def read_trees(data, split: str):
     if not path or path == UNSET_PATH or not Path(path).is_file():
         raise FileNotFoundError(f"{key}: {path!r} is not a file; give your {split} treebank (one bracketed tree per "
                                 f"line): `--config.{key}=FILE`, or `--config=CONFIG.py:TRAIN,VALID`")
+    from tgjax.limits import max_words_of
     from tgjax.syntax.trees import read_treebank
 
-    trees = read_treebank(path)
+    trees = read_treebank(path, max_words=max_words_of(data))  # a huge tree is refused before it is built
     return (trees[:limit] if limit is not None else trees), str(path)
 
 

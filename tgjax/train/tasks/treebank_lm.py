@@ -80,7 +80,7 @@ def resolve_model_config(config, vocab_size: int) -> ModelConfig:
             num_unrestricted_layers=m.num_unrestricted_layers or 0,
             num_unrestricted_heads=m.num_unrestricted_heads or 0,
             embedding_dropout=m.embedding_dropout, core_dropout=m.core_dropout, final_dropout=m.core_output_dropout,
-            dtype=m.dtype, param_dtype=m.param_dtype, remat=bool(m.remat), scan_layers=bool(m.scan_layers),
+            dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, scan_layers=bool(m.scan_layers),
         )
     except ValueError as e:
         raise ConfigError(str(e)) from e
@@ -222,7 +222,7 @@ class TreebankLMTask:
         self.parts = model_parts(self.model_config)
         self.num_parameters = count_model_parameters(self.model_config)
         self.tx, self.lr_schedule = make_optimizer(config.training)
-        self.rules = tuple(tuple(rule) for rule in config.mesh.logical_axis_rules)
+        self.rules = shd.config_rules(config)
         self.shardings = st.state_shardings(self.parts, self.tx, run.mesh, self.rules)
 
     @property

@@ -1,0 +1,117 @@
+"""`tgjax.load`: one loader for every workdir, the family read from the checkpoint, capabilities; any sentence
+scorer (here an ON-LSTM LM) through `tgjax eval blimp` and `tgjax eval sg`, with verdicts that are the
+comparison of the two sentences' log p computed apart."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tgjax
+from tests.conftest import shared_data_dir
+from tgjax.cli import main as cli
+from tgjax.eval.blimp import words_of
+from tgjax.infer.api import CapabilityError, checkpoint_family
+from tgjax.infer.loading import CheckpointError
+from tgjax.train.config import load_config
+from tgjax.train.loop import train
+
+ONLSTM_TINY = {"model.embedding_size": 16, "model.hidden_size": 16, "model.num_layers": 2, "model.chunk_size": 4,
+               "data.num_train_sentences": 200, "data.num_valid_sentences": 20, "training.batch_size": 4,
+               "training.bptt": 8, "training.min_seq_len": 2, "training.length_bucket": 16,
+               "training.num_epochs": 1, "evaluation.batch_size": 2, "evaluation.bptt": 16,
+               "checkpointing.interval_steps": 1000, "logging.interval_steps": 10,
+               "logging.tensorboard": False, "checkpointing.async_save": False}
+
+# Agreement pairs in the built-in treebank's vocabulary (good first), as BLiMP JSON lines.
+PAIRS = [("every fox watches those goats .", "every fox watch those goats ."),
+         ("the dogs watch a fox .", "the dogs watches a fox ."),
+         ("those goats sleep .", "those goats sleeps .")]
+
+
+@pytest.fixture(scope="module")
+def onlstm_workdir(tmp_path_factory):
+    config = load_config("configs/onlstm_tiny.py", [f"{k}={v}" for k, v in ONLSTM_TINY.items()])
+    workdir = tmp_path_factory.mktemp("onlstm")
+    train(config, workdir, quiet=True)
+    return workdir
+
+
+def test_the_family_is_read_from_the_checkpoint_and_capabilities_follow(onlstm_workdir):
+    model = tgjax.load(onlstm_workdir)
+    assert model.family == "onlstm_lm"
+    assert model.capabilities == ("scorer", "parser")
+    with pytest.raises(CapabilityError, match=r"an ON-LSTM run \(family 'onlstm_lm'\).*no sampler.*"
+                                              r"offers: scorer, parser"):
+        model._need("sampler", None)
+    (result,) = model.scorer().search([["every", "fox", "watches", "those", "goats", "."]])
+    assert np.isfinite(result.log_prob) and result.log_prob < 0
+
+
+def test_the_readme_snippet_runs_as_written(onlstm_workdir):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "tgjax.load(" in b]
+    namespace: dict = {}
+    exec(compile(block.replace('"runs/onlstm_tiny"', repr(str(onlstm_workdir))), "README.md", "exec"), namespace)
+    assert (namespace["model"].family, namespace["model"].capabilities) == ("onlstm_lm", ("scorer", "parser"))
+    assert namespace["result"].surprisals.shape == (4,) and namespace["result"].log_prob < 0
+
+
+def test_a_checkpoint_without_a_recorded_family_is_one_clear_error():
+    assert checkpoint_family({"family": "mlm"}, "here") == "mlm"
+    assert checkpoint_family({"config": {"model": {}}}, "here") == "lm"  # runs from before: their config's trainer
+    with pytest.raises(CheckpointError, match="records no family.*add \"family\""):
+        checkpoint_family({"model": {}}, "checkpoint step 3 in W")
+
+
+def test_blimp_on_an_onlstm_is_the_comparison_of_log_probs_computed_apart(onlstm_workdir, tmp_path, capsys):
+    data = tmp_path / "agreement.jsonl"
+    data.write_text("".join(json.dumps({"sentence_good": good, "sentence_bad": bad, "UID": "agreement",
+                                        "field": "morphology", "linguistics_term": "s-v_agreement",
+                                        "pairID": str(i)}) + "\n" for i, (good, bad) in enumerate(PAIRS)))
+    output = tmp_path / "scores.jsonl"
+    assert cli(["eval", "blimp", "--workdir", str(onlstm_workdir), "--data", str(data), "-o", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "exact log p(x)" in printed
+    scorer = tgjax.load(onlstm_workdir).scorer()
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(records) == len(PAIRS)
+    right = 0
+    for record in records:
+        (good,), (bad,) = (scorer.search([words_of(record[key])]) for key in ("sentence_good", "sentence_bad"))
+        assert record["log_prob_good"] == pytest.approx(good.log_prob, abs=1e-5)
+        assert record["log_prob_bad"] == pytest.approx(bad.log_prob, abs=1e-5)
+        right += good.log_prob > bad.log_prob
+    assert f"{100 * right / len(PAIRS):.2f}" in printed
+
+
+def test_syntaxgym_runs_on_an_onlstm(onlstm_workdir, capsys):
+    suites = shared_data_dir()
+    if suites is None:
+        pytest.skip("../shared/data (beside the repository) is absent")
+    code = cli(["eval", "sg", "--workdir", str(onlstm_workdir), "--suites", str(suites / "sg_test_suites"),
+                "--suite", "number_prep"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "number_prep" in printed.out and "unknown words" in printed.out
+
+
+def test_families_without_a_scorer_are_refused_by_name(tmp_path, capsys):
+    workdir = tmp_path / "udgn"
+    config = load_config("configs/udgn_tiny.py", [
+        "model.d_model=16", "model.num_layers=1", "model.num_channels=2", "model.channel_size=8",
+        "model.parser_hidden=8", "data.num_train_sentences=40", "data.num_valid_sentences=8",
+        "training.token_budget=128", "training.num_steps=2", "evaluation.interval_steps=2", "evaluation.runs=1",
+        "checkpointing.interval_steps=2", "logging.tensorboard=false", "checkpointing.async_save=false"])
+    train(config, workdir, quiet=True)
+    assert tgjax.load(workdir).capabilities == ("parser",)
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"sentence_good": "a b", "sentence_bad": "b a", "UID": "u", "field": "f",
+                                "linguistics_term": "t", "pairID": "0"}) + "\n")
+    assert cli(["eval", "blimp", "--workdir", str(workdir), "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "UDGN" in err[0] and "eval dependency" in err[0], err
