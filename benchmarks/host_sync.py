@@ -75,8 +75,9 @@ def main() -> None:
     old, new = statistics.median(rates[True]), statistics.median(rates[False])
     print(f"steps/s, median of {args.repeats} ({args.steps} steps, d_model {args.d_model}, batch {args.batch_size}, "
           f"logging every {args.logging}):")
-    print(f"  fetch every step (logging.fetch_every_step=true):  {old:8.2f}   runs {rates[True]}")
-    print(f"  fetch per logging interval (default):              {new:8.2f}   runs {rates[False]}")
+    runs = lambda every: ", ".join(f"{rate:.1f}" for rate in rates[every])
+    print(f"  fetch every step (logging.fetch_every_step=true):  {old:8.2f}   runs {runs(True)}")
+    print(f"  fetch per logging interval (default):              {new:8.2f}   runs {runs(False)}")
     print(f"  ratio: {new / old:.2f}x   losses equal: {losses[True] == losses[False]}")
 
 

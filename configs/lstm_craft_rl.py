@@ -6,7 +6,7 @@
     tgjax train --config configs/ocn_craft.py:ompn --workdir runs/ompn_craft
     tgjax train --config configs/lstm_craft_rl.py:ACD,ompn --workdir runs/ompn_rl_ACD_sparse    # OMPN baseline
     tgjax train --config configs/lstm_craft_rl.py:ACD,cpu --workdir runs/lstm_rl_cpu \
-        --config.rl.policy_workdir=runs/lstm_craft_cpu                                        # the README's scale
+        --config.rl.policy_workdir=runs/lstm_craft_cpu                                        # docs/ocn-craft.md
     tgjax train --config configs/lstm_craft_rl.py:ACD --workdir runs/lstm_rl_fresh \
         --config.rl.policy_workdir=                                                            # a fresh LSTM
 
@@ -20,7 +20,7 @@ environment steps per iteration = 16 environments x 64 steps, 4 epochs of
 instead. Arguments, comma-separated: the task's letters (default ACD),
 "dense" (reward per subtask; default sparse: only at the end), "ompn"
 (fine-tune an OMPN run; a fresh policy is then OMPN too), "cpu" (the
-README's scale: 60 iterations).
+docs/ocn-craft.md's scale: 60 iterations).
 """
 
 from tgjax.envs.craft_rules import SUBTASK_LETTERS

@@ -4,12 +4,12 @@
     tgjax train --config configs/ocn_craft.py:moe --workdir runs/moe_craft      # baseline: options run one step
     tgjax train --config configs/ocn_craft.py:lstm --workdir runs/lstm_craft    # baseline: a flat LSTM policy
     tgjax train --config configs/ocn_craft.py:ompn --workdir runs/ompn_craft    # baseline: OMPN, 3 memory slots
-    tgjax train --config configs/ocn_craft.py:cpu --workdir runs/ocn_craft_cpu  # the README's CPU scale
-    tgjax train --config configs/ocn_craft.py:mid --workdir runs/ocn_craft_mid  # the README's mid CPU scale
+    tgjax train --config configs/ocn_craft.py:cpu --workdir runs/ocn_craft_cpu  # docs/ocn-craft.md's CPU scale
+    tgjax train --config configs/ocn_craft.py:mid --workdir runs/ocn_craft_mid  # docs/ocn-craft.md's mid CPU scale
     tgjax eval craft --workdir runs/ocn_craft                                   # metrics, option x subtask table
 
 Setting S1 (the task sets were lost in the thesis' text; ours, documented in
-the README): one controller and K = 3 options imitate the bot on the short
+docs/ocn-craft.md): one controller and K = 3 options imitate the bot on the short
 tasks AC, CD, DA (A = get wood, C = get iron, D = get grass), 6000
 demonstrations each (80/20 train/validation), hidden 128, cell depth 2,
 controller temperature 10, Adam lr 1e-3, batch 512. The demonstrations are
@@ -17,11 +17,11 @@ made with the bot into WORKDIR/demos on first use (`data.generate`). The
 bot's final DONE is read but not imitated (the thesis' actions are up, down,
 left, right and use; the environment ends the task);
 `--config.data.train_final_done=True` imitates it, as OMPN's release does
-(the README compares the two).
+(docs/ocn-craft.md compares the two).
 Arguments, comma-separated: "moe", "lstm" or "ompn" (the baselines, same
 recipe; OMPN with n = 3 slots of size H, released-code.md §5.7);
-"cpu" (the README's first run: 400 demonstrations per task, batch 64, 600
-steps); "mid" (the README's second: the thesis' 6000 demonstrations per
+"cpu" (docs/ocn-craft.md's first run: 400 demonstrations per task, batch 64, 600
+steps); "mid" (docs/ocn-craft.md's second: the thesis' 6000 demonstrations per
 task, batch 128, up to 6000 steps, validation on 600 held-out episodes,
 200 of each task, every 250 steps).
 """

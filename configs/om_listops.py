@@ -1,7 +1,7 @@
 """Ordered Memory on ListOps, the release's recipe (released-code.md §3.3; thesis §3.6).
 
     tgjax train --config configs/om_listops.py --workdir runs/om_listops
-    tgjax train --config configs/om_listops.py:cpu --workdir runs/om_listops_cpu   # the README's CPU scale
+    tgjax train --config configs/om_listops.py:cpu --workdir runs/om_listops_cpu   # the docs' CPU scale
     tgjax train --config configs/om_listops.py:thesis --workdir runs/om_listops_thesis   # the thesis' recurrence
 
 The recurrence is the release's (`model.release_switches=True`): LayerNorms
@@ -21,7 +21,7 @@ ReduceLROnPlateau(max, 0.5, patience 2) on validation accuracy, 50 epochs of
 The release selects on the test set; here a generated validation set of
 2,000 disjoint trees does, and the shipped test set is scored at the end
 (`tgjax.train.tasks.classification`). Arguments: "cpu" = the small run of
-the README (D = 48, 12 slots in training and 21 at test, 20k trees,
+docs/onlstm-ordered-memory.md (D = 48, 12 slots in training and 21 at test, 20k trees,
 1,500 steps of 64).
 """
 

@@ -3,7 +3,7 @@
     tgjax train --config configs/om_logic.py --workdir runs/om_logic                      # test per 7..12 operators
     tgjax train --config configs/om_logic.py --config.data.split=A --workdir runs/om_logic_a   # systematicity A (B, C)
     tgjax train --config configs/om_logic.py:cpu --workdir runs/om_logic_cpu             # the first CPU-scale run
-    tgjax train --config configs/om_logic.py:cpu_long --workdir runs/om_logic_cpu_long   # the README's CPU scale
+    tgjax train --config configs/om_logic.py:cpu_long --workdir runs/om_logic_cpu_long   # the docs' CPU scale
     tgjax train --config configs/om_logic.py:thesis --workdir runs/om_logic_thesis       # the thesis' recurrence
 
 The recurrence is the release's (`model.release_switches=True`): LayerNorms
@@ -28,7 +28,7 @@ eps 1e-9, weight decay 1.2e-6), clip 1, batch 128, ReduceLROnPlateau(max, 0.5,
 patience 2) on validation accuracy (every 10th training pair held out), 50
 epochs (121,977 pairs / 128 = 953 steps an epoch). Data: ../shared/data/
 ordered_memory/propositionallogic (`data.logic_dir`). Arguments: "cpu" = the
-small run of the README (D = 48, a 30k-pair training subset, 800 steps of
+small run of docs/onlstm-ordered-memory.md (D = 48, a 30k-pair training subset, 800 steps of
 64 pairs); "cpu_long" = a recipe for a longer run on a shared CPU: the whole
 training split (no subset: the run sees each pair about once, so more data
 beats repeats), D = 48, batch 64, learning rate 2e-3 and the dropouts halved

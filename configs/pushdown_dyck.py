@@ -31,7 +31,7 @@ the evaluation's prefixes reach 599 brackets after `<s>` (600 positions,
 `tgjax.data.dyck.LONG_RANGE_MAX_PREFIX`), past the 512 of a training row,
 and the release computes its sinusoidal encodings for any distance.
 
-CPU variants (`:cpu`, `:base-cpu`; what the README's Dyck table ran): the
+CPU variants (`:cpu`, `:base-cpu`; what docs/pushdown-layers.md's CPU runs used): the
 same recipe shrunk to a shared CPU: 4 layers, d = 64 (4 heads of 16, FFN
 256, head depth embedding 16), rows of 64 (strings longer than 62 brackets
 redrawn, about 19% of draws), batch 32, 400 steps with Adam at 1e-3 after

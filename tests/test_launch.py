@@ -99,11 +99,14 @@ def test_host_eval_commands_parse_and_name_their_shard(command, ext, tmp_path, c
     assert argv[:2] == ["eval", command]
     assert argv[argv.index("--shard") + 1] == "0/4"
     assert argv[argv.index("--output") + 1] == str(tmp_path / "run" / "eval" / f"{command}.{ext}")
-    # Past argument parsing and its own inputs, the command fails on the missing workdir (exit 2, named).
+    # Past argument parsing and its own inputs, the command fails on the empty workdir (exit 2, named); the
+    # script makes the output directory first (`mkdir -p`, a dry-run line), as done here.
+    assert ["mkdir", "-p", str(tmp_path / "run" / "eval")] in [line.split() for line in lines]
+    (tmp_path / "run" / "eval").mkdir(parents=True)
     code = cli.main(argv)
     err = capsys.readouterr().err
     assert code == 2 and "usage:" not in err, err
-    assert f"workdir {str(tmp_path / 'run')!r} does not exist" in err
+    assert f"workdir {str(tmp_path / 'run')!r} holds no checkpoints" in err
 
 
 def test_host_eval_refuses_an_unknown_command():

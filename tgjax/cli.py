@@ -1,6 +1,6 @@
 """The `tgjax` command.
 
-    tgjax demo [--workdir runs/demo]                              the main job: three tiny models, one table
+    tgjax demo [--workdir runs/demo]                              the main job: four tiny models, one table
     tgjax data prepare  [--corpus builtin|FILE] [--workdir DIR]   treebank -> vocabulary -> one epoch of batches
     tgjax data stats    [--corpus builtin|FILE] [--rule tg] ...   what the pipeline makes of a corpus
     tgjax data export   --split train -o FILE                     write the built-in treebank
@@ -12,8 +12,9 @@
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
     tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
-    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge|unsupervised-parse|dependency|dyck ... evaluations (own --help)
+    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge|unsupervised-parse|dependency|dyck|craft ... (own --help)
     tgjax sample --workdir DIR [--num-samples N] ...                      well-formed trees from a trained model
+    tgjax reproduce CLAIM --budget-s S --output DIR [--resume-from DIR0]   move a paper's claim forward; --ledger
 """
 
 from __future__ import annotations
@@ -431,8 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "beside the paper: --workdir W [--sets ...] [--tape model|gold]")
     evaluate.add_parser("craft", help="Craft policies (OCN, MoE, LSTM): held-out F1 tol1 / alignment / NMI, success "
                                       "rate and return, the option x subtask table: --workdir W")
-    commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) on the built-in "
-                                     "treebank; table of perplexity, parse F1, agreement accuracy")
+    commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) and Pushdown-LM on the "
+                                     "built-in treebank; table of perplexity, parse F1, agreement accuracy")
+    commands.add_parser("reproduce", help="train and score a paper's claim within a time budget, resumable; "
+                                          "--ledger writes docs/reproduction.md (own --help lists the claims)")
     commands.add_parser("sample", help="sample well-formed trees from a trained TG / TXL (CC): --workdir W "
                                        "[--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt ...]")
 
@@ -486,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
         from tgjax.demo import main as main_demo
 
         return main_demo(argv[1:])
+    if argv[:1] == ["reproduce"]:
+        from tgjax.reproduce.command import main as main_reproduce
+
+        return main_reproduce(argv[1:])
     if argv[:1] == ["sample"]:
         from tgjax.eval.sample_command import main_sample
 

@@ -55,6 +55,8 @@ from tgjax.train.config import (
     config_value,
     family_config,
 )
+from tgjax.train.params_state import ParamsState
+from tgjax.train.step import make_train_step
 
 __all__ = [
     "CFLState",
@@ -324,21 +326,9 @@ class ShuffledBatches:
 # The state and the steps.
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class CFLState:
-    """What a CFL train step reads and writes (checkpointed whole).
-
-    params: pure dict of parameter arrays (`nnx.to_pure_dict` layout).
-    opt_state: the optax state (clipping's and Adam's, moments shaped like `params`).
-    step: int32 scalar, updates done so far.
-    rng: uint32 [2], raw key data of the dropout key; step k (1-based) reseeds dropout from `fold_in(rng, k)`.
-    """
-
-    params: Any
-    opt_state: Any
-    step: jax.Array
-    rng: jax.Array
+# What a CFL train step reads and writes (checkpointed whole): the trainer's `ParamsState` (parameters as a pure
+# dict, the optax state, the step count, the raw key data whose fold_in(rng, k) reseeds dropout at step k).
+CFLState = ParamsState
 
 
 @dataclasses.dataclass
@@ -376,23 +366,19 @@ def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: floa
     template.eval()
     eval_def, _, _ = nnx.split(template, nnx.Param, ...)
 
+    def loss(model, batch, key):
+        nnx.reseed(model, dropout=key)
+        token_lp = token_log_probs(model(batch["inputs"]), batch["targets"])
+        weights = batch["weights"]
+        nll = -jnp.where(weights > 0, token_lp, 0.0).sum()
+        rows = jnp.maximum(jnp.sum(weights.sum(-1) > 0), 1)
+        return nll / rows, {"sum_nll": nll, "num_symbols": weights.sum()}  # summed over time, mean over strings
+
+    # The trainer's one step; the rate comes from the host (a plateau decay recompiles nothing).
+    one_step = make_train_step(train_def, loss, tx, host_learning_rate=True)
+
     def train_step(state: CFLState, rest, inputs, targets, weights, lr):
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
-
-        def loss_fn(p):
-            model = nnx.merge(train_def, p, jax.tree.map(lambda x: x, rest))  # fresh RNG variables in this trace
-            nnx.reseed(model, dropout=key)
-            token_lp = token_log_probs(model(inputs), targets)
-            nll = -jnp.where(weights > 0, token_lp, 0.0).sum()
-            rows = jnp.maximum(jnp.sum(weights.sum(-1) > 0), 1)
-            return nll / rows, nll  # summed over time, mean over the batch's strings
-
-        (loss, nll), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {"loss": loss, "sum_nll": nll, "num_symbols": weights.sum(), "grad_norm": optax.tree.norm(grads),
-                   "learning_rate": lr}
-        return CFLState(params, opt_state, state.step + 1, state.rng), metrics
+        return one_step(state, rest, {"inputs": inputs, "targets": targets, "weights": weights}, lr)
 
     def score_step(params, rest, inputs, targets, weights):
         model = nnx.merge(eval_def, params, rest)

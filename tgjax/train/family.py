@@ -218,7 +218,9 @@ class FamilyTask:
         self.replicated = shd.replicated(run.mesh)
         shard = Shard(run.process_index, run.process_count, t.batch_size)
         self.dataset = self.family.train_batches(self.config, shard)
-        step = make_train_step(self.graphdef, self.family.loss, self.tx)
+        family_loss = self.family.loss
+        step = make_train_step(self.graphdef, lambda model, batch, key: family_loss(model, batch,
+                                                                                    nnx.Rngs(dropout=key)), self.tx)
         self._train_step = jax.jit(step, donate_argnums=(0,),
                                    out_shardings=(self.layout.state_shardings(self.tx), self.replicated))
 

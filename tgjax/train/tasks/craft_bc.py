@@ -70,8 +70,9 @@ from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, check_positive_int, check_range, family_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import StepSchedule
+from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 
@@ -227,26 +228,26 @@ class EpisodeBatches:
 # Steps.
 
 
-def sequence_nll(graphdef, params, batch):
-    """(mean NLL over real steps, (sum NLL, correct argmax actions, real steps))."""
-    step_nll, hit, _ = teacher_forced(nnx.merge(graphdef, params), batch["obs"], batch["actions"],
-                                      batch["task_ids"])
+def cloning_loss(model, batch, key=None):
+    """The behaviour-cloning loss of a batch of demonstrations (the trainer's step differentiates it; no draws):
+    (mean NLL over real steps, {"sum_nll", "num_correct" (argmax actions), "num_steps" (real steps)})."""
+    step_nll, hit, _ = teacher_forced(model, batch["obs"], batch["actions"], batch["task_ids"])
     mask = batch["mask"]
     total = jnp.sum(mask * step_nll)
     count = jnp.sum(mask)
     correct = jnp.sum(mask * hit)
-    return total / jnp.maximum(count, 1.0), (total, correct, count)
+    return total / jnp.maximum(count, 1.0), {"sum_nll": total, "num_correct": correct, "num_steps": count}
+
+
+def sequence_nll(graphdef, params, batch):
+    """`cloning_loss` of the policy `graphdef` with `params`."""
+    return cloning_loss(nnx.merge(graphdef, params), batch)
 
 
 def make_steps(graphdef, tx: optax.GradientTransformation):
-    def train_step(state: ParamsState, batch):
-        (loss, (total, correct, count)), grads = jax.value_and_grad(
-            lambda p: sequence_nll(graphdef, p, batch), has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, "sum_nll": total, "num_correct": correct, "num_steps": count,
-                   "grad_norm": optax.tree.norm(grads)}
-        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
+    """train_step(state, rest, batch) -> (state, metrics): the trainer's one step on `cloning_loss`;
+    eval_step(params, batch) -> the demonstrations' scores."""
+    train_step = make_train_step(graphdef, cloning_loss, tx)
 
     def eval_step(params, batch):
         return demonstration_scores(nnx.merge(graphdef, params), batch["obs"], batch["actions"], batch["mask"],
@@ -375,7 +376,7 @@ class CraftBCTask:
         rate = jnp.float32(self.config.training.learning_rate)
 
         def train_step(state, rest, batch):
-            state, metrics = step(state, batch)
+            state, metrics = step(state, rest, batch)
             return state, {**metrics, "learning_rate": rate}
 
         return train_step

@@ -66,8 +66,9 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule
+from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
@@ -280,27 +281,26 @@ def make_optimizer(training) -> optax.GradientTransformation:
     return optax.chain(*parts)
 
 
-def make_steps(graphdef, tx, mask_rate: float):
-    """train_step(state, rest, batch, lr) -> (state, metrics); eval_step(params, rest, batch, key) -> (nll, count)."""
+def masked_lm_loss(mask_rate: float):
+    """The masked-LM loss (the trainer's step differentiates it): the step's key splits into the masking draw and
+    the dropout streams' key; (NLL per masked token, {"sum_nll", "num_masked", "num_tokens"})."""
 
-    def train_step(state: ParamsState, rest, batch, learning_rate):
-        base = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
-        mask_key, dropout_key = jax.random.split(base)
+    def loss(model, batch, key):
+        mask_key, dropout_key = jax.random.split(key)
         inputs, masked = mask_tokens(mask_key, batch["tokens"], batch["valid"], mask_rate)
+        nnx.reseed(model, dropout=dropout_key)
+        out = model(inputs, batch["valid"], deterministic=False)
+        total, count = masked_nll(out.logits, batch["tokens"], masked)
+        return total / jnp.maximum(count, 1), {"sum_nll": total, "num_masked": count,
+                                               "num_tokens": jnp.sum(batch["valid"])}
 
-        def loss_fn(params):
-            model = nnx.merge(graphdef, params, jax.tree.map(lambda x: x, rest))
-            nnx.reseed(model, dropout=dropout_key)
-            out = model(inputs, batch["valid"], deterministic=False)
-            total, count = masked_nll(out.logits, batch["tokens"], masked)
-            return total / jnp.maximum(count, 1), (total, count)
+    return loss
 
-        (loss, (total, count)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = jax.tree.map(lambda p, u: p - learning_rate * u, state.params, updates)
-        metrics = {"loss": loss, "sum_nll": total, "num_masked": count, "num_tokens": jnp.sum(batch["valid"]),
-                   "grad_norm": optax.tree.norm(grads), "learning_rate": learning_rate}
-        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
+
+def make_steps(graphdef, tx, mask_rate: float):
+    """train_step(state, rest, batch, lr) -> (state, metrics): the trainer's one step with the plateau schedule's
+    rate from the host; eval_step(params, rest, batch, key) -> (nll, count)."""
+    train_step = make_train_step(graphdef, masked_lm_loss(mask_rate), tx, host_learning_rate=True)
 
     def eval_step(params, rest, batch, key):
         inputs, masked = mask_tokens(key, batch["tokens"], batch["valid"], mask_rate)

@@ -63,7 +63,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 from ml_collections.config_dict import placeholder
 
@@ -83,8 +82,9 @@ from tgjax.train.config import (
 )
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import StepSchedule
+from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 SOURCES = ("builtin", "treebank", "dyck")
@@ -445,21 +445,14 @@ def loss_and_metrics(outputs, batch, model_cfg: PushdownLMConfig, attachment_wei
 
 
 def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_weight: float):
-    """train_step(state, rest, batch) -> (state, metrics); eval_step(params, rest, batch) -> metrics."""
+    """train_step(state, rest, batch) -> (state, metrics): the trainer's one step on the LM + attachment loss
+    (dropout from the step's key); eval_step(params, rest, batch) -> metrics."""
 
-    def train_step(state: ParamsState, rest, batch):
-        dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step + 1)
+    def loss(model, batch, key):
+        nnx.reseed(model, dropout=key)
+        return loss_and_metrics(model(batch, deterministic=False), batch, model_cfg, attachment_weight)
 
-        def loss_fn(params):
-            model = nnx.merge(graphdef, params, jax.tree.map(lambda x: x, rest))
-            nnx.reseed(model, dropout=dropout_key)
-            return loss_and_metrics(model(batch, deterministic=False), batch, model_cfg, attachment_weight)
-
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = {**metrics, "grad_norm": optax.tree.norm(grads), "learning_rate": schedule(state.step)}
-        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
+    train_step = make_train_step(graphdef, loss, tx, learning_rate_schedule=schedule)
 
     def eval_step(params, rest, batch):
         model = nnx.merge(graphdef, params, rest)

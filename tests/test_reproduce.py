@@ -1,0 +1,112 @@
+"""tgjax reproduce: a budgeted claim run resumes from its pack exactly; --help lists the claims; the ledger has a
+row per claim; an oversized pack is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tgjax.reproduce import command, packing
+from tgjax.reproduce.claims import load_claims
+from tgjax.reproduce.ledger import COLUMNS, write_ledger
+from tgjax.reproduce.recipes import recipes
+from tgjax.reproduce.verdict import VERDICTS, judge
+
+CLAIM = "onlstm-parse-f1"  # the cheapest runnable recipe
+
+
+def _train_losses(workdir) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if r.get("split", "train") == "train"]
+
+
+def test_budgeted_run_resumes_from_its_pack_as_one_uninterrupted_run(tmp_path, capsys):
+    from tgjax.train.config import load_config
+    from tgjax.train.loop import train
+
+    results = tmp_path / "runs.jsonl"
+    first, second = tmp_path / "out1", tmp_path / "out2"
+    common = ["--tiny", "--quiet", "--results", str(results)]
+    # A 1-second budget: one calibration chunk, then scoring and packing.
+    assert command.main([CLAIM, "--budget-s", "1", "--output", str(first), *common]) == 0
+    stopped_at = packing.read_manifest(first)["meta"]["steps"]
+    (run,) = recipes()[CLAIM].runs(True)
+    assert 0 < stopped_at[run.name]
+    work = tmp_path / "work"
+    assert command.main([CLAIM, "--budget-s", "600", "--resume-from", str(first), "--output", str(second),
+                         "--workdir", str(work), *common]) == 0
+    first_record, second_record = [json.loads(line) for line in results.read_text().splitlines()]
+    assert not first_record["complete"] and second_record["complete"]
+    (resumed,) = second_record["runs"]
+    # It continued: the second call's first chunk started where the first call stopped, not from step 0.
+    earlier = len(first_record["runs"][0]["chunks"])
+    assert resumed["chunks"][:earlier] == first_record["runs"][0]["chunks"]
+    assert resumed["chunks"][earlier][0] == stopped_at[run.name] == first_record["runs"][0]["step"]
+    assert all(a[1] == b[0] for a, b in zip(resumed["chunks"], resumed["chunks"][1:]))
+    assert resumed["finished"] and resumed["step"] == resumed["num_steps"]
+
+    reference = tmp_path / "reference"
+    train(load_config(run.config, list(run.overrides)), reference, quiet=True)
+    resumed_losses = _train_losses(work / "runs" / run.name)
+    assert len(resumed_losses) == resumed["num_steps"]  # logged every step in the tiny recipe
+    assert resumed_losses == _train_losses(reference)  # bit-exact, not approximately
+    assert "verdict: not yet" in capsys.readouterr().out
+
+
+def test_help_lists_every_claim(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        command.main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    claims = load_claims().claims
+    assert len(claims) >= 14
+    for claim in claims:
+        assert claim.id in shown
+    for claim_id in ("om-listops", "pushdown-dyck-table1", "ocn-specialisation"):
+        assert claim_id in shown
+
+
+def test_a_claim_without_a_recipe_is_refused_in_one_line(tmp_path, capsys):
+    assert command.main(["pushdown-dyck-table1", "--budget-s", "10", "--output", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "accelerator-only" in error
+    assert not (tmp_path / "o").exists()
+
+
+def test_ledger_has_a_row_per_claim_with_four_column_groups_and_a_verdict(tmp_path):
+    page = write_ledger(tmp_path / "reproduction.md", results_path=tmp_path / "none.jsonl").read_text()
+    header = "| " + " | ".join(COLUMNS) + " |"
+    assert header in page
+    for group in ("paper", "ours, CPU scale", "ours, accelerator", "verdict"):
+        assert group in header
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    claims = load_claims().claims
+    for claim in claims:
+        (row,) = [r for r in rows if r.startswith(f"| `{claim.id}`:")]
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert len(cells) == len(COLUMNS)
+        assert cells[4].strip("*") in VERDICTS
+
+
+def test_a_pack_over_the_cap_is_refused_in_one_line(tmp_path):
+    source = tmp_path / "state"
+    source.mkdir()
+    (source / "weights.bin").write_bytes(os.urandom(64 * 1024))  # random bytes do not compress
+    with pytest.raises(packing.PackTooLarge) as error:
+        packing.pack(source, tmp_path / "out", total_bytes=32 * 1024)
+    assert "\n" not in str(error.value) and "cap" in str(error.value)
+    assert list((tmp_path / "out").iterdir()) == []
+    parts = packing.pack(source, tmp_path / "out", part_bytes=16 * 1024, total_bytes=1 << 20)
+    assert len(parts) == 6 and all(p.stat().st_size <= 16 * 1024 for p in parts[:-1])  # 5 parts + manifest
+    packing.unpack(tmp_path / "out", tmp_path / "back")
+    assert (tmp_path / "back" / "weights.bin").read_bytes() == (source / "weights.bin").read_bytes()
+
+
+def test_verdict_needs_three_seeds_and_a_difference_beyond_the_spread():
+    assert judge([60.0], [50.0])[0] == "not yet"
+    assert judge([60.0, 61.0, 59.0], [50.0, 50.0, 50.0])[0] == "in direction"
+    assert judge([60.0, 61.0, 59.0], [50.0] * 3, paper=60.5, tolerance=1.0)[0] == "reproduced"
+    assert judge([51.0, 45.0, 57.0], [50.0] * 3)[0] == "not yet"
+    assert judge([40.0, 41.0, 39.0], [50.0] * 3)[0] == "contradicted"

@@ -1,0 +1,155 @@
+"""`tgjax reproduce`: move one claim forward within a time budget, or write the ledger.
+
+    tgjax reproduce CLAIM --budget-s S --output DIR [--resume-from DIR0] [--tiny]
+    tgjax reproduce --ledger [-o docs/reproduction.md]
+
+A run trains every model the claim compares (its recipe, `tgjax.reproduce.recipes`) until the budget is
+nearly spent, scores what it reached, prints the claim's row, appends a record to reproduction/runs.jsonl and
+packs the work folder (checkpoints with optimiser and data state) into DIR. `--resume-from` unpacks such a
+folder and continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tgjax.reproduce.claims import CLAIMS_FILE, ClaimsError, load_claims
+from tgjax.reproduce.ledger import LEDGER_FILE
+from tgjax.reproduce.results import RESULTS_FILE
+
+PROG = "tgjax reproduce"
+
+
+def _claims_listing(claims_path: Path) -> str:
+    try:
+        claims = load_claims(claims_path).claims
+    except ClaimsError as error:
+        return f"(the claims file could not be read: {error})"
+    width = max(len(c.id) for c in claims)
+    lines = ["claims (id, what `tgjax reproduce` does with it, curated verdict):"]
+    for c in claims:
+        lines.append(f"  {c.id:<{width}}  {c.recipe:<18} {c.verdict}")
+    return "\n".join(lines)
+
+
+def build_parser(claims_path: Path = CLAIMS_FILE) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train and score what a paper's claim compares, within a time budget, resumable; or write "
+                    "the reproduction ledger (docs/reproduction.md).",
+        epilog=_claims_listing(claims_path))
+    parser.add_argument("claim", nargs="?", help="a claim id (listed below)")
+    parser.add_argument("--budget-s", type=float, default=None, help="seconds of wall time for this call")
+    parser.add_argument("--output", default=None, help="folder for the packed state (parts <= 16 MiB, 64 MiB in all)")
+    parser.add_argument("--resume-from", default=None, help="an earlier call's --output folder: continue from it")
+    parser.add_argument("--workdir", default=None,
+                        help="where the runs train (default: a temporary folder, removed once packed)")
+    parser.add_argument("--tiny", action="store_true", help="the smallest runs of the recipe (checks the path)")
+    parser.add_argument("--results", default=str(RESULTS_FILE), help="the runs' records (appended)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--ledger", action="store_true", help="write the ledger page instead of running a claim")
+    parser.add_argument("-o", dest="ledger_output", default=str(LEDGER_FILE), help="the ledger page (--ledger)")
+    parser.add_argument("--claims", default=str(claims_path), help=argparse.SUPPRESS)
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.ledger:
+        from tgjax.reproduce.ledger import main as ledger_main
+
+        return ledger_main(["--claims", args.claims, "--results", args.results, "-o", args.ledger_output])
+    if not args.claim:
+        return _fail("name a claim (tgjax reproduce --help lists them), or --ledger")
+    try:
+        claim = load_claims(args.claims).by_id().get(args.claim)
+    except ClaimsError as error:
+        return _fail(str(error))
+    if claim is None:
+        return _fail(f"no claim {args.claim!r}; tgjax reproduce --help lists them")
+    if claim.recipe != "runnable":
+        return _fail(f"{claim.id} is {claim.recipe}: {claim.recipe_note or claim.why}")
+    if args.budget_s is None or args.budget_s <= 0 or args.output is None:
+        return _fail("a claim run needs --budget-s SECONDS (> 0) and --output DIR")
+    from tgjax.reproduce.recipes import recipes
+
+    return run_claim(recipes()[claim.id], args, argv)
+
+
+def run_claim(recipe, args, argv: list[str]) -> int:
+    from tgjax.reproduce import packing, results, runner
+
+    started = time.monotonic()
+    temporary = args.workdir is None
+    work = Path(tempfile.mkdtemp(prefix=f"reproduce-{recipe.claim_id}-")) if temporary else Path(args.workdir)
+    try:
+        if args.resume_from:
+            meta = packing.unpack(args.resume_from, work)
+            if meta.get("claim") != recipe.claim_id or bool(meta.get("tiny")) != args.tiny:
+                return _fail(f"{args.resume_from} holds {meta.get('claim')}{' --tiny' if meta.get('tiny') else ''}, "
+                             f"not {recipe.claim_id}{' --tiny' if args.tiny else ''}")
+        state = runner.train_within_budget(recipe, work, budget_s=args.budget_s, tiny=args.tiny, quiet=args.quiet)
+        scored = runner.evaluate_runs(recipe, work, state, tiny=args.tiny)
+        summary = runner.summarise(recipe, scored)
+        record = {
+            "claim": recipe.claim_id, "date": results.now(), "commit": results.commit(),
+            "hardware": results.hardware(), "tiny": args.tiny, "budget_s": args.budget_s,
+            "invocation": state.invocations, "complete": all(p.finished for p in state.runs.values()),
+            "runs": [{"name": spec.name, "role": spec.role, "seed": spec.seed, "step": run.step,
+                      "num_steps": run.num_steps, "finished": run.finished,
+                      "train_seconds": round(run.train_seconds, 1), "chunks": run.chunks,
+                      "command": spec.command(f"runs/{spec.name}"),
+                      "scores": scores} for spec, run, scores in scored],
+            "summary": summary,
+            "command": "tgjax reproduce " + " ".join(shlex.quote(a) for a in argv),
+        }
+        meta = {"claim": recipe.claim_id, "tiny": args.tiny, "invocation": state.invocations,
+                "complete": record["complete"], "steps": {name: p.step for name, p in state.runs.items()},
+                "commit": record["commit"], "date": record["date"]}
+        try:
+            parts = packing.pack(work, args.output, meta=meta)
+        except packing.PackTooLarge as error:
+            temporary = False  # keep the work: it is the only copy
+            return _fail(f"{error}; the work folder is kept at {work}")
+        record["wall_s"] = round(time.monotonic() - started, 1)
+        results.append_record(record, args.results)
+        _print_row(record, parts)
+        return 0
+    except (runner.StateMismatch, packing.PackError, ClaimsError, FileNotFoundError, ValueError) as error:
+        return _fail(str(error))
+    finally:
+        if temporary:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _print_row(record: dict, parts: list[Path]) -> None:
+    s = record["summary"]
+
+    def side(name: str) -> str:
+        found = s.get(name)
+        if not found:
+            return "none judged"
+        return f"{found['mean']:.2f}" + ("" if found["sd"] is None else f" ± {found['sd']:.2f}") + f" (n={found['n']})"
+
+    done = sum(r["finished"] for r in record["runs"])
+    print(f"{record['claim']}: {done}/{len(record['runs'])} runs finished; "
+          + "; ".join(f"{r['name']} step {r['step']}/{r['num_steps']}" for r in record["runs"]))
+    print(f"  {s['label']}: model {side('model')}, baseline {side('baseline')}"
+          + (f", paper {s['paper']}" if s["paper"] is not None else ""))
+    print(f"  verdict: {s['verdict']} ({s['why']})")
+    print(f"  {record['hardware']}, commit {record['commit']}, {record['wall_s']:.0f} s; record appended to "
+          f"{'the results file'}; state packed into {len(parts) - 1} part(s) + manifest in {parts[-1].parent}"
+          + ("" if record["complete"] else f"; continue with --resume-from {parts[-1].parent}"))

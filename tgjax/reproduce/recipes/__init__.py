@@ -1,0 +1,64 @@
+"""Runnable claims: what each trains (configs, overrides, seeds) and how a run is scored.
+
+A recipe names the runs a claim compares (`RunSpec`: a config, its overrides, a seed, and whether the run is
+the claim's model or its baseline) and scores one run's workdir (`evaluate`, partial or finished). Its
+`comparison` says which number of the scores is the model's and which the baseline's, and which way is better:
+`tgjax.reproduce.verdict.judge` turns those into the verdict. `tiny=True` gives the smallest runs that exercise
+the same path (the tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training run of a recipe."""
+
+    name: str  # its workdir's name inside the claim's work folder
+    role: str  # "model" or "baseline"
+    config: str  # `--config` as `tgjax train` takes it
+    overrides: tuple[str, ...]  # "a.b=v"
+    seed: int
+
+    def command(self, workdir: str | Path) -> str:
+        """The `tgjax train` command that trains (or resumes) this run by hand."""
+        parts = ["tgjax", "train", "--config", self.config, *(f"--config.{o}" for o in self.overrides),
+                 "--workdir", str(workdir)]
+        return " ".join(shlex.quote(p) for p in parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Which score is the model's and which the baseline's (both from `evaluate`), and the paper's number."""
+
+    model_metric: str
+    baseline_metric: str
+    label: str  # what the numbers are, for the printed row ("test accuracy, %")
+    higher_is_better: bool = True
+    paper: float | None = None  # the paper's number for the model's metric, where it is comparable
+    tolerance: float = 0.0  # how close to `paper` counts as reproduced
+    finished_only: bool = False  # judge only runs that reached their last step (the test is scored at the end)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    claim_id: str
+    description: str  # one line: what it trains and compares
+    runs: Callable[[bool], list[RunSpec]]  # tiny -> the runs
+    evaluate: Callable[[RunSpec, Path, bool, bool], dict]  # (run, workdir, finished, tiny) -> scores
+    comparison: Comparison
+    eval_reserve_s: Callable[[bool], float]  # seconds to keep for scoring one run (tiny or not)
+    calibration_steps: Callable[[bool], int]  # the first chunk of a run, before its speed is known
+
+
+def recipes() -> dict[str, Recipe]:
+    """Every runnable claim by id (imported here, not at module import: `tgjax --help` stays fast)."""
+    from tgjax.reproduce.recipes import om_listops, onlstm_parse, udgn_uas
+
+    found = [om_listops.RECIPE, onlstm_parse.RECIPE, udgn_uas.RECIPE]
+    return {r.claim_id: r for r in found}

@@ -1,0 +1,36 @@
+"""Small pieces the recipes share: the records of a workdir's metrics.jsonl, quiet evaluation commands."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def metrics_records(workdir: Path) -> list[dict]:
+    path = workdir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def has_validation(workdir: Path) -> bool:
+    return any(r.get("split") == "valid" for r in metrics_records(workdir))
+
+
+def run_eval_command(main: Callable[[Sequence[str]], int], argv: list[str], output: Path) -> dict:
+    """Runs a `tgjax eval ...` entry point with `-o output`, its printout held back; returns the JSON it wrote.
+
+    A failure raises with the command's own message (it printed one line to stderr)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = main([*argv, "-o", str(output)])
+    if status != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed (exit {status}); see the message above")
+    return json.loads(output.read_text())

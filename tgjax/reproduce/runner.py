@@ -1,0 +1,191 @@
+"""Training a claim's runs within a time budget, in resumable chunks, then scoring what they reached.
+
+The runs advance round-robin, so that a budget that ends early leaves them at similar steps. Each chunk is
+one `Trainer.run(stop_after_step=...)`: the trainer saves a checkpoint (parameters, optimiser, data position)
+where it stops, and the next chunk (here, or after the work folder was packed and unpacked elsewhere) resumes
+from it. Chunk ends fall on logging steps, so a resumed run writes the same metrics.jsonl records as an
+uninterrupted one. A run's first chunk in an invocation is a short calibration (setup and compilation
+included); later chunks are sized from its measured speed to fill the budget, less what scoring needs.
+At least one chunk runs per invocation, so every call moves the claim forward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from tgjax.progress import Progress, format_duration
+from tgjax.reproduce.recipes import Recipe, RunSpec
+from tgjax.reproduce.verdict import judge, spread
+
+STATE_FILE = "state.json"
+RUNS_DIR = "runs"
+PACK_RESERVE_S = 5.0  # tar + gzip of a few MiB
+
+
+class StateMismatch(ValueError):
+    """A work folder (or pack) made for another claim or scale; the message is one line."""
+
+
+@dataclasses.dataclass
+class RunProgress:
+    """How far one run has got, kept in the work folder's state.json."""
+
+    step: int = 0
+    num_steps: int | None = None
+    finished: bool = False
+    train_seconds: float = 0.0
+    chunks: list[list[int]] = dataclasses.field(default_factory=list)  # [first step, last step] of every chunk
+
+
+@dataclasses.dataclass
+class ClaimState:
+    claim: str
+    tiny: bool
+    runs: dict[str, RunProgress]
+    invocations: int = 0
+
+    @classmethod
+    def load_or_new(cls, work: Path, recipe: Recipe, tiny: bool, specs: list[RunSpec]) -> ClaimState:
+        path = work / STATE_FILE
+        if not path.exists():
+            return cls(recipe.claim_id, tiny, {s.name: RunProgress() for s in specs})
+        saved = json.loads(path.read_text())
+        if saved["claim"] != recipe.claim_id or saved["tiny"] != tiny:
+            scale = lambda t: "--tiny" if t else "full scale"  # noqa: E731
+            raise StateMismatch(f"{path} holds {saved['claim']} at {scale(saved['tiny'])}, not {recipe.claim_id} at "
+                                f"{scale(tiny)}")
+        runs = {name: RunProgress(**fields) for name, fields in saved["runs"].items()}
+        for spec in specs:
+            runs.setdefault(spec.name, RunProgress())
+        return cls(saved["claim"], saved["tiny"], runs, saved.get("invocations", 0))
+
+    def save(self, work: Path) -> None:
+        data = {"claim": self.claim, "tiny": self.tiny, "invocations": self.invocations,
+                "runs": {name: dataclasses.asdict(p) for name, p in self.runs.items()}}
+        temporary = work / f".{STATE_FILE}.partial"
+        temporary.write_text(json.dumps(data, indent=2) + "\n")
+        temporary.replace(work / STATE_FILE)
+
+
+def run_workdir(work: Path, spec: RunSpec) -> Path:
+    return work / RUNS_DIR / spec.name
+
+
+def _aligned_stop(step: int, steps: int, align: int) -> int:
+    """The step to stop after: `step + steps` rounded down to a multiple of `align`, at least the next one."""
+    stop = (step + max(steps, 1)) // align * align
+    return stop if stop > step else (step // align + 1) * align
+
+
+def _train_chunk(spec: RunSpec, workdir: Path, steps: int, *, stream: TextIO, quiet: bool):
+    """One chunk of one run: (steps in the whole run, TrainResult)."""
+    from tgjax.train.config import load_config
+    from tgjax.train.loop import Trainer
+
+    config = load_config(spec.config, list(spec.overrides))
+    trainer = Trainer(config, workdir, stream=stream, quiet=quiet)
+    try:
+        num_steps = trainer.task.num_steps
+        step = trainer.store.latest_step() or 0
+        stop = _aligned_stop(step, steps, int(config.logging.interval_steps))
+        result = trainer.run(stop_after_step=stop)
+    finally:
+        trainer.close()
+    return num_steps, result
+
+
+def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bool, stream: TextIO = sys.stderr,
+                        quiet: bool = False) -> ClaimState:
+    """Advances the claim's runs until the budget (less scoring's reserve) is spent or every run is done."""
+    started = time.monotonic()
+    specs = recipe.runs(tiny)
+    state = ClaimState.load_or_new(work, recipe, tiny, specs)
+    state.invocations += 1
+    unfinished = [s for s in specs if not state.runs[s.name].finished]
+    reserve = recipe.eval_reserve_s(tiny) * len(specs) + PACK_RESERVE_S
+    train_until = started + budget_s - reserve
+    rates: dict[str, float] = {}  # steps per second of wall time, setup included, measured in this invocation
+    known_total = lambda: sum(state.runs[s.name].num_steps or 0 for s in specs)  # noqa: E731
+    done_total = lambda: sum(state.runs[s.name].step for s in specs)  # noqa: E731
+    progress = Progress(known_total() or None, label="claim steps", noun="step", start=done_total(), stream=stream,
+                        enabled=not quiet)
+    chunks = 0
+    while unfinished:
+        for index, spec in enumerate(list(unfinished)):
+            left = train_until - time.monotonic()
+            if spec.name in rates:
+                steps = int(rates[spec.name] * left / (len(unfinished) - index))
+            else:
+                steps = recipe.calibration_steps(tiny)
+            if chunks and (left <= 0 or steps < 1):
+                break
+            run = state.runs[spec.name]
+            began = time.monotonic()
+            num_steps, result = _train_chunk(spec, run_workdir(work, spec), steps, stream=stream, quiet=True)
+            seconds = time.monotonic() - began
+            chunks += 1
+            moved = result.final_step - run.step
+            run.chunks.append([result.start_step, result.final_step])
+            run.num_steps, run.step, run.train_seconds = num_steps, result.final_step, run.train_seconds + seconds
+            run.finished = result.stop_reason in (None, "schedule")
+            rates[spec.name] = max(moved, 1) / seconds
+            state.save(work)
+            if run.finished:
+                unfinished.remove(spec)
+            progress.total = known_total() or None
+            budget_left = format_duration(max(0.0, train_until - time.monotonic()))
+            progress.update(done_total(), fields=[f"{spec.name} {run.step}/{num_steps}", f"budget left {budget_left}"])
+        else:
+            continue
+        break  # the budget ended inside the pass
+    progress.close()
+    return state
+
+
+def evaluate_runs(recipe: Recipe, work: Path, state: ClaimState, *, tiny: bool, stream: TextIO = sys.stderr) -> list:
+    """Every run that has a checkpoint, scored by the recipe: [(spec, progress, scores)]."""
+    scored = []
+    for spec in recipe.runs(tiny):
+        run = state.runs[spec.name]
+        if run.step == 0:
+            scored.append((spec, run, {"note": "not started"}))
+            continue
+        began = time.monotonic()
+        try:
+            scores = recipe.evaluate(spec, run_workdir(work, spec), run.finished, tiny)
+        except Exception as error:  # one run's failed scoring should not lose the others' or the pack
+            scores = {"error": f"{type(error).__name__}: {error}"}
+        scores["eval_seconds"] = round(time.monotonic() - began, 1)
+        print(f"scored {spec.name} at step {run.step}: "
+              + ", ".join(f"{k} {_short(v)}" for k, v in scores.items() if not isinstance(v, dict)), file=stream)
+        scored.append((spec, run, scores))
+    return scored
+
+
+def _short(value) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def summarise(recipe: Recipe, scored: list) -> dict:
+    """The model's and the baseline's numbers over the judged runs, and the verdict."""
+    c = recipe.comparison
+
+    def values(role: str, metric: str) -> list[float]:
+        return [scores[metric] for spec, run, scores in scored
+                if spec.role == role and (run.finished or not c.finished_only) and scores.get(metric) is not None]
+
+    model = values("model", c.model_metric)
+    # A baseline measured beside each model run (majority class, right-branching) when there is no baseline run.
+    baseline = values("baseline", c.baseline_metric) or values("model", c.baseline_metric)
+    verdict, why = judge(model, baseline, higher_is_better=c.higher_is_better, paper=c.paper, tolerance=c.tolerance)
+    if c.finished_only and len(model) < len([s for s, _, _ in scored if s.role == "model"]):
+        why += "; only finished runs are judged"
+    summary = {"label": c.label, "verdict": verdict, "why": why, "paper": c.paper}
+    for name, found in (("model", model), ("baseline", baseline)):
+        summary[name] = dataclasses.asdict(spread(found)) if found else None
+    return summary
