@@ -1,6 +1,7 @@
 """The main job (`tgjax demo`): its table, on a few training steps."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -33,6 +34,13 @@ def test_agreement_accuracy_counts_pairs_by_construction():
     assert [p.construction for p in pairs] == ["pp", "subject_relative", "object_relative"] * 2
     assert by_construction == pytest.approx({"pp": 1.0, "subject_relative": 0.5, "object_relative": 0.5})
 
+def test_the_pushdown_lm_takes_the_overrides_of_keys_its_config_leaves_unset(capsys):
+    # Its corpus sizes are unset (None: the whole built-in treebank); an override of them applies all the same.
+    config = demo._pushdown_config(["data.num_train_sentences=200", "training.no_such_key=1"], sys.stderr)
+    assert config.data.num_train_sentences == 200
+    assert "no key for, not applied: training.no_such_key=1" in capsys.readouterr().err
+
+
 def test_demo_trains_and_tabulates_four_models(tmp_path, capsys, monkeypatch):
     scored = []  # (depths of the pairs, how many, the accuracy) of each _agreement call
 
@@ -43,9 +51,6 @@ def test_demo_trains_and_tabulates_four_models(tmp_path, capsys, monkeypatch):
 
     real_agreement = demo._agreement
     monkeypatch.setattr(demo, "_agreement", recording_agreement)
-    # The Pushdown-LM's config leaves the corpus sizes unset (the whole built-in treebank): cut them here too.
-    monkeypatch.setattr(demo, "PUSHDOWN_SETTINGS", (*demo.PUSHDOWN_SETTINGS, "data.num_train_sentences=200",
-                                                    "data.num_valid_sentences=20"))
     # One layer (the demo's three are for the agreement figures, which this test does not judge): the same code,
     # less to compile.
     overrides = ["training.num_steps=12", "evaluation.interval_steps=12", "checkpointing.interval_steps=12",

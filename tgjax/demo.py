@@ -167,14 +167,21 @@ def _pushdown_config(overrides: list[str], stream: TextIO):
     base = load_config("pushdown_tiny", PUSHDOWN_SETTINGS)
     applicable, skipped = [], []
     for override in overrides:
-        node, parts = base, override.split("=", 1)[0].split(".")
-        for part in parts:
-            node = node.get(part) if hasattr(node, "get") else None
-        (applicable if node is not None else skipped).append(override)
+        (applicable if _has_key(base, override.split("=", 1)[0]) else skipped).append(override)
     if skipped:
         print(f"   Pushdown-LM: {len(skipped)} override(s) its config has no key for, not applied: "
               f"{' '.join(skipped)}", file=stream, flush=True)
     return load_config("pushdown_tiny", [*PUSHDOWN_SETTINGS, *applicable])
+
+
+def _has_key(config, dotted: str) -> bool:
+    """Whether `config` has the key `a.b.c` (a key whose value is None, unset, counts: it exists)."""
+    node = config
+    for part in dotted.split("."):
+        if not hasattr(node, "keys") or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:

@@ -248,7 +248,8 @@ def test_stick_breaking_is_a_distribution(beta):
     assert np.all(np.isfinite(log_p_hat)) and np.all(log_p_hat <= 1e-6)
     np.testing.assert_allclose(np.exp(log_p_hat).sum(-1), 1.0, atol=1e-5)
     for row, scores in zip(log_p_hat, beta.astype(np.float64)):
-        np.testing.assert_allclose(np.exp(row), stick_breaking(scores), atol=1e-6)
+        # float32 in log space against float64: a few ulps of 1 (Hypothesis found 1.4e-6 at beta = (32, -2))
+        np.testing.assert_allclose(np.exp(row), stick_breaking(scores), atol=5e-6)
 
 
 def test_stick_breaking_by_hand():

@@ -94,7 +94,8 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "reproduction/runs.jsonl: edit those, then regenerate. -->",
         "",
         "One row per headline claim of each paper: the paper's number and protocol, what this code has shown at "
-        "CPU scale and on an accelerator (numbers as README.md reports them), and a verdict. The verdict rule "
+        "CPU scale and on an accelerator (numbers as README.md reported them before its move into docs/ and "
+        "CHANGELOG.md; nothing here is measured anew), and a verdict. The verdict rule "
         f"(`tgjax.reproduce.verdict`): **reproduced** or **in direction** only when the difference exceeds the "
         f"spread (sample standard deviation) over at least {MIN_SEEDS} seeds of each side (reproduced: also "
         "within tolerance of the paper's number); **contradicted** when it exceeds it the other way; otherwise "
@@ -104,6 +105,14 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "appends a record to reproduction/runs.jsonl and packs its state into DIR (parts of at most 16 MiB, "
         "64 MiB in all); `--resume-from DIR` continues exactly where it stopped. `tgjax reproduce --help` lists "
         "the claims.",
+        "",
+        "```bash",
+        "tgjax reproduce --help                                                  # the claims, which ones run here",
+        "tgjax reproduce onlstm-parse-f1 --budget-s 1500 --output OUT            # 3 seeds of onlstm_tiny, ~15 min",
+        "tgjax reproduce om-listops --budget-s 3600 --output OUT1                # stops, scores, packs at the budget",
+        "tgjax reproduce om-listops --budget-s 3600 --resume-from OUT1 --output OUT2   # continues where OUT1 stopped",
+        "tgjax reproduce --ledger                                                # rewrites this page",
+        "```",
         "",
         "## Claims",
         "",

@@ -116,10 +116,11 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
                         enabled=not quiet)
     chunks = 0
     while unfinished:
-        for index, spec in enumerate(list(unfinished)):
+        this_pass = list(unfinished)  # `unfinished` shrinks as runs finish within the pass
+        for index, spec in enumerate(this_pass):
             left = train_until - time.monotonic()
-            if spec.name in rates:
-                steps = int(rates[spec.name] * left / (len(unfinished) - index))
+            if spec.name in rates:  # an equal share of what is left for each run still to come in this pass
+                steps = int(rates[spec.name] * left / (len(this_pass) - index))
             else:
                 steps = recipe.calibration_steps(tiny)
             if chunks and (left <= 0 or steps < 1):
