@@ -87,7 +87,7 @@ def make_train_step(graphdef: nnx.GraphDef, loss_fn: LossFn, tx: optax.GradientT
             learning_rate = (learning_rate_schedule(state.step) if learning_rate_schedule is not None
                              else learning_rate_of(opt_state))  # inject_hyperparams: the rate of the update just made
         rows = jax.tree.leaves(batch)[0].shape[0]  # global rows of this step (for rows/s)
-        metrics = {**metrics, "loss": loss, "grad_norm": optax.global_norm(grads), "rows": rows}
+        metrics = {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads), "rows": rows}
         if learning_rate is not None:
             metrics["learning_rate"] = learning_rate
         return ParamsState(params, opt_state, step, state.rng), metrics
