@@ -243,3 +243,21 @@ def test_a_directory_as_a_treebank_file_is_one_line(tmp_path, capsys):
 
     with pytest.raises(ValueError, match="data.valid_path: .* is a directory; give a treebank file"):
         inputs._check_file("data.valid_path", str(tmp_path))
+
+
+def test_a_syntaxgym_item_over_the_limit_is_refused_before_any_model_is_loaded(tmp_path, capsys):
+    from tests.eval.test_syntaxgym import TINY
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    long_item = json.loads(json.dumps(TINY))
+    long_item["items"][1]["conditions"][1]["regions"][2]["content"] = " ".join(["very"] * 250) + " loudly ."
+    (suites / "tiny.json").write_text(json.dumps(long_item))
+    code = cli.main(["eval", "sg", "--workdir", str(tmp_path / "no_run"), "--suites", str(suites)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "tiny.json: item 2, condition 'mismatch'" in err[0] and "at most 200 words" in err[0]
+    # Raised, the same suite goes on to the model (here: the missing workdir).
+    assert cli.main(["eval", "sg", "--workdir", str(tmp_path / "no_run"), "--suites", str(suites),
+                     "--max-words", "300"]) == 2
+    assert "does not exist" in capsys.readouterr().err

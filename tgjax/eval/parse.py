@@ -62,7 +62,7 @@ from tgjax.outputs import check_output, dumps_json, write_json, write_text
 from tgjax.progress import Progress
 from tgjax.syntax import pos_tags as tagging
 from tgjax.syntax import trees as trees_lib
-from tgjax.syntax.trees import Tree
+from tgjax.syntax.trees import Tree, too_long_reason
 from tgjax.workdir import check_treebank_lm
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -552,6 +552,18 @@ def _read_sg_shards(paths: Sequence[str]) -> list[sg.SuiteResult]:
     return results
 
 
+def check_sentence_lengths(suites: Sequence[sg.Suite], max_words: int) -> None:
+    """Refuses (one line naming the suite's file, item and condition) an item sentence over `max_words` words,
+    before any is scored: a beam's work grows with a sentence's length."""
+    for suite in suites:
+        for item in suite.items:
+            for condition in item.conditions:
+                words = sum(len(region.split()) for region in condition.contents)
+                if words > max_words:
+                    raise ValueError(f"{suite.path or suite.name}: item {item.number}, condition {condition.name!r}: "
+                                     f"{too_long_reason(max_words)} ({words:,} words)")
+
+
 def main_sg(argv: Sequence[str] | None = None) -> int:
     """`tgjax eval sg --workdir W [--suites DIR] [--suite NAME ...] [--shard I/N] [--output J] [beam options]`.
 
@@ -568,11 +580,13 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--circuits", default=None, help="circuits.json (default: the one in --suites)")
     parser.add_argument("--output", "-o", default=None, help="write per-suite outcomes as JSON (for --merge)")
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
+    add_max_words_arg(parser, MINIMAL_PAIR_MAX_WORDS, "item sentence")
     add_beam_args(parser)
     args = parser.parse_args(argv)
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
+        check_counts(max_words=args.max_words)
         check_treebank_lm(args.workdir, "tgjax eval sg", word_scorers=True)
         shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
         if args.output:
@@ -583,6 +597,7 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
             print(sg.sg_report(_read_sg_shards(args.merge), circuits).format())
             return 0
         suites = sg.load_suites(args.suites)
+        check_sentence_lengths(suites, args.max_words)
         if args.suite:
             missing = sorted(set(args.suite) - {s.name for s in suites})
             if missing:
