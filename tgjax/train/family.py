@@ -42,6 +42,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import (
     ConfigError,
@@ -186,7 +187,8 @@ class FamilyTask:
     def describe(cls, config) -> dict[str, Any]:
         """What `tgjax info` prints."""
         family = cls.family_class()
-        return {"model_name": family.name, "num_parameters": _count(lambda rngs: family.build_model(config, rngs)),
+        return {"model_name": family.name, "num_parameters": count_parameters(
+                    lambda: family.build_model(config, nnx.Rngs(params=0, dropout=0))),
                 "vocab_size": config.model.get("vocab_size", 0) or 0, "vocab_source": f"the {family.name} family",
                 "model": config.model.to_dict(), "build_model": lambda rngs: family.build_model(config, rngs)}
 
@@ -294,11 +296,6 @@ class FamilyTask:
 def task_for(family: type) -> type:
     """The `FamilyTask` class of a plug-in family class."""
     return type(f"{family.__name__}Task", (FamilyTask,), {"family_class": family})
-
-
-def _count(build) -> int:
-    abstract = nnx.eval_shape(lambda: build(nnx.Rngs(params=0, dropout=0)))
-    return int(sum(np.prod(v.shape) for v in jax.tree.leaves(nnx.state(abstract, nnx.Param))))
 
 
 __all__ = ["Family", "FamilyTask", "Shard", "StepBatches", "is_plugin_family", "plugin_defaults", "task_for",

@@ -9,6 +9,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
+def seeded_runs(prefix: str, config: str, seeds: Sequence[int], common: Sequence[str], tiny_overrides: Sequence[str],
+                tiny: bool) -> list:
+    """One model run of `config` per seed (`tiny`: the first seed only, with `tiny_overrides`), named PREFIX-seedN."""
+    from tgjax.reproduce.recipes import RunSpec  # the package imports this module
+
+    extra = tuple(tiny_overrides) if tiny else ()
+    return [RunSpec(f"{prefix}-seed{seed}", "model", config, (*common, *extra, f"training.seed={seed}"), seed)
+            for seed in (seeds[:1] if tiny else seeds)]
+
+
 def metrics_records(workdir: Path) -> list[dict]:
     path = workdir / "metrics.jsonl"
     if not path.exists():

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import metrics_records
+from tgjax.reproduce.recipes.common import metrics_records, seeded_runs
 
 CONFIG = "configs/om_listops.py:cpu,thesis"
 SEEDS = (1111, 2222, 3333)
@@ -26,10 +26,7 @@ TINY = ("data.train_size=200", "data.valid_size=40", "model.embedding_size=8", "
 
 
 def runs(tiny: bool) -> list[RunSpec]:
-    seeds = SEEDS[:1] if tiny else SEEDS
-    extra = TINY if tiny else ()
-    return [RunSpec(f"om-seed{seed}", "model", CONFIG, (*COMMON, *extra, f"training.seed={seed}"), seed)
-            for seed in seeds]
+    return seeded_runs("om", CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def majority_percent(test_path: str) -> float:

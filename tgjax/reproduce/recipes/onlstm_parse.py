@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, run_eval_command
+from tgjax.reproduce.recipes.common import has_validation, run_eval_command, seeded_runs
 
 CONFIG = "configs/onlstm_tiny.py"
 SEEDS = (141, 142, 143)
@@ -24,10 +24,7 @@ TINY_EVAL_SENTENCES = 20
 
 
 def runs(tiny: bool) -> list[RunSpec]:
-    seeds = SEEDS[:1] if tiny else SEEDS
-    extra = TINY if tiny else ()
-    return [RunSpec(f"onlstm-seed{seed}", "model", CONFIG, (*COMMON, *extra, f"training.seed={seed}"), seed)
-            for seed in seeds]
+    return seeded_runs("onlstm", CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, run_eval_command
+from tgjax.reproduce.recipes.common import has_validation, run_eval_command, seeded_runs
 
 CONFIG = "configs/udgn_tiny.py"
 SEEDS = (1111, 2222, 3333)
@@ -23,10 +23,7 @@ TINY = ("data.num_train_sentences=64", "data.num_valid_sentences=16", "model.d_m
 
 
 def runs(tiny: bool) -> list[RunSpec]:
-    seeds = SEEDS[:1] if tiny else SEEDS
-    extra = TINY if tiny else ()
-    return [RunSpec(f"udgn-seed{seed}", "model", CONFIG, (*COMMON, *extra, f"training.seed={seed}"), seed)
-            for seed in seeds]
+    return seeded_runs("udgn", CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
