@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_bad_input import DRIVER  # one driver runs a batch of commands in one process
 from tgjax import cli
 from tgjax.syntax import trees
 
@@ -38,22 +39,6 @@ TRAIN_SIZES = ["--config.model.d_model=16", "--config.model.num_layers=1", "--co
                "--config.model.memory_length=16", "--config.training.batch_size=4", "--config.training.num_steps=1",
                "--config.logging.tensorboard=false", "--quiet"]
 
-DRIVER = """
-import contextlib, io, json, sys, traceback
-from tgjax.cli import main
-
-for name, argv in json.load(open(sys.argv[1])):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(argv)
-        except SystemExit as exit:
-            status = exit.code
-        except BaseException:
-            traceback.print_exc()
-            status = "raised"
-    print(json.dumps({"name": name, "status": status, "stderr": err.getvalue()}), flush=True)
-"""
 
 
 def _cap_address_space() -> None:
