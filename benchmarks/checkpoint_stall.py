@@ -6,7 +6,7 @@ previous checkpoint on the training thread. Now a manifest of file sizes is
 written by a background thread, and hashing is opt-in (`checkpointing.checksums`)
 and on that thread too.
 
-The state is a TG-252M-sized TrainState: parameters (tg_bllip: 251,887,616
+The state is a TG-252M-sized ParamsState: parameters (tg_bllip: 251,887,616
 float32) plus Adam's two moments, about 3 GB, split into 32 arrays. `--scale`
 shrinks it (default 1/8, which fits a shared 2-core machine); the old
 stall (hashing) grows linearly with the bytes, the new one is mostly fixed
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from tgjax.train.checkpoint import CheckpointStore
-from tgjax.train.state import TrainState
+from tgjax.train.params_state import ParamsState
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE_COMMIT = "345b736"  # the last commit with the synchronous sha256 manifest
@@ -54,7 +54,7 @@ def baseline_store_class():
     return module.CheckpointStore
 
 
-def make_state(num_parameters: int) -> TrainState:
+def make_state(num_parameters: int) -> ParamsState:
     per_array = num_parameters // NUM_ARRAYS
     keys = jax.random.split(jax.random.key(0), 3 * NUM_ARRAYS)
     # Random values: zeros would compress and understate the bytes written and hashed.
@@ -62,11 +62,11 @@ def make_state(num_parameters: int) -> TrainState:
     params = {f"w{i}": arrays[i] for i in range(NUM_ARRAYS)}
     mu = {f"w{i}": arrays[NUM_ARRAYS + i] for i in range(NUM_ARRAYS)}
     nu = {f"w{i}": arrays[2 * NUM_ARRAYS + i] for i in range(NUM_ARRAYS)}
-    return TrainState(params=params, opt_state=(mu, nu), step=jnp.asarray(1, jnp.int32),
-                      rng=jnp.zeros((2,), jnp.uint32), memory=jnp.zeros((0,)))
+    return ParamsState(params=params, opt_state=(mu, nu), step=jnp.asarray(1, jnp.int32),
+                      rng=jnp.zeros((2,), jnp.uint32))
 
 
-def stall_seconds(store_class, state: TrainState, **options) -> float:
+def stall_seconds(store_class, state: ParamsState, **options) -> float:
     """Wall time of the second save, after the first has finished writing in the background."""
     with tempfile.TemporaryDirectory() as workdir:
         store = store_class(workdir, max_to_keep=2, keep_best=0, async_save=True, save_memory=False, **options)

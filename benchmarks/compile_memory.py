@@ -3,7 +3,7 @@
 The model is configs/tg_bllip.py's shape (16 layers, 8 heads, FFN 4 d,
 T = M = 256) at a reduced width on CPU (d = 256 by default; `--d-model 1024
 --vocab 32768` is TG-252M itself). The step is the trainer's own
-(`tgjax.train.state.make_train_step`: forward, loss, backward, clipped Adam),
+(`tgjax.train.tasks.treebank_lm.state.make_train_step`: forward, loss, backward, clipped Adam),
 lowered and compiled from abstract arrays for each variant:
 
     default      layers in a list, no remat (today's model)

@@ -2,7 +2,7 @@
 
 Builds configs/tg_bllip.py's model (16 layers, d = 1024, 8 heads, FFN 4096,
 T = M = 256, vocabulary 32,768: 251.9M parameters), runs the trainer's own
-jitted step (`tgjax.train.state.make_train_step`: forward, loss, backward,
+jitted step (`tgjax.train.tasks.treebank_lm.state.make_train_step`: forward, loss, backward,
 clipped Adam; dropout on; memory carried) on synthetic full segments (random
 bracketings in the pipeline's compact fields: no data file is read), and
 prints tokens/s and MFU = model FLOPs/s / peak FLOPs/s.

@@ -1,7 +1,7 @@
 """Shared by benchmarks/compile_memory.py and benchmarks/mfu.py: a TG train step as the trainer builds it.
 
 `trainer_step(model_config, batch_size)` returns the trainer's own jitted
-train step (`tgjax.train.state.make_train_step`: Adam after clipping,
+train step (`tgjax.train.tasks.treebank_lm.state.make_train_step`: Adam after clipping,
 dropout on, memory carried), its initial state and `rest`, on a one-device
 mesh; `synthetic_batch` gives full segments (every one of the T positions a
 real action, a full memory) of random bracketings, in the pipeline's compact
@@ -25,7 +25,7 @@ from tgjax.models.parts import model_parts  # noqa: E402
 from tgjax.syntax import masks  # noqa: E402
 from tgjax.syntax import token_types as tt  # noqa: E402
 from tgjax.train import sharding as shd  # noqa: E402
-from tgjax.train import state as st  # noqa: E402
+from tgjax.train.tasks.treebank_lm import state as st  # noqa: E402
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, default_config  # noqa: E402
 from tgjax.train.optimizer import make_optimizer  # noqa: E402
 

@@ -288,7 +288,7 @@ def test_tree_syntax_error_survives_pickling():
 
 def test_training_data_errors_name_the_config_key_and_the_position(tmp_path):
     from tgjax.data import pipeline as pl
-    from tgjax.train import inputs
+    from tgjax.train.tasks.treebank_lm import inputs
 
     bank = tmp_path / "bank.txt"
     bank.write_text(MALFORMED["unclosed"][0])

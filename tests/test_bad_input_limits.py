@@ -224,7 +224,7 @@ def test_viz_mask_refuses_a_2000_deep_tree_before_parsing_it(tmp_path, capsys):
 def test_a_directory_as_a_treebank_file_is_one_line(tmp_path, capsys):
     assert cli.main(["data", "stats", "--corpus", str(tmp_path)]) == 2
     assert f"corpus: {str(tmp_path)!r} is a directory" in capsys.readouterr().err
-    from tgjax.train import inputs
+    from tgjax.train.tasks.treebank_lm import inputs
 
     with pytest.raises(ValueError, match="data.valid_path: .* is a directory; give a treebank file"):
         inputs._check_file("data.valid_path", str(tmp_path))

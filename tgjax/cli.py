@@ -265,11 +265,11 @@ def cmd_train(args) -> int:
         return 1
     if args.quiet and result.valid_losses:
         step = max(result.valid_losses)
-        if result.unigram_loss is None:  # a task without a unigram baseline (classification: accuracy)
+        unigram = result.facts.get("unigram_loss")  # the treebank LM's baseline; other families have none
+        if unigram is None:
             print(f"step {result.final_step}: validation {result.valid_losses[step]:.4f}")
         else:
-            print(f"step {result.final_step}: validation loss {result.valid_losses[step]:.4f} "
-                  f"(unigram {result.unigram_loss:.4f})")
+            print(f"step {result.final_step}: validation loss {result.valid_losses[step]:.4f} (unigram {unigram:.4f})")
     return 0
 
 
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return _one_line_errors(main_deps, argv[2:])
     if argv[:2] == ["data", "craft-demos"]:
-        from tgjax.envs.craft_demos_command import main_craft_demos
+        from tgjax.data.craft_demos_command import main_craft_demos
 
         return _one_line_errors(main_craft_demos, argv[2:])
     if argv[:1] == ["demo"]:

@@ -4,14 +4,15 @@ Both `tgjax.train` (writer) and `tgjax.infer` (reader) import this module; it
 imports neither (nor JAX), so the arrows stay `workdir` <- `train`, `infer`.
 
     WORKDIR/checkpoints/<step>/{state,pipeline,meta}   one orbax step (`CHECKPOINT_ITEMS`)
-    WORKDIR/checkpoint_manifests/<step>.json           sizes (and, opted in, sha256 sums) of a step's files
+    WORKDIR/checkpoint_manifests/<step>.json           sizes and sha256 sums of a step's files
     WORKDIR/vocab.json  or  WORKDIR/vocab.model (+ .json sidecar)   the run's vocabulary
 
 Facts of that layout held here: the workdir as an absolute local path
 (`local_workdir`), or for checkpoints alone possibly a bucket URL
 (`checkpoint_workdir`), where the vocabulary is (`vocabulary_file_name`,
 `saved_vocabulary_path`), the integrity check of one step directory against
-its manifest (`directory_manifest`, `check_step`), several workdirs named in
+its manifest (`directory_manifest`, `check_step`), a failed orbax read said
+in one line (`orbax_read`, `restore_failure`), several workdirs named in
 one comma-separated value (`split_workdirs`), and the vocabulary's
 fingerprint that a checkpoint records as `vocab_sha256` with the error raised
 when a vocabulary differs from it (`vocabulary_fingerprint`,
@@ -20,11 +21,15 @@ when a vocabulary differs from it (`vocabulary_fingerprint`,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tgjax.data.vocab import Vocabulary, WordDictionary
@@ -95,6 +100,22 @@ def _sha256(path) -> str:
     return digest.hexdigest()
 
 
+# (path, size, mtime in ns, inode) -> sha256 of a local checkpoint file this process has verified: loading a model
+# checks its step once in `tgjax.load` and again in the family's loader, and hashing reads every byte.
+_VERIFIED: dict[tuple, str] = {}
+
+
+def _verified_sha256(path) -> str:
+    """`_sha256`, remembered for a local file that has not changed since (any write changes its mtime)."""
+    if not isinstance(path, Path):
+        return _sha256(path)
+    status = path.stat()
+    key = (str(path), status.st_size, status.st_mtime_ns, status.st_ino)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = _sha256(path)
+    return _VERIFIED[key]
+
+
 def _size(path) -> int:
     """Bytes in a file (`pathlib` calls it st_size, `etils.epath` length)."""
     status = path.stat()
@@ -125,10 +146,12 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
 
     Items missing from `checkpoints/<step>`, or files missing from it or of
     another size than its manifest in `checkpoint_manifests/` says (cheap:
-    one stat per file), or (with `checksums`, when the manifest has sums)
-    files whose sha256 differs. A step without a manifest (its run stopped
-    before writing it) passes: orbax's restore is then the check.
-    `workdir` is a local path or an `etils.epath.Path` (`checkpoint_workdir`).
+    one stat per file), or (with `checksums`, the default, when the manifest
+    has sums: training writes them unless `checkpointing.checksums=false`)
+    files whose sha256 differs, so that a flipped byte is caught. A step
+    without a manifest (its run stopped before writing it) passes: orbax's
+    restore is then the check. `workdir` is a local path or an
+    `etils.epath.Path` (`checkpoint_workdir`).
     """
     if isinstance(workdir, str):
         workdir = checkpoint_workdir(workdir)
@@ -150,9 +173,96 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
         actual_size = _size(actual[name])
         if actual_size != size:
             return f"file {step_dir / name} has {actual_size} bytes, expected {size}"
-        if checksums and digest is not None and _sha256(actual[name]) != digest:
+        if checksums and digest is not None and _verified_sha256(actual[name]) != digest:
             return f"file {step_dir / name} does not match its sha256 in {manifest_path}"
     return None
+
+
+# -----------------------------------------------------------------------------
+# A failed orbax read, in one line.
+#
+# orbax reads a checkpoint's arrays with many coroutines on an event loop of its own, and TensorStore's reads
+# call back into that loop from TensorStore's threads. When one read fails (a truncated or deleted file), orbax
+# raises at once and closes the loop: the other coroutines are finalised later with their own errors, and reads
+# still in flight call back into the closed loop. Python prints each of those as "Exception ignored in ..."
+# with a traceback, hundreds of lines after the one line that says what is wrong.
+
+
+def _orbax_teardown(unraisable) -> bool:
+    """Whether an unraisable exception is the teardown of a failed orbax read (see above)."""
+    code = getattr(unraisable.object, "cr_code", None)  # a coroutine finalised with its read's error
+    if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
+        return True
+    error = unraisable.exc_value
+    return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+
+
+class _DropOrbaxTeardown:
+    """A `sys.unraisablehook` that drops `_orbax_teardown` and hands everything else to the hook it replaced."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable) -> None:
+        if not _orbax_teardown(unraisable):
+            self.previous(unraisable)
+
+
+class _DropAsyncioTeardown(logging.Filter):
+    """asyncio's log records of tasks a closed loop left behind (a failed orbax read's other reads)."""
+
+    PREFIXES = ("Task was destroyed but it is pending", "Task exception was never retrieved",
+                "Future exception was never retrieved")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.PREFIXES)
+
+
+def quiet_orbax_teardown() -> None:
+    """Drops the teardown noise of a failed orbax read (see above) for the rest of the process.
+
+    Called once a read has failed: its coroutines are finalised, and
+    TensorStore's reads in flight end, after the error has been reported.
+    Any other ignored exception is still printed by the hook that was there.
+    """
+    if not isinstance(sys.unraisablehook, _DropOrbaxTeardown):
+        sys.unraisablehook = _DropOrbaxTeardown(sys.unraisablehook)
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropAsyncioTeardown) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_DropAsyncioTeardown())
+
+
+@contextlib.contextmanager
+def orbax_read() -> Iterator[None]:
+    """Around an orbax restore: its teardown noise is dropped while it runs and, if it fails, from then on
+    (`quiet_orbax_teardown`); after a read that succeeds the process's hook is as it was."""
+    previous = sys.unraisablehook
+    installed = not isinstance(previous, _DropOrbaxTeardown)
+    if installed:
+        sys.unraisablehook = _DropOrbaxTeardown(previous)
+    try:
+        yield
+    except BaseException:
+        quiet_orbax_teardown()
+        raise
+    if installed and isinstance(sys.unraisablehook, _DropOrbaxTeardown):
+        sys.unraisablehook = previous
+
+
+def restore_failure(error: BaseException) -> str:
+    """A failed orbax read in one short line: its innermost cause (TensorStore's, which names the array and the
+    file, e.g. `ValueError: NOT_FOUND: ... "params.embedding/.zarray" in OCDBT database at local file "..."
+    does not exist`), without the TensorStore spec that orbax appends (thousands of characters)."""
+    root, seen = error, set()
+    while root.__cause__ is not None and id(root) not in seen:
+        seen.add(id(root))
+        root = root.__cause__
+    lines = str(root).strip().splitlines()
+    text = lines[0] if lines else ""
+    for cut in (" [tensorstore_spec", " See full TensorStore details", " tensorstore_spec="):
+        text = text.split(cut)[0]
+    text = text if len(text) <= 400 else text[:400] + "..."
+    return f"{type(root).__name__}: {text}" if text else type(root).__name__
 
 
 # -----------------------------------------------------------------------------
@@ -308,5 +418,6 @@ def word_list_fingerprint(words: list[str]) -> str:
 
 __all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "Family", "VocabularyMismatch",
            "WrongFamily", "check_family", "check_step", "check_treebank_lm", "family_of",
-           "checkpoint_workdir", "directory_manifest", "is_url", "local_workdir", "saved_vocabulary_path",
+           "checkpoint_workdir", "directory_manifest", "is_url", "local_workdir", "orbax_read", "quiet_orbax_teardown",
+           "restore_failure", "saved_vocabulary_path",
            "vocabulary_file_name", "vocabulary_fingerprint", "word_list_fingerprint"]

@@ -1,7 +1,9 @@
 """The import arrows of DESIGN.md, checked on the source and at run time.
 
 `syntax` <- `data`; `ops` <- `nn` <- `models`; `models`, `data` <- `train`,
-`infer`; `infer` <- `eval` <- `cli`; `syntax` and `data` never import JAX. The
+`infer`; `infer` <- `eval` <- `cli`; `syntax` and `data` never import JAX;
+`envs` imports neither `data` nor `train`; the trainer's core (`tgjax.train`
+but its families) imports no model family. The
 source check reads every Import / ImportFrom node of every module with `ast`,
 those inside functions included (a function-local import is still an arrow),
 with relative imports resolved against the module's package.
@@ -35,7 +37,19 @@ FORBIDDEN = {
                      "tgjax.models", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
     "tgjax.data": ("jax", "jaxlib", "flax", "optax", "orbax", "tgjax.ops", "tgjax.nn", "tgjax.models",
                    "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    "tgjax.envs": ("tgjax.data", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
 }
+
+# The trainer's core: written once for every family (`tgjax.train.family`, `tgjax.train.step`).
+TRAINER_CORE = tuple(f"tgjax.train.{name}" for name in (
+    "loop", "step", "params_state", "family", "task", "checkpoint", "config", "sharding", "metrics", "schedules",
+    "optimizer"))
+# What a family is made of: its task module (or package) under tgjax.train.tasks (the registry,
+# tgjax.train.tasks itself, finds them by name), its models and its environments.
+FAMILY_MODULES = (*(f"tgjax.train.tasks.{m.name}" for m in pkgutil.iter_modules(
+    [str(PACKAGE_ROOT / "train" / "tasks")])), "tgjax.train.cfl", "tgjax.train.cfl_trials", "tgjax.models",
+    "tgjax.envs")
+FORBIDDEN.update({module: FAMILY_MODULES for module in TRAINER_CORE})
 
 
 def module_name(path: Path) -> str:
@@ -84,7 +98,9 @@ def package_files() -> list[Path]:
 def test_no_module_imports_against_the_arrows():
     files = package_files()
     covered = {module_name(p).split(".")[1] for p in files if module_name(p) != "tgjax"}
-    assert {"infer", "train", "syntax", "data", "models", "workdir"} <= covered
+    assert {"infer", "train", "syntax", "data", "models", "workdir", "envs"} <= covered
+    assert set(TRAINER_CORE) <= {module_name(p) for p in files}  # no core module renamed out of the check
+    assert {"tgjax.train.tasks.treebank_lm", "tgjax.train.tasks.onlstm_lm"} <= set(FAMILY_MODULES)
     problems = [v for path in files for v in violations(path)]
     assert problems == []
 
@@ -103,11 +119,18 @@ def test_the_check_sees_function_local_and_relative_imports():
         (vocab, "def f():\n    from jax import lax\n", "imports jax"),
         (checkpoint, "from tgjax.infer.loading import load_model\n", "imports tgjax.infer.loading"),
         (checkpoint, "from ..eval import shards\n", "imports tgjax.eval"),
+        (PACKAGE_ROOT / "train" / "loop.py", "from tgjax.train.tasks.treebank_lm import inputs\n",
+         "imports tgjax.train.tasks.treebank_lm"),
+        (PACKAGE_ROOT / "train" / "step.py", "def f():\n    from tgjax.models import TransformerLM\n",
+         "imports tgjax.models"),
+        (PACKAGE_ROOT / "envs" / "craft.py", "from tgjax.data import craft_demos\n", "imports tgjax.data"),
     ]
     for path, source, expected in cases:
         found = violations(path, source)
         assert len(found) >= 1 and expected in found[0], (source, found)
     assert violations(loading, "from tgjax.workdir import check_step\nfrom . import scoring\n") == []
+    # the registry is not a family: the trainer finds the config's family through it
+    assert violations(PACKAGE_ROOT / "train" / "loop.py", "from tgjax.train.tasks import make_task\n") == []
 
 
 def test_the_old_loading_module_fails_the_check():

@@ -19,7 +19,7 @@ from tgjax.models import transformer_lm as tlm
 from tgjax.models.parts import model_parts
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES
 from tgjax.train.sharding import logical_to_spec, make_mesh
-from tgjax.train.state import state_shardings
+from tgjax.train.tasks.treebank_lm.state import state_shardings
 
 from .test_transformer_lm import SMALL, as_batch, random_sequence, rule_for
 

@@ -48,7 +48,7 @@ def main(workdir: str, layouts: list[str]) -> None:
             specs.update(w_in=repr(layers["feed_forward"]["w_in"].sharding.spec),
                          query=repr(layers["attention"]["query"].sharding.spec),
                          w_in_mu=repr(adam_mu["feed_forward"]["w_in"].sharding.spec),
-                         memory=repr(state.memory.sharding.spec))
+                         memory=repr(state.carry.sharding.spec))
             specs["device_bytes"] = device_bytes((state.params, state.opt_state))
 
         result = train(config, Path(workdir) / layout.replace(":", "_"), devices=jax.devices()[: data * model],

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from tgjax.train.checkpoint import CheckpointStore
-from tgjax.train.state import TrainState
+from tgjax.train.params_state import ParamsState
 
 
-def fake_state(step: int) -> TrainState:
-    return TrainState(params={"w": jnp.full((3,), float(step))}, opt_state=(jnp.zeros(()),),
+def fake_state(step: int) -> ParamsState:
+    return ParamsState(params={"w": jnp.full((3,), float(step))}, opt_state=(jnp.zeros(()),),
                       step=jnp.asarray(step, jnp.int32), rng=jnp.zeros((2,), jnp.uint32),
-                      memory=jnp.ones((1, 2, 4, 3)) * step)
+                      carry=jnp.ones((1, 2, 4, 3)) * step)
 
 
-def abstract(state: TrainState) -> TrainState:
+def abstract(state: ParamsState) -> ParamsState:
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
 
 
@@ -37,7 +37,7 @@ def test_keeps_the_latest_and_the_best_by_validation_loss(tmp_path):
     store.close()
     assert problems == [] and restored.step == 5
     assert restored.pipeline == {"epoch": 0, "step": 5} and restored.meta == {"note": 5}
-    chex.assert_trees_all_equal(restored.state, fake_state(5))  # params, optimiser state, step, rng, memory
+    chex.assert_trees_all_equal(restored.state, fake_state(5))  # params, optimiser state, step, rng, carry (memory)
 
 
 @pytest.mark.parametrize("mode", ["min", "max"])
@@ -67,7 +67,7 @@ def test_a_state_saved_without_memory_restores_with_empty_memory(tmp_path):
     restored, _ = store.restore_latest(abstract(fake_state(0)))
     store.close()
     assert restored.step == 7 and float(restored.state.params["w"][0]) == 7.0
-    np.testing.assert_array_equal(restored.state.memory, np.zeros((1, 2, 4, 3)))
+    np.testing.assert_array_equal(restored.state.carry, np.zeros((1, 2, 4, 3)))
 
 
 def test_check_names_the_file_that_changed(tmp_path):

@@ -9,8 +9,8 @@ import jax
 import numpy as np
 
 from tgjax.models.parts import model_parts
-from tgjax.train import inputs
-from tgjax.train import state as st
+from tgjax.train.tasks.treebank_lm import inputs
+from tgjax.train.tasks.treebank_lm import state as st
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.sharding import make_mesh
 from tgjax.train.tasks.treebank_lm import model_batch, resolve_model_config
@@ -38,7 +38,7 @@ def test_a_batch_without_prediction_events_moves_nothing_but_memory_and_step():
     state, metrics = train_step(state, rest, model_batch(batch))
     assert int(metrics["num_events"]) > 0
     before_params, before_opt = _leaves(state.params), _leaves(state.opt_state)
-    before_memory = np.asarray(state.memory)
+    before_memory = np.asarray(state.carry)
 
     no_events = dict(batch, labels=np.zeros_like(batch["labels"]),
                      labels_ttypes=np.zeros_like(batch["labels_ttypes"]))
@@ -49,7 +49,7 @@ def test_a_batch_without_prediction_events_moves_nothing_but_memory_and_step():
         np.testing.assert_array_equal(old, new)
     for old, new in zip(before_opt, _leaves(state.opt_state)):
         np.testing.assert_array_equal(old, new)
-    assert not np.array_equal(before_memory, np.asarray(state.memory))  # the segment was still read
+    assert not np.array_equal(before_memory, np.asarray(state.carry))  # the segment was still read
 
     # The same batch with its events does move the parameters (the guard is not a no-op).
     state, metrics = train_step(state, rest, model_batch(batch))

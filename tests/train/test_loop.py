@@ -10,7 +10,7 @@ import pytest
 from tgjax.data.pipeline import EncodedCorpus
 from tgjax.data.vocab import load_vocabulary
 from tgjax.syntax import token_types as tt
-from tgjax.train import inputs
+from tgjax.train.tasks.treebank_lm import inputs
 from tgjax.train.loop import TrainingDiverged, train
 from tgjax.workdir import VocabularyMismatch
 
@@ -37,10 +37,10 @@ def test_a_short_run_writes_metrics_tensorboard_vocabulary_and_checkpoints(tmp_p
         assert record["loss"] == pytest.approx(result.losses[record["step"]], rel=1e-6)
     valid = [r for r in records if r["split"] == "valid"]
     assert [r["step"] for r in valid] == [3, 6]
-    assert valid[1]["loss"] == result.valid_losses[6] and valid[1]["unigram_loss"] == result.unigram_loss
+    assert valid[1]["loss"] == result.valid_losses[6] and valid[1]["unigram_loss"] == result.facts["unigram_loss"]
     assert valid[1]["loss"] < valid[0]["loss"]
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    assert load_vocabulary(tmp_path / "vocab.json").size == result.vocab_size
+    assert load_vocabulary(tmp_path / "vocab.json").size == result.facts["vocab_size"]
     assert {p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()} == {"2", "3", "4", "6"}
     out = stream.getvalue()
     assert "unigram baseline on validation" in out
@@ -146,7 +146,7 @@ def test_treebank_files_train(tmp_path):
 def test_memory_shorter_than_the_stack_is_counted_and_reported(tmp_path):
     stream = io.StringIO()
     result = train(small_config("training.num_steps=1", "model.memory_length=3"), tmp_path / "warn", stream=stream)
-    train_report = result.dropped_stack[0]
+    train_report = result.facts["dropped_stack"][0]
     assert train_report.split == "train" and train_report.dropped_stack_entries > 0
     assert 0 < train_report.sequences_with_dropped_entries <= train_report.sequences == 64
     assert (f"warning: memory too short: train: {train_report.dropped_stack_entries} stack entries in "
@@ -157,4 +157,4 @@ def test_memory_shorter_than_the_stack_is_counted_and_reported(tmp_path):
         train(small_config("training.num_steps=1", "model.memory_length=3", "data.on_dropped_stack_entries=error"),
               tmp_path / "error", quiet=True)
     roomy = train(small_config("training.num_steps=1", "model.memory_length=64"), tmp_path / "roomy", quiet=True)
-    assert all(r.dropped_stack_entries == 0 for r in roomy.dropped_stack)
+    assert all(r.dropped_stack_entries == 0 for r in roomy.facts["dropped_stack"])

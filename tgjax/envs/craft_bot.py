@@ -36,8 +36,8 @@ from collections import deque
 
 import numpy as np
 
-from tgjax.data.craft_demos import CraftDemos
 from tgjax.envs import craft_rules as rules
+from tgjax.envs.craft_episodes import CraftDemos
 
 UNKNOWN = -1
 

@@ -14,8 +14,10 @@ Nothing here needs a mesh: parameters are not sharded when they are created
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -35,3 +37,14 @@ def param(rngs: nnx.Rngs, init: Callable, shape: tuple[int, ...], logical_axes: 
     if len(shape) != len(logical_axes):
         raise ValueError(f"shape {shape} and logical axes {logical_axes} disagree")
     return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=tuple(logical_axes), eager_sharding=False)
+
+
+def count_parameters(model: nnx.Module | Callable[[], nnx.Module]) -> int:
+    """How many numbers the `nnx.Param` variables of `model` hold (batch statistics, RNG state and caches not counted).
+
+    `model` is a module, or a constructor such as `lambda: Model(config, rngs=nnx.Rngs(0))`, which is
+    built abstractly (`nnx.eval_shape`: shapes only, nothing allocated).
+    """
+    if not isinstance(model, nnx.Module):
+        model = nnx.eval_shape(model)
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))

@@ -5,10 +5,13 @@ The workdir layout and the integrity check of one step live in `tgjax.workdir`
 
 A checkpoint at step s, `WORKDIR/checkpoints/<s>/`, holds three items:
 
-    state     the task's whole state; for the treebank LM the `TrainState`:
-              params, optimiser state, step, RNG, and (with
-              `checkpointing.save_memory`) each row's memory [K, B, M, d],
-              which makes a resume mid-sequence bit-identical
+    state     the task's whole state (a dataclass of arrays; most families'
+              `tgjax.train.params_state.ParamsState`): params, optimiser
+              state, step, RNG, and the family's extras: its recurrent carry
+              (the treebank LM's memory [K, B, M, d], ON-LSTM's hidden
+              state; left out without `checkpointing.save_memory`, and then
+              restored empty) and averaged parameters, which make a resume
+              mid-sequence bit-identical
     pipeline  the data position {"epoch", "step"} (JSON)
     meta      run facts (JSON): vocabulary fingerprint and size, best validation loss so far
 
@@ -19,8 +22,9 @@ first, or highest with `best_mode="max"`).
 Integrity: orbax writes each step to a temporary directory and renames it
 when complete, so a save cut short never looks finished; beyond that, once
 a save has finished this module writes a manifest of its files' sizes
-(`WORKDIR/checkpoint_manifests/<s>.json`), and with `checksums` (opt-in:
-`checkpointing.checksums`) their sha256 sums too. The manifest is written by
+(`WORKDIR/checkpoint_manifests/<s>.json`), and with `checksums` (the
+trainer's default; `checkpointing.checksums=false` turns them off) their
+sha256 sums too, which inference verifies on load. The manifest is written by
 a background thread when the next save starts (or at `wait`), so training
 never waits for it: hashing reads every byte (3 GB for 252M parameters with
 Adam). On resume the newest step is checked (items present, sizes match, with
@@ -51,10 +55,20 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
-from tgjax.train.state import TrainState
-from tgjax.workdir import CHECKPOINT_ITEMS, check_step, checkpoint_workdir, directory_manifest
+from tgjax.workdir import (
+    CHECKPOINT_ITEMS,
+    check_step,
+    checkpoint_workdir,
+    directory_manifest,
+    orbax_read,
+    restore_failure,
+)
 
 log = logging.getLogger(__name__)
+
+# The state field holding a family's recurrent carry across batches (`ParamsState.carry`), which
+# `checkpointing.save_memory=false` leaves out of checkpoints.
+RECURRENT_FIELD = "carry"
 
 VALID_LOSS = "valid_loss"
 
@@ -64,7 +78,7 @@ class Restored:
     """A checkpoint read back: the state (in the target's shardings), data position, run facts."""
 
     step: int
-    state: TrainState
+    state: Any
     pipeline: dict[str, int]
     meta: dict[str, Any]
 
@@ -82,11 +96,13 @@ class Problem:
         return f"checkpoint step {self.step} is corrupt or incomplete ({self.reason}){where}"
 
 
-def _state_tree(state: TrainState, save_memory: bool) -> dict[str, Any]:
-    """The state's fields by name (any dataclass of arrays: a task's own state type works too)."""
+def _state_tree(state: Any, save_memory: bool) -> dict[str, Any]:
+    """The state's fields by name (any dataclass of arrays: a task's own state type works too); fields that are
+    None (a `ParamsState` without carry or averaged parameters) are left out."""
     tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    tree = {name: value for name, value in tree.items() if value is not None}
     if not save_memory:
-        tree.pop("memory", None)
+        tree.pop(RECURRENT_FIELD, None)
     return tree
 
 
@@ -140,7 +156,7 @@ class CheckpointStore:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def save(self, step: int, state: TrainState, pipeline_state: dict[str, int], meta: dict[str, Any],
+    def save(self, step: int, state: Any, pipeline_state: dict[str, int], meta: dict[str, Any],
              valid_loss: float | None = None) -> None:
         """Starts saving step `step` (in the background when async); `valid_loss` (the task's selection
         value, a loss for the treebank LM) ranks it for keep-best."""
@@ -229,17 +245,17 @@ class CheckpointStore:
             raise ValueError(f"meta item is {type(meta).__name__}, expected a JSON object")
         return meta
 
-    def restore_latest(self, target: TrainState, check_meta: Callable[[int, dict], None] | None = None
+    def restore_latest(self, target: Any, check_meta: Callable[[int, dict], None] | None = None
                        ) -> tuple[Restored | None, list[Problem]]:
         """The newest checkpoint that passes `check` and restores; older steps are tried in turn.
 
-        `target` is a TrainState of `jax.ShapeDtypeStruct`s with shardings.
+        `target` is a state of `jax.ShapeDtypeStruct`s with shardings.
         `check_meta(step, meta)` runs before the state is read and raises when
         the checkpoint belongs to another run (another model or vocabulary):
         that error propagates, nothing is moved. Unusable (corrupt or
         incomplete) steps are moved aside, so that training can save that step
         again, and returned as `Problem`s for the caller to report. Without
-        saved memory, the restored state's memory is empty.
+        a saved carry (`save_memory=False`), the restored carry is zeros.
         """
         self.wait()  # every manifest written before any is read
         problems: list[Problem] = []
@@ -249,24 +265,26 @@ class CheckpointStore:
             meta = None
             if reason is None:
                 try:
-                    meta = self.read_meta(step)
+                    with orbax_read():  # a failed read: one line, not orbax's teardown noise
+                        meta = self.read_meta(step)
                 except Exception as e:  # orbax raises many kinds; all mean "unreadable"
-                    reason = f"restore failed: meta: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                    reason = f"restore failed: meta: {restore_failure(e)}"
             if reason is None:
                 if check_meta is not None:
                     check_meta(step, meta)  # a different run's checkpoint: not corruption
                 try:
-                    restored = self._restore(step, target)
+                    with orbax_read():
+                        restored = self._restore(step, target)
                     break
                 except Exception as e:
-                    reason = f"restore failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                    reason = f"restore failed: {restore_failure(e)}"
             problems.append(Problem(step, reason))
             log.info("%s", problems[-1])
         if problems:
             self._move_aside(problems)
         return restored, problems
 
-    def _restore(self, step: int, target: TrainState) -> Restored:
+    def _restore(self, step: int, target: Any) -> Restored:
         tree_target = _state_tree(target, self.save_memory)
         items = self.manager.restore(
             step,
@@ -277,9 +295,10 @@ class CheckpointStore:
             ),
         )
         tree = dict(items["state"])
-        if hasattr(target, "memory") and "memory" not in tree:  # saved without memory: rows start empty
-            tree["memory"] = jax.jit(lambda: jnp.zeros(target.memory.shape, target.memory.dtype),
-                                     out_shardings=target.memory.sharding)()
+        carried = getattr(target, RECURRENT_FIELD, None)
+        if carried is not None and RECURRENT_FIELD not in tree:  # saved without the carry: rows start empty
+            tree[RECURRENT_FIELD] = jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carried),
+                                            out_shardings=jax.tree.map(lambda s: s.sharding, carried))()
         pipeline = items["pipeline"]
         if not isinstance(pipeline, dict) or set(pipeline) != {"epoch", "step"}:
             raise ValueError(f"pipeline item is {pipeline!r}, expected {{'epoch', 'step'}}")

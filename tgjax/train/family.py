@@ -42,7 +42,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from tgjax.models.parts import count_parameters
+from tgjax.nn.params import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import (
     ConfigError,

@@ -50,9 +50,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from tgjax.progress import Progress
-from tgjax.train import inputs
 from tgjax.train import sharding as shd
-from tgjax.train import state as st
 from tgjax.train.checkpoint import CheckpointStore, Problem
 from tgjax.train.config import ConfigError, trainer_of
 from tgjax.train.metrics import MetricsWriter
@@ -74,14 +72,14 @@ class TrainResult:
     final_step: int
     losses: dict[int, float]  # training loss of every step this call ran
     valid_losses: dict[int, float]  # the task's selection value at each validation this call ran
-    unigram_loss: float | None
-    best_valid_loss: float | None
+    best_valid_loss: float | None  # the best selection value (lowest or highest, as the task's selection says)
     best_step: int | None
     num_parameters: int
-    vocab_size: int
     seconds: float
     checkpoint_problems: list[Problem]
-    dropped_stack: list[inputs.DroppedStackReport]
+    # The family's own facts about the run (`Task.result_fields`): the treebank LM's vocabulary size, unigram
+    # baseline and memory reports, ...
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     stopped_early: bool = False  # by `stop_after_step`, SIGTERM or the schedule's early stopping
     # Why it stopped before num_steps: "stop_after_step", "sigterm" (both resume on the next call) or
     # "schedule" (early stopping: the run is over, and a later call does nothing).
@@ -277,10 +275,9 @@ class Trainer:
         num_steps = task.num_steps
         for line in task.describe_run():
             self.say(line)
-        fields = task.result_fields()
-        result = TrainResult(self.workdir, start_step, start_step, {}, {}, fields.get("unigram_loss"),
-                             self.best["value"], self.best["step"], fields.get("num_parameters", 0),
-                             fields.get("vocab_size", 0), 0.0, problems, fields.get("dropped_stack", []))
+        facts = dict(task.result_fields())
+        result = TrainResult(self.workdir, start_step, start_step, {}, {}, self.best["value"], self.best["step"],
+                             facts.pop("num_parameters", 0), 0.0, problems, facts)
         if self.schedule_stopped:
             self.say(f"already stopped early at step {start_step} (no improvement); nothing to do")
             result.stopped_early, result.stop_reason = True, "schedule"
@@ -429,7 +426,7 @@ class Trainer:
 
 def train(config, workdir: str | Path, *, task: Task | None = None, devices: list | None = None,
           stop_after_step: int | None = None, stream: TextIO | None = None, quiet: bool = False,
-          callback: Callable[[int, st.TrainState, dict], None] | None = None) -> TrainResult:
+          callback: Callable[[int, Any, dict], None] | None = None) -> TrainResult:
     """Trains (or resumes training) as `config` says, in `workdir`; see the module docstring.
 
     Args:

@@ -38,12 +38,23 @@ from tgjax.train import sharding as shd
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class ParamsState:
-    """params (pure dict), optimiser state, step (int32 []), rng (uint32 [2]: the base key of the step's draws)."""
+    """The trainer's state of a family (checkpointed whole).
+
+    params: pure dict of parameter arrays (`nnx.to_pure_dict` layout).
+    opt_state: the optax state (moments shaped like `params`, counts, an injected learning rate).
+    step: int32 [], updates done.
+    rng: uint32 [2], raw key data of the base key of the step's draws.
+    carry: the family's recurrent state across batches (the carry hook of `tgjax.train.step`: the treebank
+      LM's Transformer-XL memory [K, B, M, d], ON-LSTM's hidden state), or None.
+    average: averaged parameters (the averaging hook: ON-LSTM's ASGD iterate mean and its count), or None.
+    """
 
     params: Any
     opt_state: Any
     step: jax.Array
     rng: jax.Array
+    carry: Any = None
+    average: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

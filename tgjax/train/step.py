@@ -1,15 +1,37 @@
-"""The train step the trainer compiles for a plug-in family: merge, reseed, `value_and_grad`, clip, optax update.
+"""The one place gradients are computed: the trainer's train step, and the gradient update it is made of.
 
     step = make_train_step(graphdef, family.loss, tx)
     state, metrics = step(state, rest, batch)          # jitted by the caller, `state` donated
 
 `state` is a `tgjax.train.params_state.ParamsState` (parameters as a pure
-dict, optimiser state, step, the base RNG key); `rest` is the model's other
-NNX state (RNG streams, constants). Step s (1-based, as the trainer counts)
-draws from `fold_in(rng, s)`, so a resumed run draws what an uninterrupted
-one draws. Clipping is part of `tx` (`optax.clip_by_global_norm`); the
-learning rate lives in the optimiser state (`optax.inject_hyperparams`), so a
-checkpoint holds it with the rest.
+dict, optimiser state, step, the base RNG key, and the family's extras);
+`rest` is the model's other NNX state (RNG streams, constants). Each step
+merges the model, reseeds its RNG streams from the step's key, takes
+`value_and_grad` of the family's loss, and applies the optax update
+(clipping is part of `tx`, `optax.clip_by_global_norm`; the learning rate
+lives in the optimiser state, `optax.inject_hyperparams`, so a checkpoint
+holds it with the rest).
+
+Where a family truly differs, it says so through a named hook of
+`make_train_step`, not a step of its own:
+
+    carry=True          recurrent state across batches (the treebank LM's Transformer-XL memory, ON-LSTM's
+                        hidden state across BPTT windows): the loss takes `state.carry` and returns the next,
+                        which the step stores (no gradient flows across batches)
+    average=fn          averaged parameters (ON-LSTM's NT-ASGD): `fn(state.average, params before, params after,
+                        batch, host)` gives the next `state.average`
+    applied_rate=fn     a learning rate decided outside the optimiser (a plateau schedule on the host, a rate
+                        scaled per batch): `tx` gives the update's direction and the step applies
+                        `params - fn(state, batch, host) * direction`; `host_learning_rate=True` is
+                        `fn = lambda state, batch, host: host` (the step's 4th argument)
+    skip_update_unless  a metric's name: a batch where it is 0 (nothing to predict) leaves the parameters and
+                        optimiser state as they were (Adam would still move them along its momentum)
+    draw_key_at         which count the step's key folds in: "step" (this step, 1-based; a resumed run draws
+                        what an uninterrupted one draws) or "updates_done" (the count before this update; the
+                        treebank LM, ON-LSTM and Ordered Memory draw so, which keeps their recorded numbers)
+
+A loop of updates inside one trainer step (PPO's epochs of minibatches over a
+rollout) calls `gradient_update`, the step's core, in its scan.
 """
 
 from __future__ import annotations
@@ -18,14 +40,18 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 from flax import nnx
 
 from tgjax.train.params_state import ParamsState
 
 # loss(model, batch, key) -> (scalar loss, {name: scalar}); the model is in training mode, its RNG streams reseeded
-# from `key` (the step's key: fold_in(rng, step)), which the loss may also split for draws of its own (masking).
-LossFn = Callable[[nnx.Module, dict[str, jax.Array], jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+# from `key` (the step's key), which the loss may also split for draws of its own (masking, explicit dropout).
+# With the carry hook: loss(model, batch, key, carry) -> (scalar loss, {name: scalar}, next carry).
+LossFn = Callable[..., tuple]
+
+DRAW_KEY_AT = ("step", "updates_done")
 
 
 def merged_model(graphdef: nnx.GraphDef, params: Any, rest: Any, key: jax.Array | None = None) -> nnx.Module:
@@ -59,40 +85,79 @@ def learning_rate_of(opt_state: Any) -> jax.Array | None:
     return found[0] if found else None
 
 
-def make_train_step(graphdef: nnx.GraphDef, loss_fn: LossFn, tx: optax.GradientTransformation, *,
-                    host_learning_rate: bool = False, learning_rate_schedule: Callable | None = None) -> Callable:
-    """`(state, rest, batch) -> (state, metrics)`, not jitted; with `host_learning_rate`,
-    `(state, rest, batch, learning_rate) -> ...`: `tx` gives the update's direction and the step applies
-    `params - learning_rate * direction` (a plateau schedule decides the rate on the host between steps).
-    `learning_rate_schedule(step count before the update)`: the rate to report, for a `tx` that schedules its
-    own rate without `optax.inject_hyperparams`.
+def gradient_update(objective: Callable, params: Any, opt_state: Any, tx: optax.GradientTransformation,
+                    learning_rate: jax.Array | None = None) -> tuple[Any, Any, jax.Array, Any, jax.Array]:
+    """One optimiser update on the gradient of `objective(params) -> (scalar loss, aux)`.
 
-    metrics: the family's own, and `loss`, `grad_norm` (before clipping), `learning_rate` (the rate this
-    step applied, when the optimiser state or the host holds one), `rows` (the batch's global rows).
+    Without `learning_rate` the optax update is applied as it is; with one, `tx` gives the update's direction and
+    the parameters move by `-learning_rate * direction`. Returns (params, opt_state, loss, aux, gradient norm
+    before clipping).
     """
+    (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    if learning_rate is None:
+        new_params = optax.apply_updates(params, updates)
+    else:
+        new_params = jax.tree.map(lambda p, u: p - learning_rate * u, params, updates)
+    return new_params, opt_state, loss, aux, optax.tree.norm(grads)
 
-    def train_step(state: ParamsState, rest: Any, batch: dict[str, jax.Array], learning_rate=None):
+
+def make_train_step(graphdef: nnx.GraphDef, loss_fn: LossFn, tx: optax.GradientTransformation, *,
+                    host_learning_rate: bool = False, applied_rate: Callable | None = None,
+                    learning_rate_schedule: Callable | None = None, carry: bool = False,
+                    average: Callable | None = None, skip_update_unless: str | None = None,
+                    draw_key_at: str = "step") -> Callable:
+    """`(state, rest, batch, host=None) -> (state, metrics)`, not jitted; the hooks are in the module docstring.
+
+    `host`: whatever the task hands each step from the host (a plateau schedule's learning rate; ON-LSTM's
+    "is ASGD on" flag), read by `applied_rate` and `average`. `learning_rate_schedule(step count before the
+    update)`: the rate to report, for a `tx` that schedules its own rate without `optax.inject_hyperparams`.
+
+    metrics: the family's own, and `loss` (the objective, unless the family reports its own `loss`),
+    `grad_norm` (before clipping), `learning_rate` (the rate this
+    step applied, when the optimiser state, the host or the schedule says), `rows` (the batch's global rows).
+    """
+    if draw_key_at not in DRAW_KEY_AT:
+        raise ValueError(f"draw_key_at must be one of {DRAW_KEY_AT}, got {draw_key_at!r}")
+    if host_learning_rate:
+        if applied_rate is not None:
+            raise ValueError("give host_learning_rate or applied_rate, not both")
+        applied_rate = lambda state, batch, host: host  # noqa: E731
+
+    def train_step(state: ParamsState, rest: Any, batch: dict[str, jax.Array], host=None):
         step = state.step + 1
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), step)
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), step if draw_key_at == "step" else state.step)
 
         def objective(params):
-            return loss_fn(merged_model(graphdef, params, rest, key), batch, key)
+            model = merged_model(graphdef, params, rest, key)
+            if carry:
+                loss, metrics, next_carry = loss_fn(model, batch, key, state.carry)
+                return loss, (metrics, next_carry)
+            loss, metrics = loss_fn(model, batch, key)
+            return loss, (metrics, None)
 
-        (loss, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        if host_learning_rate:
-            params = jax.tree.map(lambda p, u: p - learning_rate * u, state.params, updates)
-        else:
-            params = optax.apply_updates(state.params, updates)
+        learning_rate = None if applied_rate is None else applied_rate(state, batch, host)
+        params, opt_state, loss, (metrics, next_carry), grad_norm = gradient_update(
+            objective, state.params, state.opt_state, tx, learning_rate)
+        if skip_update_unless is not None:
+            updating = metrics[skip_update_unless] > 0
+            params, opt_state = jax.tree.map(lambda new, old: jnp.where(updating, new, old),
+                                             (params, opt_state), (state.params, state.opt_state))
+        if learning_rate is None:
             learning_rate = (learning_rate_schedule(state.step) if learning_rate_schedule is not None
                              else learning_rate_of(opt_state))  # inject_hyperparams: the rate of the update just made
+        next_average = (state.average if average is None
+                        else average(state.average, state.params, params, batch, host))
         rows = jax.tree.leaves(batch)[0].shape[0]  # global rows of this step (for rows/s)
-        metrics = {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads), "rows": rows}
+        # A family may report as "loss" something other than its objective (ON-LSTM: the cross-entropy,
+        # without the activation penalties); otherwise "loss" is the objective.
+        metrics = {"loss": loss, **metrics, "grad_norm": grad_norm, "rows": rows}
         if learning_rate is not None:
             metrics["learning_rate"] = learning_rate
-        return ParamsState(params, opt_state, step, state.rng), metrics
+        next_carry = jax.lax.stop_gradient(next_carry) if carry else state.carry
+        return ParamsState(params, opt_state, step, state.rng, next_carry, next_average), metrics
 
-    if host_learning_rate:
+    if applied_rate is not None:
         return train_step
 
     def train_step_at_scheduled_rate(state: ParamsState, rest: Any, batch: dict[str, jax.Array]):

@@ -1,18 +1,19 @@
-"""The train state and the jitted train / eval steps (functional Flax NNX).
+"""The treebank LM's state on the mesh and its jitted steps (functional Flax NNX).
 
 The model is split once, `graphdef, params, rest = nnx.split(model, nnx.Param, ...)`:
 `params` (a pure dict of arrays) is what the optimiser updates; `rest` holds
-the model's constants (position tables) and its dropout RNG streams. Each
-step merges them back inside `jax.jit`, reseeds dropout from
-`fold_in(rng, step)` (so a resumed run draws the same masks as an
-uninterrupted one), and returns new arrays; shardings are explicit on every
-input and output.
+the model's constants (position tables) and its dropout RNG streams. The
+state is the trainer's `ParamsState`, whose carry is each row's
+Transformer-XL memory `[K, B, M, d]`; the train step is the trainer's one
+step (`tgjax.train.step`) with this family's loss and hooks: the memory
+carried across batches, no update on a batch without prediction events, the
+dropout key folded from the updates done so far. Shardings are explicit on
+every input and output.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,25 +25,11 @@ from tgjax.models import TransformerLM, sequence_loss
 from tgjax.models.parts import ModelParts
 from tgjax.syntax import token_types as tt
 from tgjax.train import sharding as shd
+from tgjax.train import step as trainer_step
+from tgjax.train.params_state import ParamsState
 
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class TrainState:
-    """Everything a training step reads and writes (all arrays; checkpointed whole).
-
-    params: pure dict of parameter arrays (`nnx.to_pure_dict` layout).
-    opt_state: the optax state (Adam moments shaped like `params`, counts).
-    step: int32 scalar, updates done so far.
-    rng: uint32 `[2]`, raw key data of the base key; step k's dropout key is `fold_in(rng, k)`.
-    memory: `[K, B, M, d]` float32, each row's Transformer-XL memory after the last step.
-    """
-
-    params: Any
-    opt_state: Any
-    step: jax.Array
-    rng: jax.Array
-    memory: jax.Array
+# The treebank LM's state: a `ParamsState` whose `carry` is the memory (the name the family's code reads).
+TrainState = ParamsState
 
 
 class StateShardings(NamedTuple):
@@ -109,7 +96,7 @@ def init_train_state(parts: ModelParts, tx: optax.GradientTransformation, mesh: 
         opt_state=opt_state,
         step=jax.device_put(jnp.zeros((), jnp.int32), shardings.state.step),
         rng=jax.device_put(jax.random.key_data(step_key), shardings.state.rng),
-        memory=empty_memory(parts, batch_size, shardings),
+        carry=empty_memory(parts, batch_size, shardings),
     )
     return state, rest, shardings
 
@@ -121,7 +108,7 @@ def state_shardings(parts: ModelParts, tx: optax.GradientTransformation, mesh: M
     opt_state = shd.opt_state_shardings(tx, parts.abstract_params, mesh, rules)
     replicated = shd.replicated(mesh)
     state = TrainState(params=params, opt_state=opt_state, step=replicated, rng=replicated,
-                       memory=shd.memory_sharding(mesh))
+                       carry=shd.memory_sharding(mesh))
     return StateShardings(state, replicated, shd.batch_sharding(mesh), shd.memory_sharding(mesh))
 
 
@@ -135,30 +122,29 @@ def abstract_train_state(parts: ModelParts, tx: optax.GradientTransformation, sh
         opt_state=jax.eval_shape(tx.init, pure),
         step=jax.ShapeDtypeStruct((), jnp.int32),
         rng=jax.ShapeDtypeStruct((2,), jnp.uint32),
-        memory=jax.ShapeDtypeStruct((c.num_layers, batch_size, c.memory_length, c.d_model), jnp.float32),
+        carry=jax.ShapeDtypeStruct((c.num_layers, batch_size, c.memory_length, c.d_model), jnp.float32),
     )
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings.state)
 
 
-def _merged(parts: ModelParts, params, rest, dropout_key=None) -> TransformerLM:
-    # Fresh Variable objects for `rest` (a tree map rebuilds them) so that dropout may update its RNG
-    # counters inside whatever transform (grad) this runs under.
-    model = nnx.merge(parts.graphdef, params, jax.tree.map(lambda x: x, rest))
-    if dropout_key is not None and parts.rng_tags:
-        # One fresh key per stream tag; `reseed` then gives every stream of the tag its own key (a scanned
-        # model's stacked streams `[K]` get K keys split from it: "match_shape").
-        nnx.reseed(model, policy="match_shape",
-                   **{tag: jax.random.fold_in(dropout_key, i) for i, tag in enumerate(parts.rng_tags)})
-    return model
+def sequence_nll(model: TransformerLM, batch, key, memory):
+    """The family's loss for the trainer's step: (mean NLL per prediction event, metrics, the next memory).
+
+    Metrics: `sum_nll`, `num_events`, `num_tokens` (non-padding inputs).
+    """
+    logits, next_memory = model(batch, memory, deterministic=False)
+    total, events = sequence_loss(logits, batch)
+    metrics = {"sum_nll": total, "num_events": events, "num_tokens": jnp.sum(batch["inputs_ttypes"] != tt.PAD)}
+    return total / jnp.maximum(events, 1), metrics, next_memory
 
 
 def make_train_step(parts: ModelParts, tx: optax.GradientTransformation, schedule, shardings: StateShardings):
     """`train_step(state, rest, batch) -> (state, metrics)`, jitted with explicit shardings; `state` is donated.
 
-    The loss is the mean negative log-likelihood per prediction event over
-    the global batch. Metrics (replicated scalars): `loss`, `sum_nll`,
-    `num_events`, `num_tokens` (non-padding inputs), `grad_norm` (before
-    clipping), `learning_rate` (the one this update used).
+    The trainer's step (`tgjax.train.step`) with the loss `sequence_nll`, the memory as its carry, and the
+    dropout key `fold_in(rng, updates done)`. Metrics (replicated scalars): `loss` (mean negative
+    log-likelihood per prediction event over the global batch), `sum_nll`, `num_events`, `num_tokens`,
+    `grad_norm` (before clipping), `learning_rate` (the one this update used), `rows`.
 
     A batch without prediction events (e.g. an epoch's last step holding only
     the segment of a sentence's final closing non-terminal, which predicts
@@ -166,34 +152,9 @@ def make_train_step(parts: ModelParts, tx: optax.GradientTransformation, schedul
     is zero, but Adam would still move the parameters along its momentum and
     count the step. Memory and the step counter advance as usual.
     """
-
-    def train_step(state: TrainState, rest, batch):
-        step_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-
-        def loss_fn(params):
-            model = _merged(parts, params, rest, step_key)
-            logits, new_memory = model(batch, state.memory, deterministic=False)
-            total, events = sequence_loss(logits, batch)
-            return total / jnp.maximum(events, 1), (new_memory, total, events)
-
-        (loss, (new_memory, total, events)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        has_events = events > 0
-        params, opt_state = jax.tree.map(lambda new, old: jnp.where(has_events, new, old),
-                                         (params, opt_state), (state.params, state.opt_state))
-        metrics = {
-            "loss": loss,
-            "sum_nll": total,
-            "num_events": events,
-            "num_tokens": jnp.sum(batch["inputs_ttypes"] != tt.PAD),
-            "grad_norm": optax.tree.norm(grads),
-            "learning_rate": schedule(state.step),
-        }
-        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng,
-                               memory=new_memory)
-        return new_state, metrics
-
+    train_step = trainer_step.make_train_step(
+        parts.graphdef, sequence_nll, tx, learning_rate_schedule=schedule, carry=True,
+        skip_update_unless="num_events", draw_key_at="updates_done")
     return jax.jit(
         train_step,
         in_shardings=(shardings.state, shardings.rest, shardings.batch),
@@ -206,7 +167,7 @@ def make_eval_step(parts: ModelParts, shardings: StateShardings):
     """`eval_step(params, rest, batch, memory) -> (sum_nll, num_events, new_memory)`, deterministic."""
 
     def eval_step(params, rest, batch, memory):
-        model = _merged(parts, params, rest)
+        model = trainer_step.merged_model(parts.graphdef, params, rest)
         logits, new_memory = model(batch, memory, deterministic=True)
         total, events = sequence_loss(logits, batch)
         return total, events, new_memory

@@ -3,7 +3,7 @@
 What it hands the trainer (`tgjax.train.task`): the config's checks, the
 train and valid pipelines with the vocabulary (saved in the workdir, checked
 on resume), `TransformerLM` parts with their shardings, the jitted step of
-`tgjax.train.state` (mean negative log-likelihood per prediction event, the
+`tgjax.train.tasks.treebank_lm.state` (mean negative log-likelihood per prediction event, the
 Transformer-XL memory carried in the state), the train record of each
 logging window, and validation: the whole valid split with memory reset,
 mean loss per prediction event, the best checkpoint the lowest. The
@@ -27,15 +27,15 @@ from tgjax.models import MODEL_NAMES, ModelConfig, TransformerLM, count_paramete
 from tgjax.models.parts import model_parts
 from tgjax.progress import format_duration
 from tgjax.syntax import masks
-from tgjax.train import inputs
 from tgjax.train import sharding as shd
-from tgjax.train import state as st
 from tgjax.train.config import UNSET_PATH, ConfigError, default_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
-from tgjax.train.validation import check_values
+from tgjax.train.tasks.treebank_lm import inputs
+from tgjax.train.tasks.treebank_lm import state as st
+from tgjax.train.tasks.treebank_lm.validation import check_values
 from tgjax.workdir import VocabularyMismatch, vocabulary_fingerprint
 
 # The batch fields the model reads (the pipeline also emits bookkeeping: seq_index, segment_index).
