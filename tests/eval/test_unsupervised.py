@@ -361,7 +361,7 @@ def test_command_on_a_tiny_trained_onlstm(tmp_path, capsys):
     parser = load_parser(workdir, "latest")
     step_dir = workdir / "checkpoints" / str(parser.step) / "state"
     saved = ocp.PyTreeCheckpointer().restore(step_dir)
-    chosen = saved["average"]
-    assert parser.averaged and int(saved["num_averaged"]) > 0
+    chosen = saved["average"]["params"]
+    assert parser.averaged and int(saved["average"]["count"]) > 0
     loaded = nnx.to_pure_dict(nnx.state(parser.model, nnx.Param))
     np.testing.assert_array_equal(np.asarray(loaded["embedding"]), np.asarray(chosen["embedding"]))

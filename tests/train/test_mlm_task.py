@@ -210,7 +210,7 @@ def test_the_train_step_feeds_the_masked_tokens_and_scores_the_originals():
     tokens = jnp.asarray(rng.integers(0, 20, size=(3, 8)), jnp.int32)
     valid = jnp.asarray(np.arange(8)[None, :] < np.array([[8], [5], [3]]))
     state = ParamsState(params, tx.init(params), jnp.zeros((), jnp.int32), jax.random.key_data(jax.random.key(7)))
-    _, metrics = train_step(state, rest, {"tokens": tokens, "valid": valid}, jnp.float32(0.0))
+    _, metrics = train_step(state, rest, {"tokens": tokens, "valid": valid})
     # The oracle: the same masking key, the masked inputs through the model, the originals as targets.
     mask_key = jax.random.split(jax.random.fold_in(jax.random.key(7), 1))[0]
     inputs, masked = mlm.mask_tokens(mask_key, tokens, valid, 0.5)

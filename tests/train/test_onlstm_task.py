@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,20 +16,22 @@ from flax import nnx
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
+from tgjax.train.params_state import ParamsState
 from tgjax.train.tasks import make_task
 from tgjax.train.tasks.onlstm_lm import (
     BPTTBatches,
     BPTTSettings,
     OnLSTMLMTask,
-    OnLSTMTrainState,
     Recipe,
     _hidden_dict,
     batchify,
     build_vocabulary,
     encode,
     epoch_plan,
-    make_step_fn,
+    initial_average,
+    make_step,
     nt_asgd_triggered,
+    optimizer,
     read_sentences,
 )
 
@@ -163,14 +166,13 @@ CFG = OnLSTMLMConfig(vocab_size=20, embedding_size=8, hidden_size=8, num_layers=
                      dropout_hidden=0.1, dropout_input=0.2, dropout_embedding=0.1, weight_drop=0.3)
 
 
-def _fresh_state(batch_size=3):
+def _fresh_state(recipe, batch_size=3):
     model = OnLSTMLM(CFG, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
     params = nnx.to_pure_dict(params)
-    state = OnLSTMTrainState(params=params, average=jax.tree.map(jnp.zeros_like, params),
-                             num_averaged=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
-                             rng=jax.random.key_data(jax.random.key(1)),
-                             hidden=_hidden_dict(model.initial_state(batch_size)))
+    state = ParamsState(params=params, opt_state=optimizer(recipe).init(params), step=jnp.zeros((), jnp.int32),
+                        rng=jax.random.key_data(jax.random.key(1)),
+                        carry=_hidden_dict(model.initial_state(batch_size)), average=initial_average(params))
     return graphdef, state
 
 
@@ -190,14 +192,14 @@ def _batch(seed, lr_scale, length=6, padded=8, batch_size=3, previous_lr_scale=1
 
 def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
     recipe = Recipe(lr=30.0, weight_decay=0.01, clip=0.05, alpha=2.0, beta=1.0, asgd_as_released=False)
-    graphdef, state = _fresh_state()
+    graphdef, state = _fresh_state(recipe)
     # A carried state from a previous segment: the step must start from it.
-    hidden0 = jax.tree.map(lambda a: a + 0.3, state.hidden)
-    state = OnLSTMTrainState(state.params, state.average, state.num_averaged, state.step, state.rng, hidden0)
+    hidden0 = jax.tree.map(lambda a: a + 0.3, state.carry)
+    state = dataclasses.replace(state, carry=hidden0)
     batch = _batch(0, lr_scale=63 / 70)
     params0 = jax.tree.map(np.asarray, state.params)
-    step_fn = jax.jit(make_step_fn(graphdef, recipe))
-    new_state, metrics = step_fn(state, batch, jnp.asarray(False))
+    step_fn = jax.jit(make_step(graphdef, recipe))
+    new_state, metrics = step_fn(state, None, batch, jnp.asarray(False))
 
     # Independently: the same loss (same dropout key), PyTorch's clip, decay added after the clip, lr * 63/70.
     key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), 0)
@@ -222,30 +224,29 @@ def test_one_step_is_clipped_sgd_with_weight_decay_at_the_rescaled_rate():
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6)
     assert float(metrics["learning_rate"]) == pytest.approx(lr)
     assert float(metrics["grad_norm"]) == pytest.approx(norm, rel=1e-4)
-    assert int(new_state.num_averaged) == 0 and int(new_state.step) == 1
+    assert int(new_state.average["count"]) == 0 and int(new_state.step) == 1
     # The carried state: where this segment's last real step left it (same dropout masks, pre-update weights).
     model = nnx.merge(graphdef, state.params)
     hidden = [(hidden0[f"layer_{layer}"]["h"], hidden0[f"layer_{layer}"]["c"]) for layer in range(2)]
     _, want_hidden, _ = model(batch["inputs"], hidden, deterministic=False, key=key, mask=batch["mask"])
     for layer in range(2):
-        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{layer}"]["h"]),
+        np.testing.assert_allclose(np.asarray(new_state.carry[f"layer_{layer}"]["h"]),
                                    np.asarray(want_hidden[layer][0]), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(new_state.hidden[f"layer_{layer}"]["c"]),
+        np.testing.assert_allclose(np.asarray(new_state.carry[f"layer_{layer}"]["c"]),
                                    np.asarray(want_hidden[layer][1]), rtol=1e-5, atol=1e-6)
     # Before ASGD the average is untouched.
-    assert all(not np.asarray(a).any() for a in jax.tree.leaves(new_state.average))
+    assert all(not np.asarray(a).any() for a in jax.tree.leaves(new_state.average["params"]))
 
 
 def test_reset_flag_restarts_the_carried_state_from_zero():
     recipe = Recipe(lr=1.0, weight_decay=0.0, clip=1.0, alpha=0.0, beta=0.0, asgd_as_released=False)
-    graphdef, state = _fresh_state()
-    step_fn = jax.jit(make_step_fn(graphdef, recipe))
+    graphdef, state = _fresh_state(recipe)
+    step_fn = jax.jit(make_step(graphdef, recipe))
     batch = _batch(1, 1.0)
-    carried = OnLSTMTrainState(state.params, state.average, state.num_averaged, state.step, state.rng,
-                               jax.tree.map(lambda a: a + 0.5, state.hidden))
-    _, from_zero = step_fn(state, batch, jnp.asarray(False))
-    _, from_carried = step_fn(carried, batch, jnp.asarray(False))
-    _, reset = step_fn(carried, {**batch, "reset": jnp.ones((3,), bool)}, jnp.asarray(False))
+    carried = dataclasses.replace(state, carry=jax.tree.map(lambda a: a + 0.5, state.carry))
+    _, from_zero = step_fn(state, None, batch, jnp.asarray(False))
+    _, from_carried = step_fn(carried, None, batch, jnp.asarray(False))
+    _, reset = step_fn(carried, None, {**batch, "reset": jnp.ones((3,), bool)}, jnp.asarray(False))
     assert float(reset["loss"]) == float(from_zero["loss"]) != float(from_carried["loss"])
 
 
@@ -267,13 +268,13 @@ def test_nt_asgd_trigger_on_a_hand_made_validation_sequence():
 @pytest.mark.parametrize("release_average", [False, True])
 def test_averaged_parameters_are_the_mean_of_the_iterates_since_the_trigger(release_average):
     recipe = Recipe(lr=5.0, weight_decay=1e-3, clip=0.5, alpha=2.0, beta=1.0, asgd_as_released=release_average)
-    graphdef, state = _fresh_state()
-    step_fn = jax.jit(make_step_fn(graphdef, recipe))
+    graphdef, state = _fresh_state(recipe)
+    step_fn = jax.jit(make_step(graphdef, recipe))
     iterates, rates = [], []
     scales = [0.9 + 0.05 * k for k in range(6)]
     for k in range(6):
         active = k >= 2  # SGD for 2 steps, then ASGD for 4
-        state, metrics = step_fn(state, _batch(10 + k, scales[k], previous_lr_scale=scales[max(k - 1, 0)]),
+        state, metrics = step_fn(state, None, _batch(10 + k, scales[k], previous_lr_scale=scales[max(k - 1, 0)]),
                                  jnp.asarray(active))
         iterates.append(jax.tree.map(lambda p: np.asarray(p, np.float64), state.params))
         rates.append(float(metrics["learning_rate"]))
@@ -284,9 +285,53 @@ def test_averaged_parameters_are_the_mean_of_the_iterates_since_the_trigger(rele
     # Release (PyTorch ASGD's lagging mu): the ASGD iterates from the second on.
     averaged = iterates[3:] if release_average else iterates[1:]
     expected = jax.tree.map(lambda *ps: sum(ps) / len(ps), *averaged)
-    assert int(state.num_averaged) == (4 if release_average else 5)
-    for got, want in zip(jax.tree.leaves(state.average), jax.tree.leaves(expected)):
+    assert int(state.average["count"]) == (4 if release_average else 5)
+    for got, want in zip(jax.tree.leaves(state.average["params"]), jax.tree.leaves(expected)):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_asgd_steps_follow_a_hand_written_oracle(released):
+    """3 steps with ASGD on from the first, by hand: p - lr_k * (clip(g) + wd * p) with lr_k the released rule's
+    (from the second ASGD step, the previous segment's scale) or this segment's, the hidden state carried from
+    step to step, and the mean of the iterates (paper: w_T and every iterate; release: from the second on)."""
+    recipe = Recipe(lr=4.0, weight_decay=0.02, clip=0.05, alpha=2.0, beta=1.0, asgd_as_released=released)
+    graphdef, state = _fresh_state(recipe)
+    params, hidden = jax.tree.map(np.asarray, (state.params, state.carry))
+    scales, previous = [0.8, 1.1, 0.95], [1.3, 0.8, 1.1]
+    batches = [_batch(20 + k, scales[k], previous_lr_scale=previous[k]) for k in range(3)]
+    step_fn = jax.jit(make_step(graphdef, recipe))
+    for batch in batches:
+        state, _ = step_fn(state, None, batch, jnp.asarray(True))
+
+    def objective(params, hidden, batch, key):
+        model = nnx.merge(graphdef, params)
+        state_list = [(hidden[f"layer_{layer}"]["h"], hidden[f"layer_{layer}"]["c"]) for layer in range(2)]
+        logits, new_hidden, aux = model(batch["inputs"], state_list, deterministic=False, key=key, mask=batch["mask"])
+        nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["targets"][..., None], -1)[..., 0]
+        ce = jnp.sum(nll * batch["mask"]) / jnp.sum(batch["mask"])
+        ar, tar = activation_penalties(aux["raw_outputs"][-1], batch["mask"])
+        return ce + 2.0 * ar + 1.0 * tar, _hidden_dict(new_hidden)
+
+    iterates = [params]
+    for k, batch in enumerate(batches):
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), k)  # the updates done before step k
+        grads, hidden = jax.grad(objective, has_aux=True)(params, hidden, batch, key)
+        grads, hidden = jax.tree.map(np.asarray, (grads, hidden))
+        norm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in jax.tree.leaves(grads)))
+        assert norm > 0.05  # so the clip is active
+        lr = 4.0 * (previous[k] if released and k >= 1 else scales[k])
+        params = jax.tree.map(lambda p, g: p - lr * (g * (0.05 / (norm + 1e-6)) + 0.02 * p), params, grads)
+        iterates.append(params)
+    averaged = iterates[2:] if released else iterates
+    expected = jax.tree.map(lambda *ps: sum(np.asarray(p, np.float64) for p in ps) / len(ps), *averaged)
+    for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(params)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+    for got, want in zip(jax.tree.leaves(state.average["params"]), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+    assert int(state.average["count"]) == (3 if released else 4) and int(state.step) == 3
+    for got, want in zip(jax.tree.leaves(state.carry), jax.tree.leaves(hidden)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
 
 
 # -----------------------------------------------------------------------------
@@ -322,7 +367,7 @@ def test_train_validates_at_every_epoch_end_and_the_loss_goes_down(tiny_run):
 
 
 def task_vocab_size(result):
-    return result.vocab_size
+    return result.facts["vocab_size"]  # the task's result_fields
 
 
 def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(tiny_run, tmp_path):
@@ -407,7 +452,7 @@ def test_validation_uses_the_averaged_parameters_once_asgd_runs(tmp_path):
     task.setup(RunContext(tmp_path, shd.make_mesh(), False, 0, 1, lambda text: None))
     state, rest = task.init_state()
     shifted = jax.tree.map(lambda p: p * 0.5 + 0.01, state.params)
-    state = OnLSTMTrainState(state.params, shifted, state.num_averaged, state.step, state.rng, state.hidden)
+    state = dataclasses.replace(state, average={**state.average, "params": shifted})
     on_params, _ = task.validation_loss(state.params)
     on_average, _ = task.validation_loss(shifted)
     assert on_params != on_average

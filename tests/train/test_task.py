@@ -4,9 +4,10 @@ The toy is small enough to follow by hand: w ∈ R^2 fitted to y = x·(1, −2) 
 SGD on batches of 4 of 16 fixed rows (order shuffled per epoch); validation
 scores −mse (higher is better), or a score scripted per step. It checks what
 the trainer owns for every task: the best by a "max" criterion (records,
-result, the keep-best checkpoint), plateau decay and early stopping, the
-learning rate and plateau counters carried through a checkpoint, and a
-resume equal to an uninterrupted run.
+result, the keep-best checkpoint), plateau decay (of the rate the
+optimiser state holds) and early stopping, the learning rate and plateau
+counters carried through a checkpoint, and a resume equal to an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from tgjax.train.config import apply_overrides, default_config
 from tgjax.train.loop import train
-from tgjax.train.schedules import Plateau, StepSchedule
+from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
+from tgjax.train.step import gradient_update, learning_rate_of
 from tgjax.train.task import Evaluation, Selection
 
 X = np.random.default_rng(0).normal(size=(16, 2)).astype(np.float32)
@@ -33,7 +36,19 @@ Y = X @ np.array([1.0, -2.0], np.float32)
 @dataclasses.dataclass
 class ToyState:
     w: jax.Array  # [2]
+    opt_state: object  # plain SGD's, its learning rate held there (`plateau_optimizer`)
     step: jax.Array  # int32 scalar
+
+
+class CountingPlateau(Plateau):
+    """`Plateau`, counting the decays it asks for."""
+
+    decays = 0
+
+    def update(self, value):
+        improved, decay, stop = super().update(value)
+        self.decays += decay
+        return improved, decay, stop
 
 
 class _Rows:
@@ -75,10 +90,9 @@ class ToyTask:
     def __init__(self, *, num_steps=24, validation_interval=4, lr=0.05, scores=None, patience=(1, 2)):
         self.num_steps, self.validation_interval = num_steps, validation_interval
         self.checkpoint_interval, self.logging_interval, self.tensorboard = 4, 1, False
-        self.learning_rate = lr
+        self.tx = plateau_optimizer(optax.identity(), lr)  # SGD: the gradient is the direction
         self.scores = scores  # {step: validation score}, or None: −mse
-        self.schedule = Plateau(*patience, mode="max") if patience else StepSchedule()
-        self.decays = 0
+        self.schedule = CountingPlateau(*patience, mode="max") if patience else StepSchedule()
 
     def validate_config(self, config):
         pass
@@ -93,7 +107,8 @@ class ToyTask:
         return ["toy regression"]
 
     def init_state(self):
-        return ToyState(jnp.zeros(2, jnp.float32), jnp.zeros((), jnp.int32)), None
+        w = jnp.zeros(2, jnp.float32)
+        return ToyState(w, self.tx.init(w), jnp.zeros((), jnp.int32)), None
 
     def abstract_state(self):
         return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
@@ -103,13 +118,12 @@ class ToyTask:
         return None
 
     def checkpoint_meta(self):
-        return {"learning_rate": self.learning_rate, "plateau": self.schedule.state_dict()}
+        return {"plateau": self.schedule.state_dict()}
 
     def check_checkpoint(self, meta, step, directory):
         pass
 
     def resume_from(self, meta):
-        self.learning_rate = meta["learning_rate"]
         self.schedule.load_state_dict(meta["plateau"])
 
     def batches(self, position):
@@ -117,13 +131,14 @@ class ToyTask:
 
     def make_train_step(self):
         @jax.jit
-        def step(state, lr, x, y):
-            loss, grad = jax.value_and_grad(lambda w: jnp.mean((x @ w - y) ** 2))(state.w)
-            return ToyState(state.w - lr * grad, state.step + 1), loss
+        def step(state, x, y):
+            w, opt_state, loss, _, _ = gradient_update(lambda w: (jnp.mean((x @ w - y) ** 2), None), state.w,
+                                                       state.opt_state, self.tx)
+            return ToyState(w, opt_state, state.step + 1), loss
 
         def train_step(state, rest, batch):
-            new_state, loss = step(state, jnp.float32(self.learning_rate), batch["x"], batch["y"])
-            return new_state, {"loss": loss, "learning_rate": self.learning_rate}
+            new_state, loss = step(state, batch["x"], batch["y"])
+            return new_state, {"loss": loss, "learning_rate": learning_rate_of(state.opt_state)}
 
         return train_step
 
@@ -137,11 +152,6 @@ class ToyTask:
         w = np.asarray(state.w)
         score = self.scores[int(state.step)] if self.scores is not None else -float(np.mean((X @ w - Y) ** 2))
         return Evaluation({"score": score}, {"score": score}, f"score {score:.4f}")
-
-    def decay_learning_rate(self):
-        self.decays += 1
-        self.learning_rate *= 0.5
-        return self.learning_rate
 
     def result_fields(self):
         return {}
@@ -168,9 +178,10 @@ def test_best_by_max_plateau_decay_and_early_stopping(tmp_path):
         (4, 0.5, True), (8, 0.7, True), (12, 0.6, False), (16, 0.65, False)]
     assert result.stopped_early and result.final_step == 16
     assert (result.best_step, result.best_valid_loss) == (8, 0.7)
-    assert task.decays == 1
+    assert task.schedule.decays == 1
     rates = {r["step"]: r["learning_rate"] for r in _records(tmp_path, "train")}
-    assert rates[12] == 0.05 and rates[13] == 0.025 and rates[16] == 0.025
+    assert rates[12] == np.float32(0.05) and rates[13] == rates[16] == np.float32(0.05) * np.float32(0.5)
+    assert result.final_learning_rate == rates[16]
     # max_to_keep=1 keeps the latest (16); keep-best by the highest score keeps 8, not 4 or 12.
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [8, 16]
 
@@ -180,8 +191,8 @@ def test_resume_continues_as_an_uninterrupted_run(tmp_path):
     scores = {4: 0.5, 8: 0.4, 12: 0.6, 16: 0.55, 20: 0.7, 24: 0.8}
     whole = ToyTask(lr=0.2, scores=scores, patience=(1, 100))
     states = {}
-    train(_config(), tmp_path / "whole", task=whole, quiet=True,
-          callback=lambda step, state, m: states.__setitem__(step, np.asarray(state.w)))
+    whole_result = train(_config(), tmp_path / "whole", task=whole, quiet=True,
+                         callback=lambda step, state, m: states.__setitem__(step, np.asarray(state.w)))
     first = ToyTask(lr=0.2, scores=scores, patience=(1, 100))
     train(_config(), tmp_path / "split", task=first, quiet=True, stop_after_step=13)
     second = ToyTask(lr=0.2, scores=scores, patience=(1, 100))
@@ -189,8 +200,10 @@ def test_resume_continues_as_an_uninterrupted_run(tmp_path):
     result = train(_config(), tmp_path / "split", task=second, quiet=True,
                    callback=lambda step, state, m: resumed.__setitem__(step, np.asarray(state.w)))
     assert result.start_step == 13 and min(resumed) == 14
-    assert (whole.decays, first.decays, second.decays) == (2, 1, 1)
-    assert second.learning_rate == whole.learning_rate == 0.2 / 4  # the first decay came through the meta
+    assert (whole.schedule.decays, first.schedule.decays, second.schedule.decays) == (2, 1, 1)
+    # the first decay came through the checkpoint's optimiser state
+    assert result.final_learning_rate == whole_result.final_learning_rate == (
+        np.float32(0.2) * np.float32(0.5) * np.float32(0.5))
     for step in range(14, 25):
         np.testing.assert_array_equal(resumed[step], states[step])
     assert np.abs(states[24] - [1.0, -2.0]).max() < np.abs(states[1] - [1.0, -2.0]).max() / 2  # it learns

@@ -21,13 +21,14 @@ d_t = 1 − mean over chunks of the master forget gate f̃_t of that layer.
 Words outside the vocabulary are read as `<unk>` and counted (`num_unknown`).
 
 What a workdir holds (written by `tgjax train` with `trainer="onlstm_lm"`):
-`checkpoints/<step>/state` (orbax) with `params`, `average` (ASGD's running
-mean) and `num_averaged`; `checkpoints/<step>/meta` with `model` (the
-`OnLSTMLMConfig` fields), `config.trainer`, `vocab_sha256` and `best_step`;
-`vocab.txt`, one word per line (id = line number). The parameters used are
-the ones validation used at that step: the ASGD average when averaging had
-run (`num_averaged > 0`), else the raw iterate; the release likewise saves
-the averaged weights once ASGD runs.
+`checkpoints/<step>/state` (orbax, the trainer's `ParamsState`) with `params`
+and `average` = {`params`: ASGD's running mean, `count`: 0 until ASGD ran};
+`checkpoints/<step>/meta` with `model` (the `OnLSTMLMConfig` fields),
+`config.trainer`, `vocab_sha256` and `best_step`; `vocab.txt`, one word per
+line (id = line number). The parameters used are the ones validation used at
+that step: the ASGD average when averaging had run (`average/count > 0`),
+else the raw iterate; the release likewise saves the averaged weights once
+ASGD runs.
 
 Batches of sentences are right-padded to a multiple of `length_bucket` steps
 (padding comes after the words, and the recurrence is causal, so it changes
@@ -206,11 +207,11 @@ def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: in
     abstract_model = nnx.eval_shape(lambda: OnLSTMLM(checkpoint.model_config, rngs=nnx.Rngs(0)))
     graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
     shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), nnx.to_pure_dict(abstract_params))
-    target = {"params": shapes, "average": shapes, "num_averaged": jax.ShapeDtypeStruct((), jnp.int32)}
+    target = {"params": shapes, "average": {"params": shapes, "count": jax.ShapeDtypeStruct((), jnp.int32)}}
     restored = restore_state_items(checkpoint, target)
-    averaged = int(restored["num_averaged"]) > 0
+    averaged = int(restored["average"]["count"]) > 0
     params = jax.tree.map(lambda x: x, abstract_params)  # a State to fill
-    nnx.replace_by_pure_dict(params, restored["average"] if averaged else restored["params"])
+    nnx.replace_by_pure_dict(params, restored["average"]["params"] if averaged else restored["params"])
     model = nnx.merge(graphdef, params)
     return OnLSTMParser(model, words, batch_size=batch_size, length_bucket=length_bucket, step=checkpoint.step,
                         workdir=checkpoint.workdir, averaged=averaged)

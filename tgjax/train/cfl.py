@@ -56,6 +56,7 @@ from tgjax.train.config import (
     family_config,
 )
 from tgjax.train.params_state import ParamsState
+from tgjax.train.schedules import plateau_optimizer
 from tgjax.train.step import make_train_step
 
 __all__ = [
@@ -333,19 +334,27 @@ CFLState = ParamsState
 
 @dataclasses.dataclass
 class Steps:
-    train: Any  # (state, rest, inputs, targets, weights, lr) -> (state, metrics); `state` is donated
+    train: Any  # (state, rest, inputs, targets, weights) -> (state, metrics); `state` is donated
     score: Any  # (params, rest, inputs, targets, weights) -> [B] log-probabilities of the rows
 
 
-def make_optimizer(clip_grad_norm: float | None, b1: float, b2: float, eps: float) -> optax.GradientTransformation:
-    """The global gradient norm clipped to `clip_grad_norm` (None: not clipped), then Adam's scaling; the
-    step multiplies by −learning rate itself, so the rate can decay on the host without recompiling."""
-    return optax.chain(optax.clip_by_global_norm(clip_grad_norm) if clip_grad_norm else optax.identity(),
-                       optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
+def make_optimizer(training, learning_rate: float) -> optax.GradientTransformation:
+    """The global gradient norm clipped to `training.clip_grad_norm` (None: not clipped), Adam's scaling, then the
+    step at `learning_rate`, a rate the optimiser state holds (`tgjax.train.schedules.plateau_optimizer`): the
+    plateau decays it there, and the compiled step is the same at every rate and in every trial."""
+    clip, adam = training.clip_grad_norm, training.adam
+    return _optimizer(float(clip) if clip else None, float(adam.b1), float(adam.b2), float(adam.eps), learning_rate)
 
 
-def make_steps(model_cfg: StackLMConfig, training) -> tuple[Steps, optax.GradientTransformation]:
-    """The jitted `train` and `score` steps, and the optimiser (`make_optimizer`).
+def _optimizer(clip_grad_norm: float | None, b1: float, b2: float, eps: float,
+               learning_rate: float) -> optax.GradientTransformation:
+    direction = optax.chain(optax.clip_by_global_norm(clip_grad_norm) if clip_grad_norm else optax.identity(),
+                            optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
+    return plateau_optimizer(direction, learning_rate)
+
+
+def make_steps(model_cfg: StackLMConfig, training) -> Steps:
+    """The jitted `train` and `score` steps; the train step's optimiser is `make_optimizer`'s.
 
     train: the loss is the cross-entropy summed over time steps, averaged over
     the batch's strings (rows with any weight); dropout's key for the step
@@ -358,9 +367,9 @@ def make_steps(model_cfg: StackLMConfig, training) -> tuple[Steps, optax.Gradien
 
 
 @functools.lru_cache(maxsize=8)
-def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: float, b2: float,
-                eps: float) -> tuple[Steps, optax.GradientTransformation]:
-    tx = make_optimizer(clip_grad_norm, b1, b2, eps)
+def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: float, b2: float, eps: float) -> Steps:
+    # The update reads the rate from the optimiser state (each trial's own); the one given here is never read.
+    tx = _optimizer(clip_grad_norm, b1, b2, eps, learning_rate=0.0)
     template = nnx.eval_shape(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
     train_def, _, _ = nnx.split(template, nnx.Param, ...)
     template.eval()
@@ -374,17 +383,16 @@ def _make_steps(model_cfg: StackLMConfig, clip_grad_norm: float | None, b1: floa
         rows = jnp.maximum(jnp.sum(weights.sum(-1) > 0), 1)
         return nll / rows, {"sum_nll": nll, "num_symbols": weights.sum()}  # summed over time, mean over strings
 
-    # The trainer's one step; the rate comes from the host (a plateau decay recompiles nothing).
-    one_step = make_train_step(train_def, loss, tx, host_learning_rate=True)
+    one_step = make_train_step(train_def, loss, tx)  # the trainer's one step
 
-    def train_step(state: CFLState, rest, inputs, targets, weights, lr):
-        return one_step(state, rest, {"inputs": inputs, "targets": targets, "weights": weights}, lr)
+    def train_step(state: CFLState, rest, inputs, targets, weights):
+        return one_step(state, rest, {"inputs": inputs, "targets": targets, "weights": weights})
 
     def score_step(params, rest, inputs, targets, weights):
         model = nnx.merge(eval_def, params, rest)
         return jnp.where(weights > 0, token_log_probs(model(inputs), targets), 0.0).sum(-1)
 
-    return Steps(jax.jit(train_step, donate_argnums=(0,)), jax.jit(score_step)), tx
+    return Steps(jax.jit(train_step, donate_argnums=(0,)), jax.jit(score_step))
 
 
 def initial_learning_rate(training, seed: int) -> float:

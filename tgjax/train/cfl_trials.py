@@ -197,7 +197,7 @@ def train_cfl(config, workdir: str | Path, *, stream: TextIO | None = None, quie
     k = trials.index(best)
     model_cfg = resolve_model_config(config, task.vocabulary.size)
     say(f"computing the true probabilities of {len(test_strings)} test strings")
-    steps, _ = make_steps(model_cfg, t)
+    steps = make_steps(model_cfg, t)
     _, rest, _ = init_model(model_cfg, best.seed)
     params = read_params(best.workdir, best.best_step, model_cfg)
     test_batches = make_batches(task, test_strings, e.batch_size, length_bucket=d.length_bucket, same_length=False)

@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
+from tgjax.train.params_state import ParamsState
 from tgjax.workdir import (
     CHECKPOINT_ITEMS,
     check_step,
@@ -101,7 +102,7 @@ def _state_tree(state: Any, save_memory: bool) -> dict[str, Any]:
     None (a `ParamsState` without carry or averaged parameters) are left out."""
     tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
     tree = {name: value for name, value in tree.items() if value is not None}
-    if not save_memory:
+    if not save_memory and isinstance(state, ParamsState):  # the trainer's carry; a task's own fields are its own
         tree.pop(RECURRENT_FIELD, None)
     return tree
 
@@ -295,7 +296,7 @@ class CheckpointStore:
             ),
         )
         tree = dict(items["state"])
-        carried = getattr(target, RECURRENT_FIELD, None)
+        carried = getattr(target, RECURRENT_FIELD, None) if isinstance(target, ParamsState) else None
         if carried is not None and RECURRENT_FIELD not in tree:  # saved without the carry: rows start empty
             tree[RECURRENT_FIELD] = jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carried),
                                             out_shardings=jax.tree.map(lambda s: s.sharding, carried))()

@@ -283,8 +283,6 @@ class FamilyTask:
         message = ", ".join(f"{name} {value:.4f}" for name, value in values.items())
         return Evaluation(values, dict(values), message)
 
-    def decay_learning_rate(self) -> float:
-        raise NotImplementedError("a plug-in family's learning rate follows its step schedule")
 
     def result_fields(self) -> dict[str, Any]:
         return {"num_parameters": self.layout.num_parameters}

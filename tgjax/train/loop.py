@@ -54,6 +54,8 @@ from tgjax.train import sharding as shd
 from tgjax.train.checkpoint import CheckpointStore, Problem
 from tgjax.train.config import ConfigError, trainer_of
 from tgjax.train.metrics import MetricsWriter
+from tgjax.train.schedules import decayed
+from tgjax.train.step import learning_rate_of
 from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
 from tgjax.workdir import local_workdir
@@ -80,6 +82,8 @@ class TrainResult:
     # The family's own facts about the run (`Task.result_fields`): the treebank LM's vocabulary size, unigram
     # baseline and memory reports, ...
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The rate the optimiser state holds at the end (after any plateau decay), when it holds one.
+    final_learning_rate: float | None = None
     stopped_early: bool = False  # by `stop_after_step`, SIGTERM or the schedule's early stopping
     # Why it stopped before num_steps: "stop_after_step", "sigterm" (both resume on the next call) or
     # "schedule" (early stopping: the run is over, and a later call does nothing).
@@ -334,7 +338,7 @@ class Trainer:
                 paused_at = time.perf_counter()  # validation and saving do not count towards steps/s
                 value, schedule_stop = None, False
                 if validation_due:
-                    value, schedule_stop = self._validate(step, state, rest, result)
+                    state, value, schedule_stop = self._validate(step, state, rest, result)
 
                 self.schedule_stopped = schedule_stop
                 preempted = stop.agreed(step)  # every process, every step (a collective every K steps, at most)
@@ -356,6 +360,8 @@ class Trainer:
                     break
         store.wait()
         self.progress.close()
+        rate = learning_rate_of(getattr(state, "opt_state", None))
+        result.final_learning_rate = None if rate is None else float(rate)
         result.seconds = time.perf_counter() - self.started
         summary = task.summary(result)
         if summary:
@@ -391,10 +397,11 @@ class Trainer:
         raise TrainingDiverged(f"training loss is {loss} at step {step}; stopped, and {kept} "
                                f"(nothing from step {step} on was saved{found})")
 
-    def _validate(self, step: int, state, rest, result: TrainResult) -> tuple[float, bool]:
+    def _validate(self, step: int, state, rest, result: TrainResult) -> tuple[Any, float, bool]:
         """The task's evaluation: the best so far, the record, the message, the schedule's verdict.
 
-        Returns (the selection value, whether the schedule stops the run).
+        Returns (the state, its learning rate decayed when the schedule says so; the selection value; whether the
+        schedule stops the run).
         """
         task = self.task
         evaluation = task.evaluate(state, rest)
@@ -410,10 +417,11 @@ class Trainer:
                  else f"validation at step {step}: {evaluation.message}, "
                       f"best {self.best['value']:.4f} at step {self.best['step']}")
         _, decay, schedule_stop = task.schedule.update(value)
-        if decay:
+        if decay:  # the rate lives in the optimiser state (`schedules.plateau_optimizer`)
+            state, rate = decayed(state, task.schedule.factor)
             # `label`: an optional prefix a task gives its lines (the CFL trials: "[trial 2/10] ").
-            self.say(f"{getattr(task, 'label', '')}no improvement: learning rate -> {task.decay_learning_rate():.3g}")
-        return value, schedule_stop
+            self.say(f"{getattr(task, 'label', '')}no improvement: learning rate -> {rate:.3g}")
+        return state, value, schedule_stop
 
     def close(self) -> None:
         """Waits for checkpoint saves to finish and closes the writers."""

@@ -20,10 +20,10 @@ Where a family truly differs, it says so through a named hook of
                         which the step stores (no gradient flows across batches)
     average=fn          averaged parameters (ON-LSTM's NT-ASGD): `fn(state.average, params before, params after,
                         batch, host)` gives the next `state.average`
-    applied_rate=fn     a learning rate decided outside the optimiser (a plateau schedule on the host, a rate
-                        scaled per batch): `tx` gives the update's direction and the step applies
-                        `params - fn(state, batch, host) * direction`; `host_learning_rate=True` is
-                        `fn = lambda state, batch, host: host` (the step's 4th argument)
+    applied_rate=fn     a learning rate decided outside the optimiser (ON-LSTM's, scaled per batch by its BPTT
+                        length): `tx` gives the update's direction and the step applies
+                        `params - fn(state, batch, host) * direction` (a plateau schedule needs no hook: its
+                        rate lives in the optimiser state, `tgjax.train.schedules.plateau_optimizer`)
     skip_update_unless  a metric's name: a batch where it is 0 (nothing to predict) leaves the parameters and
                         optimiser state as they were (Adam would still move them along its momentum)
     draw_key_at         which count the step's key folds in: "step" (this step, 1-based; a resumed run draws
@@ -103,14 +103,14 @@ def gradient_update(objective: Callable, params: Any, opt_state: Any, tx: optax.
 
 
 def make_train_step(graphdef: nnx.GraphDef, loss_fn: LossFn, tx: optax.GradientTransformation, *,
-                    host_learning_rate: bool = False, applied_rate: Callable | None = None,
+                    applied_rate: Callable | None = None,
                     learning_rate_schedule: Callable | None = None, carry: bool = False,
                     average: Callable | None = None, skip_update_unless: str | None = None,
                     draw_key_at: str = "step") -> Callable:
     """`(state, rest, batch, host=None) -> (state, metrics)`, not jitted; the hooks are in the module docstring.
 
-    `host`: whatever the task hands each step from the host (a plateau schedule's learning rate; ON-LSTM's
-    "is ASGD on" flag), read by `applied_rate` and `average`. `learning_rate_schedule(step count before the
+    `host`: whatever the task hands each step from the host (ON-LSTM's "is ASGD on" flag), read by
+    `applied_rate` and `average`. `learning_rate_schedule(step count before the
     update)`: the rate to report, for a `tx` that schedules its own rate without `optax.inject_hyperparams`.
 
     metrics: the family's own, and `loss` (the objective, unless the family reports its own `loss`),
@@ -119,10 +119,6 @@ def make_train_step(graphdef: nnx.GraphDef, loss_fn: LossFn, tx: optax.GradientT
     """
     if draw_key_at not in DRAW_KEY_AT:
         raise ValueError(f"draw_key_at must be one of {DRAW_KEY_AT}, got {draw_key_at!r}")
-    if host_learning_rate:
-        if applied_rate is not None:
-            raise ValueError("give host_learning_rate or applied_rate, not both")
-        applied_rate = lambda state, batch, host: host  # noqa: E731
 
     def train_step(state: ParamsState, rest: Any, batch: dict[str, jax.Array], host=None):
         step = state.step + 1

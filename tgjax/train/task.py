@@ -38,9 +38,9 @@ and plain attributes: `name`, `num_steps`, `validation_interval` (steps
 between validations, 0 = only at the end), `checkpoint_interval`,
 `logging_interval`, `tensorboard`, `selection` (which validation number
 ranks checkpoints, and whether lower or higher is better) and `schedule` (a
-`tgjax.train.schedules` policy: step-based, whose learning rate lives in the
-optimiser, or plateau decay with early stopping, which the trainer applies
-after each validation through `decay_learning_rate()`).
+`tgjax.train.schedules` policy: step-based, or plateau decay with early
+stopping, which the trainer applies after each validation to the rate the
+optimiser state holds, `schedules.plateau_optimizer`).
 
 A new family is a module with such a class and a config; the trainer is not
 edited (`tgjax.train.tasks` maps a config to its task).
@@ -193,10 +193,6 @@ class Task(Protocol):
     def has_validation(self) -> bool: ...
 
     def evaluate(self, state, rest) -> Evaluation: ...
-
-    def decay_learning_rate(self) -> float:
-        """Scales the learning rate by the task's decay factor (a plateau schedule); returns the new rate."""
-        ...
 
     def result_fields(self) -> dict[str, Any]: ...
 

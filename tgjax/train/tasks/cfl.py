@@ -42,6 +42,7 @@ from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import params_layout, with_shardings
 from tgjax.train.schedules import Plateau
+from tgjax.train.step import learning_rate_of
 from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged, read_intervals
 
 _MODEL_FIELDS = ("inputs", "targets", "weights")
@@ -153,10 +154,10 @@ class CFLTask:
         t = config.training
         self.seed = int(t.seed) + trial
         self.label = f"[trial {trial + 1}/{t.num_trials}] " if t.num_trials > 1 else ""
-        self.learning_rate = self.initial_learning_rate = cfl.initial_learning_rate(t, self.seed)
+        self.initial_learning_rate = cfl.initial_learning_rate(t, self.seed)
         # threshold_offset: the validation split's true cross-entropy, set at the first validation (a constant).
         budget = t.get("max_train_seconds")
-        self.schedule = _BudgetedPlateau(t.lr_patience, t.early_stopping_patience,
+        self.schedule = _BudgetedPlateau(t.lr_patience, t.early_stopping_patience, factor=t.lr_decay,
                                          threshold=t.get("lr_threshold", 0.0),
                                          budget_s=None if budget is None else float(budget),
                                          elapsed=self.training_seconds)
@@ -220,7 +221,8 @@ class CFLTask:
         self.validation_interval = self.steps_per_epoch
         interval = config.checkpointing.interval_steps
         self.checkpoint_interval = int(interval) if interval else self.steps_per_epoch
-        self.steps, self.tx = cfl.make_steps(self.model_config, t)
+        self.steps = cfl.make_steps(self.model_config, t)
+        self.tx = cfl.make_optimizer(t, self.initial_learning_rate)
         self.replicated = shd.replicated(run.mesh)
         self.layout = params_layout(lambda rngs: StackTransformerLM(self.model_config, rngs=rngs), run.mesh,
                                     shd.config_rules(config))
@@ -262,7 +264,7 @@ class CFLTask:
         plateau = self.schedule.state_dict()
         if not math.isfinite(plateau["best"]):
             plateau["best"] = None  # before the first validation (JSON has no infinity)
-        return {"run": self.facts, "learning_rate": self.learning_rate, "plateau": plateau,
+        return {"run": self.facts, "plateau": plateau,
                 "valid_history": list(self.valid_history),
                 "seconds": self.training_seconds(),
                 "model": dataclasses.asdict(self.model_config), "config": to_json_dict(self.config)}
@@ -276,7 +278,6 @@ class CFLTask:
                               + "; ".join(changed) + ". Use the original config or a new --workdir")
 
     def resume_from(self, meta: dict) -> None:
-        self.learning_rate = float(meta["learning_rate"])
         plateau = dict(meta["plateau"])
         if plateau["best"] is None:
             plateau["best"] = math.inf
@@ -294,8 +295,7 @@ class CFLTask:
         step = self.steps.train
 
         def train_step(state, rest, batch):
-            return step(state, rest, batch["inputs"], batch["targets"], batch["weights"],
-                        jnp.float32(self.learning_rate))
+            return step(state, rest, batch["inputs"], batch["targets"], batch["weights"])
 
         return train_step
 
@@ -303,10 +303,6 @@ class CFLTask:
         # nats per symbol over the window; the symbols are the "tokens" of tokens/s
         return SummingWindow(ratios={"loss": ("sum_nll", "num_symbols")}, tokens="num_symbols",
                              steps_per_epoch=self.steps_per_epoch)
-
-    def decay_learning_rate(self) -> float:
-        self.learning_rate *= float(self.config.training.lr_decay)
-        return self.learning_rate
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -330,7 +326,8 @@ class CFLTask:
             values={"cross_entropy_difference": difference},
             record={"epoch": epoch, "cross_entropy_difference": difference,
                     "cross_entropy": valid.overall.model_cross_entropy,
-                    "true_cross_entropy": valid.overall.true_cross_entropy, "learning_rate": self.learning_rate},
+                    "true_cross_entropy": valid.overall.true_cross_entropy,
+                    "learning_rate": float(learning_rate_of(state.opt_state))},
             message=(f"epoch {epoch}: validation cross-entropy difference {difference:.4f} (model "
                      f"{valid.overall.model_cross_entropy:.4f}, true {valid.overall.true_cross_entropy:.4f} "
                      f"nats/symbol)"))
@@ -366,7 +363,7 @@ class CFLTask:
         by_budget = stopped_early and self.schedule.since_best < self.schedule.early_stopping_patience
         trial = TrialResult(
             workdir=self.run.workdir, seed=self.seed, learning_rate=self.initial_learning_rate,
-            final_learning_rate=self.learning_rate, epochs_run=epochs_run,
+            final_learning_rate=result.final_learning_rate, epochs_run=epochs_run,
             best_epoch=-(-result.best_step // self.steps_per_epoch), best_step=result.best_step,
             stopped_early=stopped_early, stopped_by_budget=by_budget,
             num_parameters=self.num_parameters, valid_history=list(self.valid_history),

@@ -27,10 +27,12 @@ What it hands the trainer (`tgjax.train.task`):
   epoch's order is a function of (seed, epoch), so the iterator's position
   {"epoch", "step"} is all a checkpoint needs. The last, partial batch of an
   epoch is filled with empty rows of weight 0 (nothing is dropped).
-* the step: mean cross-entropy over the batch's real rows, Adam with the
-  release's L2 weight decay (PyTorch's `weight_decay`: added to the gradient
-  before the moments) after clipping, the learning rate passed in from the
-  host so that the plateau schedule can change it.
+* the step: the trainer's one step (`tgjax.train.step`) on the mean
+  cross-entropy over the batch's real rows, Adam with the release's L2
+  weight decay (PyTorch's `weight_decay`: added to the gradient before the
+  moments) after clipping, the learning rate passed in from the host so that
+  the plateau schedule can change it, the dropout key drawn at the count of
+  updates done before the step.
 * selection: validation accuracy, higher is better; the schedule is the
   release's ReduceLROnPlateau (factor 0.5, PyTorch patience 2 = 3 validations
   without improvement here) or a constant rate (`training.schedule`).
@@ -84,8 +86,9 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import ParamsState, abstract_params_state, init_params_state, params_layout
-from tgjax.train.schedules import Plateau, StepSchedule
+from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
+from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
+from tgjax.train.step import learning_rate_of, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 DATASETS = ("listops", "logic")
@@ -348,17 +351,16 @@ def span_f1(gold: list[set], predicted: list[set]) -> tuple[float, int]:
 
 
 def make_optimizer(training) -> optax.GradientTransformation:
-    """Clip, L2 weight decay into the gradient (PyTorch Adam's `weight_decay`), Adam's direction.
-
-    The learning rate is applied in the step (it comes from the host schedule).
-    """
+    """Clip, L2 weight decay into the gradient (PyTorch Adam's `weight_decay`), Adam's direction, then the step at
+    `training.learning_rate`, a rate the optimiser state holds and the plateau schedule decays
+    (`tgjax.train.schedules.plateau_optimizer`)."""
     parts = []
     if training.clip_grad_norm and training.clip_grad_norm > 0:
         parts.append(optax.clip_by_global_norm(training.clip_grad_norm))
     if training.weight_decay:
         parts.append(optax.add_decayed_weights(training.weight_decay))
     parts.append(optax.scale_by_adam(b1=training.b1, b2=training.b2, eps=training.eps))
-    return optax.chain(*parts)
+    return plateau_optimizer(optax.chain(*parts), float(training.learning_rate))
 
 
 def _model_inputs(kind: str, batch):
@@ -373,29 +375,28 @@ def _num_tokens(kind: str, batch):
     return jnp.sum(batch["left_valid"]) + jnp.sum(batch["right_valid"])
 
 
+def classification_loss(kind: str):
+    """The loss the trainer's step differentiates: the mean cross-entropy over the batch's real rows (weight 1),
+    the step's key the model's dropout key; (loss, {"sum_nll", "num_correct", "num_examples", "num_tokens"})."""
+
+    def loss(model, batch, key):
+        logits, _ = model(*_model_inputs(kind, batch), dropout_key=key)
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+        weights = batch["weights"]
+        total, count = jnp.sum(weights * nll), jnp.sum(weights)
+        correct = jnp.sum(weights * (jnp.argmax(logits, -1) == batch["labels"]))
+        return total / jnp.maximum(count, 1.0), {"sum_nll": total, "num_correct": correct, "num_examples": count,
+                                                 "num_tokens": _num_tokens(kind, batch)}
+
+    return loss
+
+
 def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransformation):
-    """(train_step(state, batch, lr) -> (state, metrics), eval_step(params, batch) -> (predictions, pointers))."""
+    """train_step(state, rest, batch) -> (state, metrics): the trainer's one step (`tgjax.train.step`), its key
+    drawn at the count of updates done before it (the recorded numbers); eval_step(params, batch) ->
+    (predictions, pointers)."""
     kind = model_cfg.kind
-
-    def train_step(state: ParamsState, batch, learning_rate):
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-
-        def loss_fn(params):
-            model = nnx.merge(graphdef, params)
-            logits, _ = model(*_model_inputs(kind, batch), dropout_key=key)
-            nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
-            weights = batch["weights"]
-            count = jnp.maximum(jnp.sum(weights), 1.0)
-            correct = jnp.sum(weights * (jnp.argmax(logits, -1) == batch["labels"]))
-            return jnp.sum(weights * nll) / count, (jnp.sum(weights * nll), correct, jnp.sum(weights))
-
-        (loss, (total, correct, count)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = jax.tree.map(lambda p, u: p - learning_rate * u, state.params, updates)
-        metrics = {"loss": loss, "sum_nll": total, "num_correct": correct, "num_examples": count,
-                   "num_tokens": _num_tokens(kind, batch), "grad_norm": optax.tree.norm(grads),
-                   "learning_rate": learning_rate}
-        return ParamsState(params, opt_state, state.step + 1, state.rng), metrics
+    train_step = make_train_step(graphdef, classification_loss(kind), tx, draw_key_at="updates_done")
 
     def eval_step(params, batch):
         model = nnx.merge(graphdef, params)
@@ -423,9 +424,8 @@ class ClassificationTask:
         self.eval_batch_size = config.evaluation.batch_size
         self.dataset = config.dataset
         t = config.training
-        self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="max") if t.schedule == "plateau"
-                         else StepSchedule())
-        self.learning_rate = float(t.learning_rate)
+        self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="max", factor=t.lr_decay)
+                         if t.schedule == "plateau" else StepSchedule())
         self.best: dict[str, Any] = {"value": None, "step": None, "params": None}
         self.last_evaluated: tuple[int, Any] | None = None
 
@@ -529,7 +529,7 @@ class ClassificationTask:
     def checkpoint_meta(self) -> dict[str, Any]:
         meta = {"dataset": self.dataset, "model": dataclasses.asdict(self.model_config),
                 "batch_size": self.batch_size, "data_sha256": self.data_fingerprint,
-                "learning_rate": self.learning_rate, "config": to_json_dict(self.config)}
+                "config": to_json_dict(self.config)}
         if isinstance(self.schedule, Plateau):
             meta["plateau"] = self.schedule.state_dict()
         return meta
@@ -554,8 +554,7 @@ class ClassificationTask:
                               + ". Use the original config or a new --workdir")
 
     def resume_from(self, meta: dict) -> None:
-        """The host-side schedule: the learning rate and the plateau's counters, and the best so far."""
-        self.learning_rate = float(meta["learning_rate"])
+        """The host-side schedule: the plateau's counters (the rate is in the optimiser state), and the best so far."""
         if isinstance(self.schedule, Plateau) and "plateau" in meta:
             self.schedule.load_state_dict(meta["plateau"])
         self.best = {"value": meta.get("best_valid_loss"), "step": meta.get("best_step"), "params": None}
@@ -568,22 +567,12 @@ class ClassificationTask:
                             d.length_bucket, position, self.run.process_index, self.run.process_count)
 
     def make_train_step(self):
-        step = self._train_step
-
-        def train_step(state, rest, batch):
-            # The plateau schedule changes the rate between steps: it comes in as an argument, not a constant.
-            return step(state, batch, jnp.float32(self.learning_rate))
-
-        return train_step
+        return self._train_step
 
     def new_window(self) -> SummingWindow:
         """Loss per example and accuracy over the logging interval."""
         return SummingWindow(ratios={"loss": ("sum_nll", "num_examples"), "accuracy": ("num_correct", "num_examples")},
                              tokens="num_tokens")
-
-    def decay_learning_rate(self) -> float:
-        self.learning_rate *= float(self.config.training.lr_decay)
-        return self.learning_rate
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -644,7 +633,7 @@ class ClassificationTask:
         if "parse_f1" in result:
             message += f", parse F1 {result['parse_f1']:.1f}"
         return Evaluation(values={"valid_accuracy": value},
-                          record={**result, "learning_rate": self.learning_rate}, message=message)
+                          record={**result, "learning_rate": float(learning_rate_of(state.opt_state))}, message=message)
 
     def best_params(self):
         """The best validation parameters: kept on the host, or read from the best checkpoint after a resume."""
@@ -655,9 +644,11 @@ class ClassificationTask:
         import orbax.checkpoint as ocp
 
         target = self.abstract_state()
+        # The state's fields as the checkpoint store saves them: those that are None (no carry, no average) left out.
+        fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target)}
         path = self.run.workdir / "checkpoints" / str(self.best["step"]) / "state"
-        tree = ocp.StandardCheckpointer().restore(path.resolve(), {f.name: getattr(target, f.name)
-                                                                   for f in dataclasses.fields(target)})
+        tree = ocp.StandardCheckpointer().restore(path.resolve(), {name: value for name, value in fields.items()
+                                                                   if value is not None})
         return tree["params"]
 
     def test(self, params) -> dict[str, dict[str, float]]:

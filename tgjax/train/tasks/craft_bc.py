@@ -386,8 +386,6 @@ class CraftBCTask:
         return SummingWindow(ratios={"loss": ("sum_nll", "num_steps"), "action_accuracy": ("num_correct", "num_steps")},
                              tokens="num_steps", learning_rate=float(self.config.training.learning_rate))
 
-    def decay_learning_rate(self) -> float:
-        return float(self.config.training.learning_rate)
 
     # -- evaluation ----------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.schedules import StepSchedule
+from tgjax.train.step import gradient_update
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 
 
@@ -158,8 +159,9 @@ def restore_bc_policy(workdir: str | Path, chosen: int, policy_config: CraftPoli
 
 def ppo_update(tx: optax.GradientTransformation, loss_fn: Callable, params, opt_state, key: jax.Array, rl):
     """`rl.num_epochs` epochs of `rl.num_minibatches` minibatches of the `rl.num_envs` environments (the order
-    permuted by fold_in(key, 10000 + epoch)); per minibatch one `tx` step on the gradient of
-    `loss_fn(params, envs) -> (loss, (policy loss, value loss, entropy))`, envs [num_envs / num_minibatches] int.
+    permuted by fold_in(key, 10000 + epoch)); per minibatch one `tx` step (`tgjax.train.step.gradient_update`, the
+    trainer step's core) on the gradient of `loss_fn(params, envs) -> (loss, (policy loss, value loss, entropy))`,
+    envs [num_envs / num_minibatches] int.
 
     Returns (params, opt_state, metrics): the last minibatch's loss, the other parts' means over all minibatches.
     """
@@ -169,9 +171,8 @@ def ppo_update(tx: optax.GradientTransformation, loss_fn: Callable, params, opt_
 
         def minibatch(carry, envs):
             params, opt_state = carry
-            (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, envs)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), (loss, *parts)
+            params, opt_state, loss, parts, _ = gradient_update(lambda p: loss_fn(p, envs), params, opt_state, tx)
+            return (params, opt_state), (loss, *parts)
 
         return jax.lax.scan(minibatch, carry, order.reshape(rl.num_minibatches, -1))
 
@@ -316,8 +317,6 @@ class CraftPPOTask:
                                      "reward_per_episode": ("sum_rewards", "episodes"), **self.extra_ratios},
                              tokens="env_steps", totals={"episodes": "episodes"})
 
-    def decay_learning_rate(self) -> float:
-        return float(self.config.training.learning_rate)
 
     def has_validation(self) -> bool:
         return True

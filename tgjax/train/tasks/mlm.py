@@ -67,8 +67,8 @@ from tgjax.train.config import (
 )
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
-from tgjax.train.schedules import Plateau, StepSchedule
-from tgjax.train.step import make_train_step
+from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
+from tgjax.train.step import learning_rate_of, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
@@ -271,14 +271,16 @@ class MLMBatches:
 
 
 def make_optimizer(training) -> optax.GradientTransformation:
-    """Clip, PyTorch Adam's L2 weight decay into the gradient, Adam's direction (the rate comes from the host)."""
+    """Clip, PyTorch Adam's L2 weight decay into the gradient, Adam's direction, then the step at
+    `training.learning_rate`, held in the optimiser state for the plateau schedule to decay
+    (`tgjax.train.schedules.plateau_optimizer`)."""
     parts = []
     if training.clip:
         parts.append(optax.clip_by_global_norm(training.clip))
     if training.weight_decay:
         parts.append(optax.add_decayed_weights(training.weight_decay))
     parts.append(optax.scale_by_adam(b1=training.b1, b2=training.b2, eps=training.eps))
-    return optax.chain(*parts)
+    return plateau_optimizer(optax.chain(*parts), float(training.learning_rate))
 
 
 def masked_lm_loss(mask_rate: float):
@@ -298,9 +300,9 @@ def masked_lm_loss(mask_rate: float):
 
 
 def make_steps(graphdef, tx, mask_rate: float):
-    """train_step(state, rest, batch, lr) -> (state, metrics): the trainer's one step with the plateau schedule's
-    rate from the host; eval_step(params, rest, batch, key) -> (nll, count)."""
-    train_step = make_train_step(graphdef, masked_lm_loss(mask_rate), tx, host_learning_rate=True)
+    """train_step(state, rest, batch) -> (state, metrics): the trainer's one step; eval_step(params, rest, batch,
+    key) -> (nll, count)."""
+    train_step = make_train_step(graphdef, masked_lm_loss(mask_rate), tx)
 
     def eval_step(params, rest, batch, key):
         inputs, masked = mask_tokens(key, batch["tokens"], batch["valid"], mask_rate)
@@ -379,9 +381,8 @@ class MLMTask:
         self.config = config
         read_intervals(self, config)
         t = config.training
-        self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="min") if t.schedule == "plateau"
-                         else StepSchedule())
-        self.learning_rate = float(t.learning_rate)
+        self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="min", factor=t.lr_decay)
+                         if t.schedule == "plateau" else StepSchedule())
 
     def validate_config(self, config) -> None:
         check_config(config)
@@ -465,8 +466,7 @@ class MLMTask:
     def checkpoint_meta(self) -> dict[str, Any]:
         meta = {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,
                 "vocab_size": len(self.words), "data_sha256": self.data_sha256,
-                "token_budget": self.config.training.token_budget, "learning_rate": self.learning_rate,
-                "config": to_json_dict(self.config)}
+                "token_budget": self.config.training.token_budget, "config": to_json_dict(self.config)}
         if isinstance(self.schedule, Plateau):
             plateau = self.schedule.state_dict()
             meta["plateau"] = {**plateau, "best": plateau["best"] if math.isfinite(plateau["best"]) else None}
@@ -490,7 +490,6 @@ class MLMTask:
                               + ". Use the original config or a new --workdir")
 
     def resume_from(self, meta: dict) -> None:
-        self.learning_rate = float(meta["learning_rate"])
         if isinstance(self.schedule, Plateau) and "plateau" in meta:
             plateau = dict(meta["plateau"])
             plateau["best"] = math.inf if plateau["best"] is None else plateau["best"]
@@ -504,20 +503,11 @@ class MLMTask:
                           getattr(self, "rows_multiple", 1), self.run.process_index, self.run.process_count)
 
     def make_train_step(self):
-        step = self._train_step
-
-        def train_step(state, rest, batch):
-            return step(state, rest, batch, jnp.float32(self.learning_rate))
-
-        return train_step
+        return self._train_step
 
     def new_window(self) -> SummingWindow:
         """Loss per masked token (and its perplexity) over the logging interval."""
         return SummingWindow(ratios={"loss": ("sum_nll", "num_masked")}, tokens="num_tokens", perplexity_of="loss")
-
-    def decay_learning_rate(self) -> float:
-        self.learning_rate *= float(self.config.training.lr_decay)
-        return self.learning_rate
 
     # -- evaluation
 
@@ -546,7 +536,7 @@ class MLMTask:
         ppl = math.exp(min(loss, 50.0))
         return Evaluation(values={"valid_loss": loss},
                           record={"loss": loss, "perplexity": ppl, "masked_tokens": count,
-                                  "learning_rate": self.learning_rate},
+                                  "learning_rate": float(learning_rate_of(state.opt_state))},
                           message=f"MLM loss {loss:.4f}, perplexity {ppl:.2f}")
 
     def result_fields(self) -> dict[str, Any]:

@@ -35,12 +35,15 @@ shared trainer:
   shapes instead of one per length.
 - The hidden state is carried from segment to segment within an epoch
   (gradients stopped) and reset to zeros at each epoch's first segment; it
-  lives in the checkpointed state, so a resumed run is bit-exact.
+  lives in the checkpointed state (`ParamsState.carry`), so a resumed run
+  is bit-exact.
 - Loss: mean cross-entropy per token + alpha * AR + beta * TAR
   (`tgjax.models.onlstm_lm.activation_penalties`). Update: the gradient
   clipped to global norm `clip` (PyTorch's clip_grad_norm_: scale by
   clip / (norm + 1e-6) when that is < 1), plus weight_decay * params, then
-  params -= lr_t * grad (plain SGD, no momentum).
+  params -= lr_t * grad (plain SGD, no momentum). The step is the trainer's
+  one step (`tgjax.train.step`): the clip and the decay are the optax
+  transformation, lr_t its `applied_rate` hook, the hidden state its carry.
 - NT-ASGD: after each validation (one per epoch, as the release), while
   still on SGD: switch to averaged SGD when more than `nonmono` validations
   came before and this one is worse than the best of all but the last
@@ -57,7 +60,9 @@ shared trainer:
   whose step size lags one step behind the seq_len rescale (it computes
   eta for step n + 1 from the rate main.py set for step n), so ASGD step
   n >= 2 moves by lr * (seq_len of the previous segment) / bptt (batches
-  carry `previous_lr_scale` for it).
+  carry `previous_lr_scale` for it). The mean and its count are
+  `ParamsState.average` = {"params", "count"}, kept by the step's average
+  hook; the host hands each step "ASGD is on".
 - Validation: the validation stream batchified at `evaluation.batch_size`
   (the release's 10), fixed segments of `evaluation.bptt`, hidden state
   carried from zero, eval-mode dropouts; perplexity = exp(mean per-token
@@ -106,8 +111,9 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import params_layout, with_shardings
+from tgjax.train.params_state import ParamsState, params_layout, with_shardings
 from tgjax.train.schedules import StepSchedule
+from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
@@ -366,50 +372,37 @@ def nt_asgd_triggered(history: list[float], value: float, nonmono: int) -> bool:
     return len(history) > nonmono and value > min(history[:-nonmono])
 
 
-def asgd_average(average, num_averaged, params_before, params_after, active, release_lag: bool):
-    """One step of ASGD's running mean: (new average, new count).
+def asgd_average(average: dict, params_before, params_after, active, release_lag: bool) -> dict:
+    """One step of ASGD's running mean (the release's `ax`): {"params": shaped like params, "count": int32 []} -> next.
+
+    count: iterates in the mean (paper) or ASGD steps so far (release); 0 before ASGD, when the mean is zeros.
 
     Paper (AWD Algorithm 1): the first active step seeds the mean with the
     parameters before it (w_T) and counts iterates in the mean. Release
     (`release_lag`): PyTorch's ASGD, counting ASGD steps n and weighting the
     newest iterate by 1 / max(1, n - 1).
     """
+    mean, num_averaged = average["params"], average["count"]
     if release_lag:
         count = num_averaged + active.astype(jnp.int32)
         weight = 1.0 / jnp.maximum(1.0, count.astype(jnp.float32) - 1.0)
-        new = jax.tree.map(lambda a, p: jnp.where(active, a + (p - a) * weight, a), average, params_after)
-        return new, count
+        new = jax.tree.map(lambda a, p: jnp.where(active, a + (p - a) * weight, a), mean, params_after)
+        return {"params": new, "count": count}
     first = active & (num_averaged == 0)
-    base = jax.tree.map(lambda a, p: jnp.where(first, p, a), average, params_before)
+    base = jax.tree.map(lambda a, p: jnp.where(first, p, a), mean, params_before)
     count = jnp.where(first, 1, num_averaged) + 1
     weight = 1.0 / count.astype(jnp.float32)
     new = jax.tree.map(lambda a, p: jnp.where(active, a + (p - a) * weight, a), base, params_after)
-    return new, jnp.where(active, count, num_averaged)
+    return {"params": new, "count": jnp.where(active, count, num_averaged)}
+
+
+def initial_average(params) -> dict:
+    """The ASGD average before any ASGD step: zeros shaped like `params`, count 0 (`ParamsState.average`)."""
+    return {"params": jax.tree.map(jnp.zeros_like, params), "count": jnp.zeros((), jnp.int32)}
 
 
 # -----------------------------------------------------------------------------
-# State and steps.
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class OnLSTMTrainState:
-    """Everything a step reads and writes (checkpointed whole).
-
-    params: pure dict of the model's parameters.
-    average: ASGD's running mean of the iterates (the release's `ax`), shaped like params; zeros before ASGD.
-    num_averaged: int32, iterates in that mean (paper) or ASGD steps so far (release); 0 before ASGD.
-    step: int32, updates done.
-    rng: uint32 [2], the base key; step k's dropout key is fold_in(rng, k).
-    hidden: {"layer_l": {"h": [batch, H_l], "c": [batch, H_l]}}, the state carried to the next segment.
-    """
-
-    params: Any
-    average: Any
-    num_averaged: jax.Array
-    step: jax.Array
-    rng: jax.Array
-    hidden: Any
+# The step: the trainer's one step (`tgjax.train.step`) with the carry, applied-rate and average hooks.
 
 
 def _hidden_dict(state_list) -> dict:
@@ -438,49 +431,68 @@ def token_nll(logits, targets, mask):
     return jnp.sum(nll * mask), jnp.sum(mask)
 
 
-def clip_like_torch(grads, max_norm: float):
-    """PyTorch 0.4's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1. Returns (grads, norm)."""
-    norm = optax.tree.norm(grads)
-    coefficient = max_norm / (norm + 1e-6)
-    scale = jnp.where(coefficient < 1.0, coefficient, 1.0)
-    return jax.tree.map(lambda g: g * scale, grads), norm
+def clip_like_torch(max_norm: float) -> optax.GradientTransformation:
+    """PyTorch 0.4's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1 (optax's
+    `clip_by_global_norm` scales by max_norm / norm, without the 1e-6)."""
+
+    def update(updates, state, params=None):
+        del params
+        coefficient = max_norm / (optax.tree.norm(updates) + 1e-6)
+        scale = jnp.where(coefficient < 1.0, coefficient, 1.0)
+        return jax.tree.map(lambda g: g * scale, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def make_step_fn(graphdef, recipe: Recipe):
-    """`(state, batch, asgd_active) -> (state, metrics)`, not jitted (see the module docstring)."""
+def optimizer(recipe: Recipe) -> optax.GradientTransformation:
+    """The update's direction, clip(g) + weight_decay * params; the step moves params by -lr_t times it (SGD)."""
+    return optax.chain(clip_like_torch(recipe.clip), optax.add_decayed_weights(recipe.weight_decay))
 
-    def step_fn(state: OnLSTMTrainState, batch, asgd_active):
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+
+def lm_loss(recipe: Recipe):
+    """The loss of the carry hook: (model, batch, key, hidden) -> (objective, metrics, next hidden).
+
+    batch: inputs / targets / mask [B, T], reset [B] (an epoch's first segment: the hidden state restarts from
+    zeros). hidden: {"layer_l": {"h", "c": [B, H_l]}}. The objective is the mean cross-entropy per token plus
+    the AR / TAR penalties; the metric "loss" is the cross-entropy alone.
+    """
+
+    def loss(model, batch, key, hidden):
         reset = batch["reset"][:, None]
-        hidden = jax.tree.map(lambda a: jnp.where(reset, jnp.zeros_like(a), a), state.hidden)
+        hidden = jax.tree.map(lambda a: jnp.where(reset, jnp.zeros_like(a), a), hidden)
         mask = batch["mask"]
+        logits, new_hidden, aux = model(batch["inputs"], _hidden_list(hidden), deterministic=False, key=key,
+                                        mask=mask)
+        total, count = token_nll(logits, batch["targets"], mask)
+        ce = total / jnp.maximum(count, 1.0)
+        ar, tar = activation_penalties(aux["raw_outputs"][-1], mask)
+        objective = ce + recipe.alpha * ar + recipe.beta * tar
+        metrics = {"loss": ce, "objective": objective, "sum_nll": total, "num_tokens": count}
+        return objective, metrics, _hidden_dict(new_hidden)
 
-        def loss_fn(params):
-            model = nnx.merge(graphdef, params)
-            logits, new_hidden, aux = model(batch["inputs"], _hidden_list(hidden), deterministic=False, key=key,
-                                            mask=mask)
-            total, count = token_nll(logits, batch["targets"], mask)
-            ce = total / jnp.maximum(count, 1.0)
-            ar, tar = activation_penalties(aux["raw_outputs"][-1], mask)
-            return ce + recipe.alpha * ar + recipe.beta * tar, (ce, total, count, new_hidden)
+    return loss
 
-        (objective, (ce, total, count, new_hidden)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        grads, grad_norm = clip_like_torch(grads, recipe.clip)
+
+def make_step(graphdef, recipe: Recipe):
+    """`(state, rest, batch, asgd_active) -> (state, metrics)`, not jitted: `tgjax.train.step.make_train_step`.
+
+    state: a `ParamsState` with carry = the hidden state and average = `asgd_average`'s dict; rest: None (the
+    model has parameters only; it takes its dropout key explicitly); asgd_active: bool [], the host's
+    "NT-ASGD has switched". The step's key folds in the updates done before it, as this task always drew.
+    """
+
+    def applied_rate(state, batch, asgd_active):
+        """lr * seq_len / bptt of this segment; PyTorch's ASGD (released) from its second step: the previous one's."""
         scale = batch["lr_scale"][0]
-        if recipe.asgd_as_released:  # PyTorch's ASGD: from its second step on, the previous step's rate
-            scale = jnp.where(asgd_active & (state.num_averaged >= 1), batch["previous_lr_scale"][0], scale)
-        lr = recipe.lr * scale
-        params = jax.tree.map(lambda p, g: p - lr * (g + recipe.weight_decay * p), state.params, grads)
-        average, num_averaged = asgd_average(state.average, state.num_averaged, state.params, params, asgd_active,
-                                             recipe.asgd_as_released)
-        new_state = OnLSTMTrainState(params=params, average=average, num_averaged=num_averaged,
-                                     step=state.step + 1, rng=state.rng,
-                                     hidden=jax.lax.stop_gradient(_hidden_dict(new_hidden)))
-        metrics = {"loss": ce, "objective": objective, "sum_nll": total, "num_tokens": count,
-                   "grad_norm": grad_norm, "learning_rate": lr}
-        return new_state, metrics
+        if recipe.asgd_as_released:
+            scale = jnp.where(asgd_active & (state.average["count"] >= 1), batch["previous_lr_scale"][0], scale)
+        return recipe.lr * scale
 
-    return step_fn
+    def average(average, params_before, params_after, batch, asgd_active):
+        return asgd_average(average, params_before, params_after, asgd_active, recipe.asgd_as_released)
+
+    return make_train_step(graphdef, lm_loss(recipe), optimizer(recipe), applied_rate=applied_rate, carry=True,
+                           average=average, draw_key_at="updates_done")
 
 
 def make_eval_fn(graphdef):
@@ -681,6 +693,7 @@ class OnLSTMLMTask:
         self.recipe = Recipe(lr=float(t.lr), weight_decay=float(t.weight_decay), clip=float(t.clip),
                              alpha=float(t.alpha), beta=float(t.beta),
                              asgd_as_released=bool(t.asgd_as_released))
+        self.tx = optimizer(self.recipe)
         self.replicated = shd.replicated(run.mesh)
         self.rows_sharding = shd.batch_sharding(run.mesh)
 
@@ -716,21 +729,23 @@ class OnLSTMLMTask:
 
     # -- state and checkpoints ---------------------------------------------------------------
 
-    def _shardings(self) -> OnLSTMTrainState:
+    def _shardings(self) -> ParamsState:
         params = self.layout.shardings  # the averaged parameters (ASGD) like the parameters
         hidden = {f"layer_{layer}": {"h": self.rows_sharding, "c": self.rows_sharding}
                   for layer in range(self.model_config.num_layers)}
-        return OnLSTMTrainState(params=params, average=params, num_averaged=self.replicated, step=self.replicated,
-                                rng=self.replicated, hidden=hidden)
+        return ParamsState(params=params, opt_state=self.layout.opt_state_shardings(self.tx), step=self.replicated,
+                           rng=self.replicated, carry=hidden, average={"params": params, "count": self.replicated})
 
-    def _shapes(self) -> OnLSTMTrainState:
+    def _shapes(self) -> ParamsState:
         batch = self.config.training.batch_size
         hidden = {f"layer_{layer}": {"h": jax.ShapeDtypeStruct((batch, size), jnp.float32),
                                  "c": jax.ShapeDtypeStruct((batch, size), jnp.float32)}
                   for layer, size in enumerate(self.model_config.layer_sizes())}
         scalar = jax.ShapeDtypeStruct((), jnp.int32)
-        return OnLSTMTrainState(params=self.layout.shapes, average=self.layout.shapes, num_averaged=scalar,
-                                step=scalar, rng=jax.ShapeDtypeStruct((2,), jnp.uint32), hidden=hidden)
+        params = self.layout.shapes
+        return ParamsState(params=params, opt_state=jax.eval_shape(self.tx.init, params), step=scalar,
+                           rng=jax.ShapeDtypeStruct((2,), jnp.uint32), carry=hidden,
+                           average={"params": params, "count": scalar})
 
     def init_state(self):
         param_key, step_key = jax.random.split(jax.random.key(self.config.training.seed))
@@ -738,11 +753,10 @@ class OnLSTMLMTask:
 
         def init():
             params = nnx.to_pure_dict(nnx.state(OnLSTMLM(config, rngs=nnx.Rngs(params=param_key)), nnx.Param))
-            shapes = self._shapes()
             zeros = lambda s: jnp.zeros(s.shape, s.dtype)  # noqa: E731
-            return OnLSTMTrainState(params=params, average=jax.tree.map(jnp.zeros_like, params),
-                                    num_averaged=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
-                                    rng=jax.random.key_data(step_key), hidden=jax.tree.map(zeros, shapes.hidden))
+            return ParamsState(params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32),
+                               rng=jax.random.key_data(step_key), carry=jax.tree.map(zeros, self._shapes().carry),
+                               average=initial_average(params))
 
         with jax.threefry_partitionable(False):
             state = jax.jit(init, out_shardings=self._shardings())()
@@ -788,12 +802,13 @@ class OnLSTMLMTask:
         return BPTTBatches(self.train_data, self.plans, self.settings, self.config.training.length_bucket, position)
 
     def make_train_step(self):
-        jitted = jax.jit(make_step_fn(self.graphdef, self.recipe), donate_argnums=(0,),
+        jitted = jax.jit(make_step(self.graphdef, self.recipe), donate_argnums=(0,),
                          out_shardings=(self._shardings(), self.replicated))
 
         def train_step(state, rest, batch):
             self._steps_done += 1
-            return jitted(state, batch, jnp.asarray(self.asgd_start_step is not None))
+            # No `rest`: the model is parameters only (init_state's rest is {}, for the trainer's bookkeeping).
+            return jitted(state, None, batch, jnp.asarray(self.asgd_start_step is not None))
 
         return train_step
 
@@ -802,8 +817,6 @@ class OnLSTMLMTask:
         return SummingWindow(ratios={"loss": ("sum_nll", "num_tokens"), "objective": ("objective", None)},
                              tokens="num_tokens", perplexity_of="loss")
 
-    def decay_learning_rate(self) -> float:
-        raise NotImplementedError("the ON-LSTM recipe switches to ASGD instead of decaying the rate")
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -837,7 +850,7 @@ class OnLSTMLMTask:
     def evaluate(self, state, rest) -> Evaluation:
         """Validation perplexity (of the averaged parameters once ASGD runs), then the NT-ASGD check."""
         averaged = self.asgd_start_step is not None
-        loss, tokens = self.validation_loss(state.average if averaged else state.params)
+        loss, tokens = self.validation_loss(state.average["params"] if averaged else state.params)
         switched = False
         if not averaged:
             if self.config.training.asgd and nt_asgd_triggered(self.valid_history, loss,

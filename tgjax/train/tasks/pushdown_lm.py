@@ -731,8 +731,6 @@ class PushdownLMTask:
                                      "attach_accuracy": ("attach_correct", "num_attach")},
                              tokens="num_tokens", perplexity_of="lm_loss")
 
-    def decay_learning_rate(self) -> float:
-        raise NotImplementedError("Pushdown-LM's learning rate follows the step schedule")
 
     # -- validation
 

@@ -278,8 +278,6 @@ class TreebankLMTask:
         return SummingWindow(ratios={"loss": ("sum_nll", "num_events")}, tokens="num_tokens",
                              totals={"num_events": "num_events"})
 
-    def decay_learning_rate(self) -> float:
-        raise NotImplementedError("the treebank LM's learning rate follows the step schedule")
 
     # -- validation ----------------------------------------------------------------------------
 
