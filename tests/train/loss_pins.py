@@ -67,8 +67,8 @@ def family_config(family: str, workdir: Path):
 
         kind = "lstm" if family == "ppo_actions" else "ocn"  # a flat policy to fine-tune, or options to control
         train(apply_overrides(craft_bc.default_config(), [
-            f"model.kind={kind}", "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
-            "evaluation.batch_size=4", "training.num_steps=4", "evaluation.interval_steps=4",
+            f"model.kind={kind}", "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8",
+            "training.batch_size=4", "evaluation.batch_size=4", "training.num_steps=4", "evaluation.interval_steps=4",
             "checkpointing.interval_steps=4", "logging.tensorboard=false",
             f"data.demo_dir={workdir / 'demos'}"]), workdir / "bc", quiet=True)
         module, key = (ppo_actions, "policy_workdir") if family == "ppo_actions" else (ppo_options, "options_workdir")

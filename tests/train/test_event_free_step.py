@@ -9,11 +9,10 @@ import jax
 import numpy as np
 
 from tgjax.models.parts import model_parts
-from tgjax.train.tasks.treebank_lm import inputs
-from tgjax.train.tasks.treebank_lm import state as st
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.sharding import make_mesh
-from tgjax.train.tasks.treebank_lm import model_batch, resolve_model_config
+from tgjax.train.tasks.treebank_lm import inputs, model_batch, resolve_model_config
+from tgjax.train.tasks.treebank_lm import state as st
 
 from .helpers import small_config
 

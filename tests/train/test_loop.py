@@ -10,8 +10,8 @@ import pytest
 from tgjax.data.pipeline import EncodedCorpus
 from tgjax.data.vocab import load_vocabulary
 from tgjax.syntax import token_types as tt
-from tgjax.train.tasks.treebank_lm import inputs
 from tgjax.train.loop import TrainingDiverged, train
+from tgjax.train.tasks.treebank_lm import inputs
 from tgjax.workdir import VocabularyMismatch
 
 from .helpers import read_metrics, small_config
