@@ -25,9 +25,9 @@ from tgjax.models.parts import model_parts  # noqa: E402
 from tgjax.syntax import masks  # noqa: E402
 from tgjax.syntax import token_types as tt  # noqa: E402
 from tgjax.train import sharding as shd  # noqa: E402
-from tgjax.train.tasks.treebank_lm import state as st  # noqa: E402
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, default_config  # noqa: E402
 from tgjax.train.optimizer import make_optimizer  # noqa: E402
+from tgjax.train.tasks.treebank_lm import state as st  # noqa: E402
 
 
 def random_actions(rng: np.random.Generator, length: int, vocab_size: int):
