@@ -74,6 +74,20 @@ def check_tree_size(text: str, max_nodes: int, command: str) -> None:
                          f"table grows with the square of its actions; --max-nodes raises the limit)")
 
 
+def check_prompt(prompt: str, max_words: int, max_actions: int) -> None:
+    """Refuses a `tgjax sample --prompt` (Choe-Charniak tokens, e.g. "(S (NP the") with more words than
+    `max_words` or more tokens than `max_actions` (a sample holds its prompt), counted before it is read."""
+    tokens = prompt.split()
+    # Choe-Charniak: "(NP" opens, "NP)" closes, anything else is a word.
+    words = sum(1 for token in tokens if not (len(token) > 1 and (token[0] == "(" or token[-1] == ")")))
+    if words > max_words:
+        raise ValueError(f"--prompt: expected a prompt of at most {max_words:,} words (the command's length limit: "
+                         f"--max-words raises it), found {words:,}")
+    if len(tokens) > max_actions:
+        raise ValueError(f"--prompt: expected at most {max_actions:,} actions, found {len(tokens):,} (a sample holds "
+                         f"its prompt: --max-actions raises the limit)")
+
+
 def check_max_words(value: int | None, name: str = "--max-words") -> None:
     if value is not None and value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
@@ -81,5 +95,6 @@ def check_max_words(value: int | None, name: str = "--max-words") -> None:
 
 __all__ = ["DEPENDENCY_MAX_WORDS", "DRAWING_MAX_NODES", "MINIMAL_PAIR_MAX_WORDS", "PARSE_MAX_WORDS",
            "TREEBANK_MAX_WORDS", "UNSUPERVISED_MAX_WORDS",
-           "add_bad_input_args", "add_max_words_arg", "check_max_words", "check_tree_size", "max_words_of",
+           "add_bad_input_args", "add_max_words_arg", "check_max_words", "check_prompt", "check_tree_size",
+           "max_words_of",
            "reader_policy", "words_of_line"]

@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,7 +186,8 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
 # call back into that loop from TensorStore's threads. When one read fails (a truncated or deleted file), orbax
 # raises at once and closes the loop: the other coroutines are finalised later with their own errors, and reads
 # still in flight call back into the closed loop. Python prints each of those as "Exception ignored in ..."
-# with a traceback, hundreds of lines after the one line that says what is wrong.
+# with a traceback, and a coroutine that never started as a RuntimeWarning "coroutine ... was never awaited":
+# hundreds of lines after the one line that says what is wrong.
 
 
 def _orbax_teardown(unraisable) -> bool:
@@ -223,10 +225,13 @@ def quiet_orbax_teardown() -> None:
 
     Called once a read has failed: its coroutines are finalised, and
     TensorStore's reads in flight end, after the error has been reported.
-    Any other ignored exception is still printed by the hook that was there.
+    Any other ignored exception is still printed by the hook that was there;
+    the warning that a coroutine was never awaited is then dropped for any
+    coroutine (a warning names the coroutine, not its package).
     """
     if not isinstance(sys.unraisablehook, _DropOrbaxTeardown):
         sys.unraisablehook = _DropOrbaxTeardown(sys.unraisablehook)
+    warnings.filterwarnings("ignore", message=r"coroutine '[\w.<>]+' was never awaited", category=RuntimeWarning)
     asyncio_log = logging.getLogger("asyncio")
     if not any(isinstance(f, _DropAsyncioTeardown) for f in asyncio_log.filters):
         asyncio_log.addFilter(_DropAsyncioTeardown())

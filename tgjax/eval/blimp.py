@@ -36,7 +36,7 @@ import numpy as np
 
 from tgjax.data.text_files import json_lines
 from tgjax.limits import MINIMAL_PAIR_MAX_WORDS
-from tgjax.syntax.trees import SentenceTooLong, too_long_reason
+from tgjax.syntax.trees import ReadReport, SentenceTooLong, too_long_reason
 
 __all__ = [
     "Accuracy",
@@ -135,8 +135,22 @@ class BlimpPair:
     source: str = ""
 
 
-def _read_jsonl(path: Path, max_words: int | None) -> list[BlimpPair]:
+def _malformed(where: str, record) -> str | None:
+    """What is wrong with one parsed line of a BLiMP file (`where` is file:line), or None."""
+    if not isinstance(record, dict):
+        return f"{where}: expected a JSON object, found {type(record).__name__}"
+    missing = [key for key in _REQUIRED if key not in record]
+    if missing:
+        return f"{where}: expected the fields {', '.join(_REQUIRED)}; missing {', '.join(missing)}"
+    for key in ("sentence_good", "sentence_bad"):
+        if not isinstance(record[key], str) or not record[key].strip():
+            return f"{where}: expected {key} to be a non-empty string, found {record[key]!r}"
+    return None
+
+
+def _read_jsonl(path: Path, max_words: int | None, reports: list[ReadReport] | None = None) -> list[BlimpPair]:
     pairs: list[BlimpPair] = []
+    report = ReadReport(str(path), noun="pairs") if reports is not None else None
     for number, line in json_lines(path):  # bad bytes: an error naming file:line:column
         where = f"{path}:{number}"
         if max_words is not None and line.count(" ") > 2 * max_words + 200:  # two sentences and the other fields
@@ -144,15 +158,15 @@ def _read_jsonl(path: Path, max_words: int | None) -> list[BlimpPair]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: expected a JSON object, found invalid JSON ({err.msg})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{where}: expected a JSON object, found {type(record).__name__}")
-        missing = [key for key in _REQUIRED if key not in record]
-        if missing:
-            raise ValueError(f"{where}: expected the fields {', '.join(_REQUIRED)}; missing {', '.join(missing)}")
+            problem = f"{where}: expected a JSON object, found invalid JSON ({err.msg})"
+        else:
+            problem = _malformed(where, record)
+        if problem is not None:
+            if report is None:
+                raise ValueError(problem)
+            report.errors.append(ValueError(problem))  # --on-bad-tree skip: counted, the first few listed
+            continue
         for key in ("sentence_good", "sentence_bad"):
-            if not isinstance(record[key], str) or not record[key].strip():
-                raise ValueError(f"{where}: expected {key} to be a non-empty string, found {record[key]!r}")
             if max_words is not None and len(record[key].split()) > max_words:
                 raise SentenceTooLong(str(path), number, 1, f"{key}: {too_long_reason(max_words)}")
         pairs.append(BlimpPair(
@@ -160,27 +174,37 @@ def _read_jsonl(path: Path, max_words: int | None) -> list[BlimpPair]:
             uid=str(record["UID"]), field=str(record["field"]),
             linguistics_term=str(record["linguistics_term"]), pair_id=str(record["pairID"]), source=where,
         ))
+    if report is not None:
+        report.num_trees = len(pairs)
+        reports.append(report)
+    if not pairs and report is not None and report.errors:
+        raise ValueError(f"{path}: no BLiMP pairs left: every record is malformed ({report.num_skipped} skipped; "
+                         f"the first: {report.errors[0]})")
     if not pairs:
         raise ValueError(f"{path}: no BLiMP pairs (the file is empty); expected one JSON object per line")
     return pairs
 
 
-def load_blimp(path: str | os.PathLike, max_words: int | None = MINIMAL_PAIR_MAX_WORDS) -> list[BlimpPair]:
+def load_blimp(path: str | os.PathLike, max_words: int | None = MINIMAL_PAIR_MAX_WORDS,
+               reports: list[ReadReport] | None = None) -> list[BlimpPair]:
     """Reads BLiMP pairs from one `.jsonl` file, or from every `*.jsonl` in a directory (sorted by name).
 
     Raises ValueError naming the file (and line) for an empty file, invalid
     JSON or a missing field, a sentence over `max_words` words (refused while
     read: the scorer's time grows with it), and for a directory without `.jsonl` files.
+    With `reports` (a list, `--on-bad-tree skip`), malformed records (invalid
+    JSON, a missing field, an empty sentence) are skipped instead, and one
+    `ReadReport` per file is appended to it, with what it skipped.
     """
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.jsonl"))
         if not files:
             raise ValueError(f"{path}: no *.jsonl files in this directory")
-        return [pair for file in files for pair in _read_jsonl(file, max_words)]
+        return [pair for file in files for pair in _read_jsonl(file, max_words, reports)]
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return _read_jsonl(path, max_words)
+    return _read_jsonl(path, max_words, reports)
 
 
 # ---------------------------------------------------------------------------

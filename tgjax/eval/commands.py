@@ -12,7 +12,10 @@ stderr. Several `--workdir`s make a uniform ensemble (`tgjax.infer.ensemble`),
 mixed per action as in the TG paper unless `--ensemble-mixture sequence`; the
 settings and the summary name the mixture.
 Each handler returns the exit status: 0, or 2 with a one-line error for bad
-input (missing files, malformed trees, mismatched proposals or shards).
+input (missing files, malformed trees, mismatched proposals or shards). A
+malformed tree stops the command at the first (file:line:column) unless
+`--on-bad-tree skip`: then they are left out, counted and listed on stderr
+after the summary (the first few, with file:line:column).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tgjax.limits import TREEBANK_MAX_WORDS, add_max_words_arg
+from tgjax.limits import TREEBANK_MAX_WORDS, add_bad_input_args, add_max_words_arg
 from tgjax.workdir import check_treebank_lm
 
 STEP_HELP = "checkpoint: best (lowest validation loss, default), latest, or a step; comma-separated for one per workdir"
@@ -50,6 +53,7 @@ def _add_common(p: argparse.ArgumentParser, *, output_help: str = "results, one 
     p.add_argument("-o", "--output", default=None, help=output_help + " (default: stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
     add_max_words_arg(p, TREEBANK_MAX_WORDS)
+    add_bad_input_args(p, too_long=False)
     p.add_argument("--pos-tags", choices=("yes", "no", "auto"), default="auto",
                    help="whether the file's trees carry POS tags, which the models drop: yes, no (every node is a "
                         "constituent, e.g. tgjax sample's trees), or auto (default): tagged iff every word is alone "
@@ -191,6 +195,19 @@ def _report_shard(command: str, source: str, shard, output, result: dict, quiet:
     _report(f"tgjax eval {command}: {source} (shard {shard}){' -> ' + str(output) if output else ''}", result, quiet)
 
 
+def _skip_report(args, source: str, noun: str = "trees"):
+    """A report that records the malformed records skipped (`--on-bad-tree skip`), or None (stop at the first)."""
+    from tgjax.syntax.trees import ReadReport
+
+    return ReadReport(os.fspath(source), noun=noun) if args.on_bad_tree == "skip" else None
+
+
+def _report_skipped(report) -> None:
+    """What `--on-bad-tree skip` left out: the count and the first few with file:line:column (even with --quiet)."""
+    if report is not None and report.num_skipped:
+        print(report.summary(max_errors=5), file=sys.stderr)
+
+
 # -----------------------------------------------------------------------------
 # score
 
@@ -204,7 +221,9 @@ def _score(args) -> int:
     if pushdown_eval.is_pushdown(args.workdir, _steps(args)[0]):  # its own scorer (gold joint, beam marginal)
         return pushdown_eval.main_score_pushdown(args)
     # Before loading any model: a sentence over --max-words is refused here, before any tree of it is built.
-    tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format, args.max_words)
+    tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format, args.max_words,
+                                    skip_bad_trees=args.on_bad_tree == "skip")
+    skipped = _skip_report(args, args.input)
     scorer, members, settings = build_scorer(args)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
                     per_token=args.per_token, surprisal=args.surprisal)
@@ -213,10 +232,11 @@ def _score(args) -> int:
     records = (score_record(s, per_token=args.per_token,
                             surprisal=surprisals_from_score(s) if args.surprisal else None)
                for s in score_treebank(scorer, args.input, pos_tags=tagged, input_format=args.input_format, shard=shard,
-                                       chunk_size=args.chunk_size, max_words=args.max_words))
+                                       chunk_size=args.chunk_size, max_words=args.max_words, report=skipped))
     result, output = _write_records(args, "score", shard, settings, records, ScoreSummary(scorer.rule), members)
     result["sentences_per_second"] = result["sentences"] / max(result["seconds"], 1e-9)
     _report_shard("score", args.input, shard, output, result, args.quiet)
+    _report_skipped(skipped)
     return 0
 
 
@@ -254,14 +274,15 @@ def _ppl(args) -> int:
 
     shard = _shard(args)
     tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents,  # before loading any model
-                                max_words=args.max_words)
+                                max_words=args.max_words, skip_bad_trees=args.on_bad_tree == "skip")
+    skipped = _skip_report(args, args.proposals, "proposals")
     scorer, members, settings = build_scorer(args)
     _pos_tags_setting(settings, tagged, args.pos_tags)
     settings.update(command="ppl", proposals=os.path.abspath(args.proposals), dedup=not args.keep_duplicates,
                     documents=args.documents, doc_label=args.doc_label if args.documents else None,
                     all_logps=args.all_logps)
     blocks = read_proposals(args.proposals, dedup=not args.keep_duplicates, documents=args.documents, shard=shard,
-                            pos_tags=tagged, max_words=args.max_words)
+                            pos_tags=tagged, max_words=args.max_words, report=skipped)
     if args.documents:
         results = score_documents(scorer, blocks, label=args.doc_label)
     else:
@@ -269,6 +290,7 @@ def _ppl(args) -> int:
     records = (ppl_record(r, all_logps=args.all_logps, documents=args.documents) for r in results)
     result, output = _write_records(args, "ppl", shard, settings, records, make_summary("ppl", settings), members)
     _report_shard("ppl", args.proposals, shard, output, result, args.quiet)
+    _report_skipped(skipped)
     return 0
 
 
@@ -305,10 +327,17 @@ def _write_trees(path: str, trees_text: Sequence[str]) -> None:
             f.write(t + "\n")
 
 
-def _f1(best: Sequence[str], gold_path: str, params: str) -> dict:
+def _f1(best: Sequence[str], gold_path: str, params: str, indices: Sequence[int] | None = None) -> dict:
+    """F1 of the chosen trees against the gold ones; `indices`: the sentences reranked (the others' blocks were
+    skipped as malformed), whose gold trees are compared."""
     from tgjax.eval.rerank import f1_summary, read_gold, rerank_f1
 
-    return f1_summary(rerank_f1(best, read_gold(gold_path), params=params, gold_source=gold_path))
+    gold = read_gold(gold_path)
+    if indices is not None and list(indices) != list(range(len(indices))):  # some sentences were skipped
+        if indices[-1] >= len(gold):
+            raise ValueError(f"{gold_path}: {len(gold)} gold trees, but sentence {indices[-1]} was reranked")
+        gold = [gold[i] for i in indices]
+    return f1_summary(rerank_f1(best, gold, params=params, gold_source=gold_path))
 
 
 def _rerank(args) -> int:
@@ -317,7 +346,9 @@ def _rerank(args) -> int:
     from tgjax.infer.perplexity import check_sentence, proposals_pos_tags, read_proposals
 
     shard = _shard(args)
-    tagged = proposals_pos_tags(args.proposals, args.pos_tags, max_words=args.max_words)  # before loading any model
+    tagged = proposals_pos_tags(args.proposals, args.pos_tags, max_words=args.max_words,  # before loading any model
+                                skip_bad_trees=args.on_bad_tree == "skip")
+    skipped = _skip_report(args, args.proposals, "proposals")
     if shard.count > 1 and (args.gold or args.trees):
         raise ValueError("--gold and --trees need every sentence: with --shard, give them to `tgjax eval merge`")
     gold = read_gold(args.gold) if args.gold else None
@@ -334,24 +365,28 @@ def _rerank(args) -> int:
                                                                  f"{block.index}")
             yield block
 
-    blocks = checked(read_proposals(args.proposals, shard=shard, pos_tags=tagged, max_words=args.max_words))
+    blocks = checked(read_proposals(args.proposals, shard=shard, pos_tags=tagged, max_words=args.max_words,
+                                    report=skipped))
     best: list[str] = []
+    indices: list[int] = []
 
     def records():
         for r in rerank(scorer, blocks, chunk_size=args.chunk_size):
             record = rerank_record(r)
             best.append(record["best_tree"])
+            indices.append(record["index"])
             yield record
 
     def add_f1(result: dict) -> None:
         if gold is not None:
-            result.update(_f1(best, args.gold, args.evalb_params))
+            result.update(_f1(best, args.gold, args.evalb_params, indices))
 
     result, output = _write_records(args, "rerank", shard, settings, records(), make_summary("rerank", settings),
                                     members, verb="reranked", complete=add_f1)
     if args.trees:
         _write_trees(args.trees, best)
     _report_shard("rerank", args.proposals, shard, output, result, args.quiet)
+    _report_skipped(skipped)
     return 0
 
 
@@ -381,13 +416,17 @@ def _merge(args) -> int:
         raise ValueError(f"--gold and --trees are for rerank results; {args.inputs[0]} holds {command} results")
     _check_merge_outputs(args)
     best: list[str] = []
+    indices: list[int] = []
+
+    def on_record(record: dict) -> None:
+        best.append(record["best_tree"])
+        indices.append(record["index"])
 
     def finalize(summary: dict) -> None:
         if args.gold:
-            summary.update(_f1(best, args.gold, args.evalb_params))
+            summary.update(_f1(best, args.gold, args.evalb_params, indices))
 
-    meta = merge(args.inputs, args.output, on_record=(lambda r: best.append(r["best_tree"])) if command == "rerank"
-                 else None, finalize=finalize)
+    meta = merge(args.inputs, args.output, on_record=on_record if command == "rerank" else None, finalize=finalize)
     if args.trees:
         _write_trees(args.trees, best)
     _report(f"tgjax eval merge: {len(args.inputs)} shards of {command}{' -> ' + args.output if args.output else ''}",

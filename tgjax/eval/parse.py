@@ -700,6 +700,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N pairs of each paradigm")
     parser.add_argument("--paradigm", action="append", default=None, help="only this paradigm (UID; repeatable)")
     add_max_words_arg(parser, MINIMAL_PAIR_MAX_WORDS)
+    add_bad_input_args(parser, too_long=False)
     parser.add_argument("--output", "-o", default=None, help="write per-pair log-probabilities (JSON lines)")
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
     add_beam_args(parser)
@@ -716,7 +717,8 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         if args.merge:
             print(blimp_lib.format_blimp_report(_merge_blimp(args.merge)))
             return 0
-        pairs = select_pairs(blimp_lib.load_blimp(args.data, args.max_words), limit=args.limit,
+        skipped = [] if args.on_bad_tree == "skip" else None  # one report per file read
+        pairs = select_pairs(blimp_lib.load_blimp(args.data, args.max_words, skipped), limit=args.limit,
                              paradigms=args.paradigm)
         uids = select_shard(sorted({p.uid for p in pairs}), shard)
         pairs = [p for p in pairs if p.uid in set(uids)]
@@ -735,6 +737,9 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
           + (f", shard {args.shard}" if args.shard else "") + f"; {run.seconds:.1f}s")
     print(run.unknown.format())
     print(blimp_lib.format_blimp_report(run.result))
+    for report in skipped or ():  # what --on-bad-tree skip left out, file by file
+        if report.num_skipped:
+            print(report.summary(max_errors=5), file=sys.stderr)
     return 0
 
 

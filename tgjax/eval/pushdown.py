@@ -122,8 +122,17 @@ def main_score_pushdown(args) -> int:
         raise ValueError("a Pushdown-LM scores trees (--input-format trees); for words alone use tgjax eval blimp "
                          "or eval parse, which search the parses")
     search, _, described = pushdown_scorer(args.workdir, args.step, pushdown_config(args))
-    # As the other models' scoring: a malformed tree, or one over --max-words (refused while read), stops.
-    trees = trees_lib.read_treebank(args.input, max_words=args.max_words)
+    # As the other models' scoring: a malformed tree (unless --on-bad-tree skip: counted, reported at the end),
+    # or one over --max-words (refused while read), stops.
+    skipped = None
+    if getattr(args, "on_bad_tree", "error") == "skip":
+        trees, skipped = trees_lib.read_treebank(args.input, max_words=args.max_words, on_error="skip")
+        if not trees:
+            raise ValueError(f"{args.input}: no sentences left: every tree is malformed ({skipped.num_skipped} "
+                             f"skipped; the first: {skipped.errors[0]})" if skipped.errors
+                             else f"{args.input}: no sentences (the file is empty)")
+    else:
+        trees = trees_lib.read_treebank(args.input, max_words=args.max_words)
     shard = job_shard(args.shard)
     output = shard_path(args.output, shard) if args.output else None
     total, tokens, count = 0.0, 0, 0
@@ -138,6 +147,8 @@ def main_score_pushdown(args) -> int:
         print(f"tgjax eval score: {described}; {count} trees of {args.input}: Σ log p(x, y_gold) {total:.3f} nats, "
               f"{-total / max(tokens, 1):.4f} per predicted token (words' pieces and <eos>, with their attachments)",
               file=sys.stderr)
+    if skipped is not None and skipped.num_skipped:  # even with --quiet
+        print(skipped.summary(max_errors=5), file=sys.stderr)
     return 0
 
 

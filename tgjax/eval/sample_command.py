@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tgjax.infer.sampling import Sampler, SamplingConfig
+from tgjax.limits import TREEBANK_MAX_WORDS, add_max_words_arg, check_max_words, check_prompt
 from tgjax.outputs import OutputError, check_output, dumps_json, write_text
 
 
@@ -62,7 +63,9 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-open-nts", type=int, default=32)
     parser.add_argument("--max-consecutive-opens", type=int, default=6)
     parser.add_argument("--no-unk", action="store_true", help="never sample the UNK word")
-    parser.add_argument("--prompt", default=None, help='Choe-Charniak prefix to continue, e.g. "(S (NP the"')
+    parser.add_argument("--prompt", default=None, help='Choe-Charniak prefix to continue, e.g. "(S (NP the" '
+                                                       "(at most --max-words words and --max-actions tokens)")
+    add_max_words_arg(parser, TREEBANK_MAX_WORDS, "prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--log-probs", action="store_true", help="prefix each tree with its log p and a tab")
@@ -71,12 +74,15 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from tgjax.workdir import check_treebank_lm, family_of
 
-    if args.output:
-        try:
+    try:
+        if args.output:
             check_output(args.output)  # before any model is loaded or sample drawn
-        except OutputError as error:
-            print(f"tgjax sample: error: {error}", file=sys.stderr)
-            return 2
+        check_max_words(args.max_words)
+        if args.prompt is not None:  # refused by its length before it is read or any model loaded
+            check_prompt(args.prompt, args.max_words, args.max_actions)
+    except (OutputError, ValueError) as error:
+        print(f"tgjax sample: error: {error}", file=sys.stderr)
+        return 2
 
     try:
         check_treebank_lm(args.workdir, "tgjax sample")  # another family's run: one line, before any load

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tgjax.infer.loading import CheckpointError, resolve_step
-from tgjax.workdir import FAMILY_NAMES, recorded_family
+from tgjax.workdir import FAMILY_NAMES, check_step, local_workdir, recorded_family
 
 # family -> the capabilities it offers, in the order `capabilities` lists them.
 CAPABILITIES = {
@@ -162,9 +162,17 @@ def word_scorer(models, vocab, rules, config, search: str = "auto"):
 def load(workdir: str | Path, step: str | int = "best") -> LoadedModel:
     """The checkpoint `step` ("best", "latest" or an int) of a workdir any `tgjax train` wrote.
 
-    Raises FileNotFoundError (no workdir) or CheckpointError (no checkpoints, no such step, no family recorded).
+    The step is verified against its manifest first (`tgjax.workdir.check_step`: every file present, of its
+    size, and of its sha256 sum when the run wrote sums, as training does by default).
+    Raises FileNotFoundError (no workdir) or CheckpointError (no checkpoints, no such step, a step that is
+    incomplete or corrupt, no family recorded).
     """
-    return LoadedModel(str(workdir), step, workdir_family(workdir, step))
+    number, meta = resolve_step(workdir, step)
+    where = f"checkpoint step {number} in {workdir}"
+    problem = check_step(local_workdir(workdir), number)
+    if problem:
+        raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
+    return LoadedModel(str(workdir), step, checkpoint_family(meta, where))
 
 
 __all__ = ["CAPABILITIES", "SEARCHES", "CapabilityError", "LoadedModel", "SentenceScorer", "checkpoint_family", "load",

@@ -53,6 +53,8 @@ from tgjax.workdir import (
     VocabularyMismatch,
     check_step,
     local_workdir,
+    orbax_read,
+    restore_failure,
     saved_vocabulary_path,
     vocabulary_fingerprint,
     word_list_fingerprint,
@@ -144,10 +146,11 @@ def read_meta(workdir: Path, step: int) -> dict[str, Any]:
 
     path = workdir / "checkpoints" / str(step) / "meta"
     try:
-        with _quiet_absl():
+        with _quiet_absl(), orbax_read():
             meta = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(path)
     except Exception as e:  # orbax raises many kinds; all mean "unreadable"
-        raise CheckpointError(f"checkpoint step {step} in {workdir}: cannot read its meta item ({e})") from e
+        raise CheckpointError(f"checkpoint step {step} in {workdir}: cannot read its meta item {path} "
+                              f"({restore_failure(e)})") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"checkpoint step {step} in {workdir}: meta is {type(meta).__name__}, expected an object")
     return meta
@@ -250,20 +253,25 @@ def read_word_list(checkpoint: FamilyCheckpoint) -> list[str]:
     return words
 
 
+def unreadable_state(where: str, path: Path, error: Exception) -> str:
+    """The one line for a step whose `state` item orbax cannot read (truncated, or files deleted)."""
+    return (f"{where}: cannot restore its parameters from {path} ({restore_failure(error)}); the step is "
+            f"incomplete or corrupt: give another --step, or train again")
+
+
 def restore_state_items(checkpoint: FamilyCheckpoint, target: dict) -> dict:
     """The `target` items (`jax.ShapeDtypeStruct` leaves) of the step's "state", on this host's first device."""
     import orbax.checkpoint as ocp
 
     sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
+    path = checkpoint.workdir / "checkpoints" / str(checkpoint.step) / "state"
     try:
-        with _quiet_absl():
+        with _quiet_absl(), orbax_read():
             return ocp.PyTreeCheckpointer().restore(
-                checkpoint.workdir / "checkpoints" / str(checkpoint.step) / "state",
-                args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
+                path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
     except Exception as e:  # orbax raises many kinds; all mean "unreadable"
-        raise CheckpointError(f"{checkpoint.where}: cannot restore its parameters ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:300]})") from e
+        raise CheckpointError(unreadable_state(checkpoint.where, path, e)) from None
 
 
 def _restore_params(workdir: Path, step: int, abstract: dict, sharding) -> dict:
@@ -274,12 +282,11 @@ def _restore_params(workdir: Path, step: int, abstract: dict, sharding) -> dict:
     target = {"params": abstract}
     restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
     try:
-        with _quiet_absl():
+        with _quiet_absl(), orbax_read():
             restored = ocp.PyTreeCheckpointer().restore(
                 path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True))
-    except Exception as e:
-        raise CheckpointError(f"checkpoint step {step} in {workdir}: cannot restore its parameters "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:300]})") from e
+    except Exception as e:  # orbax raises many kinds; all mean "unreadable"
+        raise CheckpointError(unreadable_state(f"checkpoint step {step} in {workdir}", path, e)) from None
     return restored["params"]
 
 

@@ -23,7 +23,11 @@ node of its own; a file that mixes both is refused, naming the line): the
 models drop tags, and in a file without them a node over a single word is a
 constituent (`tgjax.syntax.pos_tags`). Every proposal of a block must have the
 same words as the block's first (else an error names the file, block and
-line); the words are the sentence. An empty file is an error.
+line); the words are the sentence. An empty file is an error. A malformed
+proposal stops the reading, naming file, line, column and block, or (with a
+`tgjax.syntax.trees.ReadReport` given, `--on-bad-tree skip`) is left out and
+recorded there; a block whose every proposal is malformed is left out whole
+(the other blocks keep their indices).
 
 Duplicates. The bound holds for a set of *distinct* trees: a tree counted
 twice adds its probability twice and can push the "bound" above p(x). So
@@ -110,12 +114,24 @@ class ProposalBlock:
         return len(self.trees)
 
 
-def _parse_line(path: str, line_no: int, block: int, text: str, max_words: int | None) -> trees.Tree:
+def _parse_line(path: str, line_no: int, block: int, text: str, max_words: int | None,
+                report: trees.ReadReport | None = None) -> trees.Tree | None:
+    """The proposal on one line; a malformed one raises `ProposalError`, or with a `report` is recorded there
+    (and None returned). A proposal over `max_words` always raises."""
     try:
-        return trees.parse(text, source=path, first_line=line_no, max_words=max_words)
-    except (trees.TreeSyntaxError, trees.SentenceTooLong) as e:
+        tree = trees.parse(text, source=path, first_line=line_no, max_words=max_words)
+    except trees.TreeSyntaxError as e:
+        if report is None:
+            raise ProposalError(f"{path}:{e.line}:{e.column}: block {block}: {e.reason} "
+                                f"(proposal files hold one tree per line)") from None
+        report.errors.append(trees.TreeSyntaxError(path, e.line, e.column, f"block {block}: {e.reason}"))
+        return None
+    except trees.SentenceTooLong as e:
         raise ProposalError(f"{path}:{e.line}:{e.column}: block {block}: {e.reason} "
                             f"(proposal files hold one tree per line)") from None
+    if report is not None:
+        report.num_trees += 1
+    return tree
 
 
 def _proposal_lines(path: str, documents: bool) -> Iterator[tuple[int, int, str]]:
@@ -132,31 +148,36 @@ def _proposal_lines(path: str, documents: bool) -> Iterator[tuple[int, int, str]
 
 
 def proposals_pos_tags(path: str | os.PathLike, setting: str | bool, *, documents: bool = False,
-                       max_words: int | None = TREEBANK_MAX_WORDS) -> bool:
+                       max_words: int | None = TREEBANK_MAX_WORDS, skip_bad_trees: bool = False) -> bool:
     """Whether a proposal file's trees are tagged (`tgjax.syntax.pos_tags.resolve` over every line of it).
 
-    "yes" and "auto" parse the whole file once, so every shard decides the same way.
+    "yes" and "auto" parse the whole file once, so every shard decides the same way. `skip_bad_trees`:
+    malformed proposals are left out of the decision (`read_proposals` reports them), not an error.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such proposal file {path!r}")
-    located = ((_parse_line(path, line_no, block, text, max_words), f"{path}:{line_no}")
-               for block, line_no, text in _proposal_lines(path, documents))
-    return tagging.resolve(setting, located)
+    ignored = trees.ReadReport(path) if skip_bad_trees else None
+    parsed = ((_parse_line(path, line_no, block, text, max_words, ignored), f"{path}:{line_no}")
+              for block, line_no, text in _proposal_lines(path, documents))
+    return tagging.resolve(setting, ((tree, where) for tree, where in parsed if tree is not None))
 
 
 def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bool = False,
                    shard: tuple[int, int] = (0, 1), pos_tags: str | bool = "auto",
-                   max_words: int | None = TREEBANK_MAX_WORDS) -> Iterator[ProposalBlock]:
+                   max_words: int | None = TREEBANK_MAX_WORDS,
+                   report: trees.ReadReport | None = None) -> Iterator[ProposalBlock]:
     """Streams the blocks of a proposal file (see the module docstring); errors name file, block and line.
 
     With `shard=(I, N)` only the blocks of sentences (documents, in document
     files) whose index % N == I are parsed and yielded; indices stay global.
     `pos_tags`: "yes", "no", "auto" (decided over the whole file first,
-    `proposals_pos_tags`), or a bool already decided.
+    `proposals_pos_tags`), or a bool already decided. With a `report`,
+    malformed proposals (of this shard's blocks) are skipped and recorded there.
     """
     path = os.fspath(path)
-    tagged = proposals_pos_tags(path, pos_tags, documents=documents, max_words=max_words)
+    tagged = proposals_pos_tags(path, pos_tags, documents=documents, max_words=max_words,
+                                skip_bad_trees=report is not None)
     document = 0
     seen_block_in_document = False
     block_index = 0
@@ -173,7 +194,9 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
         words = None
         duplicates = 0
         for line_no, text in current:
-            tree = _parse_line(path, line_no, block_index, text, max_words)
+            tree = _parse_line(path, line_no, block_index, text, max_words, report)
+            if tree is None:  # malformed, skipped and recorded
+                continue
             leaves = tree.leaves()
             if words is None:
                 words, first_line = leaves, line_no
@@ -192,6 +215,10 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
                 keys.add(key)
             kept.append(tree)
             lines.append(line_no)
+        if not kept:  # every proposal of the block was malformed (skipped, recorded): the sentence is left out
+            block_index += 1
+            current.clear()
+            return None
         block = ProposalBlock(block_index, kept, lines, words, duplicates, document if documents else block_index, path,
                               tagged)
         block_index += 1
@@ -218,6 +245,9 @@ def read_proposals(path: str | os.PathLike, *, dedup: bool = True, documents: bo
             yield block
     if block_index == 0:
         raise ProposalError(f"{path}: no proposals (the file is empty)")
+    if report is not None and report.num_trees == 0 and report.errors:
+        raise ProposalError(f"{path}: no proposals left: every one is malformed ({report.num_skipped} skipped; the "
+                            f"first: {report.errors[0]})")
 
 
 def check_sentence(block: ProposalBlock, words: Sequence[str], where: str) -> None:

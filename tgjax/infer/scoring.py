@@ -390,29 +390,36 @@ def score_trees(scorer: SequenceScorer, tree_list: Sequence[trees.Tree], *, pos_
 
 
 def resolve_input_pos_tags(path: str | os.PathLike, pos_tags: str | bool, input_format: str = "trees",
-                           max_words: int | None = TREEBANK_MAX_WORDS) -> bool:
-    """Whether an input file's trees are read as tagged (`tgjax.syntax.pos_tags.resolve_file`); words: False."""
+                           max_words: int | None = TREEBANK_MAX_WORDS, *, skip_bad_trees: bool = False) -> bool:
+    """Whether an input file's trees are read as tagged (`tgjax.syntax.pos_tags.resolve_file`); words: False.
+
+    `skip_bad_trees`: malformed trees are left out of the decision (`read_sentences` reports them), not an error.
+    """
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such input file {os.fspath(path)!r}")
     if input_format == "words":  # flat `(X w1 ... wn)`: no tags, and only TXL (terminals) reads them
         tagging.check_setting(pos_tags)
         return False
-    return tagging.resolve_file(pos_tags, path, max_words=max_words)
+    skipping = dict(on_error="skip", report=trees.ReadReport(os.fspath(path))) if skip_bad_trees else {}
+    return tagging.resolve_file(pos_tags, path, max_words=max_words, **skipping)
 
 
 def read_sentences(path: str | os.PathLike, input_format: str = "trees",
-                   max_words: int | None = TREEBANK_MAX_WORDS) -> Iterator[trees.Tree]:
+                   max_words: int | None = TREEBANK_MAX_WORDS,
+                   report: trees.ReadReport | None = None) -> Iterator[trees.Tree]:
     """Trees of a treebank file, lazily; or, with `input_format="words"`, one sentence of words per line.
 
     A words line becomes a flat tree `(X w1 ... wn)` (its words are all a
     TXL (terminals) model reads). Empty lines of a words file are skipped
     (and so not counted). A sentence over `max_words` is refused while read, naming its file and line.
+    A malformed tree stops the reading (file:line:column), or with a `report` is skipped and recorded in it.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such input file {path!r}")
     if input_format == "trees":
-        yield from trees.iter_treebank(path, max_words=max_words)
+        skipping = dict(on_error="skip", report=report) if report is not None else {}
+        yield from trees.iter_treebank(path, max_words=max_words, **skipping)
         return
     if input_format != "words":
         raise ValueError(f"input format: expected 'trees' or 'words', got {input_format!r}")
@@ -425,7 +432,8 @@ def read_sentences(path: str | os.PathLike, input_format: str = "trees",
 def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, pos_tags: str | bool = "auto",
                    input_format: str = "trees", shard: tuple[int, int] = (0, 1),
                    chunk_size: int = DEFAULT_CHUNK_SIZE,
-                   max_words: int | None = TREEBANK_MAX_WORDS) -> Iterator[SequenceScore]:
+                   max_words: int | None = TREEBANK_MAX_WORDS,
+                   report: trees.ReadReport | None = None) -> Iterator[SequenceScore]:
     """Streams a file's sentences (this shard's: index % N == I) through the scorer; constant memory.
 
     `pos_tags`: "yes", "no" or "auto", decided over the whole file first
@@ -433,22 +441,27 @@ def score_treebank(scorer: SequenceScorer, path: str | os.PathLike, *, pos_tags:
     more), or a bool already decided. Raises ValueError for an empty file,
     for a file whose trees do not fit `pos_tags`, and naming the file and
     sentence for sentences the vocabulary cannot encode (a non-terminal it does not have).
+    A malformed tree raises `TreeSyntaxError` (file:line:column); with a
+    `report` it is skipped and recorded there, and indices count the trees kept.
     """
     if input_format == "words" and scorer.rule != "txl_terminals":
         raise ValueError(f"--input-format words is for TXL (terminals) models; a {scorer.rule} model scores trees")
     index, count = shard
     path = os.fspath(path)
-    tagged = resolve_input_pos_tags(path, pos_tags, input_format, max_words)
+    tagged = resolve_input_pos_tags(path, pos_tags, input_format, max_words, skip_bad_trees=report is not None)
     seen = 0
 
     def items():
         nonlocal seen
-        for i, tree in enumerate(read_sentences(path, input_format, max_words)):
+        for i, tree in enumerate(read_sentences(path, input_format, max_words, report)):
             seen += 1
             if i % count == index:
                 yield i, encode_tree(scorer.vocab, tree, scorer.rule, pos_tags=tagged, where=f"{path}: sentence {i}")
 
     yield from score_sequences(scorer, items(), chunk_size=chunk_size)
+    if seen == 0 and report is not None and report.errors:
+        raise ValueError(f"{path}: no sentences left: every tree is malformed ({report.num_skipped} skipped; the "
+                         f"first: {report.errors[0]})")
     if seen == 0:
         raise ValueError(f"{path}: no sentences (the file is empty)")
 

@@ -224,12 +224,15 @@ class ReadReport:
       num_trees: trees returned.
       errors: one `TreeSyntaxError` per skipped tree (or run of stray text), in file order.
       too_long: one `SentenceTooLong` per tree skipped as over `max_words` (`on_too_long="skip"`).
+      noun: what the summary calls the records read ("trees"; readers of other records reuse the report:
+        "proposals", "pairs", with their own located errors).
     """
 
     source: str
     num_trees: int = 0
     errors: list[TreeSyntaxError] = dataclasses.field(default_factory=list)
     too_long: list[SentenceTooLong] = dataclasses.field(default_factory=list)
+    noun: str = "trees"
 
     @property
     def num_skipped(self) -> int:
@@ -242,9 +245,9 @@ class ReadReport:
     def summary(self, max_errors: int = 10) -> str:
         """`source: read N trees, skipped K` and then the first `max_errors` messages."""
         if self.num_trees == 0 and not self.errors:
-            return f"{self.source}: read 0 trees (the input is empty)"
+            return f"{self.source}: read 0 {self.noun} (the input is empty)"
         too_long = f" (and {self.num_too_long} over the length limit)" if self.too_long else ""
-        lines = [f"{self.source}: read {self.num_trees} trees, skipped {self.num_skipped}{too_long}"]
+        lines = [f"{self.source}: read {self.num_trees} {self.noun}, skipped {self.num_skipped}{too_long}"]
         for skipped in (self.errors, self.too_long):
             lines += [f"  {err}" for err in skipped[:max_errors]]
             if len(skipped) > max_errors:

@@ -64,9 +64,10 @@ def shared_sections() -> dict[str, dict]:
             max_to_keep=3,  # most recent checkpoints kept
             keep_best=1,  # and the best by the task's validation number
             async_save=True,
-            # Every checkpoint gets a manifest of its files' sizes (checked on resume: a truncated or missing
-            # file is caught). checksums=True adds sha256 sums (a flipped byte is caught too); they are computed
-            # on a background thread, but read every byte (3 GB for tg_bllip with Adam).
+            # Every checkpoint gets a manifest of its files' sizes (checked on resume and on load: a truncated or
+            # missing file is caught). checksums=True (every family's default) adds sha256 sums, verified on
+            # resume and when inference loads the step, so a flipped byte is caught too; they are computed on a
+            # background thread, but read every byte (3 GB for tg_bllip with Adam).
             checksums=True,
             # Save the per-row memory of a state that has one (TG / TXL, ON-LSTM): resuming mid-sequence is
             # then bit-identical. A state without memory ignores it.
@@ -189,9 +190,10 @@ def default_config() -> ml_collections.ConfigDict:
     )
     return family_config(
         sections,
-        # sha256 sums read every byte of a checkpoint (3 GB for tg_bllip with Adam), hence opt-in here; the
-        # memory [K, B, M, d] is saved so that resuming mid-sequence is bit-identical.
-        checkpointing=dict(interval_steps=200, checksums=False, save_memory=True),
+        # sha256 sums (the shared default) read every byte of a checkpoint, 3 GB for tg_bllip with Adam, on the
+        # manifest thread: training does not wait, and loading verifies them. The memory [K, B, M, d] is saved so
+        # that resuming mid-sequence is bit-identical.
+        checkpointing=dict(interval_steps=200, save_memory=True),
         logging=dict(interval_steps=10),
     )
 
