@@ -142,3 +142,21 @@ def test_bad_input_names_the_sentence():
         pd.PushdownBatches([long, short], seq_len=4, batch_size=1, num_depths=4)
     batches = pd.PushdownBatches([long, short], seq_len=4, batch_size=1, num_depths=4, on_too_long="skip")
     assert batches.report.num_skipped_too_long == 1 and len(batches) == 1
+
+
+def test_pushdown_batches_walk_the_training_epochs_order():
+    """`PushdownBatches` and the trainer's `train_epochs` share one order per (seed, epoch)."""
+    from tgjax.data.batching import EpochBatches
+
+    trees = [THE_DOG_IS_HAPPY, Tree("S", [pt("A", "a")]), Tree("S", [pt("A", "b"), pt("B", "c")])] * 3
+    sentences, _ = pd.encode_trees(trees, PieceVocab())
+    batches = pd.PushdownBatches(sentences, seq_len=8, batch_size=2, num_depths=50, seed=4)
+    trainer = EpochBatches(pd.train_epochs(sentences, seq_len=8, batch_size=2, seed=4))
+    for epoch in range(2):
+        plan = pd.epoch_batches(len(sentences), 2, 4, epoch)
+        assert sorted(np.concatenate(plan).tolist()) == list(range(len(sentences)))
+        walked = list(batches.epoch(epoch))
+        assert len(walked) == len(plan) == len(batches) == 5
+        for batch in walked:
+            trained = next(trainer)
+            assert all(np.array_equal(batch[k], trained[k]) for k in trained)

@@ -14,13 +14,13 @@ from tgjax.data.cfl_metric import cross_entropy_difference, string_log_probs
 from tgjax.models.stack_lm import StackTransformerLM
 from tgjax.train.cfl import (
     MODEL_NAMES,
-    ShuffledBatches,
     check_config,
     count_stack_lm_parameters,
     load_model,
     make_batches,
     make_steps,
     resolve_model_config,
+    shuffled_batches,
     string_log_probs_of,
 )
 from tgjax.train.cfl_trials import train_cfl
@@ -224,19 +224,24 @@ def test_trials_report_the_best_by_validation(tmp_path):
 
 
 def test_shuffled_batches_resume_where_they_stopped():
-    batches = [{"id": np.array([i])} for i in range(5)]
-    whole = ShuffledBatches(batches, seed=7)
+    batches = [{"id": np.array([i, i]), "other": np.array([0, 1])} for i in range(5)]
+    whole = shuffled_batches(batches, seed=7)
     seen = [int(next(whole)["id"][0]) for _ in range(17)]  # 3 epochs and 2 batches
     # Each epoch is a permutation of the 5 batches, the e-th draw of the trial's shuffle stream.
     rng = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(3,)))
     assert seen[:15] == [int(b) for _ in range(3) for b in rng.permutation(5)]
     assert whole.get_state() == {"epoch": 3, "step": 2}
     for stop in (0, 3, 5, 11):
-        first = ShuffledBatches(batches, seed=7)
+        first = shuffled_batches(batches, seed=7)
         for _ in range(stop):
             next(first)
-        again = ShuffledBatches(batches, seed=7, position=first.get_state())
+        again = shuffled_batches(batches, seed=7, position=first.get_state())
         assert [int(next(again)["id"][0]) for _ in range(17 - stop)] == seen[stop:], stop
+    # A process's share: its row of the chosen fields.
+    second = shuffled_batches(batches, seed=7, position={"epoch": 2, "step": 1}, fields=("id",), process_index=1,
+                              process_count=2)
+    assert [b["id"].tolist() for b in (next(second) for _ in range(6))] == [[i] for i in seen[11:]]
+    assert set(next(second)) == {"id"}
 
 
 def test_time_budget_stops_after_the_epoch_that_passes_it():

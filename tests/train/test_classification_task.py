@@ -12,19 +12,13 @@ import pytest
 
 from tgjax import cli
 from tgjax.data import listops, logic
+from tgjax.data.batching import EpochBatches
+from tgjax.data.classification_corpus import encode_batch, epoch_batches, make_split, train_epochs
 from tgjax.eval.evalb import evalb
 from tgjax.models.ordered_memory import tree_spans
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
-from tgjax.train.tasks.classification import (
-    TrainBatches,
-    encode_batch,
-    epoch_batches,
-    evaluate_best_checkpoint,
-    make_split,
-    span_f1,
-    systematicity_totals,
-)
+from tgjax.train.tasks.classification import evaluate_best_checkpoint, span_f1, systematicity_totals
 
 from .helpers import read_metrics
 
@@ -242,12 +236,13 @@ def test_each_epoch_gives_every_example_once_in_length_sorted_windows():
 
 def test_the_iterator_resumes_from_its_position():
     split = _listops_split()
-    straight = TrainBatches("listops", split, 4, seed=3, length_bucket=8)
+    epochs = train_epochs("listops", split, 4, seed=3, length_bucket=8)
+    straight = EpochBatches(epochs)
     seen = [next(straight) for _ in range(30)]  # crosses two epoch boundaries (12 batches an epoch)
-    resumed = TrainBatches("listops", split, 4, seed=3, length_bucket=8)
+    resumed = EpochBatches(epochs)
     for _ in range(17):
         next(resumed)
-    again = TrainBatches("listops", split, 4, seed=3, length_bucket=8, position=resumed.get_state())
+    again = EpochBatches(train_epochs("listops", split, 4, seed=3, length_bucket=8), resumed.get_state())
     assert resumed.get_state() == {"epoch": 1, "step": 5}
     for expected in seen[17:]:
         got = next(again)
@@ -257,6 +252,22 @@ def test_the_iterator_resumes_from_its_position():
         assert batch["inputs"].shape[1] % 8 == 0 and batch["inputs"].shape[0] == 4
     total = sum(float(b["weights"].sum()) for b in seen[:12])
     assert total == 45.0  # one epoch: every example once, the filler rows weigh nothing
+    # epoch e's step i is epoch_batches(.., e)[i] (the release's order, what the pinned losses were recorded with)
+    for step, batch in enumerate(seen):
+        indices = epoch_batches(split, 4, 3, step // 12)[step % 12]
+        expected = encode_batch("listops", [split.examples[i] for i in indices], 4, batch["inputs"].shape[1])
+        assert all(np.array_equal(batch[k], expected[k]) for k in expected)
+
+
+def test_each_process_keeps_its_share_of_the_same_global_batch():
+    split = _listops_split()
+    whole = EpochBatches(train_epochs("listops", split, 4, seed=3, length_bucket=8))
+    shares = [EpochBatches(train_epochs("listops", split, 4, seed=3, length_bucket=8, process_index=i,
+                                        process_count=2)) for i in range(2)]
+    for _ in range(13):  # into the second epoch
+        batch, parts = next(whole), [next(share) for share in shares]
+        for key, value in batch.items():
+            assert parts[0][key].shape[0] == 2 and np.array_equal(np.concatenate([p[key] for p in parts]), value)
 
 
 def test_filler_rows_are_empty_and_weightless():

@@ -141,11 +141,13 @@ def test_the_loss_targets_done_only_under_the_release_switch(demo_dir, tmp_path,
     task = CraftBCTask(small_config(demo_dir, *overrides))
     task.setup(RunContext(tmp_path, shd.make_mesh(-1, 1), False, 0, 1, print))
     batches = task.batches(None)
+    per_epoch = len(task.train_episodes) // task.batch_size
     done_targets = 0
-    for _ in range(batches.per_epoch):
+    for _ in range(per_epoch):
         batch = next(batches)
         done_targets += int(np.sum((batch["mask"] > 0) & (batch["actions"] == DONE)))
-    assert done_targets == (batches.per_epoch * task.batch_size if imitate_done else 0)
+    assert batches.get_state() == {"epoch": 0, "step": per_epoch}
+    assert done_targets == (per_epoch * task.batch_size if imitate_done else 0)
 
     # the loss itself: the same as with every DONE row's weight removed, unless DONE is imitated
     state, _ = task.init_state()
@@ -154,3 +156,28 @@ def test_the_loss_targets_done_only_under_the_release_switch(demo_dir, tmp_path,
     loss = float(sequence_nll(task.graphdef, state.params, batch)[0])
     loss_without_done = float(sequence_nll(task.graphdef, state.params, without_done)[0])
     assert (loss == loss_without_done) != imitate_done
+
+
+def test_episode_batches_shuffle_each_epoch_resume_and_split_rows_by_process():
+    """An epoch's batches: the episodes permuted by (seed, epoch), cut into batches, the partial one dropped;
+    a restored position gives the same batches as an uninterrupted run; each process reads its half of the rows."""
+    from tgjax.data.craft_episodes import Episodes
+    from tgjax.train.tasks.craft_bc import episode_batches
+
+    n, size, seed = 10, 4, 5
+    episodes = Episodes(obs=np.zeros((n, 3, 2), np.uint8), actions=np.zeros((n, 3), np.int32),
+                        mask=np.ones((n, 3), np.float32), target_mask=np.ones((n, 3), np.float32),
+                        task_ids=np.arange(n, dtype=np.int32), boundaries=[], kinds=[])
+    batches = episode_batches(episodes, size, seed)
+    seen = [next(batches)["task_ids"] for _ in range(5)]
+    for epoch in (0, 1):
+        order = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch,))).permutation(n)
+        np.testing.assert_array_equal(np.stack(seen[2 * epoch:2 * epoch + 2]), order[:8].reshape(2, size))
+    resumed = episode_batches(episodes, size, seed, {"epoch": 0, "step": 2})
+    for k in (2, 3, 4):
+        np.testing.assert_array_equal(next(resumed)["task_ids"], seen[k])
+    halves = [episode_batches(episodes, size, seed, {"epoch": 0, "step": 1}, p, 2) for p in range(2)]
+    for k in (1, 2, 3):
+        np.testing.assert_array_equal(np.concatenate([next(h)["task_ids"] for h in halves]), seen[k])
+    with pytest.raises(ValueError, match="larger than the 10 training episodes"):
+        episode_batches(episodes, 11, seed)

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tgjax.data import mlm_corpus as corpus
+from tgjax.data.batching import EpochBatches, epoch_order, round_up
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
 from tgjax.train.params_state import ParamsState
@@ -68,9 +70,9 @@ def test_the_loss_counts_exactly_the_masked_positions():
 
 def test_vocabulary_by_count_then_alphabet_with_specials_first():
     sentences = [["b", "a", "c"], ["a", "c"], ["d"], ["c"]]
-    assert mlm.build_vocabulary(sentences, 1) == ["<unk>", "<pad>", "<mask>", "c", "a", "b", "d"]
-    assert mlm.build_vocabulary(sentences, 2) == ["<unk>", "<pad>", "<mask>", "c", "a"]
-    ids, unknown = mlm.encode([["a", "zzz", "c"]], mlm.build_vocabulary(sentences, 2))
+    assert corpus.build_vocabulary(sentences, 1) == ["<unk>", "<pad>", "<mask>", "c", "a", "b", "d"]
+    assert corpus.build_vocabulary(sentences, 2) == ["<unk>", "<pad>", "<mask>", "c", "a"]
+    ids, unknown = corpus.encode([["a", "zzz", "c"]], corpus.build_vocabulary(sentences, 2))
     assert ids[0].tolist() == [4, 0, 3] and unknown == 1
 
 
@@ -78,7 +80,7 @@ def test_release_words_drop_punctuation_and_normalise():
     from tgjax.syntax.trees import parse
 
     tree = parse("(S (NP (DT The) (NNS Mice)) (VP (VBD ate) (CD 1,250) (NP (-NONE- *T*)) ($ $)) (. .))")
-    assert mlm.release_words(tree) == ["the", "mice", "ate", "N,N"]
+    assert corpus.release_words(tree) == ["the", "mice", "ate", "N,N"]
 
 
 # -- batching --------------------------------------------------------------------------------------
@@ -89,42 +91,65 @@ def test_release_words_drop_punctuation_and_normalise():
        st.sampled_from([1, 4, 8]), st.sampled_from([1, 2]))
 def test_token_budget_batches_cover_every_sentence_once_within_budget(lengths, budget, bucket, rows_multiple):
     lengths = np.array(lengths)
-    if mlm.rows_for(mlm._round_up(int(lengths.max()), bucket), budget, rows_multiple) < 1:
+    if corpus.rows_for(round_up(int(lengths.max()), bucket), budget, rows_multiple) < 1:
         with pytest.raises(ValueError, match="does not fit the token budget"):
-            mlm.token_budget_batches(lengths, budget, bucket, rows_multiple)
+            corpus.token_budget_batches(lengths, budget, bucket, rows_multiple)
         return
-    batches = mlm.token_budget_batches(lengths, budget, bucket, rows_multiple)
+    batches = corpus.token_budget_batches(lengths, budget, bucket, rows_multiple)
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
     sentences = [np.full(n, 7, np.int32) for n in lengths]
     previous_max = 0
     for indices in batches:
-        batch = mlm.make_batch(sentences, indices, budget, bucket, rows_multiple)
+        batch = corpus.make_batch(sentences, indices, budget, bucket, rows_multiple)
         rows, width = batch["tokens"].shape
         assert rows * width <= budget and rows % rows_multiple == 0 and width % bucket == 0
         assert batch["valid"].sum() == lengths[indices].sum()
-        assert np.all(batch["tokens"][~batch["valid"]] == mlm.PAD_ID)
+        assert np.all(batch["tokens"][~batch["valid"]] == corpus.PAD_ID)
         assert lengths[indices].min() >= previous_max  # packed in length order
         previous_max = lengths[indices].max()
     # Greedy: a batch is closed only when the next sentence would not fit.
     for a, b in zip(batches, batches[1:]):
-        width = mlm._round_up(int(lengths[np.concatenate([a, b[:1]])].max()), bucket)
-        assert len(a) + 1 > mlm.rows_for(width, budget, rows_multiple)
+        width = round_up(int(lengths[np.concatenate([a, b[:1]])].max()), bucket)
+        assert len(a) + 1 > corpus.rows_for(width, budget, rows_multiple)
 
 
 def test_batch_iterator_resumes_from_its_position():
     sentences = [np.arange(3, 3 + n, dtype=np.int32) for n in [2, 5, 3, 9, 4, 4, 1, 7, 6, 2]]
-    batches = mlm.token_budget_batches(np.array([len(s) for s in sentences]), 16, 4)
-    it = mlm.MLMBatches(sentences, batches, 16, 4, seed=5)
+    batches = corpus.token_budget_batches(np.array([len(s) for s in sentences]), 16, 4)
+    epochs = corpus.train_epochs(sentences, batches, 16, 4, seed=5)
+    it = EpochBatches(epochs)
     seen = [next(it) for _ in range(7)]  # crosses an epoch boundary
+    assert len(batches) < 7
     position = {"epoch": 0, "step": 3}
-    again = mlm.MLMBatches(sentences, batches, 16, 4, seed=5)
+    again = EpochBatches(epochs)
     for _ in range(3):
         next(again)
     assert again.get_state() == position
-    resumed = mlm.MLMBatches(sentences, batches, 16, 4, seed=5, position=position)
+    resumed = EpochBatches(corpus.train_epochs(sentences, batches, 16, 4, seed=5), position)
     for expected in seen[3:]:
         got = next(resumed)
         assert np.array_equal(got["tokens"], expected["tokens"])
+    # epoch e gives the fixed batches in epoch_order(n, seed, e): the order the pinned losses were recorded with
+    plan = [batches[i] for e in range(2) for i in epoch_order(len(batches), 5, e)]
+    assert len(plan) >= len(seen)
+    for got, indices in zip(seen, plan):
+        assert np.array_equal(got["tokens"], corpus.make_batch(sentences, indices, 16, 4)["tokens"])
+
+
+def test_each_process_keeps_its_share_of_the_same_global_batch():
+    sentences = [np.arange(3, 3 + n, dtype=np.int32) for n in [2, 5, 3, 9, 4, 4, 1, 7, 6, 2]]
+    batches = corpus.token_budget_batches(np.array([len(s) for s in sentences]), 32, 4, rows_multiple=2)
+    whole = next(EpochBatches(corpus.train_epochs(sentences, batches, 32, 4, seed=5, rows_multiple=2)))
+    shares = [next(EpochBatches(corpus.train_epochs(sentences, batches, 32, 4, seed=5, rows_multiple=2,
+                                                    process_index=i, process_count=2))) for i in range(2)]
+    for key, value in whole.items():
+        assert shares[0][key].shape[0] == len(value) // 2
+        assert np.array_equal(np.concatenate([s[key] for s in shares]), value)
+
+
+def test_the_vocabulary_specials_are_the_masking_ids():
+    assert (corpus.UNK, corpus.PAD, corpus.MASK) == (mlm.UNK, mlm.PAD, mlm.MASK) == corpus.SPECIALS
+    assert (corpus.UNK_ID, corpus.PAD_ID, corpus.MASK_ID) == (mlm.UNK_ID, mlm.PAD_ID, mlm.MASK_ID)
 
 
 # -- a run -----------------------------------------------------------------------------------------
@@ -190,7 +215,7 @@ def test_bad_config_values_are_named(tmp_path, override, message):
 
 def test_a_sentence_longer_than_the_budget_is_an_error():
     with pytest.raises(ValueError, match="40 words .* does not fit the token budget 32"):
-        mlm.token_budget_batches(np.array([3, 40]), 32, 8)
+        corpus.token_budget_batches(np.array([3, 40]), 32, 8)
 
 
 def test_the_train_step_feeds_the_masked_tokens_and_scores_the_originals():
@@ -230,6 +255,6 @@ def test_sentences_left_empty_untagged_or_too_long_are_skipped_and_counted(tmp_p
                     "(S (NP (PRP It)) (VP (VBZ is) (ADJP (RB very) (RB very) (JJ long))))\n")
     data = load_config("configs/udgn_tiny.py", ["data.source='treebank'", f"data.train_path={path}",
                                                 "data.max_length=4"]).data
-    sentences, skipped = mlm.read_split(data, "train")
+    sentences, skipped = corpus.read_split(data, "train")
     assert sentences == [["the", "dog", "barks"]]
     assert skipped == {"empty": 1, "untagged": 1, "too_long": 1}

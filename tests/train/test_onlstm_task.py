@@ -13,26 +13,23 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tgjax.data.word_stream import batchify, build_vocabulary, encode, read_sentences
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
 from tgjax.train.params_state import ParamsState
 from tgjax.train.tasks import make_task
 from tgjax.train.tasks.onlstm_lm import (
-    BPTTBatches,
     BPTTSettings,
     OnLSTMLMTask,
     Recipe,
     _hidden_dict,
-    batchify,
-    build_vocabulary,
-    encode,
+    bptt_batches,
     epoch_plan,
     initial_average,
     make_step,
     nt_asgd_triggered,
     optimizer,
-    read_sentences,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,7 +127,7 @@ def test_batches_cover_the_stream_and_resume_from_a_position():
     data = np.arange(4 * 50).reshape(4, 50)
     settings = BPTTSettings(bptt=6, std=2.0, min_length=2)
     plans = lambda e: epoch_plan(50, settings, 0, e)  # noqa: E731
-    batches = BPTTBatches(data, plans, settings, 8, None)
+    batches = bptt_batches(data, plans, settings, 8, None)
     seen, positions = [], []
     for _ in range(len(plans(0)) + 3):
         batch = next(batches)
@@ -151,11 +148,17 @@ def test_batches_cover_the_stream_and_resume_from_a_position():
         assert seen[k]["lr_scale"][0] == np.float32(sampled[k] / 6)
         assert seen[k]["previous_lr_scale"][0] == np.float32(sampled[max(k - 1, 0)] / 6)
     # Starting from a saved position gives the same batches.
-    resumed = BPTTBatches(data, plans, settings, 8, positions[4])
+    resumed = bptt_batches(data, plans, settings, 8, positions[4])
     for k in range(5, len(seen)):
         batch = next(resumed)
         for name in batch:
             np.testing.assert_array_equal(batch[name], seen[k][name])
+    # Two processes: each reads its half of the rows of the same batches.
+    halves = [bptt_batches(data, plans, settings, 8, positions[1], p, 2) for p in range(2)]
+    for k in range(2, len(seen)):
+        parts = [next(h) for h in halves]
+        for name in seen[k]:
+            np.testing.assert_array_equal(np.concatenate([part[name] for part in parts]), seen[k][name])
 
 
 # -----------------------------------------------------------------------------
@@ -494,9 +497,9 @@ CRAFT = REPO.parent / "shared" / "data" / "craft_treebank"
 
 @pytest.mark.skipif(not CRAFT.is_dir(), reason=f"CRAFT not found at {CRAFT}")
 def test_craft_config_reads_the_train_and_dev_articles_in_the_release_form(tmp_path):
+    from tgjax.data.mlm_corpus import craft_files
     from tgjax.train import sharding as shd
     from tgjax.train.task import RunContext
-    from tgjax.train.tasks.mlm import craft_files
 
     config = load_config(str(REPO / "configs" / "onlstm_craft.py"))
     assert config.data.source == "craft" and Path(config.data.craft_dir) == CRAFT

@@ -12,8 +12,18 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tgjax.data import pushdown_corpus as corpus
+from tgjax.data.batching import EpochBatches
 from tgjax.data.corpora import builtin_treebank
-from tgjax.data.pushdown import encode_trees, make_batch, tape_from_nodes
+from tgjax.data.pushdown import (
+    bucket_width,
+    bucket_widths,
+    encode_trees,
+    epoch_batches,
+    make_batch,
+    tape_from_nodes,
+    train_epochs,
+)
 from tgjax.data.vocab import build_word_dictionary
 from tgjax.models.pushdown_lm import PushdownLM
 from tgjax.train.config import ConfigError, load_config
@@ -166,13 +176,19 @@ def test_stop_and_resume_is_bit_identical(tmp_path, uninterrupted):
 def test_the_batch_iterator_resumes_from_its_position():
     trees = builtin_treebank("train", 21)
     sentences, _ = encode_trees(trees, build_word_dictionary([t.leaves() for t in trees]))
-    batches = pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=3)
+    batches = EpochBatches(train_epochs(sentences, seq_len=32, batch_size=4, seed=3))
     seen = [next(batches) for _ in range(7)]  # 6 batches an epoch: crosses into epoch 1
     assert batches.get_state() == {"epoch": 1, "step": 1}
     assert sum(b["weights"][:, 0].sum() for b in seen[:6]) == 21  # every sentence once, 3 idle rows
-    resumed = pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=3, position={"epoch": 0, "step": 4})
+    resumed = EpochBatches(train_epochs(sentences, seq_len=32, batch_size=4, seed=3), {"epoch": 0, "step": 4})
     for expected in seen[4:]:
         got = next(resumed)
+        assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    # epoch e's batches are the shuffle of (seed, e): the order the pinned losses were recorded with
+    plan = [b for e in range(2) for b in epoch_batches(len(sentences), 4, 3, e)]
+    for got, indices in zip(seen, plan):
+        rows = [sentences[i] for i in indices]
+        expected = make_batch(rows + [None] * (4 - len(rows)), 32)[0]
         assert all(np.array_equal(got[k], expected[k]) for k in expected)
 
 
@@ -180,8 +196,8 @@ def test_bucketed_batches_are_the_full_width_batches_cut_to_a_power_of_two():
     from tgjax.data import dyck
 
     sentences = dyck.encode_for_pushdown(dyck.dyck_corpus(24, 5, max_length=62)[0])
-    full = pd.PushdownTrainBatches(sentences, seq_len=64, batch_size=4, seed=3)
-    bucketed = pd.PushdownTrainBatches(sentences, seq_len=64, batch_size=4, seed=3, bucket_lengths=True)
+    full = EpochBatches(train_epochs(sentences, seq_len=64, batch_size=4, seed=3))
+    bucketed = EpochBatches(train_epochs(sentences, seq_len=64, batch_size=4, seed=3, bucket_lengths=True))
     widths = set()
     for _ in range(6):
         wide, cut = next(full), next(bucketed)
@@ -203,11 +219,11 @@ def test_length_grouped_epochs_hold_every_row_once_in_narrower_batches():
     token_rows = sorted(tuple(int(t) for t in s.tokens) for s in sentences)  # strings repeat: a list
     widths = {}
     for grouped in (False, True):
-        batches = pd.PushdownTrainBatches(sentences, seq_len=128, batch_size=8, seed=4, bucket_lengths=True,
-                                          group_by_length=grouped)
-        batches.GROUP_POOL_BATCHES = 10  # three pools (80 rows each) and a partial one (60 rows)
-        epoch = [next(batches) for _ in range(batches.batches_per_epoch)]
-        assert batches.get_state() == {"epoch": 0, "step": batches.batches_per_epoch}
+        # pools of 10 batches: three pools (80 rows each) and a partial one (60 rows)
+        batches = EpochBatches(train_epochs(sentences, seq_len=128, batch_size=8, seed=4, bucket_lengths=True,
+                                            group_by_length=grouped, pool_batches=10))
+        epoch = [next(batches) for _ in range(-(-len(sentences) // 8))]
+        assert batches.get_state() == {"epoch": 0, "step": len(epoch)}
         seen = []
         for batch in epoch:
             for row in range(batch["inputs"].shape[0]):
@@ -217,9 +233,8 @@ def test_length_grouped_epochs_hold_every_row_once_in_narrower_batches():
         assert sorted(seen) == token_rows  # every row exactly once
         widths[grouped] = np.mean([b["inputs"].shape[1] for b in epoch])
         if grouped:
-            again = pd.PushdownTrainBatches(sentences, seq_len=128, batch_size=8, seed=4, bucket_lengths=True,
-                                            group_by_length=True, position={"epoch": 0, "step": 5})
-            again.GROUP_POOL_BATCHES = 10
+            again = EpochBatches(train_epochs(sentences, seq_len=128, batch_size=8, seed=4, bucket_lengths=True,
+                                              group_by_length=True, pool_batches=10), {"epoch": 0, "step": 5})
             for expected in epoch[5:9]:
                 got = next(again)
                 assert all(np.array_equal(got[k], expected[k]) for k in expected)
@@ -230,7 +245,7 @@ def test_length_grouped_epochs_hold_every_row_once_in_narrower_batches():
 @given(st.lists(st.integers(2, 300), min_size=1, max_size=8), st.sampled_from([64, 100, 512]))
 def test_bucket_width_is_the_smallest_power_of_two_that_holds_the_batch(lengths, seq_len):
     rows = [np.zeros(n) for n in lengths] + [None]  # only len() is read; None is an idle row
-    width = pd.bucket_width(rows, seq_len)
+    width = bucket_width(rows, seq_len)
     longest = max(lengths) - 1
     if longest > seq_len:
         assert width == seq_len
@@ -249,7 +264,7 @@ def test_the_loss_does_not_depend_on_the_padded_width():
     model_cfg = pd.model_config(config, dyck.dyck_vocabulary().size)
     model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=3, dropout=0))
     results = []
-    narrow = pd.bucket_width(sentences, 96)
+    narrow = bucket_width(sentences, 96)
     assert narrow < 96  # otherwise the two widths below are one
     for width in (narrow, 96):
         batch, _ = make_batch(sentences, width)
@@ -262,9 +277,9 @@ def test_the_loss_does_not_depend_on_the_padded_width():
 def test_each_process_keeps_its_share_of_the_same_global_batch():
     trees = builtin_treebank("train", 9)
     sentences, _ = encode_trees(trees, build_word_dictionary([t.leaves() for t in trees]))
-    whole = next(pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=1))
-    shares = [next(pd.PushdownTrainBatches(sentences, seq_len=32, batch_size=4, seed=1, process_index=i,
-                                           process_count=2)) for i in range(2)]
+    whole = next(EpochBatches(train_epochs(sentences, seq_len=32, batch_size=4, seed=1)))
+    shares = [next(EpochBatches(train_epochs(sentences, seq_len=32, batch_size=4, seed=1, process_index=i,
+                                             process_count=2))) for i in range(2)]
     for key, value in whole.items():
         assert shares[0][key].shape[0] == 2 and np.array_equal(np.concatenate([s[key] for s in shares]), value)
 
@@ -277,7 +292,7 @@ def test_windows_start_at_sentence_boundaries_and_keep_each_tree():
     vocab = build_word_dictionary([t.leaves() for t in trees])
     sentences, _ = encode_trees(trees, vocab)
     longest = max(len(s) for s in sentences)
-    rows, too_long = pd.pack_windows(sentences, longest + 3)
+    rows, too_long = corpus.pack_windows(sentences, longest + 3)
     assert too_long == 0 and len(rows) < len(sentences)
     assert sum(len(r) for r in rows) == sum(len(s) for s in sentences)
     position = 0
@@ -298,7 +313,7 @@ def test_windows_start_at_sentence_boundaries_and_keep_each_tree():
             offset += n
             position += 1
     assert position == len(sentences)
-    _, skipped = pd.pack_windows(sentences, longest - 1)
+    _, skipped = corpus.pack_windows(sentences, longest - 1)
     assert skipped == sum(len(s) > longest - 1 for s in sentences) > 0
 
 
@@ -307,8 +322,8 @@ def test_clipped_tape_entries_are_counted_as_the_batcher_counts_them():
     sentences, _ = encode_trees(trees, build_word_dictionary([t.leaves() for t in trees]))
     for num_depths in (3, 5, 50):
         brute = sum(make_batch([s], 32, num_depths=num_depths)[1] for s in sentences)
-        assert sum(pd.count_clipped(s, num_depths) for s in sentences) == brute
-    assert brute == 0 and sum(pd.count_clipped(s, 3) for s in sentences) > 0
+        assert sum(corpus.count_clipped(s, num_depths) for s in sentences) == brute
+    assert brute == 0 and sum(corpus.count_clipped(s, 3) for s in sentences) > 0
 
 
 # -- configs and bad input ------------------------------------------------------------------------------
@@ -384,7 +399,7 @@ def test_the_unigram_baseline_by_hand():
         return PushdownSentence(ids, np.arange(ids.size, dtype=np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
 
     # Add-one counts over the predicted tokens of the training rows: 2 -> 3, 5 -> 3, 6 -> 2, the other five ids 1: 13.
-    loss = pd.unigram_loss([row(1, 5, 5, 2), row(1, 6, 2)], [row(1, 5, 2)], vocab_size=8)
+    loss = corpus.unigram_loss([row(1, 5, 5, 2), row(1, 6, 2)], [row(1, 5, 2)], vocab_size=8)
     assert loss == pytest.approx(-math.log(3 / 13))
 
 
@@ -396,12 +411,12 @@ def dyck_row(num_tokens: int):
 
 
 def test_bucket_widths_are_the_powers_of_two_below_the_row_then_the_row():
-    assert pd.bucket_widths(512) == [16, 32, 64, 128, 256, 512]
-    assert pd.bucket_widths(100) == [16, 32, 64, 100]
-    assert pd.bucket_widths(16) == [16] and pd.bucket_widths(10) == [10]
+    assert bucket_widths(512) == [16, 32, 64, 128, 256, 512]
+    assert bucket_widths(100) == [16, 32, 64, 100]
+    assert bucket_widths(16) == [16] and bucket_widths(10) == [10]
     for seq_len in (10, 16, 100, 512):  # bucket_width never returns a width outside the list
         rows = [dyck_row(n) for n in range(2, seq_len + 2)]  # inputs of 1 .. seq_len tokens
-        assert {pd.bucket_width([row], seq_len) for row in rows} == set(pd.bucket_widths(seq_len))
+        assert {bucket_width([row], seq_len) for row in rows} == set(bucket_widths(seq_len))
 
 
 def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path, caplog):
@@ -429,8 +444,8 @@ def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path, capl
     assert dyck_task.model_config.binary_tape and dyck_task.model_config.scan_layers
     assert math.isfinite(result.valid_losses[2])
     epoch = dyck_task.batches(None)
-    assert min(next(epoch)["inputs"].shape[1] for _ in range(epoch.batches_per_epoch)) < 32  # the switches reach it
+    assert min(next(epoch)["inputs"].shape[1] for _ in range(len(epoch.epoch_dataset(0)))) < 32  # the switches reach it
     # every bucket width (16, 32) was compiled before the first step, and no step compiled another
-    assert pd.bucket_widths(32) == [16, 32]
+    assert bucket_widths(32) == [16, 32]
     assert len(compiled_in) == 2 and "MainThread" not in compiled_in, compiled_in
     assert any("redrawn" in note for note in dyck_task.notes)  # the over-long strings are said, not hidden

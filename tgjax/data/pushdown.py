@@ -25,18 +25,26 @@ adds the host-built tape for interoperability and tests.
 
 Depth table. Depths at or beyond ``num_depths`` are clipped by the model to
 ``num_depths - 1``; the batcher counts the tape entries (of the rows a model
-reads) that will be clipped, in `PushdownReport.num_clipped_entries`. Nothing
-here imports JAX.
+reads) that will be clipped, in `PushdownReport.num_clipped_entries`.
+
+Training batches: an epoch's order is `epoch_batches` (a shuffle from
+(seed, epoch), optionally grouped by length), each batch padded to the row
+length or to its `bucket_width`; `train_epochs` makes each epoch a
+`grain.MapDataset` for `tgjax.data.batching.EpochBatches`, whose position
+{"epoch", "step"} is all a checkpoint needs. `PushdownBatches` walks the
+same order, filtering and counting as it goes. Nothing here imports JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
+from tgjax.data.batching import local_rows
 from tgjax.syntax import stack_tape as stt
 from tgjax.syntax.trees import Tree
 
@@ -249,8 +257,97 @@ def make_batch(sentences: Sequence[PushdownSentence | None], seq_len: int, *, nu
     return batch, clipped
 
 
+# -----------------------------------------------------------------------------
+# Training batches.
+
+
+SMALLEST_BUCKET = 16
+
+
+def bucket_widths(seq_len: int, *, smallest: int = SMALLEST_BUCKET) -> list[int]:
+    """Every width `bucket_width` can return: the powers of two from `smallest` below `seq_len`, then `seq_len`."""
+    widths = []
+    width = smallest
+    while width < seq_len:
+        widths.append(width)
+        width *= 2
+    return widths + [seq_len]
+
+
+def bucket_width(sentences: Sequence[PushdownSentence | None], seq_len: int, *,
+                 smallest: int = SMALLEST_BUCKET) -> int:
+    """The width a batch's rows are padded to: the smallest power of two (at least `smallest`) that holds
+    its longest sentence's inputs, and at most `seq_len`.
+
+    Padding is masked out everywhere, so the loss does not depend on the width; what does is the work.
+    One long string is enough to need the full width: most random batches of 64 Dyck strings (39 tokens
+    on average, a few near 500) still need all 512 columns; batches grouped by length mostly need 16-64.
+    Powers of two keep the number of compiled steps to a handful (log2(seq_len / smallest) + 1 at most).
+    """
+    longest = max((len(s) - 1 for s in sentences if s is not None), default=1)
+    return next((width for width in bucket_widths(seq_len, smallest=smallest) if width >= longest), seq_len)
+
+
+GROUP_POOL_BATCHES = 50  # batches per pool sorted by length (`epoch_batches(lengths=...)`)
+
+
+def epoch_batches(num_rows: int, batch_size: int, seed: int, epoch: int, *, lengths: np.ndarray | None = None,
+                  pool_batches: int = GROUP_POOL_BATCHES) -> list[np.ndarray]:
+    """The row indices of each batch of `epoch`, in order: a function of (seed, epoch) only.
+
+    The rows shuffled (`np.random.default_rng([seed, epoch])`) and cut into
+    batches, the last one partial. With `lengths` (grouping by length) the
+    shuffled rows are cut into pools of `pool_batches` batches, each pool
+    sorted by length before it is cut into batches, and the epoch's batches
+    are shuffled again: every row still once an epoch, but a batch holds rows
+    of similar length (with `bucket_width`, far fewer columns).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(num_rows)
+    if lengths is None:
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    pool = batch_size * pool_batches
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = order[start:start + pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def train_epochs(rows: Sequence[PushdownSentence], *, seq_len: int, batch_size: int, seed: int,
+                 process_index: int = 0, process_count: int = 1, bucket_lengths: bool = False,
+                 group_by_length: bool = False, pool_batches: int = GROUP_POOL_BATCHES
+                 ) -> Callable[[int], Any]:
+    """epoch -> a `grain.MapDataset` of that epoch's training batches, for `tgjax.data.batching.EpochBatches`.
+
+    Every process draws the same global batch (`epoch_batches`; grouped by
+    length with `group_by_length`) and keeps its own rows; the last batch of
+    an epoch is filled with idle rows (weight 0). Each batch is `seq_len`
+    wide, or with `bucket_lengths` the `bucket_width` of its rows. Grouping
+    makes the batches no uniform draws, which the paper's recipe does not
+    say it used: a switch, off by default. The rows are used as they are
+    (fitted to `seq_len` already: `tgjax.data.pushdown_corpus.prepare_split`).
+    """
+    lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows)) if group_by_length else None
+
+    def batch(indices: np.ndarray) -> dict[str, np.ndarray]:
+        chosen: list[PushdownSentence | None] = [rows[i] for i in indices]
+        chosen += [None] * (batch_size - len(chosen))  # idle rows, weight 0
+        width = bucket_width(chosen, seq_len) if bucket_lengths else seq_len
+        return local_rows(make_batch(chosen, width)[0], process_index, process_count)
+
+    def epoch(e: int):
+        import grain  # the loader; imported here so that `import tgjax.data` stays light
+
+        plan = epoch_batches(len(rows), batch_size, seed, e, lengths=lengths, pool_batches=pool_batches)
+        return grain.MapDataset.source(plan).map(batch)
+
+    return epoch
+
+
 class PushdownBatches:
-    """Epochs of fixed-shape batches of whole sentences, seeded shuffles; reports what it skipped and clipped.
+    """Epochs of fixed-shape batches of whole sentences (`epoch_batches`' order); reports what it skipped and clipped.
 
     Sentences longer than ``seq_len + 1`` positions raise, or with
     ``on_too_long="skip"`` are skipped and counted in `report`.
@@ -284,9 +381,8 @@ class PushdownBatches:
 
     def epoch(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
         """The epoch's batches; the last is filled with idle rows. Clipped entries accumulate in `report`."""
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.sentences))
-        for start in range(0, len(order), self.batch_size):
-            rows: list[PushdownSentence | None] = [self.sentences[i] for i in order[start:start + self.batch_size]]
+        for indices in epoch_batches(len(self.sentences), self.batch_size, self.seed, epoch):
+            rows: list[PushdownSentence | None] = [self.sentences[i] for i in indices]
             rows += [None] * (self.batch_size - len(rows))
             batch, clipped = make_batch(rows, self.seq_len, num_depths=self.num_depths,
                                         binary_tape=self.binary_tape, dense=self.dense)

@@ -7,9 +7,9 @@ configs/stack_cfl.py` runs):
 
   check_config, resolve_model_config, selected_test_lengths, describe_cfl
                    the config's checks (ConfigError naming the key), the paper's model for (task, model)
-  make_batches, ShuffledBatches
-                   minibatches of strings of one length, made once; their order reshuffled every epoch,
-                   resumable from a position {"epoch", "step"}
+  make_batches, shuffled_batches
+                   minibatches of strings of one length, made once; their order reshuffled every epoch
+                   (`BatchOrders`), a grain dataset per epoch resumable from a position {"epoch", "step"}
   CFLState, make_steps, init_model, initial_learning_rate, string_log_probs_of
                    the train state, the jitted train and score steps (Adam after clipping; the learning
                    rate is an argument), a trial's initialisation and learning rate, scoring
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import grain
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -41,6 +42,7 @@ import optax
 from flax import nnx
 from ml_collections.config_dict import placeholder
 
+from tgjax.data.batching import EpochBatches, local_rows, round_up
 from tgjax.data.cfl import SPLITS, TASK_NAMES, CFLTask, cfl_task
 from tgjax.data.cfl_metric import CrossEntropyDifference
 from tgjax.extras import require_extra
@@ -61,8 +63,8 @@ from tgjax.train.step import make_train_step
 
 __all__ = [
     "CFLState",
+    "BatchOrders",
     "MODEL_NAMES",
-    "ShuffledBatches",
     "check_config",
     "describe_cfl",
     "difference_dict",
@@ -75,6 +77,7 @@ __all__ = [
     "read_params",
     "resolve_model_config",
     "selected_test_lengths",
+    "shuffled_batches",
     "string_log_probs_of",
     "write_json",
 ]
@@ -254,10 +257,6 @@ def describe_cfl(config) -> dict[str, Any]:
 # Batches.
 
 
-def _bucketed(width: int, bucket: int) -> int:
-    return -(-width // bucket) * bucket
-
-
 def make_batches(task: CFLTask, strings: Sequence[Sequence[str]], batch_size: int, *, length_bucket: int = 1,
                  same_length: bool = True) -> list[dict[str, np.ndarray]]:
     """Fixed-shape batches of `batch_size` rows (missing rows all padding, weight 0).
@@ -272,7 +271,7 @@ def make_batches(task: CFLTask, strings: Sequence[Sequence[str]], batch_size: in
     """
     groups: dict[int, list[int]] = {}
     for i, s in enumerate(strings):
-        key = len(s) if same_length else _bucketed(len(s) + 1, length_bucket)
+        key = len(s) if same_length else round_up(len(s) + 1, length_bucket)
         groups.setdefault(key, []).append(i)
     order = sorted(groups, key=lambda k: groups[k][0]) if same_length else sorted(groups)
     batches = []
@@ -280,7 +279,7 @@ def make_batches(task: CFLTask, strings: Sequence[Sequence[str]], batch_size: in
         members = groups[key]
         for start in range(0, len(members), batch_size):
             chunk = members[start:start + batch_size]
-            width = _bucketed(max(len(strings[i]) for i in chunk) + 1, length_bucket)
+            width = round_up(max(len(strings[i]) for i in chunk) + 1, length_bucket)
             enc = task.encode([strings[i] for i in chunk], pad_to=width)
             pad = batch_size - len(chunk)
             batch = {name: np.pad(enc[name], ((0, pad), (0, 0))) for name in ("inputs", "targets", "weights")}
@@ -290,37 +289,42 @@ def make_batches(task: CFLTask, strings: Sequence[Sequence[str]], batch_size: in
     return batches
 
 
-class ShuffledBatches:
-    """Fixed batches in a fresh order every epoch, resumable: the data iterator of a trial.
+class BatchOrders:
+    """The order of `num_batches` fixed batches in each epoch of a trial: epoch e's is the e-th permutation
+    drawn from one generator seeded by `SeedSequence(seed, spawn_key=(3,))`, the draws following each other
+    epoch after epoch. `orders(e)` draws on from the last epoch asked for (an earlier epoch draws again from
+    the start), so walking the epochs in turn costs one permutation each."""
 
-    Epoch e's order is the e-th permutation drawn from
-    `SeedSequence(seed, spawn_key=(3,))`. `get_state()` is the position
-    {"epoch" (0-based), "step" (batches of that epoch already given)}; an
-    iterator made with that position replays the earlier epochs' draws and
-    goes on with the same batches as one that never stopped.
+    def __init__(self, num_batches: int, seed: int):
+        self.num_batches, self.seed = num_batches, seed
+        self._epoch = -1  # the epoch of `_order`, the last permutation drawn from `_rng`
+
+    def __call__(self, epoch: int) -> np.ndarray:
+        if epoch < self._epoch or self._epoch < 0:
+            self._rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(3,)))
+            self._epoch = -1
+        while self._epoch < epoch:
+            self._order = self._rng.permutation(self.num_batches)
+            self._epoch += 1
+        return self._order
+
+
+def shuffled_batches(batches: list[dict[str, np.ndarray]], seed: int, position: dict[str, int] | None = None, *,
+                     fields: Sequence[str] | None = None, process_index: int = 0,
+                     process_count: int = 1) -> EpochBatches:
+    """Fixed batches in a fresh order every epoch (`BatchOrders`), resumable: the data iterator of a trial.
+
+    Epoch e is a grain dataset over its order, each batch cut to `fields` (None: all) and this process's rows.
+    `get_state()` is the position {"epoch" (0-based), "step" (batches of that epoch already given)}; an iterator
+    made with that position goes on with the same batches as one that never stopped.
     """
+    orders = BatchOrders(len(batches), seed)
 
-    def __init__(self, batches: list[dict[str, np.ndarray]], seed: int, position: dict[str, int] | None = None):
-        self.batches = batches
-        self._rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
-        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
-        for _ in range(self.epoch):  # the draws of the epochs already done
-            self._rng.permutation(len(batches))
-        self._order = self._rng.permutation(len(batches))
+    def batch(i: int) -> dict[str, np.ndarray]:
+        chosen = batches[int(i)]
+        return local_rows({name: chosen[name] for name in (fields or chosen)}, process_index, process_count)
 
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.step == len(self.batches):
-            self.epoch, self.step = self.epoch + 1, 0
-            self._order = self._rng.permutation(len(self.batches))
-        batch = self.batches[self._order[self.step]]
-        self.step += 1
-        return batch
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
+    return EpochBatches(lambda epoch: grain.MapDataset.source(orders(epoch)).map(batch), position)
 
 
 # -----------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 What it hands the trainer (`tgjax.train.task`): the config's checks
 (`tgjax.train.cfl.check_config`), the trial's fresh training and validation
 sample, `StackTransformerLM` parameters (placed on the mesh by their logical
-axes, `tgjax.train.params_state`), the resumable shuffled batches (`ShuffledBatches`: the same batches
-in a new order every epoch), the jitted step of `tgjax.train.cfl.make_steps`
+axes, `tgjax.train.params_state`), the resumable shuffled batches (`shuffled_batches`: the same batches
+in a new order every epoch, a grain dataset per epoch), the jitted step of `tgjax.train.cfl.make_steps`
 (cross-entropy summed over time, mean over strings; the learning rate is an
 argument, so a plateau decay recompiles nothing), validation after every
 epoch with the cross-entropy difference Δ as the selection (lower is better),
@@ -29,7 +29,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from tgjax.data.cfl import cfl_task
 from tgjax.data.cfl_metric import cross_entropy_difference
@@ -46,26 +45,6 @@ from tgjax.train.step import learning_rate_of
 from tgjax.train.task import Evaluation, RunContext, Selection, TrainingDiverged, read_intervals
 
 _MODEL_FIELDS = ("inputs", "targets", "weights")
-
-
-class _TrialBatches:
-    """`ShuffledBatches` yielding this process's rows of the model's fields; `get_state()` is theirs."""
-
-    def __init__(self, batches: cfl.ShuffledBatches, process_index: int, process_count: int):
-        self._batches = batches
-        self._process_index, self._process_count = process_index, process_count
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        batch = next(self._batches)
-        rows = batch["inputs"].shape[0] // self._process_count
-        start = self._process_index * rows
-        return {name: batch[name][start:start + rows] for name in _MODEL_FIELDS}
-
-    def get_state(self) -> dict[str, int]:
-        return self._batches.get_state()
 
 
 def _json_value(value):
@@ -288,8 +267,10 @@ class CFLTask:
     # -- steps ---------------------------------------------------------------------------------
 
     def batches(self, position: dict | None):
-        return _TrialBatches(cfl.ShuffledBatches(self.train_batches, self.seed, position),
-                             self.run.process_index, self.run.process_count)
+        """The trial's shuffled batches (`tgjax.train.cfl.shuffled_batches`): this process's rows of the model's
+        fields."""
+        return cfl.shuffled_batches(self.train_batches, self.seed, position, fields=_MODEL_FIELDS,
+                                    process_index=self.run.process_index, process_count=self.run.process_count)
 
     def make_train_step(self):
         step = self.steps.train

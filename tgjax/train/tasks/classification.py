@@ -25,8 +25,11 @@ What it hands the trainer (`tgjax.train.task`):
   windows of 10 batches, shuffle the batches), each batch padded to a
   multiple of `data.length_bucket` (few shapes, few compilations); an
   epoch's order is a function of (seed, epoch), so the iterator's position
-  {"epoch", "step"} is all a checkpoint needs. The last, partial batch of an
-  epoch is filled with empty rows of weight 0 (nothing is dropped).
+  {"epoch", "step"} is all a checkpoint needs (a grain dataset per epoch,
+  walked by `tgjax.data.batching.EpochBatches`). The last, partial batch of
+  an epoch is filled with empty rows of weight 0 (nothing is dropped).
+  Reading and batching the examples is host code:
+  `tgjax.data.classification_corpus`.
 * the step: the trainer's one step (`tgjax.train.step`) on the mean
   cross-entropy over the batch's real rows, Adam with the release's L2
   weight decay (PyTorch's `weight_decay`: added to the gradient before the
@@ -51,9 +54,7 @@ What it hands the trainer (`tgjax.train.task`):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ import optax
 from flax import nnx
 
 from tgjax.data import listops, logic
+from tgjax.data.batching import EpochBatches, local_rows
+from tgjax.data.classification_corpus import Split, eval_batches, load_splits, train_epochs
 from tgjax.models.ordered_memory import (
     OMClassifierConfig,
     OrderedMemoryClassifier,
@@ -96,7 +99,6 @@ SPLITS = ("length", "A", "B", "C")
 _SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ordered_memory"
 DEFAULT_LISTOPS_TEST = str(_SHARED / "listops" / "test_d20s.tsv")
 DEFAULT_LOGIC_DIR = str(_SHARED / "propositionallogic")
-SMART_BATCH_WINDOW = 10  # batches per sorted window (the release's 10 shards)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -184,126 +186,6 @@ def describe(config) -> dict[str, Any]:
     return {"model_name": f"ordered_memory_{config.dataset}", "num_parameters": count,
             "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg),
             "build_model": lambda rngs: OrderedMemoryClassifier(model_cfg, rngs=rngs)}
-
-
-# -----------------------------------------------------------------------------
-# Data: examples -> padded batches.
-
-
-@dataclasses.dataclass
-class Split:
-    """Examples of one split with their token lengths (the longer side of a pair)."""
-
-    examples: list
-    lengths: np.ndarray  # [n] int
-
-
-def _length(dataset: str, example) -> int:
-    if dataset == "listops":
-        return listops.num_tokens(example.expression)
-    return max(len(logic.tokens_of(example.left)), len(logic.tokens_of(example.right)))
-
-
-def make_split(dataset: str, examples) -> Split:
-    return Split(list(examples), np.array([_length(dataset, e) for e in examples], dtype=np.int64))
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return max(multiple, -(-n // multiple) * multiple)
-
-
-def encode_batch(dataset: str, examples, rows: int, width: int) -> dict[str, np.ndarray]:
-    """`rows` rows of width `width`: the examples, then empty rows of weight 0.
-
-    listops: inputs [rows, T] (left-padded, the release's side), valid [rows, T];
-    logic: left, right [rows, T] (right-padded), left_valid, right_valid;
-    both: labels [rows] int32, weights [rows] float32 (1 real, 0 filler).
-    """
-    n = len(examples)
-    if n > rows:
-        raise ValueError(f"{n} examples do not fit in a batch of {rows} rows")
-    weights = np.zeros(rows, np.float32)
-    weights[:n] = 1.0
-    labels = np.zeros(rows, np.int32)
-    if dataset == "listops":
-        inputs = np.full((rows, width), listops.PAD_ID, np.int32)
-        if n:
-            encoded = listops.encode(examples, pad_to=width, pad_side="left")
-            inputs[:n], labels[:n] = encoded["inputs"], encoded["labels"]
-        return {"inputs": inputs, "valid": inputs != listops.PAD_ID, "labels": labels, "weights": weights}
-    left = np.full((rows, width), logic.PAD_ID, np.int32)
-    right = np.full((rows, width), logic.PAD_ID, np.int32)
-    if n:
-        encoded = logic.encode(examples, pad_to=width)
-        left[:n], right[:n], labels[:n] = encoded["left"], encoded["right"], encoded["labels"]
-    return {"left": left, "right": right, "left_valid": left != logic.PAD_ID, "right_valid": right != logic.PAD_ID,
-            "labels": labels, "weights": weights}
-
-
-def _local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int) -> dict[str, np.ndarray]:
-    """This process's contiguous share of a global batch's rows."""
-    if process_count == 1:
-        return batch
-    rows = len(batch["labels"]) // process_count
-    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
-
-
-def epoch_batches(split: Split, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Epoch `epoch`'s batches as index arrays: shuffle, sort windows of 10 batches by length, shuffle batches.
-
-    A function of (seed, epoch) only, so a resumed run rebuilds the same epoch.
-    """
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch,)))
-    order = rng.permutation(len(split.examples))
-    window = batch_size * SMART_BATCH_WINDOW
-    batches = []
-    for start in range(0, len(order), window):
-        chunk = order[start:start + window]
-        chunk = chunk[np.argsort(split.lengths[chunk], kind="stable")]
-        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-class TrainBatches:
-    """The training iterator: position {"epoch", "step"} (batches of that epoch already given)."""
-
-    def __init__(self, dataset: str, split: Split, batch_size: int, seed: int, length_bucket: int,
-                 position: dict | None = None, process_index: int = 0, process_count: int = 1):
-        self.dataset, self.split, self.batch_size, self.seed = dataset, split, batch_size, seed
-        self.length_bucket = length_bucket
-        self.process_index, self.process_count = process_index, process_count
-        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
-        self._order = epoch_batches(split, batch_size, seed, self.epoch)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.step >= len(self._order):
-            self.epoch, self.step = self.epoch + 1, 0
-            self._order = epoch_batches(self.split, self.batch_size, self.seed, self.epoch)
-        indices = self._order[self.step]
-        self.step += 1
-        width = _round_up(int(self.split.lengths[indices].max()), self.length_bucket)
-        batch = encode_batch(self.dataset, [self.split.examples[i] for i in indices], self.batch_size, width)
-        return _local_rows(batch, self.process_index, self.process_count)
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
-
-
-def eval_batches(dataset: str, split: Split, batch_size: int) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-    """(example indices, batch) over a whole split, sorted by length, widths rounded up to a power of two >= 32.
-
-    Few widths, few compilations; the recurrence carries its state over padding, so width changes nothing.
-    """
-    order = np.argsort(split.lengths, kind="stable")
-    out = []
-    for start in range(0, len(order), batch_size):
-        indices = order[start:start + batch_size]
-        width = max(32, 1 << int(math.ceil(math.log2(max(int(split.lengths[indices].max()), 1)))))
-        out.append((indices, encode_batch(dataset, [split.examples[i] for i in indices], batch_size, width)))
-    return out
 
 
 THESIS_LENGTHS = "7-12"  # the systematicity aggregate the thesis reports: the unseen lengths
@@ -454,48 +336,9 @@ class ClassificationTask:
         self._eval_step = jax.jit(eval_step)
 
     def _load_data(self) -> None:
-        d = self.config.data
-        self.skipped: dict[str, int] = {}
-        if self.dataset == "listops":
-            train = listops.generate(d.train_size, seed=d.seed, max_tokens=d.max_train_tokens)
-            valid = listops.generate(d.valid_size, seed=d.seed + 1, max_tokens=d.max_train_tokens,
-                                     exclude=[e.expression for e in train])
-            self.tests: dict[str, list] = {}
-            self.test_note = None
-            if d.test_path:
-                if Path(d.test_path).is_file():
-                    examples = listops.read_listops(d.test_path).examples
-                    if d.test_max_tokens:
-                        kept = [e for e in examples if listops.num_tokens(e.expression) <= d.test_max_tokens]
-                        self.skipped["test"] = len(examples) - len(kept)
-                        examples = kept
-                    self.tests["test"] = examples
-                else:
-                    self.test_note = f"no ListOps test file at {d.test_path}: no test accuracy at the end"
-        else:
-            files = logic.LogicFiles.read(d.logic_dir)
-            splits = (logic.length_split(files) if d.split == "length"
-                      else logic.systematicity_split(files, d.split))
-            train, valid = splits.train, splits.valid
-            self.tests = {f"{d.split}/{n}" if d.split != "length" else f"ops{n}": examples
-                          for n, examples in splits.test.items() if examples}
-            self.test_note = None
-        if d.max_train_examples and d.max_train_examples < len(train):
-            rng = np.random.default_rng(np.random.SeedSequence(d.seed, spawn_key=(1_000_003,)))
-            keep = np.sort(rng.choice(len(train), d.max_train_examples, replace=False))
-            train = [train[i] for i in keep]
-        if d.max_valid_examples:
-            valid = valid[:d.max_valid_examples]
-        self.train_split = make_split(self.dataset, train)
-        self.valid_split = make_split(self.dataset, valid)
-        self.test_splits = {name: make_split(self.dataset, examples) for name, examples in self.tests.items()}
-        text = "\n".join(self._example_text(e) for e in train)
-        self.data_fingerprint = hashlib.sha256(text.encode()).hexdigest()
-
-    def _example_text(self, example) -> str:
-        if self.dataset == "listops":
-            return f"{example.label}\t{listops.to_bracketed(example.expression)}"
-        return f"{example.relation}\t{example.text}"
+        data = load_splits(self.dataset, self.config.data)
+        self.skipped, self.test_note, self.data_fingerprint = data.skipped, data.test_note, data.fingerprint
+        self.train_split, self.valid_split, self.test_splits = data.train, data.valid, data.tests
 
     def describe_run(self) -> list[str]:
         mesh = self.run.mesh
@@ -561,10 +404,10 @@ class ClassificationTask:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    def batches(self, position: dict | None) -> TrainBatches:
-        d = self.config.data
-        return TrainBatches(self.dataset, self.train_split, self.batch_size, self.config.training.seed,
-                            d.length_bucket, position, self.run.process_index, self.run.process_count)
+    def batches(self, position: dict | None) -> EpochBatches:
+        return EpochBatches(train_epochs(self.dataset, self.train_split, self.batch_size, self.config.training.seed,
+                                         self.config.data.length_bucket, process_index=self.run.process_index,
+                                         process_count=self.run.process_count), position)
 
     def make_train_step(self):
         return self._train_step
@@ -584,7 +427,7 @@ class ClassificationTask:
         predictions = np.zeros(len(split.examples), np.int64)
         trees: list = [None] * len(split.examples)
         for indices, batch in eval_batches(self.dataset, split, self.eval_batch_size):
-            local = _local_rows(batch, self.run.process_index, self.run.process_count)
+            local = local_rows(batch, self.run.process_index, self.run.process_count)
             predicted, pointer = self._eval_step(params, shd.global_batch(local, self.run.mesh))
             predicted = np.asarray(jax.device_get(predicted))
             predictions[indices] = predicted[:len(indices)]

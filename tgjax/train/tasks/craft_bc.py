@@ -23,9 +23,11 @@ What it hands the trainer (`tgjax.train.task`):
   then says midway through a longer one. `data.train_final_done=True`
   trains on it, as OMPN's release's behaviour cloning does. The observation
   reduced to its live features (`tgjax.models.ocn.live_observation_indices`)
-  and stored as uint8; an epoch's order is a function of (seed, epoch), so
-  the position {"epoch", "step"} is all a checkpoint needs; the last
-  partial batch of an epoch is dropped (a shuffled epoch loses < 1 batch).
+  and stored as uint8; an epoch's order is a function of (seed, epoch)
+  (`tgjax.data.batching.epoch_order`), each epoch a grain dataset of its
+  batches (`EpochBatches`), so the position {"epoch", "step"} is all a
+  checkpoint needs; the last partial batch of an epoch is dropped (a
+  shuffled epoch loses < 1 batch).
 * the step: the mean over real steps of -log pi_t(a_t) (the mixture of
   `tgjax.nn.ocn`, gradient through every mixture probability), Adam
   (thesis: batch 512, lr 1e-3), optional clipping.
@@ -44,6 +46,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import grain
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -51,6 +54,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from tgjax.data.batching import EpochBatches, epoch_order, local_rows
 from tgjax.data.craft_demos import CraftDemoError, CraftDemos, read_craft_demos
 from tgjax.data.craft_episodes import (
     Episodes,
@@ -196,32 +200,24 @@ def load_task_demos(config, workdir: Path, say=print) -> dict[str, CraftDemos]:
     return out
 
 
-class EpisodeBatches:
-    """The training iterator over `Episodes`: position {"epoch", "step"}; drops an epoch's partial batch."""
+def episode_batches(episodes: Episodes, batch_size: int, seed: int, position: dict | None = None,
+                    process_index: int = 0, process_count: int = 1) -> EpochBatches:
+    """The training batches (this process's rows of `Episodes.rows`), resumable from a position {"epoch", "step"}.
 
-    def __init__(self, episodes: Episodes, batch_size: int, seed: int, position: dict | None = None):
-        if len(episodes) < batch_size:
-            raise ValueError(f"training.batch_size={batch_size} is larger than the {len(episodes)} training episodes")
-        self.episodes, self.batch_size, self.seed = episodes, batch_size, seed
-        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
-        self.per_epoch = len(episodes) // batch_size
+    Epoch e is a grain dataset over its batches' episodes: the episodes in the order `epoch_order(N, seed, e)`
+    cut into `batch_size` rows, the last partial batch dropped.
+    """
+    if len(episodes) < batch_size:
+        raise ValueError(f"training.batch_size={batch_size} is larger than the {len(episodes)} training episodes")
+    per_epoch = len(episodes) // batch_size
 
-    def _order(self) -> np.ndarray:
-        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.epoch,)))
-        return rng.permutation(len(self.episodes))
+    def epoch_dataset(epoch: int) -> grain.MapDataset:
+        order = epoch_order(len(episodes), seed, epoch)
+        plan = [order[step * batch_size:(step + 1) * batch_size] for step in range(per_epoch)]
+        return grain.MapDataset.source(plan).map(
+            lambda rows: local_rows(episodes.rows(rows), process_index, process_count))
 
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.step >= self.per_epoch:
-            self.epoch, self.step = self.epoch + 1, 0
-        rows = self._order()[self.step * self.batch_size:(self.step + 1) * self.batch_size]
-        self.step += 1
-        return self.episodes.rows(rows)
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
+    return EpochBatches(epoch_dataset, position)
 
 
 # -----------------------------------------------------------------------------
@@ -368,8 +364,9 @@ class CraftBCTask:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    def batches(self, position: dict | None) -> EpisodeBatches:
-        return EpisodeBatches(self.train_episodes, self.batch_size, self.config.training.seed, position)
+    def batches(self, position: dict | None) -> EpochBatches:
+        return episode_batches(self.train_episodes, self.batch_size, self.config.training.seed, position,
+                               self.run.process_index, self.run.process_count)
 
     def make_train_step(self):
         step = self._train_step

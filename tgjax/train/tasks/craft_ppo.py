@@ -26,11 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grain
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from tgjax.data.batching import EpochBatches
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, build_policy
 from tgjax.nn.ompn import NEVER
@@ -294,8 +296,11 @@ class CraftPPOTask:
 
     # -- trainer hooks ------------------------------------------------------------------------
 
-    def batches(self, position: dict | None):
-        return _NoBatches(position)
+    def batches(self, position: dict | None) -> EpochBatches:
+        """The rollout makes its own data: an endless epoch 0 of empty batches. Its position is the trainer's
+        {"epoch" (always 0), "step"}, which the checkpoint store checks on restore (with {"step"} alone every
+        PPO checkpoint was refused as corrupt and the run started again from step 0)."""
+        return EpochBatches(lambda epoch: grain.MapDataset.range(1).repeat().map(lambda _: {}), position)
 
     def make_train_step(self):
         iteration, frozen = self._iteration, self.frozen
@@ -336,22 +341,3 @@ class CraftPPOTask:
 
     def summary(self, result) -> str | None:
         return None
-
-
-class _NoBatches:
-    """The rollout makes its own data: the trainer's iterator yields empty batches. Its position is the
-    trainer's {"epoch", "step"} (epoch always 0), which the checkpoint store checks on restore: with
-    {"step"} alone every PPO checkpoint was refused as corrupt and the run started again from step 0."""
-
-    def __init__(self, position):
-        self.step = int(position["step"]) if position else 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self.step += 1
-        return {}
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": 0, "step": self.step}

@@ -24,7 +24,9 @@ What the release does (../shared/reference/released-code.md §4.4-4.5) and how i
   padded to the same number of rows (empty rows, no loss) so that XLA
   compiles one program per width. The batches are fixed; each epoch shuffles
   their order from (seed, epoch), so the position {"epoch", "step"} is all a
-  checkpoint needs and a resumed run is bit-exact.
+  checkpoint needs and a resumed run is bit-exact (a grain dataset per
+  epoch, walked by `tgjax.data.batching.EpochBatches`). Words, vocabulary
+  and batches are host code: `tgjax.data.mlm_corpus`.
 - Update: gradient clipped to global norm `training.clip` (0.25), PyTorch
   Adam's L2 `weight_decay` added to the gradient, Adam (eps 1e-9), the
   learning rate applied from the host so that the plateau schedule (the
@@ -38,7 +40,6 @@ What the release does (../shared/reference/released-code.md §4.4-4.5) and how i
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import math
@@ -53,6 +54,16 @@ import optax
 from flax import nnx
 from ml_collections.config_dict import placeholder
 
+from tgjax.data.batching import EpochBatches, local_rows
+from tgjax.data.mlm_corpus import (
+    SOURCES,
+    build_vocabulary,
+    encode,
+    make_batch,
+    read_split,
+    token_budget_batches,
+    train_epochs,
+)
 from tgjax.models.mlm_masking import MASK, MASK_ID, PAD, PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens, masked_nll  # noqa: F401
 from tgjax.models.parts import count_parameters
 from tgjax.models.udgn import UDGN, UDGNConfig
@@ -72,198 +83,7 @@ from tgjax.train.step import learning_rate_of, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
-SOURCES = ("builtin", "treebank", "craft", "text")
-CRAFT_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 DEFAULT_CRAFT_DIR = str(Path(__file__).resolve().parents[3].parent / "shared" / "data" / "craft_treebank")
-
-
-# -----------------------------------------------------------------------------
-# Words.
-
-
-def release_words(tree) -> list[str]:
-    """The words the release keeps from a tree: WORD_TAGS only, lower-cased, digit runs -> N."""
-    from tgjax.syntax.distance import release_word_form
-    from tgjax.syntax.heads import WORD_TAGS
-    from tgjax.syntax.trees import tagged_words
-
-    return [release_word_form(word) for word, tag in tagged_words(tree) if tag in WORD_TAGS]
-
-
-def craft_files(craft_dir: str, split: str) -> list[Path]:
-    """CRAFT's `penn/<id>.tree` files of a split ("train", "valid" = dev, "test"), from `ids/craft-ids-*.txt`."""
-    root = Path(craft_dir)
-    ids_path = root / "ids" / f"craft-ids-{CRAFT_SPLITS[split]}.txt"
-    if not ids_path.is_file():
-        raise FileNotFoundError(f"no CRAFT id list at {ids_path}: expected the CRAFT treebank (ids/, penn/) in "
-                                f"{root}; set data.craft_dir")
-    ids = [line.strip() for line in ids_path.read_text().splitlines() if line.strip()]
-    files = [root / "penn" / f"{i}.tree" for i in ids]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise FileNotFoundError(f"{ids_path} names {len(missing)} articles with no tree file, e.g. {missing[0]}")
-    return files
-
-
-def split_trees(data, split: str) -> list:
-    """The trees of a split for the treebank sources ("builtin", "treebank", "craft")."""
-    from tgjax.limits import max_words_of
-    from tgjax.syntax.trees import read_treebank
-
-    if data.source == "builtin":
-        from tgjax.data.corpora import get_corpus
-
-        count = {"train": data.num_train_sentences, "valid": data.num_valid_sentences,
-                 "test": data.get("num_test_sentences", None)}[split]
-        return get_corpus("builtin", split, num_sentences=count, seed=data.corpus_seed)
-    if data.source == "craft":
-        return [tree for path in craft_files(data.craft_dir, split)
-                for tree in read_treebank(path, max_words=max_words_of(data))]
-    path = {"train": data.train_path, "valid": data.valid_path, "test": data.get("test_path", "")}[split]
-    if not path:
-        return []
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no {split} treebank at {path} (config key data.{split}_path)")
-    return read_treebank(path, max_words=max_words_of(data))  # a huge tree is refused before it is built
-
-
-def read_split(data, split: str) -> tuple[list[list[str]], dict[str, int]]:
-    """(sentences as word lists, {"empty": n, "untagged": m[, "too_long": k]}: sentences skipped, counted).
-
-    "empty": nothing left after filtering; "untagged": a tree with a word not
-    under a POS pre-terminal (CRAFT has `(NN Xpd TTD)`), whose words cannot be
-    filtered; "too_long": sentences over `data.max_length` words (0 = no
-    limit, the release), training and validation alike.
-    """
-    skipped = {"empty": 0, "untagged": 0}
-    if data.source == "text":
-        path = {"train": data.train_path, "valid": data.valid_path}[split]
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"no {split} text at {path} (config key data.{split}_path): one sentence per "
-                                    "line, words separated by spaces, punctuation already removed")
-        lines = [line.split() for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    else:
-        lines = []
-        for tree in split_trees(data, split):
-            try:
-                lines.append(release_words(tree))
-            except ValueError:
-                skipped["untagged"] += 1
-    kept = [words for words in lines if words]
-    skipped["empty"] = len(lines) - len(kept)
-    limit = data.get("max_length", 0)
-    if limit:  # a CPU-scale cap (few compiled widths); the release has none
-        short = [words for words in kept if len(words) <= limit]
-        skipped["too_long"] = len(kept) - len(short)
-        kept = short
-    return kept, skipped
-
-
-def build_vocabulary(sentences: list[list[str]], min_count: int) -> list[str]:
-    """The specials, then words seen >= min_count times, most frequent first (ties alphabetical)."""
-    counts = collections.Counter(word for words in sentences for word in words)
-    kept = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
-                  key=lambda w: (-counts[w], w))
-    return [*SPECIALS, *kept]
-
-
-def encode(sentences: list[list[str]], words: list[str]) -> tuple[list[np.ndarray], int]:
-    """Id arrays per sentence, and how many words became `<unk>`."""
-    index = {w: i for i, w in enumerate(words)}
-    out = [np.array([index.get(w, UNK_ID) for w in s], np.int32) for s in sentences]
-    unknown = sum(int(np.sum(ids == UNK_ID)) for ids in out) - sum(s.count(UNK) for s in sentences)
-    return out, unknown
-
-
-# -----------------------------------------------------------------------------
-# Token-budget batches.
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return max(multiple, -(-n // multiple) * multiple)
-
-
-def rows_for(width: int, budget: int, rows_multiple: int = 1) -> int:
-    """Rows of a batch of `width`: as many as fit in `budget` tokens, a multiple of `rows_multiple`."""
-    return (budget // width) // rows_multiple * rows_multiple
-
-
-def token_budget_batches(lengths: np.ndarray, budget: int, bucket: int, rows_multiple: int = 1
-                         ) -> list[np.ndarray]:
-    """Sentence indices per batch: sorted by length, packed greedily with rows x width <= budget.
-
-    width = the longest sentence rounded up to a multiple of `bucket`. Raises
-    ValueError when a sentence alone does not fit.
-    """
-    order = np.argsort(lengths, kind="stable")
-    batches, current, width = [], [], 0
-    for i in order:
-        w = _round_up(int(lengths[i]), bucket)
-        if rows_for(w, budget, rows_multiple) < 1:
-            raise ValueError(f"a sentence of {int(lengths[i])} words (width {w}) does not fit the token budget "
-                             f"{budget}: raise training.token_budget or drop long sentences")
-        if current and len(current) + 1 > rows_for(max(width, w), budget, rows_multiple):
-            batches.append(np.array(current))
-            current, width = [], 0
-        current.append(int(i))
-        width = max(width, w)
-    if current:
-        batches.append(np.array(current))
-    return batches
-
-
-def make_batch(sentences: list[np.ndarray], indices: np.ndarray, budget: int, bucket: int,
-               rows_multiple: int = 1) -> dict[str, np.ndarray]:
-    """tokens [R, W] int32 (padding `<pad>`), valid [R, W] bool; R fixed by the width W (empty filler rows)."""
-    width = _round_up(max(len(sentences[i]) for i in indices), bucket)
-    rows = rows_for(width, budget, rows_multiple)
-    tokens = np.full((rows, width), PAD_ID, np.int32)
-    for row, i in enumerate(indices):
-        tokens[row, :len(sentences[i])] = sentences[i]
-    valid = np.zeros((rows, width), bool)
-    for row, i in enumerate(indices):
-        valid[row, :len(sentences[i])] = True
-    return {"tokens": tokens, "valid": valid}
-
-
-def local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int) -> dict[str, np.ndarray]:
-    """This process's contiguous share of a global batch's rows (rows are a multiple of the data axis)."""
-    if process_count == 1:
-        return batch
-    rows = len(batch["tokens"]) // process_count
-    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
-
-
-def epoch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch,)))
-    return rng.permutation(num_batches)
-
-
-class MLMBatches:
-    """Training batches; position {"epoch", "step"} (batches of that epoch already given)."""
-
-    def __init__(self, sentences, batches, budget, bucket, seed, position=None, rows_multiple=1,
-                 process_index=0, process_count=1):
-        self.sentences, self.batches, self.budget, self.bucket = sentences, batches, budget, bucket
-        self.seed, self.rows_multiple = seed, rows_multiple
-        self.process_index, self.process_count = process_index, process_count
-        self.epoch, self.step = (int(position["epoch"]), int(position["step"])) if position else (0, 0)
-        self._order = epoch_order(len(batches), seed, self.epoch)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.step >= len(self._order):
-            self.epoch, self.step = self.epoch + 1, 0
-            self._order = epoch_order(len(self.batches), self.seed, self.epoch)
-        indices = self.batches[self._order[self.step]]
-        self.step += 1
-        batch = make_batch(self.sentences, indices, self.budget, self.bucket, self.rows_multiple)
-        return local_rows(batch, self.process_index, self.process_count)
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
 
 
 # -----------------------------------------------------------------------------
@@ -497,10 +317,12 @@ class MLMTask:
 
     # -- steps
 
-    def batches(self, position: dict | None) -> MLMBatches:
+    def batches(self, position: dict | None) -> EpochBatches:
         t = self.config.training
-        return MLMBatches(self.train_ids, self.train_batches, t.token_budget, t.length_bucket, t.seed, position,
-                          getattr(self, "rows_multiple", 1), self.run.process_index, self.run.process_count)
+        return EpochBatches(train_epochs(self.train_ids, self.train_batches, t.token_budget, t.length_bucket, t.seed,
+                                         rows_multiple=getattr(self, "rows_multiple", 1),
+                                         process_index=self.run.process_index,
+                                         process_count=self.run.process_count), position)
 
     def make_train_step(self):
         return self._train_step

@@ -28,11 +28,14 @@ shared trainer:
   by one; the epoch runs while i < rows - 2. The learning rate of the step is
   lr * seq_len / bptt (the sampled seq_len, even for a truncated last
   segment). Draws come from a stream seeded by (training.seed, epoch), so an
-  epoch's segments are known in advance: a data position {"epoch", "step"}
-  fixes everything, and resume replays nothing. Segments are padded at the
-  end to a multiple of `training.length_bucket` (a mask keeps padding out of
-  the loss, the penalties and the carried state) so that XLA compiles a few
-  shapes instead of one per length.
+  epoch's segments are known in advance: each epoch is a grain dataset of
+  its segments (`tgjax.data.batching.EpochBatches`), a data position
+  {"epoch", "step"} fixes everything, and resume replays nothing. The
+  readers, the vocabulary and batchify are `tgjax.data.word_stream`'s
+  (no JAX). Segments are padded at the end to a multiple of
+  `training.length_bucket` (a mask keeps padding out of the loss, the
+  penalties and the carried state) so that XLA compiles a few shapes
+  instead of one per length.
 - The hidden state is carried from segment to segment within an epoch
   (gradients stopped) and reset to zeros at each epoch's first segment; it
   lives in the checkpointed state (`ParamsState.carry`), so a resumed run
@@ -87,8 +90,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import grain
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -97,7 +101,17 @@ import optax
 from flax import nnx
 from ml_collections.config_dict import placeholder
 
-from tgjax.limits import TREEBANK_MAX_WORDS, max_words_of, words_of_line
+from tgjax.data.batching import EpochBatches, local_rows, round_up
+from tgjax.data.word_stream import (
+    SOURCES,
+    UNK,
+    batchify,
+    build_vocabulary,
+    encode,
+    read_sentences,
+    split_path,
+)
+from tgjax.limits import max_words_of
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
 from tgjax.models.parts import count_parameters
 from tgjax.progress import format_duration
@@ -117,120 +131,7 @@ from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
-EOS = "<eos>"
-UNK = "<unk>"
-SOURCES = ("builtin", "text", "treebank", "craft")
 _BPTT_STREAM = 0x0B77  # separates the seq_len draws from any other stream of the same seed
-
-# -----------------------------------------------------------------------------
-# Words.
-
-
-def read_sentences(source: str, path: str | None, split: str, *, num_sentences=None, corpus_seed: int = 0,
-                   max_words: int | None = TREEBANK_MAX_WORDS, key: str = "data") -> list[list[str]]:
-    """The sentences of one split, each a list of words (without `<eos>`).
-
-    "builtin": the synthetic treebank's `split`; "text": `path`, one sentence
-    per line; "treebank": the leaves of each tree of the bracketed file `path`. A sentence of a file over
-    `max_words` is refused while read, naming its file and line.
-    """
-    if source == "builtin":
-        from tgjax.data.corpora import builtin_treebank
-
-        return [tree.leaves() for tree in builtin_treebank(split, num_sentences, seed=corpus_seed)]
-    if source == "craft":
-        sentences = craft_sentences(path or "", split)
-        return sentences[:num_sentences] if num_sentences is not None else sentences
-    if not path or not Path(path).is_file():
-        raise FileNotFoundError(f"{key}: {path!r} is not a file ({split} split, data.source={source!r}); "
-                                f"give your {split} file: `--config.{key}=FILE` on the command line")
-    if source == "text":
-        from tgjax.syntax.trees import text_lines
-
-        sentences = [words_of_line(line, max_words, path, number)
-                     for number, line in enumerate(text_lines(path), start=1)]
-    elif source == "treebank":
-        from tgjax.syntax.trees import read_treebank
-
-        sentences = [tree.leaves() for tree in read_treebank(path, max_words=max_words)]
-    else:
-        raise ConfigError(f"data.source: unknown {source!r}; expected one of {SOURCES}")
-    return sentences[:num_sentences] if num_sentences is not None else sentences
-
-
-def craft_sentences(craft_dir: str, split: str) -> list[list[str]]:
-    """CRAFT's sentences of `split` ("train", "valid" = the dev ids, "test") in the release's word form.
-
-    The articles come from `tgjax.train.tasks.mlm.craft_files` (the id lists);
-    each tree is filtered as the parsing evaluation filters it
-    (`tgjax.syntax.distance.release_filter`: the release's 36 word tags), its
-    words lower-cased with digit runs -> `N`. Trees with a word outside a POS
-    tag, and trees left without words, are skipped.
-    """
-    from tgjax.syntax.distance import release_filter, release_word_form
-    from tgjax.syntax.trees import read_treebank
-    from tgjax.train.tasks.mlm import craft_files
-
-    sentences = []
-    for path in craft_files(craft_dir, split):
-        for tree in read_treebank(path):
-            try:
-                words = release_filter(tree).words
-            except ValueError:
-                continue
-            if words:
-                sentences.append([release_word_form(w) for w in words])
-    return sentences
-
-
-def split_path(data, split: str) -> str | None:
-    """The path `read_sentences` reads for a split: the CRAFT directory, or data.{train,valid}_path."""
-    if data.source == "craft":
-        return data.craft_dir
-    return data.train_path if split == "train" else data.valid_path
-
-
-def build_vocabulary(*splits: list[list[str]], min_count: int = 1) -> list[str]:
-    """Words in order of first appearance (with `<eos>` after each sentence, as the release), then `<unk>`.
-
-    Words seen fewer than `min_count` times (over `splits`) are left out, so
-    they read as `<unk>` and `<unk>` is trained (Mikolov's PTB files have
-    this done already: the release's default is 1).
-    """
-    counts: dict[str, int] = {}
-    for sentences in splits:
-        for words in sentences:
-            for word in words:
-                counts[word] = counts.get(word, 0) + 1
-            counts[EOS] = counts.get(EOS, 0) + 1
-    kept = [w for w, n in counts.items() if n >= min_count or w == EOS]
-    if EOS not in kept:
-        kept.append(EOS)
-    if UNK not in kept:
-        kept.append(UNK)
-    return kept
-
-
-def encode(sentences: list[list[str]], index: dict[str, int]) -> tuple[np.ndarray, int]:
-    """The concatenated ids with `<eos>` after every sentence [N] int32, and how many words became `<unk>`."""
-    unk, eos = index[UNK], index[EOS]
-    ids, unknown = [], 0
-    for words in sentences:
-        for word in words:
-            i = index.get(word)
-            if i is None:
-                unknown += 1
-                i = unk
-            ids.append(i)
-        ids.append(eos)
-    return np.asarray(ids, np.int32), unknown
-
-
-def batchify(ids: np.ndarray, batch_size: int) -> tuple[np.ndarray, int]:
-    """[N] -> ([batch, N // batch] contiguous columns of the stream, tokens dropped at the end)."""
-    rows = len(ids) // batch_size
-    return ids[: rows * batch_size].reshape(batch_size, rows), len(ids) - rows * batch_size
-
 
 # -----------------------------------------------------------------------------
 # Variable-length BPTT.
@@ -276,10 +177,6 @@ def epoch_plan(num_rows: int, settings: BPTTSettings, seed: int, epoch: int) -> 
     return EpochPlan(starts, np.minimum(sampled, num_rows - 1 - starts), sampled)
 
 
-def padded_length(length: int, bucket: int) -> int:
-    return -(-length // bucket) * bucket
-
-
 def segment_batch(data: np.ndarray, start: int, length: int, padded: int) -> dict[str, np.ndarray]:
     """inputs/targets [batch, padded] int32 and mask [batch, padded] float32 for rows [start, start + length)."""
     batch = data.shape[0]
@@ -292,44 +189,52 @@ def segment_batch(data: np.ndarray, start: int, length: int, padded: int) -> dic
     return {"inputs": inputs, "targets": targets, "mask": mask}
 
 
-class BPTTBatches:
-    """The training batches of every epoch in turn, from a position {"epoch", "step"} (next segment to yield).
+class Segment(NamedTuple):
+    """One training step's segment: rows [start, start + length), its sampled seq_len and the previous
+    segment's (the last of the previous epoch at an epoch's start; its own at the very first), and whether it
+    is its epoch's first."""
 
-    Each batch: inputs, targets, mask [batch, P]; lr_scale [batch] (sampled
-    seq_len / bptt, the same in every row) and previous_lr_scale [batch] (the
-    previous segment's, for the release's ASGD); reset [batch] (1 at an
-    epoch's first segment: the carried state restarts from zeros).
-    """
+    start: int
+    length: int
+    sampled: int
+    previous: int
+    first: bool
 
-    def __init__(self, data: np.ndarray, plans, settings: BPTTSettings, bucket: int, position: dict | None):
-        self.data, self.plans, self.settings, self.bucket = data, plans, settings, bucket
-        position = position or {"epoch": 0, "step": 0}
-        self.epoch, self.step = int(position["epoch"]), int(position["step"])
 
-    def __iter__(self):
-        return self
+def epoch_segments(plans, epoch: int) -> list[Segment]:
+    """The segments of epoch `epoch`, in order, from the epochs' plans (`plans(e)` -> `EpochPlan`)."""
+    plan = plans(epoch)
+    sampled = plan.sampled.tolist()
+    before = int(plans(epoch - 1).sampled[-1]) if epoch > 0 else sampled[0]
+    return [Segment(start, length, now, previous, step == 0) for step, (start, length, now, previous) in
+            enumerate(zip(plan.starts.tolist(), plan.lengths.tolist(), sampled, [before, *sampled[:-1]]))]
 
-    def __next__(self) -> dict[str, np.ndarray]:
-        plan = self.plans(self.epoch)
-        while self.step >= len(plan):
-            self.epoch, self.step = self.epoch + 1, 0
-            plan = self.plans(self.epoch)
-        start, length, sampled = int(plan.starts[self.step]), int(plan.lengths[self.step]), int(plan.sampled[self.step])
-        batch = segment_batch(self.data, start, length, padded_length(length, self.bucket))
-        rows = self.data.shape[0]
-        batch["lr_scale"] = np.full((rows,), sampled / self.settings.bptt, np.float32)
-        # The previous segment's (the last of the previous epoch at an epoch's start; itself at the very first).
-        if self.step > 0:
-            previous = int(plan.sampled[self.step - 1])
-        else:
-            previous = int(self.plans(self.epoch - 1).sampled[-1]) if self.epoch > 0 else sampled
-        batch["previous_lr_scale"] = np.full((rows,), previous / self.settings.bptt, np.float32)
-        batch["reset"] = np.full((rows,), self.step == 0, np.bool_)
-        self.step += 1
-        return batch
 
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
+def segment_training_batch(data: np.ndarray, segment: Segment, bptt: int, bucket: int) -> dict[str, np.ndarray]:
+    """A training batch: inputs, targets, mask [batch, P] (P: the length rounded up to a multiple of `bucket`);
+    lr_scale [batch] (sampled seq_len / bptt, the same in every row) and previous_lr_scale [batch] (the
+    previous segment's, for the release's ASGD); reset [batch] (1 at an epoch's first segment: the carried
+    state restarts from zeros)."""
+    batch = segment_batch(data, segment.start, segment.length, round_up(segment.length, bucket))
+    rows = data.shape[0]
+    batch["lr_scale"] = np.full((rows,), segment.sampled / bptt, np.float32)
+    batch["previous_lr_scale"] = np.full((rows,), segment.previous / bptt, np.float32)
+    batch["reset"] = np.full((rows,), segment.first, np.bool_)
+    return batch
+
+
+def bptt_batches(data: np.ndarray, plans, settings: BPTTSettings, bucket: int, position: dict | None,
+                 process_index: int = 0, process_count: int = 1) -> EpochBatches:
+    """The training batches of every epoch in turn (`segment_training_batch`, this process's rows), from a
+    position {"epoch", "step"} (the segments of that epoch already given): epoch e is a grain dataset over
+    `epoch_segments(plans, e)`."""
+
+    def epoch_dataset(epoch: int) -> grain.MapDataset:
+        return grain.MapDataset.source(epoch_segments(plans, epoch)).map(
+            lambda segment: local_rows(segment_training_batch(data, segment, settings.bptt, bucket),
+                                       process_index, process_count))
+
+    return EpochBatches(epoch_dataset, position)
 
 
 class EpochEnds:
@@ -799,7 +704,8 @@ class OnLSTMLMTask:
 
     def batches(self, position: dict | None):
         self._steps_done = self.epoch_ends.step_of(position)
-        return BPTTBatches(self.train_data, self.plans, self.settings, self.config.training.length_bucket, position)
+        return bptt_batches(self.train_data, self.plans, self.settings, self.config.training.length_bucket,
+                            position, self.run.process_index, self.run.process_count)
 
     def make_train_step(self):
         jitted = jax.jit(make_step(self.graphdef, self.recipe), donate_argnums=(0,),

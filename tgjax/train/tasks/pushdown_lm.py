@@ -27,7 +27,8 @@ released-code.md §1.5-1.6. What it hands the trainer (`tgjax.train.task`):
 * batches: a shuffle per epoch from (training.seed, epoch); the last batch of
   an epoch is padded with idle rows (weight 0), so nothing is dropped; the
   iterator's position {"epoch", "step"} is all a checkpoint needs, and a
-  resumed run is bit-identical.
+  resumed run is bit-identical (`tgjax.data.pushdown.train_epochs`, a grain
+  dataset per epoch, through `tgjax.data.batching.EpochBatches`).
 * the loss: mean LM cross-entropy per token + `training.attachment_weight`
   x mean attachment cross-entropy on the gold labels (weight 1: the paper
   sums the two, as the release's training_utils.py). The attachment
@@ -66,7 +67,16 @@ import numpy as np
 from flax import nnx
 from ml_collections.config_dict import placeholder
 
-from tgjax.data.pushdown import PushdownReport, PushdownSentence, encode_trees, make_batch
+from tgjax.data.batching import EpochBatches, local_rows
+from tgjax.data.pushdown import (
+    GROUP_POOL_BATCHES,
+    PushdownSentence,
+    bucket_width,
+    bucket_widths,
+    make_batch,
+    train_epochs,
+)
+from tgjax.data.pushdown_corpus import load_splits, load_vocabulary, read_trees, unigram_loss
 from tgjax.models.parts import count_parameters
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig, pushdown_loss
 from tgjax.progress import format_duration
@@ -191,234 +201,11 @@ def check_config(config) -> None:
 
 
 # -----------------------------------------------------------------------------
-# Data.
-
-
-@dataclasses.dataclass
-class SplitData:
-    sentences: list[PushdownSentence]
-    report: PushdownReport
-
-
-def read_trees(data, split: str):
-    """The trees of one split: the built-in treebank's, or a bracketed file's (errors name file:line)."""
-    limit = data.num_train_sentences if split == "train" else data.num_valid_sentences
-    if data.source == "builtin":
-        from tgjax.data.corpora import builtin_treebank
-
-        return builtin_treebank(split, limit, seed=data.corpus_seed), f"built-in treebank ({split})"
-    key = f"data.{split}_path"
-    path = data[f"{split}_path"]
-    if not path or path == UNSET_PATH or not Path(path).is_file():
-        raise FileNotFoundError(f"{key}: {path!r} is not a file; give your {split} treebank (one bracketed tree per "
-                                f"line): `--config.{key}=FILE`, or `--config=CONFIG.py:TRAIN,VALID`")
-    from tgjax.limits import max_words_of
-    from tgjax.syntax.trees import read_treebank
-
-    trees = read_treebank(path, max_words=max_words_of(data))  # a huge tree is refused before it is built
-    return (trees[:limit] if limit is not None else trees), str(path)
-
-
-def load_vocabulary(config, train_trees):
-    """`data.vocab_path` (a saved vocabulary, e.g. SentencePiece) or a word dictionary of the training words."""
-    from tgjax.data import vocab as vocabulary
-
-    if config.data.vocab_path:
-        path = Path(config.data.vocab_path)
-        if not path.is_file():
-            raise FileNotFoundError(f"data.vocab_path: {str(path)!r} is not a file")
-        return vocabulary.load_vocabulary(path)
-    return vocabulary.build_word_dictionary([tree.leaves() for tree in train_trees],
-                                            min_count=config.data.min_word_count)
-
-
-def pack_windows(sentences: list[PushdownSentence], max_tokens: int) -> tuple[list[PushdownSentence], int]:
-    """Whole sentences packed greedily, in order, into rows of at most `max_tokens` tokens (Appendix B).
-
-    Each sentence keeps its `<s>` (the ROOT) and `<eos>`; attachment labels and
-    node spans move by the sentence's offset in the row. Returns the rows and
-    the number of sentences longer than a row (left out; the caller reports them).
-    """
-    rows, current, used, too_long = [], [], 0, 0
-
-    def flush():
-        if not current:
-            return
-        offsets = np.cumsum([0] + [len(s) for s in current[:-1]])
-        rows.append(PushdownSentence(
-            tokens=np.concatenate([s.tokens for s in current]),
-            attach=np.concatenate([s.attach + o for s, o in zip(current, offsets)]).astype(np.int32),
-            node_start=np.concatenate([s.node_start + o for s, o in zip(current, offsets)]).astype(np.int32),
-            node_end=np.concatenate([s.node_end + o for s, o in zip(current, offsets)]).astype(np.int32),
-            num_binarised=sum(s.num_binarised for s in current), roots=tuple(int(o) for o in offsets)))
-
-    for sentence in sentences:
-        if len(sentence) > max_tokens:
-            too_long += 1
-            continue
-        if used + len(sentence) > max_tokens:
-            flush()
-            current, used = [], 0
-        current.append(sentence)
-        used += len(sentence)
-    flush()
-    return rows, too_long
-
-
-def leaf_depths(sentence: PushdownSentence) -> np.ndarray:
-    """`[N]` the number of nodes above each token: the largest entry of its tape column."""
-    diff = np.zeros(len(sentence) + 1, np.int64)
-    np.add.at(diff, sentence.node_start, 1)
-    np.add.at(diff, sentence.node_end + 1, -1)
-    return np.cumsum(diff)[:-1]
-
-
-def count_clipped(sentence: PushdownSentence, num_depths: int) -> int:
-    """Tape entries of the rows the model reads (0..N-2) at or beyond the depth table (what `make_batch` counts)."""
-    if leaf_depths(sentence).max(initial=0) < num_depths:  # the cheap bound: no entry can reach the table's end
-        return 0
-    n = len(sentence)
-    return int(np.count_nonzero(np.tril(sentence.depths[: n - 1, : n - 1]) >= num_depths))
-
-
-def prepare_split(sentences: list[PushdownSentence], report: PushdownReport, *, seq_len: int, num_depths: int,
-                  binary: bool, windows: bool, on_too_long: str, source: str) -> SplitData:
-    """Fits sentences to rows of `seq_len` inputs (packing them with `windows`), counting what it skips and clips."""
-    if windows:
-        rows, too_long = pack_windows(sentences, seq_len + 1)
-    else:
-        rows = [s for s in sentences if len(s) - 1 <= seq_len]
-        too_long = len(sentences) - len(rows)
-    if too_long and on_too_long == "error":
-        longest = max(len(s) - 2 for s in sentences)
-        raise ValueError(f"{source}: {too_long} sentence(s) do not fit model.sequence_length={seq_len} (at most "
-                         f"{seq_len - 1} tokens; the longest has {longest}); set data.on_too_long='skip' to skip "
-                         f"and count them, or raise model.sequence_length")
-    report.num_skipped_too_long += too_long
-    if not rows:
-        raise ValueError(f"{source}: no sentence left to train on ({too_long} longer than model.sequence_length)")
-    if not binary:
-        report.num_clipped_entries += sum(count_clipped(s, num_depths) for s in rows)
-    return SplitData(rows, report)
-
-
-def unigram_loss(train: list[PushdownSentence], valid: list[PushdownSentence], vocab_size: int) -> float:
-    """Validation cross-entropy per predicted token (tokens 1..N-1 of each row) of add-one training unigrams."""
-    counts = np.ones(vocab_size, np.float64)
-    for row in train:
-        np.add.at(counts, row.tokens[1:], 1.0)
-    log_probs = np.log(counts / counts.sum())
-    targets = np.concatenate([row.tokens[1:] for row in valid])
-    return float(-log_probs[targets].mean())
+# Data: read and fitted by `tgjax.data.pushdown_corpus`, batched by `tgjax.data.pushdown.train_epochs`.
 
 
 def _fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _token_strings(vocab) -> list[str]:
-    if hasattr(vocab, "tokens"):
-        return list(vocab.tokens)
-    return [str(t) for t in vocab.decode(np.arange(vocab.size))]
-
-
-def local_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int) -> dict[str, np.ndarray]:
-    """This process's contiguous share of a global batch's rows (`shd.global_batch` joins them again)."""
-    rows = next(iter(batch.values())).shape[0] // process_count
-    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
-
-
-SMALLEST_BUCKET = 16
-
-
-def bucket_widths(seq_len: int, *, smallest: int = SMALLEST_BUCKET) -> list[int]:
-    """Every width `bucket_width` can return: the powers of two from `smallest` below `seq_len`, then `seq_len`."""
-    widths = []
-    width = smallest
-    while width < seq_len:
-        widths.append(width)
-        width *= 2
-    return widths + [seq_len]
-
-
-def bucket_width(sentences: list[PushdownSentence | None], seq_len: int, *, smallest: int = SMALLEST_BUCKET) -> int:
-    """The width a batch's rows are padded to: the smallest power of two (at least `smallest`) that holds
-    its longest sentence's inputs, and at most `seq_len`.
-
-    Padding is masked out everywhere, so the loss does not depend on the width; what does is the work.
-    One long string is enough to need the full width: most random batches of 64 Dyck strings (39 tokens
-    on average, a few near 500) still need all 512 columns; batches grouped by length mostly need 16-64.
-    Powers of two keep the number of compiled steps to a handful (log2(seq_len / smallest) + 1 at most).
-    """
-    longest = max((len(s) - 1 for s in sentences if s is not None), default=1)
-    return next((width for width in bucket_widths(seq_len, smallest=smallest) if width >= longest), seq_len)
-
-
-class PushdownTrainBatches:
-    """Epochs of shuffled batches from (seed, epoch); position {"epoch", "step"} (the next batch to yield).
-
-    Every process draws the same global batch and keeps its own rows. With
-    ``group_by_length`` an epoch's shuffled rows are cut into pools of
-    `GROUP_POOL_BATCHES` batches, each pool sorted by length before it is cut
-    into batches, and the epoch's batches are shuffled again: every row still
-    once an epoch, but a batch holds rows of similar length, so with
-    ``bucket_lengths`` it is padded to far fewer columns (Dyck: most random
-    batches of 64 need all 512, grouped ones mostly 64). The batches are no
-    longer uniform draws, which the paper's recipe does not say it used: a
-    switch, off by default.
-    """
-
-    GROUP_POOL_BATCHES = 50
-
-    def __init__(self, rows: list[PushdownSentence], *, seq_len: int, batch_size: int, seed: int,
-                 position: dict | None = None, process_index: int = 0, process_count: int = 1,
-                 bucket_lengths: bool = False, group_by_length: bool = False):
-        self.rows, self.seq_len, self.batch_size, self.seed = rows, seq_len, batch_size, seed
-        self.process_index, self.process_count = process_index, process_count
-        self.bucket_lengths = bucket_lengths  # pad to `bucket_width` instead of seq_len
-        self.group_by_length = group_by_length
-        self.batches_per_epoch = -(-len(rows) // batch_size)
-        position = position or {"epoch": 0, "step": 0}
-        self.epoch, self.step = int(position["epoch"]), int(position["step"])
-        self._lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows)) if group_by_length else None
-        self._epoch_batches: tuple[int, list[np.ndarray]] | None = None  # (epoch, row indices per batch)
-
-    def __iter__(self):
-        return self
-
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """The row indices of each batch of `epoch`, in order (a function of seed and epoch only)."""
-        if self._epoch_batches is not None and self._epoch_batches[0] == epoch:
-            return self._epoch_batches[1]
-        rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(len(self.rows))
-        size = self.batch_size
-        if self.group_by_length:
-            assert self._lengths is not None
-            pool = size * self.GROUP_POOL_BATCHES
-            batches = []
-            for start in range(0, len(order), pool):
-                chunk = order[start:start + pool]
-                chunk = chunk[np.argsort(self._lengths[chunk], kind="stable")]
-                batches += [chunk[i:i + size] for i in range(0, len(chunk), size)]
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        else:
-            batches = [order[i:i + size] for i in range(0, len(order), size)]
-        self._epoch_batches = (epoch, batches)
-        return batches
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.step >= self.batches_per_epoch:
-            self.epoch, self.step = self.epoch + 1, 0
-        chosen = self.epoch_batches(self.epoch)[self.step]
-        rows: list[PushdownSentence | None] = [self.rows[i] for i in chosen]
-        rows += [None] * (self.batch_size - len(rows))  # idle rows, weight 0
-        self.step += 1
-        width = bucket_width(rows, self.seq_len) if self.bucket_lengths else self.seq_len
-        return local_rows(make_batch(rows, width)[0], self.process_index, self.process_count)
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
 
 
 # -----------------------------------------------------------------------------
@@ -477,7 +264,7 @@ def describe(config) -> dict[str, Any]:
     else:
         try:
             trees, where = read_trees(d, "train")
-            vocab_size, source = load_vocabulary(config, trees).size, f"built from {where}"
+            vocab_size, source = load_vocabulary(d, trees).size, f"built from {where}"
         except FileNotFoundError as missing:
             if not config.model.get("vocab_size"):
                 raise
@@ -514,56 +301,13 @@ class PushdownLMTask:
 
     # -- setup
 
-    def _load(self):
-        """(train SplitData, valid SplitData or None, vocabulary token strings, vocabulary size, file text)."""
-        c, d = self.config, self.config.data
-        seq_len = c.model.sequence_length
-        binary = d.source == "dyck"
-        fit = dict(seq_len=seq_len, num_depths=c.model.num_depths, binary=binary, windows=bool(d.windows),
-                   on_too_long=d.on_too_long)
-        if binary:
-            from tgjax.data import dyck
-
-            vocab = dyck.dyck_vocabulary(d.dyck_num_types)
-            splits = {}
-            for split, count, seed in (("train", d.dyck_num_train, d.corpus_seed),
-                                       ("valid", d.dyck_num_valid, d.corpus_seed + 1)):
-                if not count:
-                    continue
-                strings, redrawn = dyck.dyck_corpus(count, seed, num_types=d.dyck_num_types,
-                                                    max_depth=d.dyck_max_depth, max_length=d.dyck_max_length,
-                                                    min_length=d.dyck_min_length,
-                                                    open_probability=d.dyck_open_probability)
-                mean_length = sum(map(len, strings)) / len(strings)
-                self.notes.append(f"Dyck {split}: {count} strings of Dyck_({d.dyck_num_types},{d.dyck_max_depth}), "
-                                  f"mean length {mean_length:.1f} (open probability {d.dyck_open_probability}); "
-                                  f"{redrawn} longer than data.dyck_max_length={d.dyck_max_length} redrawn")
-                rows = dyck.encode_for_pushdown(strings, vocab)
-                splits[split] = prepare_split(rows, PushdownReport(num_sentences=len(rows)),
-                                              source=f"Dyck {split}", **fit)
-            tokens = list(vocab.tokens)
-            text = "\n".join(tokens) + "\n"
-            return splits["train"], splits.get("valid"), vocab.size, text
-        train_trees, train_where = read_trees(d, "train")
-        vocab = load_vocabulary(c, train_trees)
-        splits = {"train": (train_trees, train_where)}
-        if d.source == "builtin" or (d.valid_path and d.valid_path != UNSET_PATH):
-            splits["valid"] = read_trees(d, "valid")
-        out = {}
-        for split, (trees, where) in splits.items():
-            rows, report = encode_trees(trees, vocab, source=where)
-            unknown = sum(int(np.count_nonzero(s.tokens == vocab.unk_id)) for s in rows)
-            if unknown:
-                self.notes.append(f"{split}: {unknown} word(s) outside the vocabulary read as <unk>")
-            out[split] = prepare_split(rows, report, source=where, **fit)
-        text = "\n".join(_token_strings(vocab)) + "\n"
-        return out["train"], out.get("valid"), vocab.size, text
-
     def setup(self, run: RunContext) -> None:
         self.run = run
         c, t = self.config, self.config.training
-        self.notes: list[str] = []
-        self.train_data, self.valid_data, vocab_size, vocab_text = self._load()
+        data = load_splits(c, unset_path=UNSET_PATH)
+        self.notes: list[str] = data.notes
+        self.train_data, self.valid_data = data.train, data.valid
+        vocab_size, vocab_text = data.vocab_size, data.vocab_text
         self.vocab_sha256 = _fingerprint(vocab_text)
         self.vocab_size = vocab_size
         if c.model.get("vocab_size") and c.model.vocab_size != vocab_size:
@@ -625,7 +369,7 @@ class PushdownLMTask:
         t = self.config.training
         how = []
         if t.group_by_length:
-            how.append(f"rows grouped by length (pools of {PushdownTrainBatches.GROUP_POOL_BATCHES} batches)")
+            how.append(f"rows grouped by length (pools of {GROUP_POOL_BATCHES} batches)")
         if t.bucket_lengths:
             how.append("each padded to the power of two that holds its longest row")
         return ["batches: " + "; ".join(how)] if how else []
@@ -681,12 +425,12 @@ class PushdownLMTask:
 
     # -- steps
 
-    def batches(self, position: dict | None) -> PushdownTrainBatches:
+    def batches(self, position: dict | None) -> EpochBatches:
         t = self.config.training
-        return PushdownTrainBatches(self.train_data.sentences, seq_len=self.config.model.sequence_length,
-                                    batch_size=t.batch_size, seed=t.seed, position=position,
-                                    process_index=self.run.process_index, process_count=self.run.process_count,
-                                    bucket_lengths=t.bucket_lengths, group_by_length=t.group_by_length)
+        return EpochBatches(train_epochs(self.train_data.sentences, seq_len=self.config.model.sequence_length,
+                                         batch_size=t.batch_size, seed=t.seed, process_index=self.run.process_index,
+                                         process_count=self.run.process_count, bucket_lengths=t.bucket_lengths,
+                                         group_by_length=t.group_by_length), position)
 
     def make_train_step(self):
         step = self._train_step
