@@ -255,9 +255,11 @@ def cmd_train(args) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = _load_train_config(args)
     from tgjax.train.config import trainer_of
+    from tgjax.train.tasks import train_command
 
-    if trainer_of(config) == "cfl":
-        return _train_cfl(config, args)
+    command = train_command(trainer_of(config))  # a family that trains as more than one run (the CFL trials)
+    if command is not None:
+        return command(config, args.workdir, quiet=args.quiet)
     try:
         result = train(config, args.workdir, quiet=args.quiet)
     except TrainingDiverged as error:
@@ -270,27 +272,6 @@ def cmd_train(args) -> int:
             print(f"step {result.final_step}: validation {result.valid_losses[step]:.4f}")
         else:
             print(f"step {result.final_step}: validation loss {result.valid_losses[step]:.4f} (unigram {unigram:.4f})")
-    return 0
-
-
-def _train_cfl(config, args) -> int:
-    """`tgjax train` for configs/stack_cfl.py: the trials of tgjax.train.cfl_trials, each a run of the trainer
-    (resumes: finished trials are read back, the current one continues from its checkpoints)."""
-    from tgjax.train.cfl_trials import train_cfl
-    from tgjax.train.loop import TrainingDiverged
-
-    try:
-        result = train_cfl(config, args.workdir, quiet=args.quiet)
-    except TrainingDiverged as error:
-        print(f"tgjax: error: {error}", file=sys.stderr)
-        return 1
-    if not result.complete:  # stopped by SIGTERM: the trainer said so; the same command resumes
-        return 0
-    if args.quiet:
-        best = result.best
-        print(f"{result.task} {result.model}: cross-entropy difference validation "
-              f"{best.valid['cross_entropy_difference']:.4f}, test {best.test['cross_entropy_difference']:.4f} "
-              f"(best epoch {best.best_epoch})")
     return 0
 
 

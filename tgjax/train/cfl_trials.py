@@ -226,3 +226,24 @@ def train_cfl(config, workdir: str | Path, *, stream: TextIO | None = None, quie
     say(f"done in {format_duration(result.seconds)}: {workdir / 'results.json'}, "
         f"{workdir / 'cross_entropy_difference.png'}")
     return result
+
+
+def train_command(config, workdir: str | Path, *, quiet: bool = False) -> int:
+    """`tgjax train` for configs/stack_cfl.py (the CFL family's training is several runs of the trainer): the
+    trials, then the best one's test; the exit status. Resumes: finished trials are read back, the current one
+    continues from its checkpoints."""
+    from tgjax.train.loop import TrainingDiverged
+
+    try:
+        result = train_cfl(config, workdir, quiet=quiet)
+    except TrainingDiverged as error:
+        print(f"tgjax: error: {error}", file=sys.stderr)
+        return 1
+    if not result.complete:  # stopped by SIGTERM: the trainer said so; the same command resumes
+        return 0
+    if quiet:
+        best = result.best
+        print(f"{result.task} {result.model}: cross-entropy difference validation "
+              f"{best.valid['cross_entropy_difference']:.4f}, test {best.test['cross_entropy_difference']:.4f} "
+              f"(best epoch {best.best_epoch})")
+    return 0

@@ -5,8 +5,11 @@ A config's top-level `trainer` key names its task ("lm" when absent,
 `tgjax.families` (`tgjax.train.config.registered_families`): an installed
 package adds a family without a change to tgjax. `task_class(name)` is the one way to reach a
 family's task class (its `default_config()` included); the trainer
-(`tgjax.train.loop`) is not edited for a new family. The CFL task
-(`trainer="cfl"`) is one trial; `tgjax.train.cfl_trials.train_cfl` runs the trials.
+(`tgjax.train.loop`) is not edited for a new family. A family whose training
+is more than one run of the trainer says so with a `train_command(config,
+workdir, quiet=) -> exit status` in its module, which `tgjax train` runs
+instead (`train_command`): the CFL family's task (`trainer="cfl"`) is one
+trial, and its command runs the trials and tests the best.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ def family_module(name: str):
     """The module of the task registered under `name`; it also defines `describe(config)` (`tgjax info`)."""
     trainer_of({"trainer": name})  # a ConfigError naming the known trainers for an unknown name
     return importlib.import_module(registered_families()[name].split(":")[0])
+
+
+def train_command(name: str):
+    """The family's own `tgjax train` (a module-level `train_command`), or None: one run of the trainer."""
+    return getattr(family_module(name), "train_command", None)
 
 
 def make_task(config):

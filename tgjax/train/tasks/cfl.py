@@ -358,3 +358,11 @@ class CFLTask:
                      + (" (time budget reached)" if by_budget else "") + ": cross-entropy difference "
                      f"validation {valid.difference:.4f} nats/symbol ({format_duration(trial.seconds)})")
         return trial
+
+
+def train_command(config, workdir, *, quiet: bool = False) -> int:
+    """What `tgjax train` runs for this family: the trials (`tgjax.train.cfl_trials.train_command`), not one run
+    of the trainer (`tgjax.train.tasks.train_command`)."""
+    from tgjax.train import cfl_trials  # imported here: cfl_trials imports this module
+
+    return cfl_trials.train_command(config, workdir, quiet=quiet)
