@@ -240,14 +240,7 @@ def test_a_flipped_byte_is_refused_on_load_naming_the_step_and_the_file(run, tmp
     assert json.loads(capsys.readouterr().out)["index"] == 0
 
 
-FAMILIES_IN_EDIT = {"craft_bc", "ppo_options", "ppo_actions"}  # tgjax/train/tasks/*: their own defaults say False
-
-
-@pytest.mark.parametrize("trainer", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="the family's default_config sets "
-                                                                   "checkpointing.checksums=False"))
-    if name in FAMILIES_IN_EDIT else name
-    for name in TRAINERS])
+@pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_family_writes_checksums_by_default(trainer):
     from tgjax.train.config import family_defaults
 

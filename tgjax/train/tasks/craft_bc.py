@@ -103,7 +103,7 @@ def default_config() -> ml_collections.ConfigDict:
                    ompn_pointer="stickbreaking"),  # OMPN: the release's bots' pointer; "softmax" the alternative
         training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
         evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
-    ), checkpointing=dict(interval_steps=200, checksums=False), logging=dict(interval_steps=20))
+    ), checkpointing=dict(interval_steps=200), logging=dict(interval_steps=20))
 
 
 def task_names(config) -> tuple[str, ...]:

@@ -96,7 +96,7 @@ def default_config() -> ml_collections.ConfigDict:
                 ompn_done_action=False),      # True: DONE stays a choice (OMPN's release); False: the thesis' actions
         training=dict(num_steps=200, learning_rate=3e-4, clip_grad_norm=0.5, seed=1),
         evaluation=dict(interval_steps=20, episodes=64),
-    ), checkpointing=dict(interval_steps=20, checksums=False), logging=dict(interval_steps=5), mesh=dict(data=1))
+    ), checkpointing=dict(interval_steps=20), logging=dict(interval_steps=5), mesh=dict(data=1))
 
 
 def check_config(config) -> None:
