@@ -65,11 +65,12 @@ def corpus(split: str):
 
 def model_and_vocab(args):
     if args.workdir:
-        from tgjax.infer.loading import load_model
+        import tgjax
 
-        loaded = load_model(args.workdir, step=args.step)
-        if loaded.rule not in ("tg", "txl_cc"):
-            raise SystemExit(f"{loaded.model_name}: beam search needs a syntactic model")
+        model = tgjax.load(args.workdir, step=args.step)
+        if model.rule not in ("tg", "txl_cc"):
+            raise SystemExit(f"{model.model_name}: beam search needs a syntactic model (TG or TXL (CC))")
+        loaded = model.restore()
         return loaded.model, loaded.vocab, loaded.rule, f"{loaded.model_name} from {args.workdir}"
     train, _ = corpus("train")
     vocab = build_word_dictionary([actions.choe_charniak(t, pos_tags=True) for t in train], min_count=2)

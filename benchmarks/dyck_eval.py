@@ -28,11 +28,11 @@ from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig
 
 
-def load_model(args, vocab):
+def model_of(args, vocab):
     if args.workdir:
-        from tgjax.infer.pushdown_loading import load_pushdown
+        import tgjax
 
-        return load_pushdown(args.workdir, None).model
+        return tgjax.load(args.workdir).restore().model
     config = PushdownLMConfig(vocab_size=vocab.size, d_model=args.d_model, num_layers=args.layers, num_heads=8,
                               ffw_hidden_size=4 * args.d_model, sequence_length=512, num_depths=2,
                               binary_tape=True, dropout=0.0, embedding_dropout=0.0)
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=128)
     args = parser.parse_args()
     vocab = dyck.dyck_vocabulary(20)
-    model = load_model(args, vocab)
+    model = model_of(args, vocab)
     examples = ed.evaluation_sets([args.set])[args.set][:args.examples]
     ids = [np.asarray([vocab.bos_id] + [vocab.id_of(t) for t in e.prefix], np.int32) for e in examples]
     gold = [ed.gold_attachments(e) for e in examples]

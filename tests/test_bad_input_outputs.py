@@ -203,7 +203,7 @@ def test_eval_dependency_without_a_masked_token_is_no_perplexity(files, capsys):
             return "a parser that masks nothing"
 
     code = main_dependency(["--workdir", "W", "--treebank", "good.txt", "-o", "out.json"],
-                           load_parser=lambda *a, **k: NothingMasked())
+                           load=lambda *a, **k: NothingMasked())
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1 and "no token was masked" in err and "good.txt" in err
     assert not (files / "out.json").exists()

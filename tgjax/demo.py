@@ -219,23 +219,15 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
                    stream: TextIO, search: str = "auto") -> Evaluation:
     """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs.
 
-    `search`: the TG / TXL (CC) beam engine, "auto", "device" or "host" (`tgjax.eval.parse.word_scorer`)."""
-    from tgjax.eval.parse import parse_treebank, word_scorer
-    from tgjax.infer.api import workdir_family
-    from tgjax.infer.loading import load_model
+    `search`: the TG / TXL (CC) beam engine, "auto", "device" or "host" (`tgjax.infer.api.word_scorer`)."""
+    import tgjax
+    from tgjax.eval.parse import parse_treebank
+    from tgjax.infer.pushdown_search import PushdownBeamConfig
 
     start = time.perf_counter()
-    if workdir_family(workdir) == "pushdown_lm":
-        from tgjax.infer.pushdown_loading import load_pushdown
-        from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
-
-        loaded = load_pushdown(workdir, step="best")
-        rule, title = "pushdown", TITLES["pushdown_lm"]
-        scorer = PushdownSearch(loaded.model, loaded.vocab, PushdownBeamConfig(beam_size=PUSHDOWN_BEAM))
-    else:
-        loaded = load_model(workdir, step="best")
-        rule, title = loaded.pipeline_fields["rule"], TITLES.get(loaded.model_name, loaded.model_name)
-        scorer = word_scorer(loaded.model, loaded.vocab, rule, beam_config, search)
+    model = tgjax.load(workdir)
+    scorer = model.scorer(beam=beam_config, pushdown=PushdownBeamConfig(beam_size=PUSHDOWN_BEAM), search=search)
+    rule, title = model.rule, TITLES.get(model.model_name, model.model_name)
     num_pairs = len(simple_pairs) + len(pairs) + sum(map(len, deep_pairs.values()))
     print(f"== evaluating {title}: "
           f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)

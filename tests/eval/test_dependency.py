@@ -133,7 +133,7 @@ def test_the_command_scores_a_constructed_model_as_its_parts_do(tmp_path, capsys
     parser, gold = _constructed_parser()
     out = tmp_path / "scores.json"
     code = dep.main_dependency(["--workdir", "unused", "--treebank", "builtin", "--limit", "12", "-o", str(out),
-                                "--mlm-runs", "2"], load_parser=lambda *a, **k: parser)
+                                "--mlm-runs", "2"], load=lambda *a, **k: parser)
     assert code == 0
     printed = capsys.readouterr().out
     assert "builtin head rules, not Stanford Dependencies" in printed and "UDGN tree" in printed
@@ -265,7 +265,7 @@ def test_gold_heads_from_a_conll_file_are_scored(tmp_path, capsys, conllx):
     assert [h.tolist() for h in gold.heads] == FILE_HEADS
     out = tmp_path / "scores.json"
     code = dep.main_dependency(["--workdir", "unused", "--treebank", str(treebank), "--gold", gold_file,
-                                "--random-seeds", "1", "-o", str(out)], load_parser=lambda *a, **k: _LastWordParser())
+                                "--random-seeds", "1", "-o", str(out)], load=lambda *a, **k: _LastWordParser())
     assert code == 0
     assert f"gold heads: read from {gold_file}" in capsys.readouterr().out
     result = json.loads(out.read_text())

@@ -256,7 +256,7 @@ def test_tape_matters_for_pushdown_and_not_for_base():
 
 
 def fake_loader(source="dyck", base=False, vocab=None):
-    """A `load_pushdown` that returns a small random model as if read from a workdir."""
+    """A `main_dyck(load=...)` that returns a small random model as if restored from a workdir."""
     vocab = vocab or dyck.dyck_vocabulary(20)
     config = PushdownLMConfig(vocab_size=vocab.size, d_model=16, num_layers=1, num_heads=2, ffw_hidden_size=32,
                               sequence_length=16, pushdown_layers=() if base else None, num_depths=2,

@@ -15,7 +15,9 @@ from tgjax.eval import parse, shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.blimp import BlimpPair, words_of
 from tgjax.eval.evalb import evalb, right_branching
+from tgjax.infer.api import LoadedModel
 from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch
+from tgjax.infer.loading import from_model
 from tgjax.syntax import trees as trees_lib
 from tgjax.syntax.trees import Tree
 
@@ -41,17 +43,13 @@ def vocab():
 
 @pytest.fixture
 def fake_load(monkeypatch, vocab):
-    """`parse._load` returning a random-init model of the asked kind (the workdir names it)."""
+    """`parse._load` (`tgjax.load`) giving a random-init TG / TXL model in memory of the asked kind (the workdir
+    names it)."""
 
-    class Loaded:
-        def __init__(self, name):
-            self.model = get_model(name, vocab.size)
-            self.vocab = vocab
-            self.model_name = name
-            self.pipeline_fields = {"rule": "tg" if name.startswith("tg") else name}
-            self.vocab_fingerprint = "the tiny vocabulary"
+    def load(name, step):
+        return LoadedModel.in_memory("lm", from_model(get_model(name, vocab.size), vocab, name), workdir=name)
 
-    monkeypatch.setattr(parse, "_load", lambda workdir, step: Loaded(workdir))
+    monkeypatch.setattr(parse, "_load", load)
 
 
 def test_with_preterminals():
@@ -197,7 +195,7 @@ def test_main_parse_shards_merge_to_the_whole(tmp_path, fake_load, capsys):
     assert "merged 2 shards" in capsys.readouterr().out
     assert parse.main_parse(["--treebank", str(treebank), "--merge", files[0]]) == 2
     assert parse.main_parse(["--workdir", "txl_terminals", "--treebank", str(treebank)]) == 2
-    assert "cannot parse" in capsys.readouterr().err
+    assert "has no parser; it offers: scorer, tree_scorer" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------
@@ -349,7 +347,7 @@ def test_ensembles_refuse_members_with_another_vocabulary(tmp_path, fake_load, m
     def load_other(workdir, step):
         loaded = load(workdir, step)
         if workdir == "txl_cc":
-            loaded.vocab_fingerprint = "another vocabulary"
+            loaded.restore().vocab_fingerprint = "another vocabulary"
         return loaded
 
     monkeypatch.setattr(parse, "_load", load_other)

@@ -7,10 +7,9 @@ import json
 import numpy as np
 import pytest
 
+import tgjax
 from tests.infer.test_scoring import compilation_cache, trained_workdir  # noqa: F401
-from tgjax.infer.loading import load_model
 from tgjax.infer.perplexity import read_proposals
-from tgjax.infer.sampling import Sampler, SamplingConfig
 
 BARE = "(S (NP the dog) (VP barks))"
 TAGGED = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)))"
@@ -42,9 +41,7 @@ def test_sampled_trees_score_as_sampled(tmp_path, capsys):
     from tgjax.eval.commands import main_score
 
     workdir, _ = trained_workdir()
-    loaded = load_model(workdir)
-    config = SamplingConfig(max_actions=24, batch_size=16)
-    samples = Sampler(loaded.model, loaded.vocab, loaded.pipeline_fields["rule"], config).sample(16, seed=3)
+    samples = tgjax.load(workdir).sampler(max_length=24, batch_size=16).sample(16, seed=3)
     # As `tgjax sample` writes them: one bracketed tree per line.
     path = tmp_path / "samples.txt"
     path.write_text("".join(s.tree.to_string() + "\n" for s in samples))

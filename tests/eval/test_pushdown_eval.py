@@ -1,4 +1,4 @@
-"""Pushdown-LM workdirs through the evaluation commands (`tgjax.eval.pushdown`, `tgjax.infer.pushdown_loading`).
+"""Pushdown-LM workdirs through `tgjax.load` and the evaluation commands (`tgjax.eval.pushdown`).
 
 One tiny run (a few steps on the built-in treebank) is trained once; then:
 the loaded model reproduces the trainer's own validation loss (so the
@@ -17,12 +17,11 @@ import math
 import numpy as np
 import pytest
 
+import tgjax
 from tgjax.data.pushdown import encode_tree
 from tgjax.eval import parse as parse_eval
 from tgjax.eval.commands import main_score
 from tgjax.eval.pushdown import table4_f1
-from tgjax.infer.api import workdir_family
-from tgjax.infer.pushdown_loading import load_pushdown
 from tgjax.infer.pushdown_search import teacher_forced_log_probs
 from tgjax.syntax import trees as trees_lib
 from tgjax.train.config import load_config
@@ -47,8 +46,10 @@ def workdir(tmp_path_factory):
 def test_loaded_model_reproduces_the_trainers_validation_loss(workdir):
     from tgjax.data.corpora import get_corpus
 
-    loaded = load_pushdown(workdir)
-    assert workdir_family(workdir) == "pushdown_lm" and loaded.step == STEPS
+    model = tgjax.load(workdir)
+    assert (model.family, model.step, model.capabilities) == ("pushdown_lm", STEPS, ("scorer", "parser", "sampler"))
+    loaded = model.restore()
+    assert loaded.step == STEPS
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     expected = [r for r in records if r.get("split") == "valid"][-1]["loss"]
     total, count = 0.0, 0
@@ -104,9 +105,7 @@ def test_eval_blimp_on_a_pushdown_workdir(workdir, tmp_path, capsys):
 
 def test_bad_workdirs_are_refused(workdir, tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        workdir_family(tmp_path / "nothing")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_pushdown(tmp_path / "nothing")
+        tgjax.load(tmp_path / "nothing")
     broken = tmp_path / "copy"
     import shutil
 
@@ -114,6 +113,22 @@ def test_bad_workdirs_are_refused(workdir, tmp_path, capsys):
     vocab = broken / "vocab.txt"
     vocab.write_text(vocab.read_text().replace("\n", "\nextra\n", 1))
     with pytest.raises(VocabularyMismatch, match="vocab.txt"):
-        load_pushdown(broken)
+        tgjax.load(broken).restore()
     status = parse_eval.main_parse(["--workdir", str(workdir), "--workdir", str(workdir), "--limit", "1"])
     assert status == 2 and "searched alone" in capsys.readouterr().err
+
+
+def test_tgjax_sample_draws_through_the_sampler_capability(workdir, tmp_path, capsys):
+    from tgjax.eval.sample_command import main_sample
+
+    out = tmp_path / "samples.jsonl"
+    assert main_sample(["--workdir", str(workdir), "--num-samples", "2", "--max-actions", "12", "--json",
+                        "-o", str(out)]) == 0
+    assert "2 samples from pushdown_lm" in capsys.readouterr().err
+    samples = tgjax.load(workdir).sampler(max_length=12).sample(2, seed=0)  # the command's seed 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["ids"] for r in records] == [s.ids.tolist() for s in samples]
+    assert [r["attachments"] for r in records] == [s.attach.tolist() for s in samples]
+    assert [r["tree"] for r in records] == [s.tree.to_string() for s in samples]
+    assert main_sample(["--workdir", str(workdir), "--prompt", "(S the"]) == 2
+    assert "a Pushdown-LM samples whole sentences" in capsys.readouterr().err

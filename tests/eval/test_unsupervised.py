@@ -245,7 +245,7 @@ def test_command_on_the_builtin_treebank_with_a_constructed_model(tmp_path, caps
         return parser
 
     out = tmp_path / "scores.json"
-    code = U.main_unsupervised_parse(["--workdir", "W", "--limit", "40", "-o", str(out)], load_parser=load)
+    code = U.main_unsupervised_parse(["--workdir", "W", "--limit", "40", "-o", str(out)], load=load)
     printed = capsys.readouterr().out
     assert code == 0
     assert made[0] == ("W", "best", 64)
@@ -265,7 +265,7 @@ def test_command_reads_files_and_feeds_the_release_word_form(tmp_path, capsys):
     second.write_text(GOLD_TEXT[2] + "\n" + GOLD_TEXT[3] + "\n")
     parser = _GatesParser()
     args = ["--workdir", "W", "--treebank", str(treebank), "--treebank", str(second), "--layer", "2"]
-    assert U.main_unsupervised_parse(args, load_parser=lambda *a, **k: parser) == 0
+    assert U.main_unsupervised_parse(args, load=lambda *a, **k: parser) == 0
     assert parser.seen == [["the", "dog", "saw", "a", "cat"], ["it", "rained"], ["room", "N", "waits"], ["go"]]
     printed = capsys.readouterr().out
     assert "5 trees, 4 scored (4 with <= 10 words)" in printed
@@ -273,7 +273,7 @@ def test_command_reads_files_and_feeds_the_release_word_form(tmp_path, capsys):
     assert "layer 2" in printed and "layer 1" not in printed
     parser = _GatesParser()
     args += ["--word-form", "raw"]
-    assert U.main_unsupervised_parse(args, load_parser=lambda *a, **k: parser) == 0
+    assert U.main_unsupervised_parse(args, load=lambda *a, **k: parser) == 0
     assert parser.seen[2] == ["Room", "101", "Waits"]
 
 
@@ -339,8 +339,8 @@ def test_command_on_a_tiny_trained_onlstm(tmp_path, capsys):
     import orbax.checkpoint as ocp
     from flax import nnx
 
+    import tgjax
     from tgjax.cli import main
-    from tgjax.infer.onlstm import load_parser
 
     workdir = tmp_path / "onlstm"
     assert main(["train", "--config", "configs/onlstm_tiny.py", "--workdir", str(workdir), "--quiet",
@@ -353,12 +353,12 @@ def test_command_on_a_tiny_trained_onlstm(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "30 trees, 30 scored" in printed and "words not in the vocabulary, read as <unk>" in printed
     scores = json.loads(out.read_text())["scores"]
-    layers = [f"layer {i}" for i in range(1, load_parser(workdir).num_layers + 1)]
+    layers = [f"layer {i}" for i in range(1, tgjax.load(workdir).parser(parses="distances").num_layers + 1)]
     assert list(scores) == [*layers, "right-branching", "left-branching", "balanced"]
     for row in scores.values():
         assert 0.0 <= row["sentence_f1"] <= 100.0 and 0.0 <= row["corpus_f1"] <= 100.0
     # The parameters read are the checkpoint's: the ASGD average once it ran, else the iterate.
-    parser = load_parser(workdir, "latest")
+    parser = tgjax.load(workdir, "latest").parser()
     step_dir = workdir / "checkpoints" / str(parser.step) / "state"
     saved = ocp.PyTreeCheckpointer().restore(step_dir)
     chosen = saved["average"]["params"]

@@ -15,7 +15,7 @@ import tgjax
 from tests.conftest import shared_data_dir
 from tgjax.cli import main as cli
 from tgjax.eval.blimp import words_of
-from tgjax.infer.api import CapabilityError, checkpoint_family
+from tgjax.infer.api import CapabilityError, LoadedModel, checkpoint_family, describe_scorer, sentence_scorer
 from tgjax.infer.loading import CheckpointError
 from tgjax.train.config import load_config
 from tgjax.train.loop import train
@@ -47,7 +47,7 @@ def test_the_family_is_read_from_the_checkpoint_and_capabilities_follow(onlstm_w
     assert model.capabilities == ("scorer", "parser")
     with pytest.raises(CapabilityError, match=r"an ON-LSTM run \(family 'onlstm_lm'\).*no sampler.*"
                                               r"offers: scorer, parser"):
-        model._need("sampler", None)
+        model.require("sampler")
     (result,) = model.scorer().search([["every", "fox", "watches", "those", "goats", "."]])
     assert np.isfinite(result.log_prob) and result.log_prob < 0
 
@@ -108,10 +108,44 @@ def test_families_without_a_scorer_are_refused_by_name(tmp_path, capsys):
         "training.token_budget=128", "training.num_steps=2", "evaluation.interval_steps=2", "evaluation.runs=1",
         "checkpointing.interval_steps=2", "logging.tensorboard=false", "checkpointing.async_save=false"])
     train(config, workdir, quiet=True)
-    assert tgjax.load(workdir).capabilities == ("parser",)
+    model = tgjax.load(workdir)
+    assert model.capabilities == ("parser",)
+    assert model.parser(parses="heads", batch_size=4).describe().startswith("UDGN from")
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps({"sentence_good": "a b", "sentence_bad": "b a", "UID": "u", "field": "f",
                                 "linguistics_term": "t", "pairID": "0"}) + "\n")
     assert cli(["eval", "blimp", "--workdir", str(workdir), "--data", str(data)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "UDGN" in err[0] and "eval dependency" in err[0], err
+
+
+def test_parsers_say_what_they_give_and_which_command_reads_another(onlstm_workdir):
+    model = tgjax.load(onlstm_workdir)
+    parser = model.parser(parses="distances", batch_size=2)
+    assert parser.num_layers == 2 and model.restore(batch_size=2) is parser  # restored once per options
+    with pytest.raises(CapabilityError, match=r"^tgjax eval parse: .*whose parser gives distances, not trees: "
+                                              r"use `tgjax eval unsupervised-parse`$"):
+        model.parser(command="tgjax eval parse", parses="trees")
+    with pytest.raises(CapabilityError, match="no tree_scorer; it offers: scorer, parser"):
+        model.tree_scorer()
+    with pytest.raises(CapabilityError, match="family 'onlstm_lm'.*it reads Dyck runs"):
+        model.require_family("pushdown_lm", command="tgjax eval dyck", reads="Dyck runs")
+    with pytest.raises(ValueError, match="an ensemble mixes TG / TXL models only.*searched alone"):
+        sentence_scorer([model, model])
+    assert describe_scorer([model]).startswith("ON-LSTM from")
+
+
+def test_a_model_in_memory_has_the_capabilities_of_its_family():
+    from tests.infer.test_beam import get_model, tiny_vocab
+    from tgjax.infer.loading import from_model
+
+    vocab = tiny_vocab()
+    words_only = LoadedModel.in_memory("lm", from_model(get_model("txl_terminals", vocab.size), vocab,
+                                                        "txl_terminals"))
+    assert (words_only.capabilities, words_only.rule, words_only.step) == (("scorer", "tree_scorer"),
+                                                                          "txl_terminals", -1)
+    with pytest.raises(CapabilityError, match="no parser; it offers: scorer, tree_scorer"):
+        words_only.parser()
+    with pytest.raises(ValueError, match="a model in memory has no checkpoint"):
+        words_only.restore(sequence_length=8)
+    assert words_only.tree_scorer(batch_size=4).loaded is words_only.restore()

@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import tgjax
 from tgjax.data import corpora
 from tgjax.infer.beam import BeamConfig, TerminalScorer, WordSynchronousBeamSearch, make_word_scorer
 from tgjax.infer.ensemble import Ensemble, mix_log_probs, mixed_sequence_log_prob
-from tgjax.infer.loading import from_model, load_model
+from tgjax.infer.loading import from_model
 from tgjax.infer.scoring import Scorer, encode, score_trees, surprisals_from_score
 from tgjax.models import build_model
 
@@ -149,7 +150,7 @@ def test_score_command_reports_the_mixture(tmp_path, capsys):
     treebank = tmp_path / "valid.txt"
     tree_list = list(corpus()[:4])
     corpora.write_treebank(treebank, tree_list)
-    members = [Scorer(load_model(workdir, step=step), batch_size=4) for step in ("2", "4")]
+    members = [tgjax.load(workdir, step=step).tree_scorer(batch_size=4) for step in ("2", "4")]
     a_scores, b_scores = (score_trees(m, tree_list) for m in members)
     for mixture in ("per-action", "sequence"):
         out = tmp_path / f"{mixture}.jsonl"

@@ -38,6 +38,9 @@ FORBIDDEN = {
     "tgjax.data": ("jax", "jaxlib", "flax", "optax", "orbax", "tgjax.ops", "tgjax.nn", "tgjax.models",
                    "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
     "tgjax.envs": ("tgjax.data", "tgjax.train", "tgjax.infer", "tgjax.eval", "tgjax.cli"),
+    # no circle: `tgjax sample` reaches a Pushdown-LM through its sampler capability, not its evaluation module
+    "tgjax.eval.pushdown": ("tgjax.eval.sample_command",),
+    "tgjax.eval.sample_command": ("tgjax.eval.pushdown",),
 }
 
 # The trainer's core: written once for every family (`tgjax.train.family`, `tgjax.train.step`).
@@ -105,6 +108,21 @@ def test_no_module_imports_against_the_arrows():
     assert problems == []
 
 
+def test_tgjax_load_is_the_one_way_in():
+    """No module outside `tgjax.infer` imports a private name of it (the families' loaders are `_restore_*`, behind
+    `tgjax.load`'s family table)."""
+    problems = []
+    for path in package_files():
+        module = module_name(path)
+        if module == "tgjax.infer" or module.startswith("tgjax.infer."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tgjax.infer"):
+                problems += [f"{module}:{node.lineno}: {node.module}.{alias.name}" for alias in node.names
+                             if alias.name.startswith("_")]
+    assert problems == []
+
+
 def test_the_check_sees_function_local_and_relative_imports():
     """The check on sources that break the arrows the ways past code did (a planted import each)."""
     loading = PACKAGE_ROOT / "infer" / "loading.py"
@@ -117,7 +135,7 @@ def test_the_check_sees_function_local_and_relative_imports():
         (loading, "from ..eval import summaries\n", "imports tgjax.eval"),
         (vocab, "import jax.numpy as jnp\n", "imports jax.numpy"),
         (vocab, "def f():\n    from jax import lax\n", "imports jax"),
-        (checkpoint, "from tgjax.infer.loading import load_model\n", "imports tgjax.infer.loading"),
+        (checkpoint, "from tgjax.infer.loading import CheckpointError\n", "imports tgjax.infer.loading"),
         (checkpoint, "from ..eval import shards\n", "imports tgjax.eval"),
         (PACKAGE_ROOT / "train" / "loop.py", "from tgjax.train.tasks.treebank_lm import inputs\n",
          "imports tgjax.train.tasks.treebank_lm"),

@@ -1,4 +1,4 @@
-"""tgjax.infer.onlstm: per-layer word distances of an ON-LSTM LM, and loading a trained onlstm_lm workdir."""
+"""tgjax.infer.onlstm: per-layer word distances of an ON-LSTM LM, and (`tgjax.load`) a workdir that is no run."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import tgjax
 from tests.models.test_onlstm_lm import oracle_lm, release_state_dict, small_config
 from tgjax.infer import onlstm as O
 from tgjax.infer.loading import CheckpointError
@@ -69,12 +70,12 @@ def test_vocabulary_must_fit_the_model(released):
         O.from_model(model, WORDS + ["extra"])
 
 
-def test_load_parser_refuses_what_is_not_an_onlstm_run(tmp_path):
+def test_loading_refuses_what_is_not_a_run(tmp_path):
     with pytest.raises(FileNotFoundError):
-        O.load_parser(tmp_path / "missing")
+        tgjax.load(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="holds no checkpoints"):
-        O.load_parser(tmp_path / "empty")
+        tgjax.load(tmp_path / "empty")
 
 
 def _chain_rule_oracle(state_dict, words: list[str]) -> tuple[np.ndarray, float]:

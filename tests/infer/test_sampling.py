@@ -18,6 +18,7 @@ from tgjax.data import pipeline as pl
 from tgjax.data.vocab import train_sentencepiece
 from tgjax.eval import sample_command
 from tgjax.eval.sample_command import main_sample
+from tgjax.infer.api import LoadedModel
 from tgjax.infer.choe_charniak import ActionSpace, ChoeCharniakFamily
 from tgjax.infer.incremental import PrefixScorer
 from tgjax.infer.loading import from_model
@@ -152,14 +153,7 @@ def test_choose_truncates_as_asked():
 
 
 def test_main_sample(vocab, monkeypatch, capsys, tmp_path):
-    model = get_model("tg", vocab.size)
-
-    class Loaded:
-        pass
-
-    loaded = Loaded()
-    loaded.model, loaded.vocab, loaded.model_name = model, vocab, "tg"
-    loaded.pipeline_fields = {"rule": "tg"}
+    loaded = LoadedModel.in_memory("lm", from_model(get_model("tg", vocab.size), vocab, "tg"), workdir="W")
     monkeypatch.setattr(sample_command, "_load", lambda workdir, step: loaded)
     assert main_sample(["--workdir", "W", "--num-samples", "3", "--max-actions", "12", "--batch-size",
                        str(BATCH), "--max-open-nts", "3", "--log-probs"]) == 0

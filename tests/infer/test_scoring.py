@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import tgjax
 from tests.train.helpers import small_config
 from tgjax.data import corpora
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import build_word_dictionary, train_sentencepiece
 from tgjax.eval import summaries
 from tgjax.infer import loading, scoring
-from tgjax.infer.loading import CheckpointError, from_model, load_model
+from tgjax.infer.loading import CheckpointError, from_model
 from tgjax.infer.scoring import Scorer, encode, encode_tree, score_trees, word_surprisals
 from tgjax.models import build_model, model_spec, sequence_loss
 from tgjax.syntax import actions, masks, trees
@@ -77,7 +78,7 @@ BASE, SHORT, LONG = (16, 16), (8, 128), (128, 8)
 B = 4
 
 
-def fresh(name: str, lengths: tuple[int, int] = BASE, *, seed: int = 0, vocab=None) -> loading.LoadedModel:
+def fresh(name: str, lengths: tuple[int, int] = BASE, *, seed: int = 0, vocab=None) -> loading.RestoredLM:
     """A freshly initialised model of the registry (same seed: same parameters, whatever the lengths)."""
     rule = model_spec(name).pipeline["rule"]
     vocab = vocab or vocabulary(rule)
@@ -154,7 +155,7 @@ def test_scores_equal_the_training_loss(name):
 
 def test_trained_checkpoint_scores_equal_its_validation_loss():
     workdir, valid_losses = trained_workdir()
-    loaded = load_model(workdir, step="latest")
+    loaded = tgjax.load(workdir, step="latest").restore()
     assert loaded.step == 4 and loaded.model_name == "tg" and loaded.rule == "tg"
     valid = corpora.get_corpus("builtin", "valid", num_sentences=16, seed=0)
     scores = score_trees(Scorer(loaded, batch_size=4), valid)
@@ -284,27 +285,32 @@ def test_sentencepiece_pieces_sum_to_their_action():
 # Loading.
 
 
-def test_load_model_steps_and_errors(tmp_path, monkeypatch):
+def test_load_steps_restore_and_errors(tmp_path, monkeypatch):
     workdir, _ = trained_workdir()
-    best = load_model(workdir)  # the lower of the validation losses at steps 2 and 4
+    best = tgjax.load(workdir)  # the lower of the validation losses at steps 2 and 4
+    assert (best.family, best.model_name, best.rule) == ("lm", "tg", "tg")  # from the meta: nothing restored yet
+    assert best.capabilities == ("scorer", "parser", "sampler", "tree_scorer")
     monkeypatch.chdir(workdir.parent)
-    assert load_model(workdir.name).step == best.step  # a relative workdir (orbax wants absolute paths)
-    assert best.step == loading.read_meta(workdir, 4)["best_step"]
-    assert load_model(workdir, step=2).step == 2
-    assert load_model(workdir, step="4").step == 4
-    short = load_model(workdir, step="latest", sequence_length=8, memory_length=32)
+    assert tgjax.load(workdir.name).restore().step == best.step  # a relative workdir (orbax wants absolute paths)
+    assert best.step == best.restore().step == loading.read_meta(workdir, 4)["best_step"]
+    assert tgjax.load(workdir, step=2).restore().step == 2
+    assert tgjax.load(workdir, step="4").step == 4
+    latest = tgjax.load(workdir, step="latest")
+    short = latest.restore(sequence_length=8, memory_length=32)
     assert (short.model_config.sequence_length, short.pipeline_fields["seq_len"], short.pipeline_fields["mem_len"]) \
         == (8, 8, 32)
+    assert latest.restore(sequence_length=8, memory_length=32) is short  # read once per distinct options
+    assert latest.restore().model_config.sequence_length != 8
 
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_model(tmp_path / "nowhere")
+        tgjax.load(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="holds no checkpoints"):
-        load_model(tmp_path / "empty")
+        tgjax.load(tmp_path / "empty")
     with pytest.raises(CheckpointError, match="no checkpoint step 3"):
-        load_model(workdir, step=3)
+        tgjax.load(workdir, step=3)
     with pytest.raises(ValueError, match="expected 'best', 'latest'"):
-        load_model(workdir, step="newest")
+        tgjax.load(workdir, step="newest")
 
     copy = tmp_path / "copy"
     shutil.copytree(workdir, copy)
@@ -312,10 +318,10 @@ def test_load_model_steps_and_errors(tmp_path, monkeypatch):
     data["terminals"][0], data["terminals"][1] = data["terminals"][1], data["terminals"][0]
     (copy / "vocab.json").write_text(json.dumps(data))
     with pytest.raises(VocabularyMismatch, match="is not the vocabulary"):
-        load_model(copy)
+        tgjax.load(copy).restore()
     (copy / "vocab.json").unlink()
     with pytest.raises(FileNotFoundError, match="no vocabulary"):
-        load_model(copy)
+        tgjax.load(copy).restore()
 
 
 def test_words_files_for_txl_terminals(tmp_path):
@@ -359,7 +365,7 @@ def test_score_command(tmp_path, capsys):
                        "--surprisal", "--batch-size", "4"]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in records] == list(range(7))
-    expected = score_trees(Scorer(load_model(workdir), batch_size=B), list(corpus()[:7]))
+    expected = score_trees(tgjax.load(workdir).tree_scorer(batch_size=B), list(corpus()[:7]))
     for r, s in zip(records, expected):
         assert r["logp"] == s.logp and r["num_predictions"] == s.num_predictions
         assert r["tokens"] == s.tokens and len(r["token_logprobs"]) == len(s.tokens)

@@ -273,6 +273,57 @@ def test_distances_from_pointer_distributions():
         pointer_tree([4, 4], "abc")
 
 
+def _draw_binary_tree(data, words: list[str]):
+    if len(words) == 1:
+        return words[0]
+    split = data.draw(st.integers(1, len(words) - 1))
+    return [_draw_binary_tree(data, words[:split]), _draw_binary_tree(data, words[split:])]
+
+
+def _pointer_slots(tree, num_words: int) -> list[int]:
+    """Pointer slots that `pointer_tree` parses into `tree`: its shift-reduce derivation (post-order), the reduces
+    before word t giving d_t = d_{t-1} - 1 + reduces, from the root slot N = num_words + 1."""
+    reduce = object()
+    slots, reduces, work = [], 0, [tree]
+    while work:  # post-order: left subtree, right subtree, then the node's reduce (a stack, so pushed reversed)
+        node = work.pop()
+        if node is reduce:
+            reduces += 1
+        elif isinstance(node, list):
+            work.extend([reduce, node[1], node[0]])
+        else:  # a word's shift
+            slots.append(num_words + 1 if not slots else slots[-1] - 1 + reduces)
+            reduces = 0
+    return slots
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 9))
+def test_pointer_tree_reaches_every_binary_tree_the_greedy_distance_split_only_some(data, n):
+    """`pointer_tree` and `tgjax.syntax.distance.tree_from_distances` are two builders, not one: every binary tree
+    is some pointer slots' parse; the greedy split rebuilds a tree from its canonical distances iff it is reachable
+    by it (`distances_from_tree` refuses the others), and some are not."""
+    from tgjax.syntax.distance import distances_from_tree, tree_from_distances
+
+    words = list("abcdefghi"[:n])
+    tree = _draw_binary_tree(data, words)
+    assert pointer_tree(_pointer_slots(tree, n), words) == tree
+    try:
+        canonical = distances_from_tree(tree)
+    except ValueError:
+        return  # a tree the greedy split never builds
+    assert tree_from_distances(canonical, words) == tree
+
+
+def test_a_tree_of_pointers_that_no_distances_split_into():
+    from tgjax.syntax.distance import distances_from_tree
+
+    tree = [["a", "b"], [["c", "d"], "e"]]
+    assert pointer_tree(_pointer_slots(tree, 5), "abcde") == tree
+    with pytest.raises(ValueError):
+        distances_from_tree(tree)
+
+
 def test_tree_from_the_ops_own_pointers():
     (_, _, pointer, *_), _, _ = run(seed=9, B=2, T=7, N=8)
     for distances in pointer_distances(pointer):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tgjax.infer.loading import load_model
+import tgjax
 from tgjax.models import transformer_lm as tlm
 from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
@@ -27,7 +27,7 @@ def test_scanned_bf16_checkpoint_loads_unstacked_and_scores_as_the_scanned_model
     assert final["params"]["layers"]["feed_forward"]["w_in"].shape[0] == 2  # stacked [K, ...]
     assert final["params"]["layers"]["feed_forward"]["w_in"].dtype == np.float32  # fp32 parameters under bf16
 
-    loaded = load_model(tmp_path, step="latest")
+    loaded = tgjax.load(tmp_path, step="latest").restore()
     assert not loaded.model_config.scan_layers and loaded.model_config.dtype == "float32"
     assert len(loaded.model.layers) == 2
 

@@ -96,16 +96,20 @@ def _steps(args) -> list[str]:
     return steps
 
 
-def build_scorer(args):
-    """A `Scorer` (one workdir) or an `Ensemble`, and the settings that identify it."""
-    from tgjax.infer.ensemble import Ensemble
-    from tgjax.infer.loading import load_model
-    from tgjax.infer.scoring import Scorer
+def _load_models(args) -> list:
+    """`tgjax.load` of each `--workdir` at its `--step` (the family and step; parameters are read on use)."""
+    from tgjax.infer.api import load
 
-    members = []
-    for workdir, step in zip(args.workdir, _steps(args)):
-        loaded = load_model(workdir, step=step, sequence_length=args.seq_len, memory_length=args.mem_len)
-        members.append(Scorer(loaded, batch_size=args.batch_size))
+    return [load(workdir, step) for workdir, step in zip(args.workdir, _steps(args))]
+
+
+def build_scorer(args, command: str = "tgjax eval score"):
+    """A `Scorer` (one workdir) or an `Ensemble`: the `tree_scorer` of each `--workdir`'s `tgjax.load`, and the
+    settings that identify it."""
+    from tgjax.infer.ensemble import Ensemble
+
+    members = [model.tree_scorer(command=command, batch_size=args.batch_size, sequence_length=args.seq_len,
+                                 memory_length=args.mem_len) for model in _load_models(args)]
     scorer = members[0] if len(members) == 1 else Ensemble(members, mixture=args.ensemble_mixture)
     settings = {
         "models": [{"workdir": os.path.abspath(m.loaded.workdir), "step": m.loaded.step, "model": m.loaded.model_name}
@@ -216,10 +220,13 @@ def _score(args) -> int:
     from tgjax.eval import pushdown as pushdown_eval
     from tgjax.eval.summaries import ScoreSummary, score_record
     from tgjax.infer.scoring import resolve_input_pos_tags, score_treebank, surprisals_from_score
+    from tgjax.workdir import family_of
 
     shard = _shard(args)
-    if pushdown_eval.is_pushdown(args.workdir, _steps(args)[0]):  # its own scorer (gold joint, beam marginal)
-        return pushdown_eval.main_score_pushdown(args)
+    # A Pushdown-LM's records are its own (gold joint, eq. 7; beam marginal). The family its checkpoint records,
+    # read without JAX and without failing on a missing workdir: the input is checked before any model is loaded.
+    if any((family := family_of(workdir)) is not None and family.trainer == "pushdown_lm" for workdir in args.workdir):
+        return pushdown_eval.main_score_pushdown(args, _load_models(args))
     # Before loading any model: a sentence over --max-words is refused here, before any tree of it is built.
     tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format, args.max_words,
                                     skip_bad_trees=args.on_bad_tree == "skip")
@@ -276,7 +283,7 @@ def _ppl(args) -> int:
     tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents,  # before loading any model
                                 max_words=args.max_words, skip_bad_trees=args.on_bad_tree == "skip")
     skipped = _skip_report(args, args.proposals, "proposals")
-    scorer, members, settings = build_scorer(args)
+    scorer, members, settings = build_scorer(args, command="tgjax eval ppl")
     _pos_tags_setting(settings, tagged, args.pos_tags)
     settings.update(command="ppl", proposals=os.path.abspath(args.proposals), dedup=not args.keep_duplicates,
                     documents=args.documents, doc_label=args.doc_label if args.documents else None,
@@ -352,7 +359,7 @@ def _rerank(args) -> int:
     if shard.count > 1 and (args.gold or args.trees):
         raise ValueError("--gold and --trees need every sentence: with --shard, give them to `tgjax eval merge`")
     gold = read_gold(args.gold) if args.gold else None
-    scorer, members, settings = build_scorer(args)
+    scorer, members, settings = build_scorer(args, command="tgjax eval rerank")
     settings.update(command="rerank", proposals=os.path.abspath(args.proposals))
     _pos_tags_setting(settings, tagged, args.pos_tags)
 

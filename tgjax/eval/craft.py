@@ -23,7 +23,7 @@ For the policy of W's best checkpoint (lowest validation NLL; `--step`):
   the most a controller trained over these options (PPO's) can expect.
 
 `--workdir W1,W2` (setting S2: several runs, their options pooled in that
-order, `tgjax.infer.craft.load_pooled_options`) gives the pooled options' two tables
+order, `tgjax.infer.craft.pooled_options`) gives the pooled options' two tables
 and the scripted controller over all of them, which is the ceiling of the
 S2 RL runs (`rl.options_workdir=W1,W2`).
 
@@ -119,10 +119,11 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     from tgjax.data.craft_demos import read_craft_demos
     from tgjax.data.craft_episodes import make_episodes, score_episodes, split_indices
     from tgjax.envs.craft import Craft
-    from tgjax.infer.craft import episode_runner, load_craft_policy, rollout
+    from tgjax.infer.api import load
+    from tgjax.infer.craft import episode_runner, rollout
 
     scripted_tasks = _check_tasks(subtasks, controller_tasks)
-    policy, checkpoint = load_craft_policy(workdir, step if step in ("best", "latest") else int(step))
+    policy, checkpoint = load(workdir, step).policy(command="tgjax eval craft")
     config = checkpoint.meta["config"]
     data = config["data"]
     tasks = list(checkpoint.meta["tasks"])
@@ -221,11 +222,14 @@ def evaluate_pooled_options(workdirs: str, *, step="best", episodes: int = 200, 
     option x subtask tables and the scripted controller over all the pooled options (`option_tables`)."""
     import jax
 
-    from tgjax.infer.craft import load_pooled_options
+    from tgjax.infer.api import load
+    from tgjax.infer.craft import pooled_options
 
     scripted_tasks = _check_tasks(subtasks, controller_tasks)
-    step = step if step in ("best", "latest") else int(step)
-    policy, checkpoints = load_pooled_options(split_workdirs(workdirs), step)
+    models = [load(workdir, step) for workdir in split_workdirs(workdirs)]
+    for model in models:
+        model.require("policy", command="tgjax eval craft")
+    policy, checkpoints = pooled_options(models)
     sizes = [c.model_config.num_options for c in checkpoints]
     first = 1
     for checkpoint, size in zip(checkpoints, sizes):

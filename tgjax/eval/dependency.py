@@ -377,7 +377,15 @@ def format_result(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> int:
+def _head_parser(workdir: str, step: str, *, batch_size: int):
+    """The parser of `tgjax.load(workdir, step)`, which must give heads (a UDGN's)."""
+    from tgjax.infer.api import load
+
+    return load(workdir, step).parser(command="tgjax eval dependency", parses="heads", batch_size=batch_size)
+
+
+def main_dependency(argv: Sequence[str] | None = None, *, load=None) -> int:
+    """`tgjax eval dependency`; `load(workdir, step, batch_size=...)` (for tests) replaces `_head_parser`."""
     parser = argparse.ArgumentParser(prog="tgjax eval dependency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default=None, help="a trained mlm (UDGN) run")
     parser.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
@@ -428,9 +436,7 @@ def main_dependency(argv: Sequence[str] | None = None, *, load_parser=None) -> i
             gold.source = f"CRAFT {args.craft} ({len(paths)} articles)"
         model = None
         if args.workdir:
-            if load_parser is None:
-                from tgjax.infer.udgn import load_parser
-            model = load_parser(args.workdir, args.step, batch_size=args.batch_size)
+            model = (load or _head_parser)(args.workdir, args.step, batch_size=args.batch_size)
         result = evaluate(gold, model, random_seeds=args.random_seeds, mlm_runs=args.mlm_runs)
         if args.output:
             write_json(args.output, result)

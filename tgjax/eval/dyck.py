@@ -308,7 +308,7 @@ def is_base_lm(model) -> bool:
 def check_dyck_run(loaded) -> int:
     """The run's number of bracket types; a ValueError naming the workdir unless it is a Dyck run.
 
-    `loaded`: a `tgjax.infer.pushdown_loading.LoadedPushdown`.
+    `loaded`: a `tgjax.infer.pushdown_loading.LoadedPushdown` (`tgjax.load(workdir).restore()`).
     """
     where = f"{loaded.workdir} (step {loaded.step})"
     data = (loaded.meta.get("config") or {}).get("data") or {}
@@ -365,10 +365,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _restore_run(workdir: str, *, step: str):
+    """`tgjax.load(workdir, step).restore()` of a Pushdown-LM run (`LoadedPushdown`); another family is refused."""
+    from tgjax.infer.api import load
+
+    model = load(workdir, step)
+    model.require_family("pushdown_lm", command="tgjax eval dyck",
+                         reads="Pushdown-LM runs on Dyck strings (configs/pushdown_dyck.py)")
+    return model.restore()
+
+
 def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
     """Returns 0, or 2 with a one-line error for bad input.
 
-    `load(workdir, step=...)` (tests) replaces `tgjax.infer.pushdown_loading.load_pushdown`.
+    `load(workdir, step=...)` (tests) replaces `_restore_run`: the restored Pushdown-LM.
     """
     args = _parser().parse_args(argv)
     from tgjax.infer.loading import CheckpointError
@@ -384,9 +394,7 @@ def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
             raise ValueError(f"--batch-size: expected at least 1, got {args.batch_size}")
         if args.output:
             check_output(args.output)
-        if load is None:
-            from tgjax.infer.pushdown_loading import load_pushdown as load
-        loaded = load(args.workdir, step=args.step)
+        loaded = (load or _restore_run)(args.workdir, step=args.step)
         num_types = check_dyck_run(loaded)
         vocab = dyck.dyck_vocabulary(num_types)
         strings = TrainingStrings.of_run((loaded.meta.get("config") or {}).get("data") or {})

@@ -4,7 +4,7 @@
     tgjax eval sg    --workdir W [--suites DIR] [--suite NAME ...]       per-suite accuracy, circuits, SG score
     tgjax eval blimp --workdir W [--data DIR] [--limit N]                per paradigm / field / overall accuracy
 
-Each takes `--workdir` (a trained run, read with `tgjax.infer.loading.load_model`),
+Each takes `--workdir` (a trained run, read with `tgjax.load`; its `scorer()`),
 `--step` (best by default), the beam settings (`--word-beam`, `--action-beam`,
 `--fast-track`, caps) and `--shard I/N` (round robin over sentences, suites
 or paradigms, as `tgjax.eval.shards`; `--merge` joins the shards' outputs
@@ -116,14 +116,14 @@ def beam_config(args: argparse.Namespace) -> BeamConfig:
 
 
 def _load(workdir: str, step: str):
-    """`tgjax.infer.loading.load_model` (imported here: tests replace this function)."""
-    from tgjax.infer.loading import load_model
+    """`tgjax.load(workdir, step)` (imported here: tests replace this function)."""
+    from tgjax.infer.api import load
 
-    return load_model(workdir, step=step)
+    return load(workdir, step)
 
 
 def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
-    """`--workdir` (repeatable: an ensemble) and `--step`, for `_ensemble_scorer`."""
+    """`--workdir` (repeatable: an ensemble) and `--step`, for `_scorer`."""
     parser.add_argument("--workdir", action="append", default=None,
                         help="a trained run (tgjax train --workdir); repeat it for an ensemble (uniform mixture)")
     parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
@@ -133,42 +133,18 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
 EXACT_RULES = ("txl_terminals", "onlstm_lm")
 
 
-def _ensemble_scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "auto"):
-    """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several.
+def _scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "auto", *,
+            command: str | None = None, parses: str | None = None):
+    """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several
+    (`tgjax.infer.api.sentence_scorer` on `tgjax.load` of each; `parses`: the trees a parser must give)."""
+    from tgjax.infer.api import describe_scorer, sentence_scorer
 
-    A Pushdown-LM workdir (trainer `pushdown_lm`) gets its own beam over
-    (token, attachment) with the `pushdown` settings (`tgjax.eval.pushdown`).
-
-    An ensemble searches one beam with the mixed next-action distribution
-    (`tgjax.infer.beam`); its members must share one vocabulary and be all
-    syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
-    """
-    from tgjax.eval import pushdown as pushdown_eval
-    from tgjax.infer.api import load
-    from tgjax.workdir import family_of
-
-    recorded = [family_of(workdir) for workdir in workdirs]  # None: a workdir that records nothing (yet)
-    if pushdown is not None and any(f is not None and f.trainer == "pushdown_lm" for f in recorded):
-        return pushdown_eval.pushdown_scorer(workdirs, step, pushdown)
-    others = [w for w, f in zip(workdirs, recorded) if f is not None and f.trainer not in ("lm", "pushdown_lm")]
-    if others:  # another family's scorer (the chain rule of an ON-LSTM), alone; or its CapabilityError
-        if len(workdirs) != 1:
-            raise ValueError(f"ensembles mix TG / TXL models only: {others[0]} holds {recorded[0].describe()}")
-        model = load(others[0], step)
-        scorer = model.scorer(command="scoring sentences")
-        return scorer, model.family, scorer.describe()
-    loaded = [_load(workdir, step) for workdir in workdirs]
-    names = [f"{m.model_name} ({workdir})" for m, workdir in zip(loaded, workdirs)]
-    for m, name in zip(loaded[1:], names[1:]):
-        if m.vocab_fingerprint != loaded[0].vocab_fingerprint:
-            raise ValueError(f"an ensemble's members must share one vocabulary: {name} has another than "
-                             f"{names[0]}")
-    rules = [m.pipeline_fields["rule"] for m in loaded]
-    if len({rule == "txl_terminals" for rule in rules}) > 1:
-        raise ValueError(f"an ensemble mixes syntactic models or words-only models, not both: {', '.join(names)}")
-    scorer = word_scorer([m.model for m in loaded], loaded[0].vocab, rules, config, search)
-    described = names[0] if len(loaded) == 1 else "ensemble (per-action mixture) of " + ", ".join(names)
-    return scorer, rules[0], described
+    models = [_load(workdir, step) for workdir in workdirs]
+    if parses is not None:
+        for model in models:
+            model.require("parser", command=command, parses=parses)
+    scorer = sentence_scorer(models, command=command, beam=config, pushdown=pushdown, search=search)
+    return scorer, models[0].rule, describe_scorer(models, pushdown=pushdown)
 
 
 def search_with_progress(scorer, sentences: Sequence[Sequence[str]], *, chunk: int = 32,
@@ -447,13 +423,8 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
         config = beam_config(args)
-        search, rule, described = _ensemble_scorer(args.workdir, args.step, config, pushdown=pushdown_config(args),
-                                                   search=args.search)
-        if rule == "txl_terminals":
-            raise ValueError(f"{described} models words only: it cannot parse")
-        if rule == "onlstm_lm":
-            raise ValueError(f"{described}: an ON-LSTM parses by its syntactic distances, not a beam: use "
-                             f"`tgjax eval unsupervised-parse --workdir {args.workdir[0]}`")
+        search, rule, described = _scorer(args.workdir, args.step, config, pushdown=pushdown_config(args),
+                                          search=args.search, command="tgjax eval parse", parses="trees")
         report = parse_treebank(search, gold, params=args.params)
         for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
             if path:
@@ -606,8 +577,8 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
         suites = select_shard(sorted(suites, key=lambda s: s.name), shard)
         if not suites:
             raise ValueError("no suites in this shard")
-        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
-                                                   pushdown=pushdown_config(args), search=args.search)
+        scorer, rule, described = _scorer(args.workdir, args.step, beam_config(args), pushdown=pushdown_config(args),
+                                          search=args.search, command="tgjax eval sg")
         run = evaluate_sg(scorer, suites, circuits, progress=lambda line: print(line, file=sys.stderr))
         if args.output:
             write_json(shards.shard_path(args.output, shard), {
@@ -724,8 +695,8 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
         pairs = [p for p in pairs if p.uid in set(uids)]
         if not pairs:
             raise ValueError("no BLiMP pairs selected (check --paradigm / --shard)")
-        scorer, rule, described = _ensemble_scorer(args.workdir, args.step, beam_config(args),
-                                                   pushdown=pushdown_config(args), search=args.search)
+        scorer, rule, described = _scorer(args.workdir, args.step, beam_config(args), pushdown=pushdown_config(args),
+                                          search=args.search, command="tgjax eval blimp")
         run = evaluate_blimp_pairs(scorer, pairs)
         if args.output:
             _write_blimp_scores(shards.shard_path(args.output, shard), run.result)

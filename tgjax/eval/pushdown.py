@@ -1,9 +1,9 @@
 """Pushdown-LM workdirs in the evaluation commands: the beam as a scorer, Table 4's F1, gold-tree scores.
 
 `tgjax eval parse | sg | blimp` take a Pushdown-LM workdir like any other
-(`tgjax.eval.parse` asks `pushdown_scorer` when the workdir's trainer is
-`pushdown_lm`): the scorer is `tgjax.infer.pushdown_search.PushdownSearch`
-(beam over (token, attachment), `--beam-size`, 300 as the paper;
+(its `tgjax.load(...).scorer(pushdown=pushdown_config(args))`): the scorer is
+`tgjax.infer.pushdown_search.PushdownSearch` (beam over (token, attachment),
+`--beam-size`, 300 as the paper;
 `--final-attachment forced` and `--surprisal-marginal release` are the
 release's behaviours). Parses are unlabelled and binary (labels `X`): the
 paper scores them by unlabelled F1 against the right-binarised gold
@@ -11,7 +11,8 @@ paper scores them by unlabelled F1 against the right-binarised gold
 right-branching tree scored the same way. `tgjax eval score` on a Pushdown
 workdir (`score_records`) gives each gold tree's joint log p(x, y) (eq. 7,
 one teacher-forced pass) and, with `--surprisal`, the beam's log p(x) and
-per-word surprisals.
+per-word surprisals. `tgjax sample` draws from it through its `sampler()`
+(`tgjax.eval.sample_command`, which this module does not import, nor it this).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from tgjax.eval.evalb import evalb, right_branching
 from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
@@ -42,25 +43,6 @@ def pushdown_config(args: argparse.Namespace) -> PushdownBeamConfig:
     return PushdownBeamConfig(beam_size=getattr(args, "beam_size", 300),
                               final_attachment=getattr(args, "final_attachment", "scored"),
                               surprisal=getattr(args, "surprisal_marginal", "beam"))
-
-
-def is_pushdown(workdirs: Sequence[str] | None, step: str) -> bool:
-    """Whether any of `workdirs` holds a Pushdown-LM run (the family its checkpoint records)."""
-    from tgjax.workdir import family_of
-
-    return bool(workdirs) and any((f := family_of(w)) is not None and f.trainer == "pushdown_lm" for w in workdirs)
-
-
-def pushdown_scorer(workdirs: Sequence[str], step: str, config: PushdownBeamConfig):
-    """(search, rule "pushdown", description) of one Pushdown-LM workdir; ensembles are refused."""
-    from tgjax.infer.pushdown_loading import load_pushdown
-
-    if len(workdirs) != 1:
-        raise ValueError(f"a Pushdown-LM is searched alone: {len(workdirs)} --workdir given ({', '.join(workdirs)}); "
-                         f"ensembles of Pushdown-LMs are not implemented")
-    loaded = load_pushdown(workdirs[0], step=step)
-    search = PushdownSearch(loaded.model, loaded.vocab, config)
-    return search, PushdownSearch.rule, f"{loaded.describe()}, beam {config.beam_size}"
 
 
 def table4_f1(gold, predicted) -> float:
@@ -110,8 +92,9 @@ def score_records(search: PushdownSearch, trees, *, surprisal: bool = False, per
         yield record
 
 
-def main_score_pushdown(args) -> int:
-    """`tgjax eval score` on a Pushdown-LM workdir (called by `tgjax.eval.commands` for such workdirs)."""
+def main_score_pushdown(args, models) -> int:
+    """`tgjax eval score` on a Pushdown-LM workdir (`models`: its `tgjax.load`, alone; called by
+    `tgjax.eval.commands` for such workdirs)."""
     import json
     import sys
 
@@ -121,7 +104,11 @@ def main_score_pushdown(args) -> int:
     if getattr(args, "input_format", "trees") != "trees":
         raise ValueError("a Pushdown-LM scores trees (--input-format trees); for words alone use tgjax eval blimp "
                          "or eval parse, which search the parses")
-    search, _, described = pushdown_scorer(args.workdir, args.step, pushdown_config(args))
+    from tgjax.infer.api import describe_scorer, sentence_scorer
+
+    config = pushdown_config(args)
+    search = sentence_scorer(models, command="tgjax eval score", pushdown=config)
+    described = describe_scorer(models, pushdown=config)
     # As the other models' scoring: a malformed tree (unless --on-bad-tree skip: counted, reported at the end),
     # or one over --max-words (refused while read), stops.
     skipped = None
@@ -152,38 +139,5 @@ def main_score_pushdown(args) -> int:
     return 0
 
 
-# -----------------------------------------------------------------------------
-# tgjax sample
-
-
-def main_sample_pushdown(args) -> int:
-    """`tgjax sample` on a Pushdown-LM workdir (called by `tgjax.eval.sample_command` for such workdirs)."""
-    import sys
-    import time
-
-    from tgjax.eval.sample_command import write_samples
-    from tgjax.infer.pushdown_loading import load_pushdown
-    from tgjax.infer.pushdown_sampling import PushdownSamplingConfig, sample
-
-    try:
-        if args.prompt:
-            raise ValueError("--prompt is for TG / TXL (CC) action prefixes; a Pushdown-LM samples whole sentences")
-        config = PushdownSamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                        max_tokens=min(args.max_actions, 512), allow_unk=not args.no_unk)
-        loaded = load_pushdown(args.workdir, step=args.step)
-        start = time.perf_counter()
-        samples = sample(loaded.model, loaded.vocab, args.num_samples, config=config, seed=args.seed)
-        seconds = time.perf_counter() - start
-    except (ValueError, FileNotFoundError) as err:
-        print(f"tgjax sample: error: {err}", file=sys.stderr)
-        return 2
-    write_samples(samples, args, lambda s: {"ids": s.ids.tolist(), "attachments": s.attach.tolist()})
-    truncated = sum(s.truncated for s in samples)
-    print(f"{len(samples)} samples from {loaded.describe()} in {seconds:.1f}s (words and attachments drawn token by "
-          f"token; log p = log p(x, y)); {truncated} reached --max-actions and were ended there; unlabelled trees "
-          f"(X): score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
-    return 0
-
-
-__all__ = ["add_pushdown_args", "is_pushdown", "main_sample_pushdown", "main_score_pushdown", "marginal_perplexity",
-           "pushdown_config", "pushdown_scorer", "right_branching_trees", "score_records", "table4_f1"]
+__all__ = ["add_pushdown_args", "main_score_pushdown", "marginal_perplexity", "pushdown_config",
+           "right_branching_trees", "score_records", "table4_f1"]

@@ -1,9 +1,11 @@
-"""`tgjax sample`: well-formed trees sampled from a trained TG or TXL (CC) workdir.
+"""`tgjax sample`: well-formed trees sampled from a trained TG, TXL (CC) or Pushdown-LM workdir.
 
     tgjax sample --workdir runs/tiny --num-samples 5 --temperature 0.8 --top-p 0.95 --prompt "(S (NP the"
 
-The sampling itself (constraints, temperature, top-k, top-p) is
-`tgjax.infer.sampling`; this module parses the arguments and writes the trees.
+The sampling itself (constraints, temperature, top-k, top-p) is the model's
+`Sampler` capability (`tgjax.load(workdir).sampler(...)`: `tgjax.infer.sampling`
+for TG / TXL (CC), `tgjax.infer.pushdown_sampling` for a Pushdown-LM); this
+module parses the arguments and writes the trees.
 """
 
 from __future__ import annotations
@@ -11,31 +13,27 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-import numpy as np
-
-from tgjax.infer.sampling import Sampler, SamplingConfig
 from tgjax.limits import TREEBANK_MAX_WORDS, add_max_words_arg, check_max_words, check_prompt
 from tgjax.outputs import OutputError, check_output, dumps_json, write_text
 
 
 def _load(workdir: str, step: str):
-    """`tgjax.infer.loading.load_model` (imported here: tests replace this function)."""
-    from tgjax.infer.loading import load_model
+    """`tgjax.load(workdir, step)` (imported here: tests replace this function)."""
+    from tgjax.infer.api import load
 
-    return load_model(workdir, step=step)
+    return load(workdir, step)
 
 
-def write_samples(samples: Sequence, args: argparse.Namespace, json_fields: Callable[[Any], dict[str, Any]]) -> None:
+def write_samples(samples: Sequence, args: argparse.Namespace) -> None:
     """Writes one line per sample to stdout, or to `args.output`: the bracketed tree, with `args.log_probs`
-    its log p and a tab first; with `args.json`, a JSON object of the tree, log p and `json_fields(sample)`
-    (what the model family drew). Shared by the TG / TXL (CC) and Pushdown-LM samplers."""
+    its log p and a tab first; with `args.json`, a JSON object of the tree, log p and `sample.fields()`
+    (what the model family drew: TG / TXL (CC)'s actions, a Pushdown-LM's ids and attachments)."""
     lines = []
     for k, s in enumerate(samples):
         if args.json:
-            lines.append(dumps_json({"tree": s.tree.to_string(), "log_prob": s.log_prob, **json_fields(s)},
+            lines.append(dumps_json({"tree": s.tree.to_string(), "log_prob": s.log_prob, **s.fields()},
                                     where=f"sample {k}"))
         else:
             lines.append((f"{s.log_prob:.4f}\t" if args.log_probs else "") + s.tree.to_string())
@@ -52,7 +50,8 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     Prints one bracketed tree per line to stdout (or `--output FILE`), with
     `--log-probs` a tab and the model's log p first; a summary to stderr.
     """
-    parser = argparse.ArgumentParser(prog="tgjax sample", description="Sample well-formed trees from a TG or TXL (CC).")
+    parser = argparse.ArgumentParser(prog="tgjax sample",
+                                     description="Sample well-formed trees from a TG, TXL (CC) or Pushdown-LM.")
     parser.add_argument("--workdir", required=True, help="a trained run (tgjax train --workdir)")
     parser.add_argument("--step", default="best", help="checkpoint: 'best', 'latest' or a step number")
     parser.add_argument("--num-samples", type=int, default=10)
@@ -72,7 +71,7 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per sample instead of trees")
     parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     args = parser.parse_args(argv)
-    from tgjax.workdir import check_treebank_lm, family_of
+    from tgjax.workdir import check_treebank_lm
 
     try:
         if args.output:
@@ -89,29 +88,21 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"tgjax sample: error: {error}", file=sys.stderr)
         return 2
-    family = family_of(args.workdir)
-    if family is not None and family.trainer == "pushdown_lm":  # words and attachments, not actions
-        from tgjax.eval.pushdown import main_sample_pushdown
-
-        return main_sample_pushdown(args)
     try:
-        config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                max_actions=args.max_actions, max_open_nts=args.max_open_nts,
-                                max_consecutive_opens=args.max_consecutive_opens, allow_unk=not args.no_unk,
+        model = _load(args.workdir, args.step)
+        sampler = model.sampler(command="tgjax sample", temperature=args.temperature, top_k=args.top_k,
+                                top_p=args.top_p, max_length=args.max_actions, allow_unk=not args.no_unk,
+                                max_open_nts=args.max_open_nts, max_consecutive_opens=args.max_consecutive_opens,
                                 batch_size=args.batch_size)
-        loaded = _load(args.workdir, args.step)
-        rule = loaded.pipeline_fields["rule"]
-        sampler = Sampler(loaded.model, loaded.vocab, rule, config)
         start = time.perf_counter()
         samples = sampler.sample(args.num_samples, seed=args.seed, prompt=args.prompt)
         seconds = time.perf_counter() - start
     except (ValueError, FileNotFoundError) as err:
         print(f"tgjax sample: error: {err}", file=sys.stderr)
         return 2
-    write_samples(samples, args, lambda s: {"actions": s.actions})
-    print(f"{len(samples)} samples from {loaded.model_name} in {seconds:.1f}s "
-          f"(mean {np.mean([len(s.actions) for s in samples]) if samples else 0:.1f} actions); trees without POS "
-          f"tags: score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
+    write_samples(samples, args)
+    print(f"{len(samples)} samples from {model.describe()} in {seconds:.1f}s ({sampler.note(samples)}); trees "
+          f"without POS tags: score them with `tgjax eval score --pos-tags no`", file=sys.stderr)
     return 0
 
 

@@ -36,8 +36,8 @@ within the given treebank):
   counts, counts are summed over the corpus, and a one-word sentence has no
   bracket on either side (it adds nothing, as `(<word> w)` in the release).
 
-Per-layer distances come from `tgjax.infer.onlstm` (load a trained
-`onlstm_lm` workdir); this module only needs something with `num_layers` and
+Per-layer distances come from a trained `onlstm_lm` workdir's parser
+(`tgjax.load(workdir).parser()`, `tgjax.infer.onlstm`); this module only needs something with `num_layers` and
 `layer_distances(sentences) -> [num_layers, n]` arrays per sentence.
 """
 
@@ -376,10 +376,18 @@ def run(treebank: PreparedTreebank, parser=None, *, word_form: str = "release", 
     return rows
 
 
-def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=None) -> int:
+def _distance_parser(workdir: str, step: str, *, batch_size: int):
+    """The parser of `tgjax.load(workdir, step)`, which must give syntactic distances (an ON-LSTM's)."""
+    from tgjax.infer.api import load
+
+    return load(workdir, step).parser(command="tgjax eval unsupervised-parse", parses="distances",
+                                      batch_size=batch_size)
+
+
+def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load=None) -> int:
     """`tgjax eval unsupervised-parse --workdir W --treebank FILE [...]`: per-layer and baseline F1s.
 
-    `load_parser(workdir, step)` (for tests) replaces `tgjax.infer.onlstm.load_parser`.
+    `load(workdir, step, batch_size=...)` (for tests) replaces `_distance_parser`.
     Returns 0, or 2 with a one-line error for bad input.
     """
     parser = argparse.ArgumentParser(
@@ -423,9 +431,7 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load_parser=No
             raise ValueError(f"{source}: no sentence left to score\n{treebank.describe(args.short_length)}")
         model = None
         if not args.baselines_only:
-            if load_parser is None:
-                from tgjax.infer.onlstm import load_parser
-            model = load_parser(args.workdir, args.step, batch_size=args.batch_size)
+            model = (load or _distance_parser)(args.workdir, args.step, batch_size=args.batch_size)
         rows = run(treebank, model, word_form=args.word_form, layers=args.layer, short_length=args.short_length)
         if args.output:
             write_json(args.output, _record(args, source, treebank, rows))

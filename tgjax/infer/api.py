@@ -1,26 +1,41 @@
 """One way in for every trained model: `tgjax.load(workdir)`, and what the model it returns can do.
 
     model = tgjax.load("runs/onlstm_tiny")               # the best checkpoint; step="latest" or an int
-    model.family                                          # "onlstm_lm": which trainer wrote it
+    model.family, model.step                              # "onlstm_lm" (which trainer wrote it), the step read
     model.capabilities                                    # ("scorer", "parser")
     results = model.scorer().search([["the", "dog", "barks"]])   # log p(x) and per-word surprisals
     model.parser()                                        # ON-LSTM's distances; TG/TXL and Pushdown: their beams
+    model.restore()                                       # the family's network with its vocabulary and config
 
 The family is what the checkpoint recorded (`meta["family"]`, written by the
 trainer; runs from before it have their training config's `trainer`), never
-guessed from files. Three capabilities, as small protocols:
+guessed from files. `load` reads the step's meta and checks its files; the
+parameters are read when a capability (or `restore`) first needs them. The
+capabilities, as small protocols:
 
-* `SentenceScorer`: `search(sentences) -> [BeamResult]` (log p(x) in nats,
-  per-word surprisals, the end surprisal; `tgjax.infer.beam.BeamResult`) and
-  `space.encode_word(w) -> (id, unknown)`. TG / TXL (CC): the word-synchronous
-  beam's marginal; TXL (terminals) and ON-LSTM: the chain rule, exact;
-  Pushdown-LM: its beam over (word, attachment).
-* `Parser`: the family's trees or heads (TG / TXL (CC) and Pushdown: their
-  beams' best trees; ON-LSTM: per-layer syntactic distances; UDGN: heads).
-* `Sampler`: TG / TXL (CC) and Pushdown-LM (`tgjax sample`).
+* `SentenceScorer` (`scorer()`): `search(sentences) -> [BeamResult]` (log p(x)
+  in nats, per-word surprisals, the end surprisal; `tgjax.infer.beam.BeamResult`)
+  and `space.encode_word(w) -> (id, unknown)`. TG / TXL (CC): the
+  word-synchronous beam's marginal; TXL (terminals) and ON-LSTM: the chain
+  rule, exact; Pushdown-LM: its beam over (word, attachment). Several TG / TXL
+  models: `sentence_scorer(models)`, one beam over their per-action mixture.
+* `Parser` (`parser()`): what the family parses into, `PARSES`: trees (TG /
+  TXL (CC) and Pushdown: their scorers' beams, `search(...)[i].best_actions`),
+  per-layer syntactic distances (ON-LSTM: `OnLSTMParser`), heads (UDGN:
+  `UDGNParser`).
+* `Sampler` (`sampler()`): `sample(n, seed=, prompt=)` -> samples with `.tree`,
+  `.log_prob`, `.fields()`; `note(samples)`. TG / TXL (CC) (`tgjax.infer.sampling`)
+  and Pushdown-LM (`tgjax.infer.pushdown_sampling`).
+* `tree_scorer()`: the teacher-forced log p of given trees (TXL (terminals): of
+  their words), batched and streamed (`tgjax.infer.scoring.Scorer`, what
+  `tgjax eval score / ppl / rerank` read). TG / TXL.
+* `policy()`: a Craft policy and its checkpoint, to roll out (`tgjax.infer.craft`;
+  `tgjax eval craft`). Craft behaviour cloning (`craft_bc`).
 
 Asking for a capability a family lacks is a `CapabilityError` naming the
-family and what it offers.
+family and what it offers. `restore(**options)` is the family's network and
+what came with it (`FAMILY_TABLE` says which, per family); the per-family
+loaders behind it are private to `tgjax.infer`.
 """
 
 from __future__ import annotations
@@ -33,18 +48,35 @@ from typing import Any, Protocol
 from tgjax.infer.loading import CheckpointError, resolve_step
 from tgjax.workdir import FAMILY_NAMES, check_step, local_workdir, recorded_family
 
-# family -> the capabilities it offers, in the order `capabilities` lists them.
+# family -> the capabilities it offers, in the order `capabilities` lists them (a TG / TXL run of the words-only
+# TXL (terminals) offers SCORES_WORDS_ONLY: it neither parses nor samples trees).
 CAPABILITIES = {
-    "lm": ("scorer", "parser", "sampler"),
+    "lm": ("scorer", "parser", "sampler", "tree_scorer"),
     "pushdown_lm": ("scorer", "parser", "sampler"),
     "onlstm_lm": ("scorer", "parser"),
     "mlm": ("parser",),
     "classification": (),
     "cfl": (),
-    "craft_bc": (),
+    "craft_bc": ("policy",),
     "ppo_options": (),
     "ppo_actions": (),
 }
+SCORES_WORDS_ONLY = ("scorer", "tree_scorer")
+# family -> what its `parser()` gives, and the command that evaluates it.
+PARSES = {"lm": "trees", "pushdown_lm": "trees", "onlstm_lm": "distances", "mlm": "heads"}
+PARSE_COMMANDS = {"trees": "tgjax eval parse", "distances": "tgjax eval unsupervised-parse",
+                  "heads": "tgjax eval dependency"}
+# family -> what `restore()` gives (its loader is the `_restore` entry of that family, below).
+FAMILY_TABLE = {
+    "lm": "tgjax.infer.loading.RestoredLM (options sequence_length, memory_length, device)",
+    "pushdown_lm": "tgjax.infer.pushdown_loading.LoadedPushdown",
+    "onlstm_lm": "tgjax.infer.onlstm.OnLSTMParser (options batch_size, length_bucket)",
+    "mlm": "tgjax.infer.udgn.UDGNParser (options batch_size, length_bucket)",
+    "craft_bc": "(policy, tgjax.infer.loading.FamilyCheckpoint)",
+}
+MEMORY = "<memory>"
+
+
 class CapabilityError(ValueError):
     """A capability the loaded family does not have; the message names the family and what it offers."""
 
@@ -53,6 +85,12 @@ class SentenceScorer(Protocol):
     space: Any
 
     def search(self, sentences: Sequence[Sequence[str]]) -> list: ...
+
+
+class Sampler(Protocol):
+    def sample(self, num_samples: int, *, seed: int = 0, prompt=None) -> list: ...
+
+    def note(self, samples) -> str: ...
 
 
 def checkpoint_family(meta: dict[str, Any], where: str) -> str:
@@ -65,68 +103,244 @@ def checkpoint_family(meta: dict[str, Any], where: str) -> str:
     return recorded_family(meta, meta.get("config"))
 
 
-def workdir_family(workdir: str | Path, step: str | int = "best") -> str:
-    """The family of the workdir's checkpoint `step` (see `checkpoint_family`)."""
-    number, meta = resolve_step(workdir, step)
-    return checkpoint_family(meta, f"checkpoint step {number} in {workdir}")
+def _restore(family: str, workdir: str, step: int, options: dict[str, Any]):
+    """The family table: the restored network of `family` (what `FAMILY_TABLE` says) from `workdir`'s `step`."""
+    if family == "lm":
+        from tgjax.infer.loading import _restore_lm
+
+        return _restore_lm(workdir, step=step, **options)
+    if family == "pushdown_lm":
+        from tgjax.infer.pushdown_loading import _restore_pushdown
+
+        return _restore_pushdown(workdir, step=step, **options)
+    if family == "onlstm_lm":
+        from tgjax.infer.onlstm import _restore_parser as restore_onlstm
+
+        return restore_onlstm(workdir, step, **options)
+    if family == "mlm":
+        from tgjax.infer.udgn import _restore_parser as restore_udgn
+
+        return restore_udgn(workdir, step, **options)
+    if family == "craft_bc":
+        from tgjax.infer.craft import _restore_policy
+
+        return _restore_policy(workdir, step, **options)
+    raise CapabilityError(f"{workdir} holds {_described(family)} (family {family!r}): tgjax.load reads its family "
+                          f"and step, but restores the networks of {', '.join(FAMILY_TABLE)} only")
+
+
+def _described(family: str) -> str:
+    return f"{FAMILY_NAMES.get(family, repr(family))} run"
 
 
 @dataclasses.dataclass
 class LoadedModel:
-    """A workdir's checkpoint, ready for what its family can do (`capabilities`)."""
+    """A workdir's checkpoint, ready for what its family can do (`capabilities`; module docstring).
+
+    Attributes:
+      workdir: as given to `load` (`MEMORY` for a model `in_memory`, or the name given it).
+      step: the checkpoint step read ("best" and "latest" resolved; -1 in memory).
+      family: the trainer that wrote it (`lm`, `pushdown_lm`, `onlstm_lm`, `mlm`, `craft_bc`, ...).
+      meta: the step's meta item (the run's facts; the training config under "config").
+    """
 
     workdir: str
-    step: str | int
+    step: int
     family: str
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    _restored: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    _in_memory: bool = dataclasses.field(default=False, repr=False, compare=False)
+
+    @classmethod
+    def in_memory(cls, family: str, restored, *, workdir: str = MEMORY) -> LoadedModel:
+        """A model in memory (what `restore()` would give for `family`, e.g. `tgjax.infer.loading.from_model`'s
+        `RestoredLM`) with the capabilities of its family: for tests and notebooks."""
+        step = getattr(restored, "step", -1)
+        model = cls(workdir, step if isinstance(step, int) else -1, family, dict(getattr(restored, "meta", {}) or {}),
+                    _in_memory=True)
+        model._restored[()] = restored
+        return model
 
     @property
     def capabilities(self) -> tuple[str, ...]:
+        if self.family == "lm" and self.rule == "txl_terminals":
+            return SCORES_WORDS_ONLY
         return CAPABILITIES.get(self.family, ())
 
     @property
     def description(self) -> str:
-        return f"{FAMILY_NAMES.get(self.family, repr(self.family))} run"
+        """The kind of run, in words ("an ON-LSTM run")."""
+        return _described(self.family)
 
-    def _need(self, capability: str, command: str | None) -> None:
+    @property
+    def rule(self) -> str | None:
+        """What the family's scorer reads: `tg`, `txl_cc`, `txl_terminals` (TG / TXL: from the meta, no parameter
+        read), `pushdown`, `onlstm_lm`; None for a family that scores no sentence."""
+        if self.family == "lm":
+            restored = next(iter(self._restored.values()), None)
+            if restored is not None:
+                return restored.rule
+            from tgjax.infer.loading import lm_rule
+
+            return lm_rule(self.meta, self._where)
+        return {"pushdown_lm": "pushdown", "onlstm_lm": "onlstm_lm"}.get(self.family)
+
+    @property
+    def model_name(self) -> str:
+        """The model's registry name (TG / TXL: `tg`, `txl_cc`, `txl_terminals`, ...); other families: the family."""
+        if self.family == "lm":
+            restored = next(iter(self._restored.values()), None)
+            if restored is not None:
+                return restored.model_name
+            return str(((self.meta.get("config") or {}).get("model") or {}).get("name", "lm"))
+        return self.family
+
+    @property
+    def _where(self) -> str:
+        return f"checkpoint step {self.step} in {self.workdir}"
+
+    def describe(self) -> str:
+        """The restored model in words (its name, workdir and step)."""
+        restored = self.restore()
+        return restored.describe() if hasattr(restored, "describe") else f"{self.description} ({self._where})"
+
+    def require(self, capability: str, *, command: str | None = None, parses: str | None = None) -> None:
+        """A `CapabilityError` unless the family has `capability` (and, with `parses`, its parser gives that:
+        "trees", "distances" or "heads"); the message names `command`, the family and what it offers."""
+        who = f"{command}: " if command else ""
+        what = f"{who}{self.workdir} holds {self.description} (family {self.family!r})"
         if capability not in self.capabilities:
             offers = ", ".join(self.capabilities) or "none of scorer, parser, sampler"
-            who = f"{command}: " if command else ""
-            raise CapabilityError(f"{who}{self.workdir} holds {self.description} (family {self.family!r}), which "
-                                  f"has no {capability}; it offers: {offers}")
+            raise CapabilityError(f"{what}, which has no {capability}; it offers: {offers}")
+        if parses is not None and capability == "parser" and PARSES[self.family] != parses:
+            gives = PARSES[self.family]
+            raise CapabilityError(f"{what}, whose parser gives {gives}, not {parses}: use `{PARSE_COMMANDS[gives]}`")
+
+    def restore(self, **options):
+        """The family's network with its parameters, vocabulary and config (`FAMILY_TABLE`: which object, and its
+        options), read once per distinct options. Raises FileNotFoundError, CheckpointError, VocabularyMismatch."""
+        key = tuple(sorted((name, value) for name, value in options.items() if value is not None))
+        if key not in self._restored:
+            if self._in_memory:
+                raise ValueError(f"{self.workdir}: a model in memory has no checkpoint to restore with {dict(key)}")
+            self._restored[key] = _restore(self.family, self.workdir, self.step, dict(key))
+        return self._restored[key]
 
     def scorer(self, *, command: str | None = None, beam=None, pushdown=None, search: str = "auto"):
-        """A `SentenceScorer` (see the module docstring); `beam` / `pushdown`: the beams' settings."""
-        self._need("scorer", command)
-        if self.family == "onlstm_lm":
-            from tgjax.infer.onlstm import load_parser
+        """A `SentenceScorer` (module docstring; `sentence_scorer` of this model alone)."""
+        return sentence_scorer([self], command=command, beam=beam, pushdown=pushdown, search=search)
 
-            return load_parser(self.workdir, self.step)
-        if self.family == "pushdown_lm":
-            from tgjax.infer.pushdown_loading import load_pushdown
-            from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
+    def parser(self, *, command: str | None = None, parses: str | None = None, **options):
+        """The family's parser (`PARSES`): ON-LSTM's `OnLSTMParser` (distances), UDGN's `UDGNParser` (heads), each
+        with `options` (batch_size, length_bucket); TG / TXL and Pushdown parse through their scorers' beams
+        (`options`: `scorer`'s). `parses`: what the caller reads ("trees", "distances", "heads"), else a
+        CapabilityError naming the command that reads this family's."""
+        self.require("parser", command=command, parses=parses)
+        if PARSES[self.family] == "trees":
+            return self.scorer(command=command, **options)
+        return self.restore(**options)
 
-            loaded = load_pushdown(self.workdir, step=self.step)
-            return PushdownSearch(loaded.model, loaded.vocab, pushdown or PushdownBeamConfig())
-        from tgjax.infer.beam import BeamConfig
-        from tgjax.infer.loading import load_model
+    def sampler(self, *, command: str | None = None, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                max_length: int = 256, allow_unk: bool = True, max_open_nts: int = 32, max_consecutive_opens: int = 6,
+                batch_size: int = 64) -> Sampler:
+        """A `Sampler`: TG / TXL (CC)'s `tgjax.infer.sampling.Sampler` (well-formed trees; `max_length` actions,
+        `max_open_nts`, `max_consecutive_opens`, `batch_size` rows per call) or a Pushdown-LM's
+        `PushdownSampler` (sentences of at most `min(max_length, 512)` tokens; the tree caps are TG's)."""
+        self.require("sampler", command=command)
+        if self.family == "pushdown_lm":  # the settings are checked before any parameter is read
+            from tgjax.infer.pushdown_sampling import PushdownSampler, PushdownSamplingConfig
 
-        loaded = load_model(self.workdir, step=self.step)
-        return word_scorer([loaded.model], loaded.vocab, [loaded.pipeline_fields["rule"]], beam or BeamConfig(),
-                           search)
+            config = PushdownSamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p,
+                                            max_tokens=min(max_length, 512), allow_unk=allow_unk)
+            restored = self.restore()
+            return PushdownSampler(restored.model, restored.vocab, config)
+        from tgjax.infer.sampling import Sampler as TreeSampler
+        from tgjax.infer.sampling import SamplingConfig
 
-    def parser(self, *, command: str | None = None, **options):
-        """The family's parser: ON-LSTM's `OnLSTMParser` (distances), UDGN's `UDGNParser` (heads); TG / TXL and
-        Pushdown parse through their scorers' beams (`scorer().search(...)[i].best_actions`)."""
-        self._need("parser", command)
-        if self.family == "onlstm_lm":
-            from tgjax.infer.onlstm import load_parser
+        settings = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, max_actions=max_length,
+                                  max_open_nts=max_open_nts, max_consecutive_opens=max_consecutive_opens,
+                                  allow_unk=allow_unk, batch_size=batch_size)
+        restored = self.restore()
+        return TreeSampler(restored.model, restored.vocab, restored.rule, settings)
 
-            return load_parser(self.workdir, self.step, **options)
-        if self.family == "mlm":
-            from tgjax.infer.udgn import load_parser as load_udgn
+    def policy(self, *, command: str | None = None):
+        """(the Craft policy, its `FamilyCheckpoint`) of a `craft_bc` run (`tgjax.infer.craft`)."""
+        self.require("policy", command=command)
+        return self.restore()
 
-            return load_udgn(self.workdir, self.step, **options)
-        return self.scorer(command=command, **options)
+    def require_family(self, family: str, *, command: str, reads: str) -> None:
+        """A `CapabilityError` unless this is a `family` run: for a command that reads one family's network
+        itself (`reads`: what it reads, in words), not through a capability."""
+        if self.family != family:
+            raise CapabilityError(f"{command}: {self.workdir} holds {self.description} (family {self.family!r}); "
+                                  f"it reads {reads}")
+
+    def tree_scorer(self, *, command: str | None = None, batch_size: int = 32, sequence_length: int | None = None,
+                    memory_length: int | None = None):
+        """The teacher-forced scorer of given trees (TXL (terminals): their words), `tgjax.infer.scoring.Scorer`,
+        with evaluation-time segment and memory lengths if given (module docstring)."""
+        self.require("tree_scorer", command=command)
+        from tgjax.infer.scoring import Scorer
+
+        return Scorer(self.restore(sequence_length=sequence_length, memory_length=memory_length),
+                      batch_size=batch_size)
+
+
+def sentence_scorer(models: Sequence[LoadedModel], *, command: str | None = None, beam=None, pushdown=None,
+                    search: str = "auto"):
+    """The `SentenceScorer` of one model, or of the per-action uniform mixture of several (one beam over the
+    mixed next-action distribution, `tgjax.infer.beam`; TG paper §3.7).
+
+    `beam`: TG / TXL (CC)'s `BeamConfig`; `pushdown`: a Pushdown-LM's `PushdownBeamConfig`; `search`: TG / TXL
+    (CC)'s engine (`word_scorer`). An ensemble's members must be TG / TXL runs sharing one vocabulary, all
+    syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
+    """
+    if not models:
+        raise ValueError("no model to score sentences with")
+    for model in models:
+        model.require("scorer", command=command)
+    if len(models) > 1:
+        alone = next((m for m in models if m.family != "lm"), None)
+        if alone is not None:
+            raise ValueError(f"an ensemble mixes TG / TXL models only: {alone.workdir} holds {alone.description}, "
+                             f"which is searched alone ({len(models)} models given)")
+    first = models[0]
+    if first.family == "onlstm_lm":
+        return first.restore()
+    if first.family == "pushdown_lm":
+        from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
+
+        loaded = first.restore()
+        return PushdownSearch(loaded.model, loaded.vocab, pushdown or PushdownBeamConfig())
+    from tgjax.infer.beam import BeamConfig
+
+    restored = [m.restore() for m in models]
+    names = _member_names(models)
+    for r, name in zip(restored[1:], names[1:]):
+        if r.vocab_fingerprint != restored[0].vocab_fingerprint:
+            raise ValueError(f"an ensemble's members must share one vocabulary: {name} has another than {names[0]}")
+    rules = [r.rule for r in restored]
+    if len({rule == "txl_terminals" for rule in rules}) > 1:
+        raise ValueError(f"an ensemble mixes syntactic models or words-only models, not both: {', '.join(names)}")
+    return word_scorer([r.model for r in restored], restored[0].vocab, rules, beam or BeamConfig(), search)
+
+
+def _member_names(models: Sequence[LoadedModel]) -> list[str]:
+    return [f"{m.model_name} ({m.workdir})" for m in models]
+
+
+def describe_scorer(models: Sequence[LoadedModel], *, pushdown=None) -> str:
+    """What `sentence_scorer(models, pushdown=...)` scores with, in words (a Pushdown-LM's beam size; an
+    ensemble's members)."""
+    first = models[0]
+    if first.family == "pushdown_lm":
+        from tgjax.infer.pushdown_search import PushdownBeamConfig
+
+        return f"{first.describe()}, beam {(pushdown or PushdownBeamConfig()).beam_size}"
+    if first.family != "lm":
+        return first.describe()
+    names = _member_names(models)
+    return names[0] if len(names) == 1 else "ensemble (per-action mixture) of " + ", ".join(names)
 
 
 SEARCHES = ("auto", "device", "host")
@@ -172,8 +386,9 @@ def load(workdir: str | Path, step: str | int = "best") -> LoadedModel:
     problem = check_step(local_workdir(workdir), number)
     if problem:
         raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
-    return LoadedModel(str(workdir), step, checkpoint_family(meta, where))
+    return LoadedModel(str(workdir), number, checkpoint_family(meta, where), meta)
 
 
-__all__ = ["CAPABILITIES", "SEARCHES", "CapabilityError", "LoadedModel", "SentenceScorer", "checkpoint_family", "load",
-           "resolve_search", "word_scorer", "workdir_family"]
+__all__ = ["CAPABILITIES", "FAMILY_TABLE", "MEMORY", "PARSES", "SEARCHES", "CapabilityError", "LoadedModel", "Sampler",
+           "SentenceScorer", "checkpoint_family", "describe_scorer", "load", "resolve_search", "sentence_scorer",
+           "word_scorer"]

@@ -1,6 +1,6 @@
 """Trained Craft policies back from a workdir, and their rollouts in the environment.
 
-    policy, checkpoint = load_craft_policy("runs/ocn_craft")          # best validation NLL
+    policy, checkpoint = tgjax.load("runs/ocn_craft").restore()       # best validation NLL
     result = rollout(policy, Craft(("AC", "CD")), task="AC", policy_task_id=0, key=key, num_episodes=200)
     table = option_subtask_success(policy, key=key, num_episodes=200)  # OCN: option x subtask (thesis Table 5.2)
 
@@ -38,6 +38,7 @@ it tells a weak RL result's two causes apart: the options, or the search.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -56,12 +57,13 @@ from tgjax.models.ocn import (
 )
 from tgjax.nn.ocn import follow_option, option_branches
 
-__all__ = ["RolloutResult", "episode_runner", "load_craft_policy", "load_pooled_options", "option_subtask_success",
+__all__ = ["RolloutResult", "episode_runner", "option_subtask_success", "pooled_options",
            "rollout", "scripted_controller_rollout"]
 
 
-def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nnx.Module, FamilyCheckpoint]:
-    """The policy of a `craft_bc` run (`tgjax.infer.loading` checks the step and its trainer)."""
+def _restore_policy(workdir: str | Path, step: str | int = "best") -> tuple[nnx.Module, FamilyCheckpoint]:
+    """The policy of a `craft_bc` run (`tgjax.infer.loading` checks the step and its trainer): the `craft_bc`
+    entry of `tgjax.load`'s family table (`tgjax.infer.api`)."""
     checkpoint = open_family_checkpoint(workdir, step, trainer="craft_bc", config_class=CraftPolicyConfig,
                                         reader="tgjax eval craft reads Craft policies (configs/ocn_craft.py)")
     abstract = nnx.eval_shape(lambda: build_policy(checkpoint.model_config, nnx.Rngs(0)))
@@ -72,12 +74,11 @@ def load_craft_policy(workdir: str | Path, step: str | int = "best") -> tuple[nn
     return nnx.merge(graphdef, state), checkpoint
 
 
-def load_pooled_options(workdirs: list[str], step: str | int = "best"
-                        ) -> tuple[OptionControllerPolicy, list[FamilyCheckpoint]]:
-    """Setting S2: the options of several craft_bc runs (OCN or MoE) pooled in the order given
-    (`tgjax.models.ocn.pool_options`; the pooled controller is left at initialisation) and each run's checkpoint.
-    ValueError names a run without options, or two runs whose options cannot be pooled."""
-    loaded = [load_craft_policy(workdir, step) for workdir in workdirs]
+def pooled_options(models: Sequence) -> tuple[OptionControllerPolicy, list[FamilyCheckpoint]]:
+    """Setting S2: the options of several craft_bc runs (OCN or MoE; `tgjax.load(workdir)` each) pooled in the
+    order given (`tgjax.models.ocn.pool_options`; the pooled controller is left at initialisation) and each run's
+    checkpoint. ValueError names a run without options, or two runs whose options cannot be pooled."""
+    loaded = [model.restore() for model in models]
     for policy, checkpoint in loaded:
         if not isinstance(policy, OptionControllerPolicy):
             raise ValueError(f"{checkpoint.where}: a {checkpoint.model_config.kind!r} policy has no options to pool")

@@ -1,6 +1,6 @@
 """Ensembles: uniform mixtures of experts over several checkpoints, per action (Sartran et al. 2022, §3.7).
 
-    ens = Ensemble([Scorer(load_model(w)) for w in ("runs/tg1", "runs/tg2", "runs/txl1")])
+    ens = Ensemble([tgjax.load(w).tree_scorer() for w in ("runs/tg1", "runs/tg2", "runs/txl1")])
     score_treebank(ens, "valid.txt")         # anything that takes a Scorer takes an Ensemble
     word_surprisals(ens, tree)
 

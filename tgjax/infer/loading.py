@@ -1,8 +1,13 @@
 """A trained model back from its workdir, for evaluation: parameters only, no optimiser.
 
-    loaded = load_model("runs/tiny")                 # the best checkpoint by validation loss
-    loaded = load_model("runs/tiny", step="latest")  # or the newest, or an integer step
+    loaded = tgjax.load("runs/tiny").restore()                  # the best checkpoint by validation loss
+    loaded = tgjax.load("runs/tiny", step="latest").restore()   # or the newest, or an integer step
     logits, memory = loaded.model(batch, loaded.model.init_memory(B))
+
+`tgjax.load` (`tgjax.infer.api`) is the way in; `_restore_lm` here is the
+TG / TXL entry of its family table, and the other families' loaders build on
+this module's checkpoint reading (`resolve_step`, `open_family_checkpoint`,
+`restore_state_items`).
 
 What a workdir records, and where this reads it (nothing else is needed; the
 training config is not read from a file):
@@ -70,8 +75,8 @@ class CheckpointError(ValueError):
 
 
 @dataclasses.dataclass
-class LoadedModel:
-    """A model restored for evaluation.
+class RestoredLM:
+    """A TG / TXL model restored for evaluation (what `tgjax.load(...).restore()` gives for family `lm`).
 
     Attributes:
       model: the `TransformerLM` with the checkpoint's parameters (dropout off
@@ -302,8 +307,14 @@ def model_config_from_meta(meta: dict[str, Any], where: str) -> tuple[str, Model
     return name, model_cfg, dict(config.get("data", {}))
 
 
-def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length: int | None = None,
-               memory_length: int | None = None, device=None) -> LoadedModel:
+def lm_rule(meta: dict[str, Any], where: str) -> str:
+    """The data rule (`tg`, `txl_cc`, `txl_terminals`) a TG / TXL checkpoint's meta records; no parameter is read."""
+    name, model_cfg, _ = model_config_from_meta(meta, where)
+    return model_spec(name).pipeline_fields(model_cfg)["rule"]
+
+
+def _restore_lm(workdir: str | Path, *, step: str | int = "best", sequence_length: int | None = None,
+                memory_length: int | None = None, device=None) -> RestoredLM:
     """Restores a trained model and its vocabulary from a training workdir (see the module docstring).
 
     Args:
@@ -372,19 +383,19 @@ def load_model(workdir: str | Path, *, step: str | int = "best", sequence_length
 
     fields = dict(model_spec(name).pipeline_fields(model_cfg))
     fields["transparency_depth"] = int(data_cfg.get("transparency_depth", -1))
-    return LoadedModel(model=model, vocab=vocab, model_name=name, model_config=model_cfg, pipeline_fields=fields,
+    return RestoredLM(model=model, vocab=vocab, model_name=name, model_config=model_cfg, pipeline_fields=fields,
                        step=step_number, workdir=workdir, vocab_fingerprint=fingerprint, meta=meta,
                        graphdef=parts.graphdef, params=params, rest=rest)
 
 
 def from_model(model: TransformerLM, vocab: Vocabulary, model_name: str, *, transparency_depth: int = -1
-               ) -> LoadedModel:
-    """A `LoadedModel` around a model in memory (a fresh or just-trained one), for tests and notebooks."""
+               ) -> RestoredLM:
+    """A `RestoredLM` around a model in memory (a fresh or just-trained one), for tests and notebooks."""
     cfg = model.config
     if vocab.size != cfg.vocab_size:
         raise ValueError(f"vocabulary has {vocab.size} ids but the model has {cfg.vocab_size}")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     fields = dict(model_spec(model_name).pipeline_fields(cfg), transparency_depth=transparency_depth)
-    return LoadedModel(model=model, vocab=vocab, model_name=model_name, model_config=cfg, pipeline_fields=fields,
+    return RestoredLM(model=model, vocab=vocab, model_name=model_name, model_config=cfg, pipeline_fields=fields,
                        step=-1, workdir=Path("<memory>"), vocab_fingerprint=vocabulary_fingerprint(vocab), meta={},
                        graphdef=graphdef, params=params, rest=rest)

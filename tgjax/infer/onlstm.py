@@ -1,6 +1,6 @@
 """A trained ON-LSTM language model back from its workdir: the syntactic distances it computes, and log p(x).
 
-    parser = load_parser("runs/onlstm_tiny")              # best checkpoint
+    parser = tgjax.load("runs/onlstm_tiny").parser()       # best checkpoint (`_restore_parser` here)
     per_sentence = parser.layer_distances([["the", "dog", "barks"], ...])   # each [num_layers, n]
     scored = parser.search([["the", "dog", "barks"]])     # exact log p(w_1 .. w_n <eos> | <eos>), surprisals
 
@@ -51,9 +51,9 @@ from tgjax.infer.loading import open_family_checkpoint, read_word_list, restore_
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig
 from tgjax.syntax.distance import word_distances
 
-__all__ = ["BOUNDARY", "UNKNOWN", "OnLSTMParser", "from_model", "load_parser", "step_distances"]
+__all__ = ["BOUNDARY", "UNKNOWN", "OnLSTMParser", "from_model", "step_distances"]
 
-BOUNDARY = "<eos>"  # the training stream's sentence separator (tgjax.train.tasks.onlstm_lm.EOS)
+BOUNDARY = "<eos>"  # the training stream's sentence separator (tgjax.data.word_stream.EOS)
 UNKNOWN = "<unk>"
 
 
@@ -193,8 +193,8 @@ def from_model(model: OnLSTMLM, words: Sequence[str], *, batch_size: int = 64, l
     return OnLSTMParser(model, list(words), batch_size=batch_size, length_bucket=length_bucket)
 
 
-def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: int = 64, length_bucket: int = 16
-                ) -> OnLSTMParser:
+def _restore_parser(workdir: str | Path, step: str | int = "best", *, batch_size: int = 64, length_bucket: int = 16
+                    ) -> OnLSTMParser:
     """Restores a trained `onlstm_lm` run (see the module docstring) as an `OnLSTMParser`.
 
     Raises FileNotFoundError (no workdir / vocabulary), CheckpointError (no

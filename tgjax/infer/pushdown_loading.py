@@ -1,7 +1,9 @@
 """A trained Pushdown-LM back from its workdir (`trainer="pushdown_lm"`), for evaluation.
 
-    loaded = load_pushdown("runs/pushdown_tiny")            # best step by validation loss
+    loaded = tgjax.load("runs/pushdown_tiny").restore()     # best step by validation loss
     search = PushdownSearch(loaded.model, loaded.vocab)      # tgjax.infer.pushdown_search
+
+(`_restore_pushdown` is the Pushdown-LM entry of `tgjax.load`'s family table, `tgjax.infer.api`.)
 
 What the Pushdown task (`tgjax.train.tasks.pushdown_lm`) leaves in a workdir:
 the orbax checkpoints (item `state`: its `params` are read, nothing else;
@@ -96,7 +98,7 @@ def load_vocabulary(workdir: Path, meta: dict, where: str):
     return vocab
 
 
-def load_pushdown(workdir: str | Path, *, step: str | int = "best") -> LoadedPushdown:
+def _restore_pushdown(workdir: str | Path, *, step: str | int = "best") -> LoadedPushdown:
     """Restores a Pushdown-LM and its vocabulary (see the module docstring).
 
     Raises FileNotFoundError (no workdir or vocabulary), CheckpointError (no
@@ -122,4 +124,4 @@ def load_pushdown(workdir: str | Path, *, step: str | int = "best") -> LoadedPus
                           meta=checkpoint.meta)
 
 
-__all__ = ["LoadedPushdown", "load_pushdown", "load_vocabulary"]
+__all__ = ["LoadedPushdown", "load_vocabulary"]

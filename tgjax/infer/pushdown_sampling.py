@@ -56,6 +56,10 @@ class PushdownSample:
     tree: Tree  # over the tokens as words (labels X)
     truncated: bool  # max_tokens reached: <eos> was forced
 
+    def fields(self) -> dict:
+        """What was drawn, for a JSON record beside the tree and log p (`tgjax sample --json`)."""
+        return {"ids": self.ids.tolist(), "attachments": self.attach.tolist()}
+
 
 def _draw(log_probs: np.ndarray, allowed: np.ndarray, config: PushdownSamplingConfig, rng) -> int:
     """One index from `log_probs` restricted to `allowed`, with temperature / top-k / top-p."""
@@ -144,4 +148,23 @@ def sample(model, vocab, num_samples: int, *, config: PushdownSamplingConfig | N
     return [sample_one(model, vocab, config, rng) for _ in range(num_samples)]
 
 
-__all__ = ["PushdownSample", "PushdownSamplingConfig", "sample", "sample_one"]
+class PushdownSampler:
+    """A Pushdown-LM's `Sampler` capability (`tgjax.load(workdir).sampler()`): whole sentences, words and
+    attachments drawn token by token (`sample`); there is no prompt (it is a TG / TXL (CC) action prefix)."""
+
+    def __init__(self, model, vocab, config: PushdownSamplingConfig | None = None):
+        self.model, self.vocab, self.config = model, vocab, config or PushdownSamplingConfig()
+
+    def sample(self, num_samples: int, *, seed: int = 0, prompt=None) -> list[PushdownSample]:
+        if prompt:
+            raise ValueError("a prompt is a TG / TXL (CC) action prefix; a Pushdown-LM samples whole sentences")
+        return sample(self.model, self.vocab, num_samples, config=self.config, seed=seed)
+
+    def note(self, samples) -> str:
+        """What `tgjax sample` says of a batch of samples."""
+        truncated = sum(s.truncated for s in samples)
+        return (f"words and attachments drawn token by token; log p = log p(x, y); {truncated} reached the length "
+                f"cap ({self.config.max_tokens} tokens) and were ended there; unlabelled trees (X)")
+
+
+__all__ = ["PushdownSample", "PushdownSampler", "PushdownSamplingConfig", "sample", "sample_one"]

@@ -32,8 +32,7 @@ A prompt (Choe–Charniak tokens, e.g. `"(S (NP the"`) is validated as a
 well-formed prefix (`family.state_after`) and continued. Outputs are trees,
 via `tree_from_choe_charniak`.
 
-    loaded = load_model("runs/tiny")                                 # tgjax.infer.loading
-    sampler = Sampler(loaded.model, loaded.vocab, "tg", SamplingConfig(temperature=0.8, top_p=0.95))
+    sampler = tgjax.load("runs/tiny").sampler(temperature=0.8, top_p=0.95)   # a Sampler (tgjax.infer.api)
     samples = sampler.sample(5, seed=0, prompt="(S (NP the")    # each: .tree, .log_prob, .actions
 
 Any other family that implements `SamplingFamily` (its `decode` giving
@@ -121,6 +120,10 @@ class Sample:
     def tree(self) -> Tree:
         return cc.tree_from_choe_charniak(self.actions)
 
+    def fields(self) -> dict:
+        """What was drawn, for a JSON record beside the tree and log p (`tgjax sample --json`)."""
+        return {"actions": self.actions}
+
 
 @functools.partial(jax.jit, static_argnames=("greedy",))
 def choose(key: jax.Array, log_probs: jax.Array, allowed: jax.Array, temperature: jax.Array, top_k: jax.Array,
@@ -194,6 +197,11 @@ class Sampler:
             raise ValueError(f"max_actions={self.config.max_actions} leaves no room to complete the prompt "
                              f"({length} ids, {need} more needed at least)")
         return state, tokens
+
+    def note(self, samples: Sequence[Sample]) -> str:
+        """What `tgjax sample` says of a batch of samples."""
+        mean = np.mean([len(s.actions) for s in samples]) if samples else 0
+        return f"mean {mean:.1f} actions"
 
     def sample(self, num_samples: int, *, seed: int = 0, prompt: str | Sequence[str] | None = None) -> list[Sample]:
         """Draws `num_samples` trees (continuing `prompt` if given), `config.batch_size` at a time."""

@@ -1,7 +1,6 @@
 """Scoring sequences: log p(actions) per sequence and per token, for TG and the TXL baselines.
 
-    loaded = load_model("runs/tiny")
-    scorer = Scorer(loaded, batch_size=32)
+    scorer = tgjax.load("runs/tiny").tree_scorer(batch_size=32)   # a Scorer of the best checkpoint
     for s in score_treebank(scorer, "valid.txt"):          # streams the file, constant memory
         print(s.index, s.logp, s.num_predictions)
     w = word_surprisals(scorer, tree)                      # per-word surprisal of a given tree
@@ -94,7 +93,7 @@ from jax.sharding import PartitionSpec as P
 
 from tgjax.data import pipeline as pl
 from tgjax.data.vocab import EOS_TOKEN, UNK_ID, Vocabulary, is_closing_nt, is_opening_nt
-from tgjax.infer.loading import LoadedModel
+from tgjax.infer.loading import RestoredLM
 from tgjax.limits import TREEBANK_MAX_WORDS, words_of_line
 from tgjax.ops.log_probs import token_log_probs
 from tgjax.syntax import masks, trees
@@ -276,12 +275,12 @@ class Scorer:
     """Batched, jitted, deterministic scoring of token sequences under one model (see the module docstring).
 
     Args:
-      loaded: a `LoadedModel` (`load_model`, or `loading.from_model`).
+      loaded: a `RestoredLM` (`tgjax.load(workdir).restore()`, or `loading.from_model`).
       batch_size: rows per step (rounded up to a multiple of the device count).
       devices: the devices the rows are split over (default: all local devices).
     """
 
-    def __init__(self, loaded: LoadedModel, *, batch_size: int = 32, devices: Sequence | None = None):
+    def __init__(self, loaded: RestoredLM, *, batch_size: int = 32, devices: Sequence | None = None):
         if loaded.rule not in SUPPORTED_RULES:
             raise ValueError(f"scoring supports the rules {SUPPORTED_RULES}; {loaded.describe()} uses {loaded.rule!r}")
         if loaded.pipeline_fields.get("transparency_depth", -1) >= 0:

@@ -1,6 +1,6 @@
 """A trained UDGN masked LM back from its workdir: p(head) per sentence and masked-LM loss.
 
-    parser = load_parser("runs/udgn_tiny")                    # best checkpoint
+    parser = tgjax.load("runs/udgn_tiny").parser()           # best checkpoint (`_restore_parser` here)
     probs = parser.head_probs([["the", "dog", "barks"], ...])  # each [n, n]: p(head of i = j)
     loss, count = parser.mlm_loss(sentences, runs=5)          # pooled masked-token NLL
 
@@ -35,7 +35,7 @@ from tgjax.models.mlm_masking import PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens,
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.syntax.distance import release_word_form
 
-__all__ = ["UDGNParser", "from_model", "load_parser"]
+__all__ = ["UDGNParser", "from_model"]
 
 MASK_RATE = 0.3  # the release's (training's) rate, for the MLM perplexity
 
@@ -137,8 +137,8 @@ def from_model(model: UDGN, words: Sequence[str], *, batch_size: int = 64, lengt
     return UDGNParser(model, list(words), batch_size=batch_size, length_bucket=length_bucket)
 
 
-def load_parser(workdir: str | Path, step: str | int = "best", *, batch_size: int = 64, length_bucket: int = 16
-                ) -> UDGNParser:
+def _restore_parser(workdir: str | Path, step: str | int = "best", *, batch_size: int = 64, length_bucket: int = 16
+                    ) -> UDGNParser:
     """Restores a trained `mlm` run (module docstring) as a `UDGNParser`.
 
     Raises FileNotFoundError (no vocabulary), CheckpointError (no checkpoints, a

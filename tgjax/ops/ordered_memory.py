@@ -346,6 +346,16 @@ def pointer_tree(distances, words=None, label: str | None = None):
     instead: every internal node labelled `label`, the words (as strings) its
     leaves, without preterminals; a one-word sentence is Tree(label, [word]).
     Built without recursion, so deep trees (long ListOps lines) are fine.
+
+    Not the builder of `tgjax.syntax.distance.tree_from_distances` (ON-LSTM's),
+    though both read a binary tree off "distances": that one splits a span
+    top-down at the first maximum of one real distance per word and hangs the
+    split word right-branchingly on the rest of its constituent, so it reaches
+    only some binary trees (never `((a b) ((c d) e))`); this one is a
+    shift-reduce parse of integer pointer slots (d_t - d_{t-1} + 1 reduces
+    before word t) and reaches every binary tree. Neither input nor the trees
+    reachable are the same, so both stay (the property test is
+    tests/ops/test_ordered_memory.py).
     """
     distances = [int(d) for d in distances]
     words = list(range(len(distances))) if words is None else list(words)

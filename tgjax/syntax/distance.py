@@ -171,6 +171,11 @@ def tree_from_distances(distances: Sequence[float] | np.ndarray, words: Sequence
       tree; the release would fail on it); otherwise binary nested lists.
     Raises:
       ValueError when the lengths differ or a distance is not finite.
+
+    Ordered Memory's `tgjax.ops.ordered_memory.pointer_tree` is another builder,
+    not this one: a shift-reduce parse of integer pointer slots, which reaches
+    every binary tree, where this top-down split reaches only some (module
+    docstring); tests/ops/test_ordered_memory.py shows the difference.
     """
     words = list(words)
     values = _checked_distances(distances, words)
