@@ -184,3 +184,25 @@ def test_scanned_layers_need_identical_layers():
     with pytest.raises(ValueError, match="scan_layers needs identical layers"):
         small(pushdown_layers=(1,), scan_layers=True)
     small(pushdown_layers=(0, 1), scan_layers=True)  # every layer pushdown: fine
+
+
+def test_head_depth_chunk_gives_the_table_heads_loss_and_gradients():
+    """`head_depth_chunk` (issue 34: the head's memory) changes how the head scores, not what: the table path's
+    (None) loss and gradients for chunks of 1 (the default) and 3 of the 4 depth values."""
+    def loss_and_grads(chunk):
+        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
+                                  sequence_length=8, max_relative_position=16, num_depths=4, dropout=0.0,
+                                  embedding_dropout=0.0, head_depth_chunk=chunk)
+        model = PushdownLM(config, rngs=nnx.Rngs(0))
+        assert model.head.depth_chunk == chunk
+        batch = text_batch()
+        loss, grads = nnx.value_and_grad(lambda m: pushdown_loss(m(batch), batch, config)[0])(model)
+        return float(loss), jax.tree.leaves(nnx.to_pure_dict(grads))
+
+    assert PushdownLMConfig(vocab_size=20).head_depth_chunk == 1
+    table_loss, table_grads = loss_and_grads(None)
+    for chunk in (1, 3):
+        loss, grads = loss_and_grads(chunk)
+        assert loss == pytest.approx(table_loss, rel=1e-6)
+        for got, want in zip(grads, table_grads, strict=True):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)

@@ -63,7 +63,11 @@ class PushdownLMConfig:
     head_self_key_input: Literal["projection", "query"] = "projection"  # Fig. 8; "query": the release
     head_relative_positions: bool = False  # True: the release
     attachment_normalise: Literal["legal", "causal"] = "legal"  # paper text; "causal": Fig. 8 and the release
-    head_query_chunk: int | None = None  # score the head's [B, C, T, D] table C rows at a time (long windows)
+    head_query_chunk: int | None = None  # table head only: score its [B, C, T, D] table C rows at a time
+    # The head's scores C depth values per rematerialised scan step ([B, T, C, key_dim] live, the backward pass
+    # keeping [B, T, key_dim] tensors); None: the table of MLP_c for every (token, depth) [B, T, D, key_dim],
+    # about 0.4 GiB per row at BLLIP size (benchmarks/pushdown_memory.py). The same numbers either way.
+    head_depth_chunk: int | None = 1
     # How the layers run (not what they compute; checkpoints are the same either way):
     # What each layer keeps for the backward pass: a tgjax.nn.remat policy name; "full" (or the old True) recomputes
     # each layer's activations, for ~1.17x the FLOPs
@@ -105,7 +109,8 @@ class PushdownLM(nnx.Module):
             d, d, num_depths=config.num_depths, depth_dim=config.head_depth_dim or d // config.num_heads,
             key_dim=config.head_key_dim, dropout=config.dropout, scaled=config.head_scaled,
             self_key_input=config.head_self_key_input, relative_positions=config.head_relative_positions,
-            max_relative_position=config.max_relative_position, query_chunk=config.head_query_chunk, rngs=rngs)
+            max_relative_position=config.max_relative_position, query_chunk=config.head_query_chunk,
+            depth_chunk=config.head_depth_chunk, rngs=rngs)
         self.embedding_dropout = nnx.Dropout(config.embedding_dropout, rngs=rngs)
 
     def _scanned_layers(self, x: jax.Array, tape: jax.Array, valid: jax.Array, deterministic: bool) -> jax.Array:

@@ -37,13 +37,33 @@ here for where each value comes from (defaults: the paper):
   future); at inference the release then sets the illegal slots to −inf
   after the log-softmax without renormalising (Fig. 8 shows no inference).
 
-k~_ij depends on j and on the depth value only, so MLP_c is evaluated once per
-(token, depth value) `[B, T, D, key_dim]` and the scores per depth value
-`[B, T, T, D]` are gathered by the tape, instead of forming `[T, T, key_dim]`
+k~_ij depends on j and on the depth value only, so MLP_c's hidden layer is
+evaluated once per (token, depth value) instead of forming `[T, T, key_dim]`
 keys. (Dropout inside MLP_c is therefore drawn per (j, depth), not per (i, j)
-pair as in the release; the same in expectation.) The score table is
-`[B, T, T, D]`; for long windows ``query_chunk=C`` computes it C query rows
-at a time (`lax.map`), `[B, C, T, D]` live at once, the same scores.
+pair as in the release; the same in expectation.) Two ways to score, the
+same numbers up to float rounding (``depth_chunk``):
+
+* ``depth_chunk=C`` (the default, C = 1): MLP_c's second layer is moved onto
+  the query, q_i · (W_2ᵀ g + b_2) = (W_2 q_i) · g + q_i · b_2 with g the
+  hidden layer, and the depth values are visited C at a time in a
+  `lax.scan` whose body is rematerialised: each step forms g for C depth
+  values `[B, T, C, key_dim]`, scores it against every query `[B, T, T, C]`
+  and keeps the entries whose tape value it holds. The backward pass keeps
+  only `[B, T, key_dim]` tensors and the `[B, T, T]` scores, and the second
+  layer costs `B·T·key_dim²` instead of `B·T·D·key_dim²`. At
+  configs/pushdown_bllip.py's size (T = 256, d = 1024, key_dim = 2048,
+  D = 50, batch 120) the whole train step compiles to 1.07× a plain
+  Transformer LM's memory, 1.21× with scan + remat, against 1.75× and 4.9×
+  with the table path (benchmarks/pushdown_memory.py, docs/pushdown-layers.md).
+  Dropout masks are drawn per depth value from one key, so C changes no
+  number, dropout included; they are not the table path's masks.
+* ``depth_chunk=None``: the table path (the head before issue 34), MLP_c
+  evaluated in full for every (token, depth value) `[B, T, D, key_dim]`, the
+  scores per depth value `[B, T, T, D]` gathered by the tape;
+  ``query_chunk=C`` computes the score table C query rows at a time
+  (`lax.map`), `[B, C, T, D]` live at once. Kept as the reference and for
+  `nnx.Dropout`'s masks; on a CPU it is as fast as C = 1 with the Dyck
+  model's 2 depth values and about 2× slower with 50 (docs/pushdown-layers.md).
 """
 
 from __future__ import annotations
@@ -177,7 +197,7 @@ class AttachmentHead(nnx.Module):
                  key_dim: int | None = None, dropout: float = 0.0, scaled: bool = True,
                  self_key_input: Literal["projection", "query"] = "projection",
                  relative_positions: bool = False, max_relative_position: int = 512,
-                 query_chunk: int | None = None, rngs: nnx.Rngs):
+                 query_chunk: int | None = None, depth_chunk: int | None = 1, rngs: nnx.Rngs):
         if self_key_input not in ("projection", "query"):
             raise ValueError(f"self_key_input must be 'projection' (paper) or 'query' (release), "
                              f"got {self_key_input!r}")
@@ -185,7 +205,10 @@ class AttachmentHead(nnx.Module):
             raise ValueError(f"num_depths must be >= 1, got {num_depths}")
         if query_chunk is not None and query_chunk < 1:
             raise ValueError(f"query_chunk must be >= 1 or None, got {query_chunk}")
-        self.query_chunk = query_chunk  # score this many query rows at a time (memory B·C·T·D, not B·T·T·D)
+        if depth_chunk is not None and depth_chunk < 1:
+            raise ValueError(f"depth_chunk must be >= 1 or None, got {depth_chunk}")
+        self.query_chunk = query_chunk  # table path: this many query rows at a time (memory B·C·T·D, not B·T·T·D)
+        self.depth_chunk = depth_chunk  # None: the table path; C: C depth values per rematerialised scan step
         self.key_dim = key_dim or 2 * d_model
         self.num_depths = int(num_depths)
         depth_dim = depth_dim or self.key_dim
@@ -204,6 +227,74 @@ class AttachmentHead(nnx.Module):
         else:
             self.rel_key = None
 
+    def _depth_parts(self, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """MLP_c's first layer split over [k_j; β_e]: `[B, T, kd]` from the keys, `[D, kd]` from β (bias in)."""
+        w1 = self.key_depth_mlp.w1[...]
+        return keys @ w1[: self.key_dim], self.depth_embedding[...] @ w1[self.key_dim:] + self.key_depth_mlp.b1[...]
+
+    def _table_scores(self, query: jax.Array, keys: jax.Array, depth_index: jax.Array,
+                      deterministic: bool) -> jax.Array:
+        """q_i · MLP_c([k_j; β[W_i[j]]]) `[B, T, T]` from MLP_c evaluated for every (j, e) `[B, T, D, kd]`."""
+        B, T, _ = query.shape
+        key_part, depth_part = self._depth_parts(keys)
+        depth_keys = self.key_depth_mlp.hidden(key_part[:, :, None, :] + depth_part, deterministic)  # [B, T, D, kd]
+
+        def rows(query_rows, index_rows):  # [B, C, kd], [B, C, T] -> [B, C, T]
+            by_depth = jnp.einsum("bik,bjek->bije", query_rows, depth_keys)  # [B, C, T(j), D]
+            return jnp.take_along_axis(by_depth, index_rows[..., None], axis=-1)[..., 0]
+
+        chunk = self.query_chunk
+        if chunk is None or chunk >= T:
+            return rows(query, depth_index)  # [B, T, T]
+        # [B, C, T, D] per block of C query rows instead of [B, T, T, D] at once (long windows).
+        pad = -T % chunk
+        blocks = (T + pad) // chunk
+        q_blocks = jnp.pad(query, ((0, 0), (0, pad), (0, 0))).reshape(B, blocks, chunk, -1).swapaxes(0, 1)
+        i_blocks = jnp.pad(depth_index, ((0, 0), (0, pad), (0, 0))).reshape(B, blocks, chunk, T).swapaxes(0, 1)
+        token_scores = jax.lax.map(lambda qi: rows(*qi), (q_blocks, i_blocks))
+        return token_scores.swapaxes(0, 1).reshape(B, T + pad, T)[:, :T]
+
+    def _depth_chunked_scores(self, query: jax.Array, keys: jax.Array, depth_index: jax.Array,
+                              deterministic: bool) -> jax.Array:
+        """The same `[B, T, T]` as `_table_scores`, C depth values per rematerialised scan step.
+
+        s_ij = q_i · (W_2ᵀ g_je + b_2) = (W_2 q_i) · g_je + q_i · b_2 with e = W_i[j] and g_je =
+        Dropout(ReLU(k_j A + β_e A' + b_1)) MLP_c's hidden layer: per step, g for C depth values
+        `[B, T, C, kd]`, their scores against every query `[B, T, T, C]`, and the entries whose tape value
+        is among them. `jax.checkpoint` on the step: the backward pass recomputes g instead of keeping it.
+        """
+        mlp = self.key_depth_mlp
+        B, T, kd = query.shape
+        key_part, depth_part = self._depth_parts(keys)  # [B, T, kd], [D, kd]
+        reduced_query = query @ mlp.w2[...].T  # W_2 q_i: [B, T, kd]
+        chunk = min(self.depth_chunk, self.num_depths)
+        pad = -self.num_depths % chunk
+        steps = (self.num_depths + pad) // chunk
+        # Padding depth values (>= D) match no tape entry: their scores are computed and dropped.
+        depth_blocks = jnp.pad(depth_part, ((0, pad), (0, 0))).reshape(steps, chunk, kd)
+        value_blocks = jnp.arange(self.num_depths + pad, dtype=jnp.int32).reshape(steps, chunk)
+        drop = mlp.dropout
+        use_dropout = not deterministic and drop.rate > 0.0
+        # One key for the call; each depth value's mask is drawn from it by its value, so the chunk size
+        # changes no mask.
+        dropout_key = drop.rngs() if use_dropout else jax.random.key(0)
+
+        def step(scores, block):  # [B, T, T]; ([C, kd], [C])
+            part, values = block
+            hidden = jax.nn.relu(key_part[:, :, None, :] + part)  # [B, T(j), C, kd]
+            if use_dropout:
+                keep = 1.0 - drop.rate
+                masks = jax.vmap(lambda v: jax.random.bernoulli(
+                    jax.random.fold_in(dropout_key, v), keep, (B, T, kd)), out_axes=2)(values)
+                hidden = jnp.where(masks, hidden / keep, 0.0)
+            by_depth = jnp.einsum("bik,bjek->bije", reduced_query, hidden)  # [B, T(i), T(j), C]
+            picked = jnp.where(depth_index[..., None] == values, by_depth, 0.0).sum(-1)
+            return scores + picked, None
+
+        step = jax.checkpoint(step, prevent_cse=False)  # inside a scan CSE cannot undo it
+        scores, _ = jax.lax.scan(step, jnp.zeros((B, T, T), query.dtype), (depth_blocks, value_blocks))
+        return scores + (query @ mlp.b2[...])[:, :, None]
+
     def __call__(self, hidden: jax.Array, next_embedding: jax.Array, tape: jax.Array, *,
                  deterministic: bool = True) -> jax.Array:
         """Slot logits `[B, T, T + 1]` (unmasked; see `attachment_log_probs`).
@@ -219,28 +310,11 @@ class AttachmentHead(nnx.Module):
         query = self.query_mlp(jnp.concatenate([projected_q, next_embedding], -1), deterministic)
         self_source = projected_q if self.self_key_input == "projection" else query
         self_key = self.self_key_mlp(jnp.concatenate([self_source, next_embedding], -1), deterministic)
-        # MLP_c([k_j; beta_e]) for every token j and depth value e: split the first layer.
-        w1 = self.key_depth_mlp.w1[...]
-        pre = ((keys @ w1[: self.key_dim])[:, :, None, :]
-               + (self.depth_embedding[...] @ w1[self.key_dim:])[None, None] + self.key_depth_mlp.b1[...])
-        depth_keys = self.key_depth_mlp.hidden(pre, deterministic)  # [B, T(j), D, kd]
         depth_index = jnp.clip(tape, 0, self.num_depths - 1).astype(jnp.int32)
-
-        def rows(query_rows, index_rows):  # [B, C, kd], [B, C, T] -> [B, C, T]
-            by_depth = jnp.einsum("bik,bjek->bije", query_rows, depth_keys)  # [B, C, T(j), D]
-            return jnp.take_along_axis(by_depth, index_rows[..., None], axis=-1)[..., 0]
-
-        chunk = self.query_chunk
-        if chunk is None or chunk >= T:
-            token_scores = rows(query, depth_index)  # [B, T, T]
+        if self.depth_chunk is None:
+            token_scores = self._table_scores(query, keys, depth_index, deterministic)
         else:
-            # [B, C, T, D] per block of C query rows instead of [B, T, T, D] at once (long windows).
-            pad = -T % chunk
-            blocks = (T + pad) // chunk
-            q_blocks = jnp.pad(query, ((0, 0), (0, pad), (0, 0))).reshape(B, blocks, chunk, -1).swapaxes(0, 1)
-            i_blocks = jnp.pad(depth_index, ((0, 0), (0, pad), (0, 0))).reshape(B, blocks, chunk, T).swapaxes(0, 1)
-            token_scores = jax.lax.map(lambda qi: rows(*qi), (q_blocks, i_blocks))
-            token_scores = token_scores.swapaxes(0, 1).reshape(B, T + pad, T)[:, :T]
+            token_scores = self._depth_chunked_scores(query, keys, depth_index, deterministic)
         self_scores = jnp.einsum("bik,bik->bi", query, self_key)  # [B, T]
         # Slot i + 1 of row i holds the shift score; slots beyond are masked later.
         steps = jnp.arange(T + 1)

@@ -17,8 +17,10 @@ projection, [h_j + d_kj]ᵀ W_keyᵀ W_query h_k: `depth_space="model"` keeps a
 The paper (§3.4, Fig. 7) materialises the `[T, T, d]` augmented keys
 k_j + β[W[k, j]]. Depths are small integers, so here q_k · β[e] is computed
 once for every depth value e (`[B, H, T, D]`) and gathered by the tape: the
-same scores, with the memory of ordinary attention (DESIGN.md). The relative
-position term is gathered the same way from `[B, H, T, P]`.
+same scores, with about the memory of ordinary attention (the layer: 1.07×
+the plain layer's temporaries, benchmarks/pushdown_layer.py; the attachment
+head is another matter, `tgjax.nn.attachment_head`). The relative position
+term is gathered the same way from `[B, H, T, P]`.
 
 Depth tables. Text uses real depths with a configured maximum: entries at or
 beyond `num_depths` are clipped to `num_depths - 1` here (the release has no
