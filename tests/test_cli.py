@@ -1,16 +1,89 @@
 """The `tgjax` command end to end on the built-in data, and the README/CI contract."""
 
+import argparse
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tgjax import cli, viz
 from tgjax.syntax import trees
 
 REPO = Path(__file__).resolve().parents[1]
 FIG2 = "(S (NP (DT the) (JJ blue) (NN bird)) (VP (VBZ sings)))"
+
+
+def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(path, parser) of every command of the tree under `parser`, groups (data, viz, eval) included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _subcommands(sub, (*path, name))
+
+
+COMMAND_PATHS = [path for path, _ in _subcommands(cli.build_parser())]
+
+
+def _help(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*argv, "--help"])
+    assert exit_info.value.code == 0, argv
+    return capsys.readouterr().out
+
+
+def test_one_tree_holds_every_command():
+    tops = {path[0] for path in COMMAND_PATHS}
+    assert tops == {"data", "viz", "train", "info", "eval", "demo", "reproduce", "sample", "bench"}
+    for path, _, _ in cli.MODULE_COMMANDS:
+        assert path in COMMAND_PATHS
+    assert ("eval", "unsupervised-parse") in COMMAND_PATHS and ("data", "craft-demos") in COMMAND_PATHS
+
+
+def test_tgjax_help_lists_every_command_and_each_group_its_own(capsys):
+    tops = [path[0] for path in COMMAND_PATHS if len(path) == 1]
+    shown = _help([], capsys)
+    assert shown.startswith("usage: tgjax ")
+    for name in tops:
+        assert re.search(rf"^\s+{re.escape(name)}\s", shown, re.M), name
+    for group in ("data", "viz", "eval"):
+        shown = _help([group], capsys)
+        assert shown.startswith(f"usage: tgjax {group} ")
+        for path in COMMAND_PATHS:
+            if len(path) == 2 and path[0] == group:
+                assert re.search(rf"^\s+{re.escape(path[1])}\s", shown, re.M), path
+
+
+@pytest.mark.parametrize("path", [p for p in COMMAND_PATHS if p not in (("data",), ("viz",), ("eval",))],
+                         ids=" ".join)
+def test_every_command_help_is_printed_by_the_one_tree(path, capsys):
+    """`tgjax <cmd> --help` exits 0 with its own usage line (`tgjax <cmd>`, not another parser's prog) and its
+    description."""
+    shown = _help(list(path), capsys)
+    assert shown.startswith(f"usage: tgjax {' '.join(path)} "), shown[:200]
+    assert "options:" in shown and "-h, --help" in shown
+    leaf = dict(_subcommands(cli.build_parser()))[path]
+    leaf.format_help()  # a module's arguments come with its description
+    assert leaf.description, path
+
+
+def test_the_tree_is_built_without_jax_and_help_is_fast():
+    """`tgjax --help` (and `tgjax eval --help`) import no command module's JAX: modules join the tree lazily."""
+    code = ("import sys\nfrom tgjax import cli\n"
+            "for argv in ([\"--help\"], [\"eval\", \"--help\"], [\"data\", \"--help\"]):\n"
+            "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('jax', 'flax', 'tgjax.eval.parse', 'tgjax.train') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_overrides_are_refused_by_commands_that_take_none(capsys):
+    assert cli.main(["eval", "f1", "--gold", "g", "--pred", "p", "--config.training.num_steps=3"]) == 2
+    assert "not eval f1" in capsys.readouterr().err
 
 
 def test_data_show_prints_figure2(capsys):

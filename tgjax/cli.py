@@ -1,4 +1,4 @@
-"""The `tgjax` command.
+"""The `tgjax` command: one `argparse` tree, parsed once; each command runs as its `args.run(args)`.
 
     tgjax demo [--workdir runs/demo]                              the main job: four tiny models, one table
     tgjax data prepare  [--corpus builtin|FILE] [--workdir DIR]   treebank -> vocabulary -> one epoch of batches
@@ -6,15 +6,22 @@
     tgjax data export   --split train -o FILE                     write the built-in treebank
     tgjax data show     "<tree>"                                  the paper's Figure 2 table for a tree
     tgjax data deps     --treebank FILE|builtin -o out.conllu     dependencies from head rules, as CoNLL-U
+    tgjax data craft-demos --task NAME -o FILE                    bot demonstrations of a Craft task
     tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
     tgjax viz tree      "<tree>" -o tree.png                      a tree as a picture
     tgjax viz curves    --workdir DIR [--workdir DIR2] -o curves.png   training curves of runs
     tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
     tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
-    tgjax eval  f1|score|ppl|rerank|parse|sg|blimp|merge|unsupervised-parse|dependency|dyck|craft ... (own --help)
+    tgjax eval  f1|score|ppl|rerank|merge|parse|sg|blimp|unsupervised-parse|dependency|dyck|craft ...
     tgjax sample --workdir DIR [--num-samples N] ...                      well-formed trees from a trained model
     tgjax reproduce CLAIM --budget-s S --output DIR [--resume-from DIR0]   move a paper's claim forward; --ledger
+
+The data, viz, train, info and bench commands are here. The others live in their own modules
+(`MODULE_COMMANDS`): each module's `add_X_arguments(parser)` gives the parser made here for it its
+description and arguments and sets `run`; it is imported only when its command is parsed or its help
+printed (`CommandParser`), so `tgjax --help` imports no JAX. `--config.KEY=VALUE` overrides are taken out
+of the command line before parsing, for the commands that set `takes_overrides` (train, info, demo).
 """
 
 from __future__ import annotations
@@ -257,7 +264,7 @@ def cmd_train(args) -> int:
     from tgjax.train.config import trainer_of
     from tgjax.train.tasks import train_command
 
-    command = train_command(trainer_of(config))  # a family that trains as more than one run (the CFL trials)
+    command = train_command(trainer_of(config))  # a family that trains as more than one run has its own
     if command is not None:
         return command(config, args.workdir, quiet=args.quiet)
     try:
@@ -335,165 +342,193 @@ def _add_max_nodes_arg(p: argparse.ArgumentParser) -> None:
                    help=f"largest tree taken, in nodes ('('), counted before parsing (default {DRAWING_MAX_NODES:,})")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tgjax", description="Syntactic language models at scale in JAX/Flax.")
-    commands = parser.add_subparsers(dest="command", required=True)
+# The commands whose code lives in a module of their own: (path, "module:function", help). The function adds the
+# command's description and arguments to the parser made here for it, and sets `run` (`set_defaults(run=...)`);
+# the module is imported only when that command is parsed or its help printed, so `tgjax --help` imports none.
+MODULE_COMMANDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("data", "deps"), "tgjax.data.deps:add_deps_arguments",
+     "dependency trees from a treebank by head rules, written as CoNLL-U: --treebank FILE|builtin -o OUT"),
+    (("data", "craft-demos"), "tgjax.data.craft_demos_command:add_craft_demos_arguments",
+     "bot demonstrations of a Craft task with subtask boundaries: --task NAME [--num 6000] -o FILE"),
+    (("eval", "f1"), "tgjax.eval.evalb:add_f1_arguments",
+     "parse F1 with EVALB's rules: --gold G --pred P [--params collins|keep_punct]"),
+    (("eval", "score"), "tgjax.eval.commands:add_score_arguments",
+     "log p per sentence (and per token / per-word surprisal): --workdir W --input FILE"),
+    (("eval", "ppl"), "tgjax.eval.commands:add_ppl_arguments",
+     "word-perplexity upper bound from proposal trees: --workdir W --proposals P"),
+    (("eval", "rerank"), "tgjax.eval.commands:add_rerank_arguments",
+     "rerank proposal trees by log p(x, y), F1 vs --gold: --workdir W --proposals P"),
+    (("eval", "merge"), "tgjax.eval.commands:add_merge_arguments",
+     "combine the per-shard results of an eval job (score, ppl or rerank)"),
+    (("eval", "parse"), "tgjax.eval.parse:add_parse_arguments",
+     "parse a treebank with the model's beam search; F1 vs gold and right-branching: --workdir W [--treebank FILE]"),
+    (("eval", "sg"), "tgjax.eval.parse:add_sg_arguments",
+     "SyntaxGym suites: accuracy per suite, circuits, SG score: --workdir W"),
+    (("eval", "blimp"), "tgjax.eval.parse:add_blimp_arguments",
+     "BLiMP minimal pairs: accuracy per paradigm/field/overall: --workdir W"),
+    (("eval", "unsupervised-parse"), "tgjax.eval.unsupervised:add_unsupervised_parse_arguments",
+     "trees from an LM's syntactic distances, per layer, F1 beside right/left-branching and balanced: "
+     "--workdir W --treebank FILE"),
+    (("eval", "dependency"), "tgjax.eval.dependency:add_dependency_arguments",
+     "dependency UAS/UUAS of a model's heads (argmax, Chu-Liu/Edmonds) beside chain and random-projective "
+     "baselines, MLM perplexity: --workdir W --treebank FILE"),
+    (("eval", "dyck"), "tgjax.eval.dyck:add_dyck_arguments",
+     "accuracy at closing Dyck prefixes (long-range, depth) beside Pushdown Layers' Table 1: --workdir W "
+     "[--sets ...] [--tape model|gold]"),
+    (("eval", "craft"), "tgjax.eval.craft:add_craft_arguments",
+     "Craft policies: held-out F1 tol1 / alignment / NMI, success rate and return, the option x subtask table: "
+     "--workdir W"),
+    (("demo",), "tgjax.demo:add_demo_arguments",
+     "the main job: train tiny TG, TXL (CC), TXL (terminals) and Pushdown-LM on the built-in treebank; table of "
+     "perplexity, parse F1, agreement accuracy"),
+    (("reproduce",), "tgjax.reproduce.command:add_reproduce_arguments",
+     "train and score a paper's claim within a time budget, resumable; --ledger writes docs/reproduction.md "
+     "(its --help lists the claims)"),
+    (("sample",), "tgjax.eval.sample_command:add_sample_arguments",
+     "sample well-formed trees from a trained model that samples (TG, TXL (CC), Pushdown-LM): --workdir W "
+     "[--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt ...]"),
+)
 
-    data = commands.add_parser("data", help="the host-side data pipeline").add_subparsers(dest="what", required=True)
-    p = data.add_parser("prepare", help="trees, vocabulary, one epoch of batches, a mask picture")
+
+class CommandParser(argparse.ArgumentParser):
+    """A parser of the `tgjax` tree. With `arguments="module:function"`, `function(self)` adds the command's
+    arguments (and description, and `run`) the first time this parser parses or formats its help: the module,
+    JAX perhaps with it, is imported only for its own command."""
+
+    def __init__(self, *args, arguments: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._arguments = arguments
+
+    def _add_arguments(self) -> None:
+        if self._arguments is not None:
+            import importlib
+
+            module, function = self._arguments.split(":")
+            self._arguments = None
+            getattr(importlib.import_module(module), function)(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._add_arguments()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._add_arguments()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._add_arguments()
+        return super().format_help()
+
+
+def _command(parent, name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
+    """A command of this module; its description, unless given, is its help as a sentence."""
+    kwargs.setdefault("description", help_text[0].upper() + help_text[1:] + ".")
+    return parent.add_parser(name, help=help_text, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The one `tgjax` command tree; each command's `run(args)` is its `args.run`."""
+    parser = CommandParser(prog="tgjax", description="Syntactic language models at scale in JAX/Flax.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    subcommands: dict[str, argparse._SubParsersAction] = {}
+
+    def group(name: str, help_text: str):
+        subcommands[name] = _command(commands, name, help_text).add_subparsers(dest="what", required=True)
+        return subcommands[name]
+
+    data = group("data", "the host-side data pipeline, and data sets of other tasks")
+    p = _command(data, "prepare", "trees, vocabulary, one epoch of batches, a mask picture")
     _add_pipeline_args(p)
     p.add_argument("--workdir", default="runs/builtin")
-    p.set_defaults(func=cmd_data_prepare)
-    p = data.add_parser("stats", help="run one epoch of the pipeline and summarise it")
+    p.set_defaults(run=cmd_data_prepare)
+    p = _command(data, "stats", "run one epoch of the pipeline and summarise it")
     _add_pipeline_args(p)
-    p.set_defaults(func=cmd_data_stats)
-    p = data.add_parser("export", help="write a split of the built-in treebank, one tree per line")
+    p.set_defaults(run=cmd_data_stats)
+    p = _command(data, "export", "write a split of the built-in treebank, one tree per line")
     p.add_argument("--split", default="train")
     p.add_argument("--num-sentences", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-o", "--output", required=True)
-    p.set_defaults(func=cmd_data_export)
-    p = data.add_parser("show", help="the Figure 2 table (input, type, attention, label) of a tree")
+    p.set_defaults(run=cmd_data_export)
+    p = _command(data, "show", "the Figure 2 table (input, type, attention, label) of a tree")
     p.add_argument("tree", help='a bracketed tree, e.g. "(S (NP the blue bird) (VP sings))"')
     _add_max_nodes_arg(p)
-    p.set_defaults(func=cmd_data_show)
-    data.add_parser("deps", help="dependency trees from a treebank by head rules, written as CoNLL-U: "
-                                 "--treebank FILE|builtin -o OUT [--heads collins|builtin] [--keep all|words]")
-    data.add_parser("craft-demos", help="bot demonstrations of a Craft task with subtask boundaries: "
-                                        "--task NAME [--num 6000] -o FILE")
+    p.set_defaults(run=cmd_data_show)
 
-    viz = commands.add_parser("viz", help="pictures").add_subparsers(dest="what", required=True)
-    p = viz.add_parser("mask", help="draw the STACK/COMPOSE mask of a tree (Figure 2b)")
+    viz = group("viz", "pictures")
+    p = _command(viz, "mask", "draw the STACK/COMPOSE mask of a tree (Figure 2b)")
     p.add_argument("tree")
     p.add_argument("-o", "--output", default="mask.png")
     _add_max_nodes_arg(p)
-    p.set_defaults(func=cmd_viz_mask)
-    p = viz.add_parser("tree", help="draw a tree (e.g. a parse from tgjax eval parse or tgjax sample)")
+    p.set_defaults(run=cmd_viz_mask)
+    p = _command(viz, "tree", "draw a tree (e.g. a parse from tgjax eval parse or tgjax sample)")
     p.add_argument("tree")
     p.add_argument("-o", "--output", default="tree.png")
     _add_max_nodes_arg(p)
-    p.set_defaults(func=cmd_viz_tree)
-    p = viz.add_parser("curves", help="training and validation loss against step of one or more runs")
+    p.set_defaults(run=cmd_viz_tree)
+    p = _command(viz, "curves", "training and validation loss against step of one or more runs")
     p.add_argument("--workdir", action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--label", action="append", default=None, help="a name per --workdir for the legend")
     p.add_argument("-o", "--output", default="curves.png")
-    p.set_defaults(func=cmd_viz_curves)
+    p.set_defaults(run=cmd_viz_curves)
 
     config_help = ("config file (configs/NAME.py, a path, or FILE.py:ARG); override any key with "
                    "--config.SECTION.KEY=VALUE, e.g. --config.training.num_steps=100")
-    p = commands.add_parser("train", help="train a model from a config (resumes from DIR's checkpoints)",
-                            description="Train a model. Re-running the same command on a workdir that holds "
-                                        "checkpoints resumes from the newest good one.")
+    p = _command(commands, "train", "train a model from a config (resumes from DIR's checkpoints)",
+                 description="Train a model. Re-running the same command on a workdir that holds checkpoints "
+                             "resumes from the newest good one.")
     p.add_argument("--config", default="tiny", help=config_help + " (default: tiny)")
     p.add_argument("--workdir", required=True, help="checkpoints, vocabulary, metrics.jsonl, tensorboard/")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.set_defaults(func=cmd_train)
-    p = commands.add_parser("info", help="parameter count and resolved config of a training config")
+    p.set_defaults(run=cmd_train, takes_overrides=True)
+    p = _command(commands, "info", "parameter count and resolved config of a training config")
     p.add_argument("--config", default="tiny", help=config_help + " (default: tiny)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_info)
+    p.set_defaults(run=cmd_info, takes_overrides=True)
 
-    evaluate = commands.add_parser("eval", help="evaluations").add_subparsers(dest="what", required=True)
-    # `tgjax eval f1 ...` is handed whole to its own parser (see main).
-    evaluate.add_parser("f1", help="parse F1 with EVALB's rules: --gold G --pred P [--params collins|keep_punct]")
-    evaluate.add_parser("score", help="log p per sentence (and per token / per-word surprisal): "
-                                      "--workdir W --input FILE")
-    evaluate.add_parser("ppl", help="word-perplexity upper bound from proposal trees: --workdir W --proposals P")
-    evaluate.add_parser("rerank", help="rerank proposal trees by log p(x, y), F1 vs --gold: --workdir W --proposals P")
-    evaluate.add_parser("merge", help="combine the per-shard results of an eval job")
-    evaluate.add_parser("parse", help="parse a treebank with word-synchronous beam search; F1 vs gold and "
-                                      "right-branching: --workdir W [--treebank FILE]")
-    evaluate.add_parser("sg", help="SyntaxGym suites: accuracy per suite, circuits, SG score: --workdir W")
-    evaluate.add_parser("blimp", help="BLiMP minimal pairs: accuracy per paradigm/field/overall: --workdir W")
-    evaluate.add_parser("unsupervised-parse", help="ON-LSTM trees from master-forget distances, per layer, F1 beside "
-                                                   "right/left-branching and balanced: --workdir W --treebank FILE")
-    evaluate.add_parser("dependency", help="UDGN dependency UAS/UUAS (argmax, Chu-Liu/Edmonds) beside chain and "
-                                           "random-projective baselines, MLM perplexity: --workdir W --treebank FILE")
-    evaluate.add_parser("dyck", help="Pushdown Layers' Table 1: accuracy at closing Dyck prefixes (long-range, depth) "
-                                     "beside the paper: --workdir W [--sets ...] [--tape model|gold]")
-    evaluate.add_parser("craft", help="Craft policies (OCN, MoE, LSTM): held-out F1 tol1 / alignment / NMI, success "
-                                      "rate and return, the option x subtask table: --workdir W")
-    commands.add_parser("demo", help="the main job: train tiny TG, TXL (CC), TXL (terminals) and Pushdown-LM on the "
-                                     "built-in treebank; table of perplexity, parse F1, agreement accuracy")
-    commands.add_parser("reproduce", help="train and score a paper's claim within a time budget, resumable; "
-                                          "--ledger writes docs/reproduction.md (own --help lists the claims)")
-    commands.add_parser("sample", help="sample well-formed trees from a trained TG / TXL (CC): --workdir W "
-                                       "[--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt ...]")
+    group("eval", "evaluations of trained models")
+    for path, arguments, help_text in MODULE_COMMANDS:
+        parent = subcommands[path[0]] if len(path) == 2 else commands
+        parent.add_parser(path[-1], help=help_text, arguments=arguments)
 
-    p = commands.add_parser("bench", help="run a benchmark from benchmarks/")
+    p = _command(commands, "bench", "run a benchmark from benchmarks/ (a source checkout)")
     p.add_argument("name", choices=("pipeline", "train_step", "stack_attention"))
     p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(run=cmd_bench)
     return parser
 
 
-def _one_line_errors(command, argv: list[str]) -> int:
-    """Runs a command with its own parser; an output it cannot write that escaped its handler is one line."""
-    from tgjax.outputs import OutputError
-
+def _one_line_errors(run, args: argparse.Namespace) -> int:
+    """Runs a command; a bad input or an output it cannot write that escaped its own handler is one line."""
     try:
-        return command(argv)
-    except OutputError as error:
+        return int(run(args) or 0)
+    except (ValueError, FileNotFoundError) as error:  # tgjax.outputs.OutputError is a ValueError
         print(f"tgjax: error: {error}", file=sys.stderr)
         return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tgjax.train.config import parse_override_args
-
+    """`tgjax ARGV`: parses once on the command tree and runs the command (`args.run`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["eval", "f1"]:
-        from tgjax.eval.evalb import main_f1
+    overrides: list[str] = []
+    if any(arg.startswith("--config.") for arg in argv):
+        # `--config.a.b=v` overrides (train, info, demo) are not argparse options: take them out first.
+        from tgjax.train.config import parse_override_args
 
-        return main_f1(argv[2:])
-    # The scoring commands have their own parsers too.
-    eval_commands = {"score": ("commands", "main_score"), "ppl": ("commands", "main_ppl"),
-                     "rerank": ("commands", "main_rerank"), "merge": ("commands", "main_merge"),
-                     "parse": ("parse", "main_parse"), "sg": ("parse", "main_sg"), "blimp": ("parse", "main_blimp"),
-                     "unsupervised-parse": ("unsupervised", "main_unsupervised_parse"),
-                     "dependency": ("dependency", "main_dependency"), "dyck": ("dyck", "main_dyck"),
-                     "craft": ("craft", "main_craft")}
-    if len(argv) >= 2 and argv[0] == "eval" and argv[1] in eval_commands:
-        import importlib
-
-        module, function = eval_commands[argv[1]]
-        return _one_line_errors(getattr(importlib.import_module(f"tgjax.eval.{module}"), function), argv[2:])
-    if argv[:2] == ["data", "deps"]:
-        from tgjax.data.deps import main_deps
-
-        return _one_line_errors(main_deps, argv[2:])
-    if argv[:2] == ["data", "craft-demos"]:
-        from tgjax.data.craft_demos_command import main_craft_demos
-
-        return _one_line_errors(main_craft_demos, argv[2:])
-    if argv[:1] == ["demo"]:
-        from tgjax.demo import main as main_demo
-
-        return main_demo(argv[1:])
-    if argv[:1] == ["reproduce"]:
-        from tgjax.reproduce.command import main as main_reproduce
-
-        return main_reproduce(argv[1:])
-    if argv[:1] == ["sample"]:
-        from tgjax.eval.sample_command import main_sample
-
-        return _one_line_errors(main_sample, argv[1:])
-    # `--config.a.b=v` overrides (train, info) are not argparse options: take them out first.
-    try:
-        overrides, argv = parse_override_args(argv)
-    except ValueError as error:
-        print(f"tgjax: error: {error}", file=sys.stderr)
-        return 2
+        try:
+            overrides, argv = parse_override_args(argv)
+        except ValueError as error:
+            print(f"tgjax: error: {error}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
-    if overrides and args.command not in ("train", "info"):
-        print(f"tgjax: error: --config.KEY=VALUE overrides are for train and info, not {args.command}", file=sys.stderr)
+    if overrides and not getattr(args, "takes_overrides", False):
+        command = " ".join(filter(None, (args.command, getattr(args, "what", None))))
+        print(f"tgjax: error: --config.KEY=VALUE overrides are for train and info (and demo), not {command}",
+              file=sys.stderr)
         return 2
     args.overrides = overrides
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"tgjax: error: {error}", file=sys.stderr)
-        return 2
+    args.argv = argv  # the command line after `tgjax` (what `tgjax reproduce` records)
+    return _one_line_errors(args.run, args)
 
 
 if __name__ == "__main__":

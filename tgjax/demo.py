@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -281,8 +282,10 @@ def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), n
                       num_deep_pairs, tuple(depths))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tgjax demo", description=__doc__.split("\n\n")[0])
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax demo`'s description and arguments, on the parser `tgjax.cli` made for it; it takes
+    `--config.KEY=VALUE` overrides (`args.overrides`, taken out of the command line before parsing)."""
+    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--workdir", default="runs/demo", help="one run per model in WORKDIR/<model>")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from " + ", ".join(MODELS))
     parser.add_argument("--valid-sentences", type=int, default=100, help="validation sentences for ppl and F1")
@@ -296,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
                              "(tgjax.infer.beam) or auto (default: device on an accelerator, host on CPU)")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
+    parser.set_defaults(run=functools.partial(run_demo_command, parser=parser), takes_overrides=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`tgjax demo ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax demo")
+    add_demo_arguments(parser)
     from tgjax.train.config import ConfigError, parse_override_args
 
     try:
@@ -303,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         parser.error(str(error))
     args = parser.parse_args(argv)
+    args.overrides = overrides
+    return run_demo_command(args, parser)
+
+
+def run_demo_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Checks the arguments, runs the demo (`run_demo` with `args.overrides`) and prints its table."""
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown or not models:
@@ -310,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.valid_sentences, args.simple_pairs, args.pairs, args.deep_pairs) < 1:
         parser.error("--valid-sentences, --simple-pairs, --pairs and --deep-pairs must be positive")
     start = time.perf_counter()
-    report = run_demo(args.workdir, models=models, overrides=overrides, num_valid=args.valid_sentences,
+    report = run_demo(args.workdir, models=models, overrides=args.overrides, num_valid=args.valid_sentences,
                       num_simple_pairs=args.simple_pairs, num_pairs=args.pairs, num_deep_pairs=args.deep_pairs,
                       search=args.search)
     print()

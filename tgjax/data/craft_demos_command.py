@@ -9,12 +9,12 @@ from tgjax.envs import craft_rules as rules
 from tgjax.outputs import OutputError, check_output
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tgjax data craft-demos",
-        description="Successful demonstrations of one Craft task by the rule-based bot (tgjax.envs.craft_bot), "
-                    "with each subtask's boundary, written as a compressed .npz that records the environment "
-                    f"version ({rules.ENV_VERSION}).")
+def add_craft_demos_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax data craft-demos`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = (
+        "Successful demonstrations of one Craft task by the rule-based bot (tgjax.envs.craft_bot), "
+        "with each subtask's boundary, written as a compressed .npz that records the environment "
+        f"version ({rules.ENV_VERSION}).")
     parser.add_argument("--task", required=True,
                         help="subtask letters in order, A=wood B=gold C=iron D=grass (e.g. ACD)")
     parser.add_argument("--num", type=int, default=6000, help="successful demonstrations to keep (default 6000)")
@@ -24,11 +24,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sparse", action="store_true", help="record the sparse-reward setting (default dense)")
     parser.add_argument("--full-view", action="store_true", help="fill the observation's coarse 25x25 view")
     parser.add_argument("--batch-size", type=int, default=256, help="episodes stepped together")
-    return parser
+    parser.set_defaults(run=run_craft_demos)
 
 
 def main_craft_demos(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    """`tgjax data craft-demos ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax data craft-demos")
+    add_craft_demos_arguments(parser)
+    return run_craft_demos(parser.parse_args(argv))
+
+
+def run_craft_demos(args: argparse.Namespace) -> int:
     from tgjax.data.craft_demos import write_craft_demos
     from tgjax.envs.craft_bot import generate_demos
     from tgjax.progress import Progress

@@ -42,7 +42,7 @@ from tgjax.syntax.heads import (
 )
 from tgjax.syntax.trees import Tree
 
-__all__ = ["builtin_head_finder", "main_deps", "scheme_name", "tree_dependencies",
+__all__ = ["add_deps_arguments", "builtin_head_finder", "main_deps", "run_deps", "scheme_name", "tree_dependencies",
            "treebank_dependencies"]
 
 HEAD_SCHEMES = ("collins", "builtin")
@@ -90,12 +90,9 @@ def treebank_dependencies(trees: Iterable[Tree], **options) -> list[Dependencies
     return [deps for deps in tree_dependencies(trees, **options) if deps is not None]
 
 
-def main_deps(argv: list[str] | None = None) -> int:
-    from tgjax.data import conllu, corpora
-    from tgjax.outputs import check_output
-    from tgjax.syntax import trees as trees_lib
-
-    parser = argparse.ArgumentParser(prog="tgjax data deps", description=__doc__.split("\n\n")[0])
+def add_deps_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax data deps`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--treebank", required=True, help="a treebank file (PTB brackets), or 'builtin'")
     parser.add_argument("-o", "--output", required=True, help="the CoNLL-U file to write")
     parser.add_argument("--heads", default="auto", choices=("auto", *HEAD_SCHEMES),
@@ -115,7 +112,21 @@ def main_deps(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     add_max_words_arg(parser, TREEBANK_MAX_WORDS)
     add_bad_input_args(parser)
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run_deps)
+
+
+def main_deps(argv: list[str] | None = None) -> int:
+    """`tgjax data deps ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax data deps")
+    add_deps_arguments(parser)
+    return run_deps(parser.parse_args(argv))
+
+
+def run_deps(args: argparse.Namespace) -> int:
+    from tgjax.data import conllu, corpora
+    from tgjax.outputs import check_output
+    from tgjax.syntax import trees as trees_lib
+
     try:
         check_output(args.output, inputs=[] if args.treebank == "builtin" else [args.treebank])
         if args.treebank == "builtin":

@@ -11,11 +11,14 @@ run, else 0/1; see `tgjax.eval.shards`), writes one JSON line per sentence
 stderr. Several `--workdir`s make a uniform ensemble (`tgjax.infer.ensemble`),
 mixed per action as in the TG paper unless `--ensemble-mixture sequence`; the
 settings and the summary name the mixture.
-Each handler returns the exit status: 0, or 2 with a one-line error for bad
-input (missing files, malformed trees, mismatched proposals or shards). A
-malformed tree stops the command at the first (file:line:column) unless
-`--on-bad-tree skip`: then they are left out, counted and listed on stderr
-after the summary (the first few, with file:line:column).
+Each command is `add_X_arguments(parser)` (its description and arguments, on the
+parser `tgjax.cli` makes for it, and `run`), `run_X(args)`, and `main_X(argv)`
+(the same, parsed on a parser of its own). Each returns the exit status: 0,
+or 2 with a one-line error for bad input (missing files, malformed trees,
+mismatched proposals or shards). A malformed tree stops the command at the
+first (file:line:column) unless `--on-bad-tree skip`: then they are left out,
+counted and listed on stderr after the summary (the first few, with
+file:line:column).
 """
 
 from __future__ import annotations
@@ -152,10 +155,9 @@ def _pos_tags_setting(settings: dict, tagged: bool, setting: str) -> None:
     settings["pos_tags"] = setting_name(tagged) + (" (auto)" if setting == "auto" else "")
 
 
-def _run(prog: str, body, argv, parser) -> int:
+def _run(prog: str, body, args: argparse.Namespace) -> int:
     from tgjax.infer.loading import CheckpointError
 
-    args = parser.parse_args(argv)
     try:
         check_treebank_lm(getattr(args, "workdir", None), prog)  # another family's run: one line, before any load
         return body(args)
@@ -247,14 +249,13 @@ def _score(args) -> int:
     return 0
 
 
-def main_score(argv: Sequence[str] | None = None) -> int:
+def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval score`: log p of every sentence of a treebank (or words file) under a model or ensemble."""
-    parser = argparse.ArgumentParser(
-        prog="tgjax eval score",
-        description="Score every sentence of a file: log p(actions) (TG, TXL (CC): the joint log p(x, y) of the "
-                    "given tree) or log p(words </s>) (TXL (terminals), exact). One JSON line per sentence: index, "
-                    "logp (natural log), num_predictions, num_words, num_unk; --per-token adds tokens and their "
-                    "log probs, --surprisal per-word surprisals. Streams files of any size.")
+    parser.description = (
+        "Score every sentence of a file: log p(actions) (TG, TXL (CC): the joint log p(x, y) of the "
+        "given tree) or log p(words </s>) (TXL (terminals), exact). One JSON line per sentence: index, "
+        "logp (natural log), num_predictions, num_words, num_unk; --per-token adds tokens and their "
+        "log probs, --surprisal per-word surprisals. Streams files of any size.")
     _add_common(parser)
     parser.add_argument("--input", required=True, help="a treebank file (any layout; .gz ok), or words with "
                                                        "--input-format words")
@@ -267,7 +268,18 @@ def main_score(argv: Sequence[str] | None = None) -> int:
     from tgjax.eval.pushdown import add_pushdown_args
 
     add_pushdown_args(parser)
-    return _run("tgjax eval score", _score, argv, parser)
+    parser.set_defaults(run=run_score)
+
+
+def run_score(args: argparse.Namespace) -> int:
+    return _run("tgjax eval score", _score, args)
+
+
+def main_score(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval score ARGV`, parsed on a parser of its own (as in tests)."""
+    parser = argparse.ArgumentParser(prog="tgjax eval score")
+    add_score_arguments(parser)
+    return run_score(parser.parse_args(argv))
 
 
 # -----------------------------------------------------------------------------
@@ -301,13 +313,12 @@ def _ppl(args) -> int:
     return 0
 
 
-def main_ppl(argv: Sequence[str] | None = None) -> int:
+def add_ppl_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval ppl`: the word-perplexity upper bound from proposal trees (exact for TXL (terminals))."""
-    parser = argparse.ArgumentParser(
-        prog="tgjax eval ppl",
-        description="Upper bound on word perplexity from proposal trees (Sartran et al. 2022, §3.1): "
-                    "exp(-Σ_x log Σ_j p(x, y_j) / N_w) over J distinct proposals per sentence. Proposal file: one "
-                    "tree per line, one block per sentence, blocks separated by blank lines. TXL (terminals): exact.")
+    parser.description = (
+        "Upper bound on word perplexity from proposal trees (Sartran et al. 2022, §3.1): "
+        "exp(-Σ_x log Σ_j p(x, y_j) / N_w) over J distinct proposals per sentence. Proposal file: one "
+        "tree per line, one block per sentence, blocks separated by blank lines. TXL (terminals): exact.")
     _add_common(parser)
     parser.add_argument("--proposals", required=True, help="the proposal trees (the same file for every model)")
     parser.add_argument("--keep-duplicates", action="store_true",
@@ -319,7 +330,18 @@ def main_ppl(argv: Sequence[str] | None = None) -> int:
                              "reported as word_perplexity_greedy_documents, not as a bound)")
     parser.add_argument("--doc-label", default="DOC", help="label of the document node (default DOC)")
     parser.add_argument("--all-logps", action="store_true", help="add every proposal's log p to the records")
-    return _run("tgjax eval ppl", _ppl, argv, parser)
+    parser.set_defaults(run=run_ppl)
+
+
+def run_ppl(args: argparse.Namespace) -> int:
+    return _run("tgjax eval ppl", _ppl, args)
+
+
+def main_ppl(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval ppl ARGV`, parsed on a parser of its own (as in tests)."""
+    parser = argparse.ArgumentParser(prog="tgjax eval ppl")
+    add_ppl_arguments(parser)
+    return run_ppl(parser.parse_args(argv))
 
 
 # -----------------------------------------------------------------------------
@@ -397,18 +419,28 @@ def _rerank(args) -> int:
     return 0
 
 
-def main_rerank(argv: Sequence[str] | None = None) -> int:
+def add_rerank_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval rerank`: the most likely proposal tree per sentence, and F1 against gold trees."""
-    parser = argparse.ArgumentParser(
-        prog="tgjax eval rerank",
-        description="Rerank proposal trees by log p(x, y) under a TG or TXL (CC) model (or ensemble): write the "
-                    "best tree of each sentence and, with --gold, report bracketing F1 (EVALB rules).")
+    parser.description = (
+        "Rerank proposal trees by log p(x, y) under a TG or TXL (CC) model (or ensemble): write the "
+        "best tree of each sentence and, with --gold, report bracketing F1 (EVALB rules).")
     _add_common(parser)
     parser.add_argument("--proposals", required=True, help="proposal trees, one block per sentence")
     parser.add_argument("--gold", default=None, help="gold trees in the same order: report F1")
     parser.add_argument("--trees", default=None, help="write the chosen trees here, one per line")
     parser.add_argument("--evalb-params", default="collins", help="collins (default), keep_punct or a .prm file")
-    return _run("tgjax eval rerank", _rerank, argv, parser)
+    parser.set_defaults(run=run_rerank)
+
+
+def run_rerank(args: argparse.Namespace) -> int:
+    return _run("tgjax eval rerank", _rerank, args)
+
+
+def main_rerank(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval rerank ARGV`, parsed on a parser of its own (as in tests)."""
+    parser = argparse.ArgumentParser(prog="tgjax eval rerank")
+    add_rerank_arguments(parser)
+    return run_rerank(parser.parse_args(argv))
 
 
 # -----------------------------------------------------------------------------
@@ -453,16 +485,26 @@ def _check_merge_outputs(args) -> None:
         check_output(args.trees, option="--trees", inputs=inputs + ([args.output] if args.output else []))
 
 
-def main_merge(argv: Sequence[str] | None = None) -> int:
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval merge`: combine the per-shard results of one sharded eval job."""
-    parser = argparse.ArgumentParser(
-        prog="tgjax eval merge",
-        description="Merge the results files of the shards of one eval job (score, ppl or rerank): checks they "
-                    "cover every shard once with equal settings, merges records by index, recomputes the summary.")
+    parser.description = (
+        "Merge the results files of the shards of one eval job (score, ppl or rerank): checks they "
+        "cover every shard once with equal settings, merges records by index, recomputes the summary.")
     parser.add_argument("inputs", nargs="+", help="the shards' results files (their .meta.json files beside them)")
     parser.add_argument("-o", "--output", default=None, help="merged results (default: stdout)")
     parser.add_argument("--gold", default=None, help="rerank: gold trees, to report F1 over all sentences")
     parser.add_argument("--trees", default=None, help="rerank: write the chosen trees here, one per line")
     parser.add_argument("--evalb-params", default="collins", help="collins (default), keep_punct or a .prm file")
     parser.add_argument("--quiet", action="store_true", help="no summary on stderr")
-    return _run("tgjax eval merge", _merge, argv, parser)
+    parser.set_defaults(run=run_merge)
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    return _run("tgjax eval merge", _merge, args)
+
+
+def main_merge(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval merge ARGV`, parsed on a parser of its own (as in tests)."""
+    parser = argparse.ArgumentParser(prog="tgjax eval merge")
+    add_merge_arguments(parser)
+    return run_merge(parser.parse_args(argv))

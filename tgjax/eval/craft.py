@@ -43,8 +43,9 @@ from tgjax.outputs import check_output, save_figure, write_json
 from tgjax.workdir import split_workdirs
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tgjax eval craft", description=__doc__.split("\n\n")[1])
+def add_craft_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval craft`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = __doc__.split("\n\n")[1]
     parser.add_argument("--workdir", required=True,
                         help="the --workdir of `tgjax train --config configs/ocn_craft.py`; several, comma-separated: "
                              "their options pooled (setting S2), tables and scripted controller only")
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "comma-separated: one line per run")
     parser.add_argument("--curves-only", action="store_true",
                         help="only --plot (any craft_bc or ppo_options workdir; no checkpoint is read)")
-    return parser
+    parser.set_defaults(run=run_craft)
 
 
 #: validation numbers drawn by --plot, when the run has them (craft_bc, then ppo_options)
@@ -256,7 +257,13 @@ def _check_tasks(subtasks: str, controller_tasks: str) -> list[str]:
 
 
 def main_craft(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """`tgjax eval craft ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval craft")
+    add_craft_arguments(parser)
+    return run_craft(parser.parse_args(argv))
+
+
+def run_craft(args: argparse.Namespace) -> int:
     if args.episodes < 1 or args.valid_episodes < 0:
         print("tgjax eval craft: error: --episodes must be >= 1 and --valid-episodes >= 0", file=sys.stderr)
         return 2

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -68,8 +69,8 @@ from tgjax.limits import DEPENDENCY_MAX_WORDS, add_bad_input_args, add_max_words
 from tgjax.outputs import check_output, write_json
 from tgjax.syntax.heads import COORDINATION_RULES, DROPPED_ROOT_RULES
 
-__all__ = ["argmax_heads", "attachment_scores", "left_chain", "main_dependency", "random_projective_heads",
-           "right_chain", "tree_heads"]
+__all__ = ["add_dependency_arguments", "argmax_heads", "attachment_scores", "left_chain", "main_dependency",
+           "random_projective_heads", "right_chain", "run_dependency", "tree_heads"]
 
 
 # -----------------------------------------------------------------------------
@@ -384,9 +385,9 @@ def _head_parser(workdir: str, step: str, *, batch_size: int):
     return load(workdir, step).parser(command="tgjax eval dependency", parses="heads", batch_size=batch_size)
 
 
-def main_dependency(argv: Sequence[str] | None = None, *, load=None) -> int:
-    """`tgjax eval dependency`; `load(workdir, step, batch_size=...)` (for tests) replaces `_head_parser`."""
-    parser = argparse.ArgumentParser(prog="tgjax eval dependency", description=__doc__.split("\n\n")[0])
+def add_dependency_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval dependency`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--workdir", default=None, help="a trained mlm (UDGN) run")
     parser.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
     parser.add_argument("--baselines-only", action="store_true", help="score the baselines only (no --workdir)")
@@ -414,7 +415,18 @@ def main_dependency(argv: Sequence[str] | None = None, *, load=None) -> int:
     parser.add_argument("--mlm-runs", type=int, default=5, help="random maskings for the MLM perplexity")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
     parser.add_argument("--output", "-o", default=None, help="write the scores as one JSON object here")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=functools.partial(run_dependency, parser=parser))
+
+
+def main_dependency(argv: Sequence[str] | None = None, *, load=None) -> int:
+    """`tgjax eval dependency ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval dependency")
+    add_dependency_arguments(parser)
+    return run_dependency(parser.parse_args(argv), parser, load=load)
+
+
+def run_dependency(args: argparse.Namespace, parser: argparse.ArgumentParser, *, load=None) -> int:
+    """`tgjax eval dependency`; `load(workdir, step, batch_size=...)` (for tests) replaces `_head_parser`."""
     if (args.workdir is None) == (not args.baselines_only):
         parser.error("give --workdir, or --baselines-only")
     if (args.treebank is None) == (args.craft is None):

@@ -334,12 +334,11 @@ def format_table(kind: str, scores: dict[str, SetScore]) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="tgjax eval dyck",
-        description="Accuracy at choosing the right closing bracket after Dyck prefixes (Pushdown Layers, Table 1): "
-                    "long-range dependencies (dyck50..dyck300) and depth generalisation (depth), beside the "
-                    "paper's numbers.")
+def add_dyck_arguments(p: argparse.ArgumentParser) -> None:
+    """`tgjax eval dyck`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    p.description = ("Accuracy at choosing the right closing bracket after Dyck prefixes (Pushdown Layers, Table 1): "
+                     "long-range dependencies (dyck50..dyck300) and depth generalisation (depth), beside the "
+                     "paper's numbers.")
     p.add_argument("--workdir", required=True, help="a Dyck run of configs/pushdown_dyck.py (Pushdown-LM or :base)")
     p.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
     p.add_argument("--sets", default=",".join(PAPER_SETS),
@@ -362,7 +361,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="prefixes per forward pass, and per compiled beam search with --tape model (default 16)")
     p.add_argument("-o", "--output", default=None, help="write the scores as one JSON object here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    return p
+    p.set_defaults(run=run_dyck)
 
 
 def _restore_run(workdir: str, *, step: str):
@@ -376,11 +375,17 @@ def _restore_run(workdir: str, *, step: str):
 
 
 def main_dyck(argv: Sequence[str] | None = None, *, load=None) -> int:
+    """`tgjax eval dyck ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval dyck")
+    add_dyck_arguments(parser)
+    return run_dyck(parser.parse_args(argv), load=load)
+
+
+def run_dyck(args: argparse.Namespace, *, load=None) -> int:
     """Returns 0, or 2 with a one-line error for bad input.
 
     `load(workdir, step=...)` (tests) replaces `_restore_run`: the restored Pushdown-LM.
     """
-    args = _parser().parse_args(argv)
     from tgjax.infer.loading import CheckpointError
     from tgjax.outputs import OutputError, check_output, write_json
 

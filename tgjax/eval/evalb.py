@@ -863,17 +863,9 @@ def right_branching(words: Sequence[str], label: str = "X", tags: Sequence[str] 
 # ---------------------------------------------------------------------------
 
 
-def main_f1(argv: Sequence[str] | None = None) -> int:
-    """`tgjax eval f1 --gold G --pred P [--params collins|keep_punct|FILE.prm] [--unlabeled] [--binarised]`.
-
-    Prints EVALB's summary (with `--per-sentence`, its whole output: rows,
-    totals and summary) to stdout, and one line per error or skip sentence
-    to stderr. Returns 0, or 2 for unreadable files or bad parameters.
-    """
-    parser = argparse.ArgumentParser(
-        prog="tgjax eval f1",
-        description="Parse F1 with EVALB's rules (COLLINS.prm by default).",
-    )
+def add_f1_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval f1`'s description and arguments, on the parser `tgjax.cli` made for it; `run` is `run_f1`."""
+    parser.description = "Parse F1 with EVALB's rules (COLLINS.prm by default)."
     parser.add_argument("--gold", required=True, help="gold trees, one per line (or a multi-line .mrg file)")
     parser.add_argument("--pred", required=True,
                         help="predicted trees, in the same order; a blank line is a failed parse")
@@ -885,7 +877,21 @@ def main_f1(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-sentence", action="store_true", help="print the per-sentence table too")
     parser.add_argument("--max-errors", type=int, default=None,
                         help="stop where evalb would with MAX_ERROR N (default: never stop)")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run_f1)
+
+
+def main_f1(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval f1 --gold G --pred P [--params collins|keep_punct|FILE.prm] [--unlabeled] [--binarised]`."""
+    parser = argparse.ArgumentParser(prog="tgjax eval f1")
+    add_f1_arguments(parser)
+    return run_f1(parser.parse_args(argv))
+
+
+def run_f1(args: argparse.Namespace) -> int:
+    """Prints EVALB's summary (with `--per-sentence`, its whole output: rows,
+    totals and summary) to stdout, and one line per error or skip sentence
+    to stderr. Returns 0, or 2 for unreadable files or bad parameters.
+    """
     try:
         result = evalb_files(args.gold, args.pred, args.params, unlabeled=args.unlabeled,
                              binarised=args.binarised, max_errors=args.max_errors)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -382,18 +383,9 @@ def check_gold_tagged(gold: Sequence[Tree], where: str) -> None:
                              f"trees with every word under a POS tag (EVALB scores the parses with the gold tags)")
 
 
-def main_parse(argv: Sequence[str] | None = None) -> int:
-    """`tgjax eval parse --workdir W [--treebank FILE|builtin] [--output PRED] [--shard I/N] [beam options]`.
-
-    Parses the treebank's sentences with the beam, writes the predicted trees
-    (with gold POS tags) one per line, and prints labelled and unlabelled F1
-    (EVALB, COLLINS.prm) of the parses and of a right-branching baseline.
-    With `--shard I/N` the output holds this shard's sentences (k % N == I)
-    and its name gets the shard (`shards.shard_path`); `--merge P0 P1 ...`
-    (all N files, in shard order) interleaves them back into `--output` and
-    scores the whole treebank.
-    """
-    parser = argparse.ArgumentParser(prog="tgjax eval parse", description=main_parse.__doc__.split("\n")[0])
+def add_parse_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval parse`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = run_parse.__doc__.split("\n")[0]
     add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: sentence k iff k %% N == I (default: this host's share)")
     parser.add_argument("--treebank", default="builtin", help="gold trees (one per line) or 'builtin'")
@@ -407,7 +399,27 @@ def main_parse(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", default=None,
                         help="the N shards' prediction files, in shard order: interleave and score them")
     add_beam_args(parser)
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=functools.partial(run_parse, parser=parser))
+
+
+def main_parse(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval parse ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval parse")
+    add_parse_arguments(parser)
+    return run_parse(parser.parse_args(argv), parser)
+
+
+def run_parse(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`tgjax eval parse --workdir W [--treebank FILE|builtin] [--output PRED] [--shard I/N] [beam options]`.
+
+    Parses the treebank's sentences with the beam, writes the predicted trees
+    (with gold POS tags) one per line, and prints labelled and unlabelled F1
+    (EVALB, COLLINS.prm) of the parses and of a right-branching baseline.
+    With `--shard I/N` the output holds this shard's sentences (k % N == I)
+    and its name gets the shard (`shards.shard_path`); `--merge P0 P1 ...`
+    (all N files, in shard order) interleaves them back into `--output` and
+    scores the whole treebank.
+    """
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
@@ -535,15 +547,9 @@ def check_sentence_lengths(suites: Sequence[sg.Suite], max_words: int) -> None:
                                      f"{too_long_reason(max_words)} ({words:,} words)")
 
 
-def main_sg(argv: Sequence[str] | None = None) -> int:
-    """`tgjax eval sg --workdir W [--suites DIR] [--suite NAME ...] [--shard I/N] [--output J] [beam options]`.
-
-    Region surprisals from the beam's word-level marginal (direct scoring for
-    TXL (terminals)); prints per-suite accuracy, circuit scores and the SG
-    score, and the unknown-word count. `--merge J1 J2 ...` prints the report
-    of shards' `--output` files instead.
-    """
-    parser = argparse.ArgumentParser(prog="tgjax eval sg", description=main_sg.__doc__.split("\n")[0])
+def add_sg_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval sg`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = run_sg.__doc__.split("\n")[0]
     add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: suite k (by name) iff k %% N == I")
     parser.add_argument("--suites", default=str(SHARED_DATA / "sg_test_suites"), help="directory of suite JSON files")
@@ -553,7 +559,24 @@ def main_sg(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
     add_max_words_arg(parser, MINIMAL_PAIR_MAX_WORDS, "item sentence")
     add_beam_args(parser)
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=functools.partial(run_sg, parser=parser))
+
+
+def main_sg(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval sg ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval sg")
+    add_sg_arguments(parser)
+    return run_sg(parser.parse_args(argv), parser)
+
+
+def run_sg(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`tgjax eval sg --workdir W [--suites DIR] [--suite NAME ...] [--shard I/N] [--output J] [beam options]`.
+
+    Region surprisals from the beam's word-level marginal (direct scoring for
+    TXL (terminals)); prints per-suite accuracy, circuit scores and the SG
+    score, and the unknown-word count. `--merge J1 J2 ...` prints the report
+    of shards' `--output` files instead.
+    """
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
@@ -656,15 +679,9 @@ def _merge_blimp(paths: Sequence[str]) -> blimp_lib.BlimpResult:
     return blimp_lib.evaluate_blimp(pairs, lambda sentences: np.array([scores[s] for s in sentences]))
 
 
-def main_blimp(argv: Sequence[str] | None = None) -> int:
-    """`tgjax eval blimp --workdir W [--data DIR|FILE] [--limit N] [--paradigm UID ...] [--shard I/N] [beam options]`.
-
-    Accuracy per paradigm, field and linguistics term, and overall (a pair is
-    right when log p(good) > log p(bad)). `--limit N` scores the first N
-    pairs of each paradigm. `--output` writes per-pair scores (JSON lines);
-    `--merge F1 F2 ...` reports shards' files together.
-    """
-    parser = argparse.ArgumentParser(prog="tgjax eval blimp", description=main_blimp.__doc__.split("\n")[0])
+def add_blimp_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval blimp`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = run_blimp.__doc__.split("\n")[0]
     add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: paradigm k (by name) iff k %% N == I")
     parser.add_argument("--data", default=str(SHARED_DATA / "blimp"), help="a BLiMP .jsonl file or a directory")
@@ -675,7 +692,24 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", "-o", default=None, help="write per-pair log-probabilities (JSON lines)")
     parser.add_argument("--merge", nargs="+", default=None, help="shards' --output files: report them together")
     add_beam_args(parser)
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=functools.partial(run_blimp, parser=parser))
+
+
+def main_blimp(argv: Sequence[str] | None = None) -> int:
+    """`tgjax eval blimp ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval blimp")
+    add_blimp_arguments(parser)
+    return run_blimp(parser.parse_args(argv), parser)
+
+
+def run_blimp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`tgjax eval blimp --workdir W [--data DIR|FILE] [--limit N] [--paradigm UID ...] [--shard I/N] [beam options]`.
+
+    Accuracy per paradigm, field and linguistics term, and overall (a pair is
+    right when log p(good) > log p(bad)). `--limit N` scores the first N
+    pairs of each paradigm. `--output` writes per-pair scores (JSON lines);
+    `--merge F1 F2 ...` reports shards' files together.
+    """
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
@@ -714,6 +748,7 @@ def main_blimp(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["BlimpRun", "CachedScorer", "ParseReport", "SGRun", "UnknownWords", "add_beam_args", "beam_config",
-           "evaluate_blimp_pairs", "evaluate_sg", "main_blimp", "main_parse", "main_sg", "parse_treebank",
+__all__ = ["BlimpRun", "CachedScorer", "ParseReport", "SGRun", "UnknownWords", "add_beam_args", "add_blimp_arguments",
+           "add_parse_arguments", "add_sg_arguments", "beam_config", "evaluate_blimp_pairs", "evaluate_sg",
+           "main_blimp", "main_parse", "main_sg", "parse_treebank", "run_blimp", "run_parse", "run_sg",
            "select_pairs", "select_shard", "with_preterminals"]

@@ -44,14 +44,9 @@ def write_samples(samples: Sequence, args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
-def main_sample(argv: Sequence[str] | None = None) -> int:
-    """`tgjax sample --workdir W [--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt "(S (NP"]`.
-
-    Prints one bracketed tree per line to stdout (or `--output FILE`), with
-    `--log-probs` a tab and the model's log p first; a summary to stderr.
-    """
-    parser = argparse.ArgumentParser(prog="tgjax sample",
-                                     description="Sample well-formed trees from a TG, TXL (CC) or Pushdown-LM.")
+def add_sample_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax sample`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = "Sample well-formed trees from a TG, TXL (CC) or Pushdown-LM."
     parser.add_argument("--workdir", required=True, help="a trained run (tgjax train --workdir)")
     parser.add_argument("--step", default="best", help="checkpoint: 'best', 'latest' or a step number")
     parser.add_argument("--num-samples", type=int, default=10)
@@ -70,7 +65,22 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-probs", action="store_true", help="prefix each tree with its log p and a tab")
     parser.add_argument("--json", action="store_true", help="one JSON object per sample instead of trees")
     parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run_sample)
+
+
+def main_sample(argv: Sequence[str] | None = None) -> int:
+    """`tgjax sample ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax sample")
+    add_sample_arguments(parser)
+    return run_sample(parser.parse_args(argv))
+
+
+def run_sample(args: argparse.Namespace) -> int:
+    """`tgjax sample --workdir W [--num-samples N] [--temperature T] [--top-k K] [--top-p P] [--prompt "(S (NP"]`.
+
+    Prints one bracketed tree per line to stdout (or `--output FILE`), with
+    `--log-probs` a tab and the model's log p first; a summary to stderr.
+    """
     from tgjax.workdir import check_treebank_lm
 
     try:
@@ -106,4 +116,4 @@ def main_sample(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["main_sample", "write_samples"]
+__all__ = ["add_sample_arguments", "main_sample", "run_sample", "write_samples"]

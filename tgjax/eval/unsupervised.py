@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -66,11 +67,13 @@ __all__ = [
     "BASELINES",
     "ParseScores",
     "PreparedTreebank",
+    "add_unsupervised_parse_arguments",
     "corpus_f1",
     "evalb_corpus",
     "greedy_tree",
     "main_unsupervised_parse",
     "prepare_treebank",
+    "run_unsupervised_parse",
     "score_trees",
     "sentence_f1",
     "sentence_prf",
@@ -384,17 +387,12 @@ def _distance_parser(workdir: str, step: str, *, batch_size: int):
                                       batch_size=batch_size)
 
 
-def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load=None) -> int:
-    """`tgjax eval unsupervised-parse --workdir W --treebank FILE [...]`: per-layer and baseline F1s.
-
-    `load(workdir, step, batch_size=...)` (for tests) replaces `_distance_parser`.
-    Returns 0, or 2 with a one-line error for bad input.
-    """
-    parser = argparse.ArgumentParser(
-        prog="tgjax eval unsupervised-parse",
-        description="Unsupervised constituency parsing from an ON-LSTM LM's master-forget distances (per layer), "
-                    "beside right-branching, left-branching and balanced trees: sentence-mean F1 (the release's "
-                    "script) and corpus F1 (EVALB), for all sentences and short ones.")
+def add_unsupervised_parse_arguments(parser: argparse.ArgumentParser) -> None:
+    """`tgjax eval unsupervised-parse`'s description and arguments, on the parser `tgjax.cli` made for it."""
+    parser.description = (
+        "Unsupervised constituency parsing from an ON-LSTM LM's master-forget distances (per layer), "
+        "beside right-branching, left-branching and balanced trees: sentence-mean F1 (the release's "
+        "script) and corpus F1 (EVALB), for all sentences and short ones.")
     parser.add_argument("--workdir", default=None, help="a trained onlstm_lm run")
     parser.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
     parser.add_argument("--baselines-only", action="store_true", help="score the baselines only (no --workdir)")
@@ -415,7 +413,22 @@ def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load=None) -> 
     add_bad_input_args(parser)
     parser.add_argument("--layer", type=int, action="append", default=None, help="print only this layer (repeat)")
     parser.add_argument("--output", "-o", default=None, help="write the scores as one JSON object here")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=functools.partial(run_unsupervised_parse, parser=parser))
+
+
+def main_unsupervised_parse(argv: Sequence[str] | None = None, *, load=None) -> int:
+    """`tgjax eval unsupervised-parse ARGV`, parsed on a parser of its own."""
+    parser = argparse.ArgumentParser(prog="tgjax eval unsupervised-parse")
+    add_unsupervised_parse_arguments(parser)
+    return run_unsupervised_parse(parser.parse_args(argv), parser, load=load)
+
+
+def run_unsupervised_parse(args: argparse.Namespace, parser: argparse.ArgumentParser, *, load=None) -> int:
+    """`tgjax eval unsupervised-parse --workdir W --treebank FILE [...]`: per-layer and baseline F1s.
+
+    `load(workdir, step, batch_size=...)` (for tests) replaces `_distance_parser`.
+    Returns 0, or 2 with a one-line error for bad input.
+    """
     if not args.baselines_only and not args.workdir:
         parser.error("--workdir is required (or --baselines-only)")
     try:

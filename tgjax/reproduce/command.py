@@ -39,12 +39,12 @@ def _claims_listing(claims_path: Path) -> str:
     return "\n".join(lines)
 
 
-def build_parser(claims_path: Path = CLAIMS_FILE) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Train and score what a paper's claim compares, within a time budget, resumable; or write "
-                    "the reproduction ledger (docs/reproduction.md).",
-        epilog=_claims_listing(claims_path))
+def add_reproduce_arguments(parser: argparse.ArgumentParser, claims_path: Path = CLAIMS_FILE) -> None:
+    """`tgjax reproduce`'s description, arguments and claims listing, on the parser `tgjax.cli` made for it."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = ("Train and score what a paper's claim compares, within a time budget, resumable; or write "
+                          "the reproduction ledger (docs/reproduction.md).")
+    parser.epilog = _claims_listing(claims_path)
     parser.add_argument("claim", nargs="?", help="a claim id (listed below)")
     parser.add_argument("--budget-s", type=float, default=None, help="seconds of wall time for this call")
     parser.add_argument("--output", default=None, help="folder for the packed state (parts <= 16 MiB, 64 MiB in all)")
@@ -57,6 +57,13 @@ def build_parser(claims_path: Path = CLAIMS_FILE) -> argparse.ArgumentParser:
     parser.add_argument("--ledger", action="store_true", help="write the ledger page instead of running a claim")
     parser.add_argument("-o", dest="ledger_output", default=str(LEDGER_FILE), help="the ledger page (--ledger)")
     parser.add_argument("--claims", default=str(claims_path), help=argparse.SUPPRESS)
+    parser.set_defaults(run=run_reproduce)
+
+
+def build_parser(claims_path: Path = CLAIMS_FILE) -> argparse.ArgumentParser:
+    """`tgjax reproduce`'s arguments on a parser of its own."""
+    parser = argparse.ArgumentParser(prog=PROG)
+    add_reproduce_arguments(parser, claims_path)
     return parser
 
 
@@ -66,8 +73,16 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`tgjax reproduce ARGV`, parsed on a parser of its own."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = ["reproduce", *argv]
+    return run_reproduce(args)
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    """Runs a claim (or, with `--ledger`, writes the ledger); `args.argv`, the command line after `tgjax`, is
+    recorded with the run."""
     if args.ledger:
         from tgjax.reproduce.ledger import main as ledger_main
 
@@ -86,10 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("a claim run needs --budget-s SECONDS (> 0) and --output DIR")
     from tgjax.reproduce.recipes import recipes
 
-    return run_claim(recipes()[claim.id], args, argv)
+    return run_claim(recipes()[claim.id], args, getattr(args, "argv", ["reproduce"]))
 
 
 def run_claim(recipe, args, argv: list[str]) -> int:
+    """`argv`: the command line after `tgjax` (recorded)."""
     from tgjax.reproduce import packing, results, runner
 
     started = time.monotonic()
@@ -114,7 +130,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
                       "command": spec.command(f"runs/{spec.name}"),
                       "scores": scores} for spec, run, scores in scored],
             "summary": summary,
-            "command": "tgjax reproduce " + " ".join(shlex.quote(a) for a in argv),
+            "command": "tgjax " + " ".join(shlex.quote(a) for a in argv),
         }
         meta = {"claim": recipe.claim_id, "tiny": args.tiny, "invocation": state.invocations,
                 "complete": record["complete"], "steps": {name: p.step for name, p in state.runs.items()},
