@@ -106,11 +106,11 @@ require_real() {
   done
 }
 
-# --- buckets on the hosts -------------------------------------------------------
-# tgjax writes a workdir with local file operations (metrics.jsonl line by line, TensorBoard events,
-# the vocabulary, checkpoint manifests) and refuses a gs:// path. On the hosts a gs:// WORKDIR is
-# used through a gcsfuse mount of its bucket at $GCS_MOUNT/BUCKET (default ~/gcs on the host), shared
-# by every host of a slice.
+# --- buckets on the hosts, for evaluation ---------------------------------------------
+# `tgjax train` writes a gs:// WORKDIR directly (orbax and etils.epath; host_train.sh mounts nothing).
+# `tgjax eval` still reads a model back from local paths and writes its outputs with local file
+# operations, so host_eval.sh uses a gs:// WORKDIR (and OUTPUT_DIR) through a gcsfuse mount of its
+# bucket at $GCS_MOUNT/BUCKET (default ~/gcs on the host), shared by every host of a slice.
 
 # local_path URI: gs://BUCKET/PATH -> GCS_MOUNT/BUCKET/PATH; anything else unchanged.
 local_path() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Single-host GPU recipe: install (once) and train in the foreground on this machine's GPUs.
-# Run from anywhere inside a checkout; WORKDIR may be a local directory or gs:// (mounted with gcsfuse;
-# GCSFUSE=1 installs it).
+# Run from anywhere inside a checkout; WORKDIR may be a local directory or gs:// (written directly, no
+# mount; the install adds the Cloud Storage clients).
 #
 #   CONFIG=tg_ptb WORKDIR=runs/tg_ptb DATA_URI=$HOME/data/ptb TRAIN_FILE=train.txt VALID_FILE=valid.txt \
 #     launch/gpu_train.sh [-- --config.x.y=v ...]

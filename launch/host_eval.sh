@@ -9,7 +9,8 @@
 # I/N: SHARD_INDEX/SHARD_COUNT when set; else, on a Cloud TPU VM, this worker's number and the
 # number of workers from the VM metadata; else SLURM_PROCID/SLURM_NTASKS; else 0/1. Each command
 # puts the shard into its output's name (sg.shard-00001-of-00004.json); OUTPUT_DIR defaults to
-# WORKDIR/eval, so on a slice with a gs:// WORKDIR (gcsfuse-mounted, as for training) the shards
+# WORKDIR/eval, so on a slice with a gs:// WORKDIR (mounted here with gcsfuse: evaluation reads and writes
+# local paths, unlike training, which writes the bucket directly) the shards
 # land side by side; then `tgjax eval COMMAND --merge ...` (sg, blimp, parse) or `tgjax eval merge`.
 # INDEPENDENT_HOSTS=1 (the default) makes each host's JAX use only its own chips, so the shards are
 # independent jobs (the libtpu TPU_* bounds variables; CHIPS_PER_HOST_BOUNDS, default 2,2,1 = 4

@@ -6,7 +6,10 @@
 #   ACCEL=cuda12 launch/host_install.sh    # NVIDIA GPU:    pip install -e . "jax[cuda12]"  (or cuda13)
 #   ACCEL=cpu    launch/host_install.sh    # plain jax
 #   EXTRA_PIP="..." launch/host_install.sh      # more packages in the same install
-#   GCSFUSE=1 launch/host_install.sh            # also gcsfuse (apt), for gs:// WORKDIRs; default 1 with ACCEL=tpu
+#   GCS=0 launch/host_install.sh                # without the Cloud Storage clients (gcsfs, google-cloud-storage)
+#                                               # that a gs:// WORKDIR is written with; default 1
+#   GCSFUSE=1 launch/host_install.sh            # also gcsfuse (apt), which only evaluation uses: host_eval.sh
+#                                               # mounts a gs:// WORKDIR (training does not); default 1 with ACCEL=tpu
 #
 # The TPU runtime images (tpu-ubuntu2204-base, v2-alpha-*) ship Python 3.10; when no python3.11+ is
 # on PATH, this installs uv (pip --user) and lets it fetch a Python 3.11 for the venv.
@@ -20,6 +23,7 @@ parse_common_args "$@"
 : "${VENV:=.venv}"
 : "${EXTRA_PIP:=}"
 : "${PYTHON_VERSION:=3.11}"
+: "${GCS:=1}"
 if [[ "$ACCEL" == tpu ]]; then : "${GCSFUSE:=1}"; else : "${GCSFUSE:=0}"; fi
 cd "$HERE/.."
 
@@ -29,6 +33,10 @@ case "$ACCEL" in
   cpu) jax_req='jax' ;;
   *) echo "ACCEL: expected tpu, cuda12, cuda13 or cpu, got '$ACCEL'" >&2; exit 2 ;;
 esac
+# A gs:// WORKDIR is written directly: etils.epath reaches the bucket through gcsfs (or tf.io.gfile where
+# TensorFlow is installed), and orbax lists a bucket's checkpoints with google-cloud-storage.
+gcs_reqs=()
+[[ "$GCS" == 1 ]] && gcs_reqs=(gcsfs google-cloud-storage)
 
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 PY=""
@@ -40,7 +48,7 @@ if [[ -n "$PY" ]]; then
   [[ -x "$VENV/bin/python" ]] || run "$PY" -m venv "$VENV"
   run "$VENV/bin/python" -m pip install -q -U pip
   # shellcheck disable=SC2086
-  run "$VENV/bin/python" -m pip install -q -U -e . "$jax_req" $EXTRA_PIP
+  run "$VENV/bin/python" -m pip install -q -U -e . "$jax_req" "${gcs_reqs[@]}" $EXTRA_PIP
 else
   export PATH="$HOME/.local/bin:$PATH"
   if ! command -v uv >/dev/null; then
@@ -52,9 +60,10 @@ else
   fi
   [[ -x "$VENV/bin/python" ]] || run uv venv --python "$PYTHON_VERSION" "$VENV"
   # shellcheck disable=SC2086
-  run uv pip install -q --python "$VENV/bin/python" -U -e . "$jax_req" $EXTRA_PIP
+  run uv pip install -q --python "$VENV/bin/python" -U -e . "$jax_req" "${gcs_reqs[@]}" $EXTRA_PIP
 fi
-# gcsfuse from Google's apt repository (its install guide): a gs:// WORKDIR is mounted, not streamed.
+# gcsfuse from Google's apt repository (its install guide), for evaluation: host_eval.sh mounts a gs://
+# WORKDIR, as `tgjax eval` reads a model back from local paths (training writes the bucket directly).
 if [[ "$GCSFUSE" == 1 ]] && { [[ "$DRY_RUN" == 1 ]] || ! command -v gcsfuse >/dev/null; }; then
   codename=$(lsb_release -cs 2>/dev/null || echo jammy)
   run sudo sh -c 'curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg > /usr/share/keyrings/cloud.google.asc'

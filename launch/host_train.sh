@@ -13,9 +13,11 @@
 # A run already going on this host is left alone. RESTART=1 stops it first: SIGTERM, then waits up to
 # STOP_TIMEOUT seconds (default 600) for it to exit, as it saves its agreed checkpoint meanwhile; a run that
 # has not exited by then is an error (nothing new is started). Re-running resumes:
-# the trainer restores the latest checkpoint in WORKDIR. A gs:// WORKDIR is mounted with gcsfuse at
-# GCS_MOUNT/BUCKET (default ~/gcs) and the trainer gets that path. DISTRIBUTED=1 (set by
-# launch/tpu_train.sh) adds --config.distributed.initialize=true: every host joins one JAX program.
+# the trainer restores the latest checkpoint in WORKDIR. A gs:// WORKDIR is given to the trainer as it is
+# (no gcsfuse mount): orbax writes the checkpoints to the bucket and the run's other files go through
+# etils.epath, with the Cloud Storage clients that launch/host_install.sh installs (gcsfs,
+# google-cloud-storage). DISTRIBUTED=1 (set by launch/tpu_train.sh) adds
+# --config.distributed.initialize=true: every host joins one JAX program.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=common.sh
@@ -49,9 +51,17 @@ overrides=()
 [[ -n "$VALID_FILE" ]] && overrides+=("--config.data.valid_path=$DATA_DIR/$VALID_FILE")
 
 [[ "$DISTRIBUTED" == 1 ]] && overrides+=("--config.distributed.initialize=true")
-mount_bucket_of "$WORKDIR"
+# A gs:// WORKDIR is written directly; without the Cloud Storage clients the run would stop at its first file.
+# (etils.epath takes tf.io.gfile instead of gcsfs where TensorFlow is installed.)
+gcs_clients='import importlib.util as u, sys; sys.exit(not (u.find_spec("google.cloud.storage")
+  and (u.find_spec("gcsfs") or u.find_spec("tensorflow"))))'
+if [[ "$WORKDIR" == gs://* && "$DRY_RUN" != 1 ]] && ! "$VENV/bin/python" -c "$gcs_clients" 2>/dev/null; then
+  echo "error: WORKDIR $WORKDIR needs gcsfs and google-cloud-storage in $VENV (GCS=1 launch/host_install.sh" \
+       "installs them)" >&2
+  exit 2
+fi
 
-cmd=("$VENV/bin/tgjax" train --config "$(config_path "$CONFIG")" --workdir "$(local_path "$WORKDIR")"
+cmd=("$VENV/bin/tgjax" train --config "$(config_path "$CONFIG")" --workdir "$WORKDIR"
      "${overrides[@]}" "${REST_ARGS[@]}")
 
 # wait_for_exit PGID SECONDS: waits until no process of the group PGID is left (the run and its children:

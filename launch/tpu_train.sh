@@ -10,7 +10,9 @@
 #   RESTART=1 launch/tpu_train.sh       # stop a run that is going, then start (it resumes)
 #   launch/tpu_train.sh --dry-run
 # Passed to the hosts when set: CONFIG WORKDIR DATA_URI DATA_DIR TRAIN_FILE VALID_FILE DETACH
-# RESTART STOP_TIMEOUT LOG_DIR GCS_MOUNT, and anything named in PASS_ENV (e.g. PASS_ENV="JAX_COMPILATION_CACHE_DIR XLA_FLAGS").
+# RESTART STOP_TIMEOUT LOG_DIR, and anything named in PASS_ENV (e.g. PASS_ENV="JAX_COMPILATION_CACHE_DIR XLA_FLAGS").
+# A gs:// WORKDIR goes to the trainer as it is: checkpoints, metrics and the rest are written to the bucket
+# directly (no mount).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=common.sh
@@ -22,5 +24,5 @@ require_real WORKDIR
 export DISTRIBUTED=1
 # shellcheck disable=SC2086
 exports=$(env_exports CONFIG WORKDIR DATA_URI DATA_DIR TRAIN_FILE VALID_FILE DETACH RESTART STOP_TIMEOUT LOG_DIR \
-  GCS_MOUNT DISTRIBUTED $PASS_ENV)
+  DISTRIBUTED $PASS_ENV)
 on_all_workers "set -euo pipefail; cd $(quote "$REMOTE_DIR") && ${exports}bash launch/host_train.sh${REST_ARGS[*]:+ $(quote "${REST_ARGS[@]}")}"

@@ -56,11 +56,11 @@ def test_host_train_command_is_one_tgjax_accepts(capsys):
     lines = dry_run("host_train.sh", "--", "--config.training.num_steps=7", CONFIG="tg_bllip",
                     WORKDIR="gs://bucket/tgjax/tg_bllip", DATA_URI="/data/bllip", TRAIN_FILE="train.txt",
                     VALID_FILE="valid.txt", DISTRIBUTED="1", DETACH="0")
-    # The bucket is mounted and the trainer gets the mounted path (it refuses gs:// itself).
-    assert "gcsfuse --implicit-dirs bucket /home/user/gcs/bucket" in lines
+    # The trainer gets the gs:// WORKDIR itself (orbax and etils.epath write the bucket): nothing is mounted.
+    assert not any("gcsfuse" in line or "/gcs/" in line for line in lines), lines
     argv = tgjax_line(lines, "train")
     workdir = argv[argv.index("--workdir") + 1]
-    assert workdir == "/home/user/gcs/bucket/tgjax/tg_bllip"
+    assert workdir == "gs://bucket/tgjax/tg_bllip"
     assert "--config.distributed.initialize=true" in argv
     assert "--config.data.train_path=/data/bllip/train.txt" in argv
     # `tgjax info` resolves the same config and overrides: an unknown key would exit 2 here.
@@ -137,6 +137,7 @@ def test_help_is_each_scripts_leading_comment_block():
 
 
 def test_host_install_adds_gcsfuse_on_tpu_hosts_only():
+    """gcsfuse is for evaluation only (host_eval.sh mounts a gs:// WORKDIR; training writes it directly)."""
     tpu = dry_run("host_install.sh", ACCEL="tpu")
     assert any("'jax[tpu]'" in line for line in tpu)
     assert "sudo apt-get install -y -q gcsfuse" in tpu
@@ -144,6 +145,63 @@ def test_host_install_adds_gcsfuse_on_tpu_hosts_only():
     assert any("'jax[cuda12]'" in line for line in cuda)
     assert not any("gcsfuse" in line for line in cuda)
     assert "sudo apt-get install -y -q gcsfuse" in dry_run("host_install.sh", ACCEL="cuda12", GCSFUSE="1")
+
+
+@pytest.mark.parametrize("accel", ["tpu", "cuda12", "cpu"])
+def test_host_install_adds_the_cloud_storage_clients_that_a_gs_workdir_is_written_with(accel):
+    (install,) = [line for line in dry_run("host_install.sh", ACCEL=accel) if " install " in line and " -e ." in line]
+    assert install.endswith(" gcsfs google-cloud-storage"), install
+    (install,) = [line for line in dry_run("host_install.sh", ACCEL=accel, GCS="0")
+                  if " install " in line and " -e ." in line]
+    assert "gcsfs" not in install and "google-cloud-storage" not in install
+
+
+def _train_lines(script: str, **env: str) -> list[str]:
+    return dry_run(script, "--", "--config.training.num_steps=7", CONFIG="tiny", WORKDIR="gs://bucket/tgjax/tiny",
+                   **env)
+
+
+@pytest.mark.parametrize("script, env", [("host_train.sh", {"DETACH": "0"}), ("host_train.sh", {"DETACH": "1"}),
+                                         ("gpu_train.sh", {}), ("tpu_train.sh", {})])
+def test_no_training_script_mounts_the_bucket_of_a_gs_workdir(script, env):
+    lines = _train_lines(script, **env)
+    assert not any("gcsfuse" in line or "mountpoint" in line or "GCS_MOUNT" in line or "/gcs/" in line
+                   for line in lines), lines
+    if script == "tpu_train.sh":  # what the hosts run is host_train.sh, with the URL as it is
+        (line,) = lines
+        assert "export WORKDIR=gs://bucket/tgjax/tiny;" in line and line.endswith(
+            "bash launch/host_train.sh --config.training.num_steps=7'")
+        return
+    (train,) = [shlex.split(line.split(" >>")[0]) for line in lines if "/tgjax train " in line]
+    assert train[train.index("--workdir") + 1] == "gs://bucket/tgjax/tiny"
+
+
+def _host_train_with_stand_ins(tmp_path: Path, python_exit: int) -> subprocess.CompletedProcess:
+    """host_train.sh (in the foreground) for a gs:// WORKDIR, with a stand-in venv: `python` exits
+    `python_exit` (0: the Cloud Storage clients are installed), `tgjax` notes its arguments."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f"#!/usr/bin/env bash\nexit {python_exit}\n")
+    (venv / "tgjax").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" >"$ARGS"\n')
+    for stand_in in venv.iterdir():
+        stand_in.chmod(0o755)
+    return subprocess.run(["bash", str(LAUNCH / "host_train.sh")], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CONFIG": "tiny",
+                                           "WORKDIR": "gs://bucket/run", "VENV": str(tmp_path / "venv"),
+                                           "DETACH": "0", "ARGS": str(tmp_path / "args")})
+
+
+def test_host_train_hands_the_gs_workdir_to_the_trainer_and_needs_the_cloud_storage_clients(tmp_path):
+    done = _host_train_with_stand_ins(tmp_path, python_exit=0)
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:2] == ["train", "--config"] and args[args.index("--workdir") + 1] == "gs://bucket/run"
+    assert not (tmp_path / "gcs").exists()
+    (tmp_path / "args").unlink()
+    shutil.rmtree(tmp_path / "venv")
+    done = _host_train_with_stand_ins(tmp_path, python_exit=1)
+    assert done.returncode == 2 and not (tmp_path / "args").exists()
+    assert "needs gcsfs and google-cloud-storage" in done.stderr and "launch/host_install.sh" in done.stderr
 
 
 def _old_run(tmp_path: Path, on_term: str) -> tuple[subprocess.Popen, Path]:

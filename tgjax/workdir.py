@@ -7,9 +7,10 @@ imports neither (nor JAX), so the arrows stay `workdir` <- `train`, `infer`.
     WORKDIR/checkpoint_manifests/<step>.json           sizes and sha256 sums of a step's files
     WORKDIR/vocab.json  or  WORKDIR/vocab.model (+ .json sidecar)   the run's vocabulary
 
-Facts of that layout held here: the workdir as an absolute local path
-(`local_workdir`), or for checkpoints alone possibly a bucket URL
-(`checkpoint_workdir`), where the vocabulary is (`vocabulary_file_name`,
+Facts of that layout held here: the workdir as a path object that reads and
+writes it, an absolute local path or, for a bucket URL (`gs://bucket/run`), an
+`etils.epath.Path` (`workdir_path`); the absolute local path that readers
+still need (`local_workdir`), where the vocabulary is (`vocabulary_file_name`,
 `saved_vocabulary_path`), the integrity check of one step directory against
 its manifest (`directory_manifest`, `check_step`), a failed orbax read said
 in one line (`orbax_read`, `restore_failure`), several workdirs named in
@@ -32,6 +33,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tgjax.data.vocab import Vocabulary, WordDictionary
 
@@ -47,21 +49,50 @@ class VocabularyMismatch(ValueError):
     """The vocabulary a run would use differs from the one its checkpoints were trained with."""
 
 
-def local_workdir(workdir: str | os.PathLike) -> Path:
-    """A workdir as an absolute local path (orbax wants absolute paths); a URL is refused.
+def is_url(workdir: str | os.PathLike) -> bool:
+    """`gs://bucket/run` and the like (anything with a scheme)."""
+    return "://" in os.fspath(workdir)
 
-    Everything in a workdir besides orbax's arrays (metrics.jsonl appended line
-    by line, TensorBoard events, the vocabulary, checkpoint manifests and
-    checksums) is written with local file operations, and `pathlib` would
-    quietly turn `gs://bucket/run` into a relative directory `gs:/bucket/run`.
-    A bucket is used through a mount (gcsfuse), as `launch/` does.
+
+def workdir_path(workdir: str | os.PathLike) -> Any:
+    """A workdir (or a path in one) as an object whose own methods read and write it.
+
+    For a URL (`gs://bucket/run`) an `etils.epath.Path`: files are objects on
+    the bucket (through `tf.io.gfile` when TensorFlow is installed, else
+    `gcsfs`), and orbax writes its checkpoints there directly. Otherwise an
+    absolute local `pathlib.Path` (orbax wants absolute paths; a relative
+    `--workdir runs/x` is taken from the current directory): local files are
+    exactly what they were. Whatever writes a workdir (checkpoints and their
+    manifests, metrics, TensorBoard, the vocabulary and the families' other
+    files) uses only what both kinds of path have (`/`, `open`, `read_text`,
+    `write_text`, `exists`, `is_dir`, `mkdir`, `glob`, `replace`, `unlink`),
+    never `open(str(path))` or `os.*`, and so has one code path for both;
+    `pathlib` alone would quietly turn `gs://bucket/run` into a relative
+    directory `gs:/bucket/run`.
+    """
+    if isinstance(workdir, Path):
+        return workdir.absolute()
+    if is_url(workdir):
+        from etils import epath  # only URL workdirs need it
+
+        return epath.Path(os.fspath(workdir))
+    return Path(os.fspath(workdir)).absolute()
+
+
+def local_workdir(workdir: str | os.PathLike) -> Path:
+    """A workdir as an absolute local path, for the readers that still need one (`tgjax.load`, `tgjax eval`);
+    a URL is refused, with how to read one.
+
+    Training writes a `gs://` workdir directly (`workdir_path`); reading a
+    model back for evaluation still goes through local paths, so a bucket is
+    read through a mount (gcsfuse), as launch/host_eval.sh does.
     """
     text = os.fspath(workdir)
     if "://" in text:
         raise ValueError(
-            f"workdir {text!r} is a URL, but a workdir is written with local file operations: mount the bucket "
-            f"(e.g. `gcsfuse --implicit-dirs BUCKET ~/gcs/BUCKET`, as launch/host_train.sh does for gs:// "
-            f"WORKDIRs) and give the mounted path")
+            f"workdir {text!r} is a URL: `tgjax train` writes one directly, but reading a model back for "
+            f"evaluation wants a local path: mount the bucket (e.g. `gcsfuse --implicit-dirs BUCKET "
+            f"~/gcs/BUCKET`, as launch/host_eval.sh does for gs:// WORKDIRs) and give the mounted path")
     return Path(text).absolute()
 
 
@@ -69,24 +100,6 @@ def split_workdirs(value) -> list[str]:
     """Several workdirs named in one comma-separated value (`rl.options_workdir=W1,W2`, `--workdir W1,W2`),
     each stripped, empty entries dropped."""
     return [w.strip() for w in str(value).split(",") if w.strip()]
-
-
-def is_url(workdir: str | os.PathLike) -> bool:
-    """`gs://bucket/run` and the like (anything with a scheme)."""
-    return "://" in os.fspath(workdir)
-
-
-def checkpoint_workdir(workdir: str | os.PathLike):
-    """Where checkpoints and their manifests go: an absolute local `Path`, or for a URL (`gs://bucket/run`)
-    an `etils.epath.Path`, which orbax writes directly and this module reads and writes the manifests through.
-
-    The rest of a workdir (metrics, TensorBoard, the vocabulary) is still local (`local_workdir`).
-    """
-    if is_url(workdir):
-        from etils import epath  # only URL workdirs need it
-
-        return epath.Path(os.fspath(workdir))
-    return local_workdir(workdir)
 
 
 # -----------------------------------------------------------------------------
@@ -152,10 +165,10 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
     files whose sha256 differs, so that a flipped byte is caught. A step
     without a manifest (its run stopped before writing it) passes: orbax's
     restore is then the check. `workdir` is a local path or an
-    `etils.epath.Path` (`checkpoint_workdir`).
+    `etils.epath.Path` (`workdir_path`).
     """
     if isinstance(workdir, str):
-        workdir = checkpoint_workdir(workdir)
+        workdir = workdir_path(workdir)
     step_dir = workdir / "checkpoints" / str(step)
     missing = [item for item in CHECKPOINT_ITEMS if not (step_dir / item).is_dir()]
     if missing:
@@ -312,7 +325,7 @@ FAMILY_COMMANDS = {"lm": _TREEBANK_COMMANDS, "pushdown_lm": "tgjax eval score / 
                    "craft_bc": "tgjax eval craft", "ppo_options": "tgjax eval craft", "ppo_actions": "tgjax eval craft"}
 
 
-def _newest_meta(workdir: Path) -> dict | None:
+def _newest_meta(workdir) -> dict | None:
     """The newest checkpoint step's meta (orbax writes the JSON item as `meta/metadata`), or None."""
     steps = sorted((int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()), reverse=True)
     for step in steps:
@@ -328,10 +341,10 @@ def _newest_meta(workdir: Path) -> dict | None:
 def family_of(workdir: str | os.PathLike) -> Family | None:
     """The family of the run in `workdir`, from its newest checkpoint's meta (its `family` and training
     `config`), or the `config.json` some trainers write; None when the workdir says nothing (the command's
-    own loader then says what is missing)."""
+    own loader then says what is missing, and refuses a URL: evaluation reads local paths, `local_workdir`)."""
     if is_url(workdir):
         return None
-    directory = local_workdir(workdir)
+    directory = workdir_path(workdir)
     meta = _newest_meta(directory)
     config = meta.get("config") if meta else None
     if not isinstance(config, dict) and (directory / "config.json").is_file():
@@ -393,8 +406,8 @@ def vocabulary_file_name(vocab: Vocabulary) -> str:
     return WORD_DICTIONARY_FILE if isinstance(vocab, WordDictionary) else SENTENCEPIECE_FILE
 
 
-def saved_vocabulary_path(workdir: Path) -> Path | None:
-    """The workdir's vocabulary file, or None if it holds none."""
+def saved_vocabulary_path(workdir):
+    """The workdir's vocabulary file (a path of the workdir's kind: `workdir_path`), or None if it holds none."""
     for name in VOCABULARY_FILE_NAMES:
         if (workdir / name).exists():
             return workdir / name
@@ -423,6 +436,6 @@ def word_list_fingerprint(words: list[str]) -> str:
 
 __all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "Family", "VocabularyMismatch",
            "WrongFamily", "check_family", "check_step", "check_treebank_lm", "family_of",
-           "checkpoint_workdir", "directory_manifest", "is_url", "local_workdir", "orbax_read", "quiet_orbax_teardown",
+           "directory_manifest", "is_url", "local_workdir", "orbax_read", "quiet_orbax_teardown",
            "restore_failure", "saved_vocabulary_path",
-           "vocabulary_file_name", "vocabulary_fingerprint", "word_list_fingerprint"]
+           "vocabulary_file_name", "vocabulary_fingerprint", "word_list_fingerprint", "workdir_path"]

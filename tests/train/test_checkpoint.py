@@ -1,8 +1,8 @@
 """CheckpointStore alone: keep-N plus keep-best retention, manifests (sizes; sha256 opted in) written off the
-training thread, corrupt-step fallback, a state without memory, and gs:// workdirs through etils.epath."""
+training thread, corrupt-step fallback, a state without memory, and gs:// workdirs through etils.epath
+(the trainer on a bucket, cut saves and the multi-host resume decision: test_bucket_workdir.py)."""
 
 import json
-import os
 import shutil
 import threading
 
@@ -93,11 +93,12 @@ def test_a_relative_workdir_is_taken_from_the_current_directory(tmp_path, monkey
     assert (tmp_path / "runs" / "rel" / "checkpoints" / "3").is_dir()
 
 
-def test_a_url_workdir_goes_to_checkpoints_but_not_to_local_files(tmp_path, monkeypatch):
-    """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: checkpoints take the URL as an
-    epath.Path (orbax writes buckets directly); the rest of a workdir, written locally, refuses it."""
+def test_a_url_workdir_is_written_through_epath_but_refused_by_the_local_readers(tmp_path, monkeypatch):
+    """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: a workdir that is a URL is an
+    epath.Path (the trainer and orbax write buckets directly); the readers that still want a local path
+    (evaluation's loaders) refuse it, naming the mount that gives one."""
     from tgjax.infer.loading import resolve_step
-    from tgjax.workdir import checkpoint_workdir, local_workdir
+    from tgjax.workdir import local_workdir, workdir_path
 
     monkeypatch.chdir(tmp_path)
     for call in (lambda: local_workdir("gs://bucket/run"), lambda: resolve_step("gs://bucket/run")):
@@ -105,50 +106,26 @@ def test_a_url_workdir_goes_to_checkpoints_but_not_to_local_files(tmp_path, monk
             call()
     assert not (tmp_path / "gs:").exists()
     assert local_workdir("runs/x") == tmp_path / "runs" / "x"
-    bucket = checkpoint_workdir("gs://bucket/run")
+    bucket = workdir_path("gs://bucket/run")
     assert str(bucket / "checkpoints" / "3") == "gs://bucket/run/checkpoints/3"
-    assert checkpoint_workdir("runs/x") == tmp_path / "runs" / "x"
-
-
-def _bucket_on_disk(root, monkeypatch):
-    """etils.epath mocked so that gs://bucket/... lives under `root` (no network)."""
-    from etils import epath
-    from etils.epath import gpath
-    from etils.epath import testing as epath_testing
-
-    # With TensorFlow installed epath takes tf.io.gfile for gs:// whatever the mock says: use the mocked backend.
-    monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
-
-    def local(path):
-        text = os.fspath(path)
-        return str(root / text[len("gs://"):]) if text.startswith("gs://") else text
-
-    def back(text):
-        return "gs://" + os.path.relpath(text, root) if str(text).startswith(str(root)) else text
-
-    def walk(fn, path, *args, **kwargs):
-        for top, dirs, files in fn(local(path), *args, **kwargs):
-            yield back(top), dirs, files
-
-    one = lambda fn, path, *a, **k: fn(local(path), *a, **k)  # noqa: E731
-    two = lambda fn, path, dst, *a, **k: fn(local(path), local(dst), *a, **k)  # noqa: E731
-    return epath, epath_testing.mock_epath(open=one, exists=one, isdir=one, listdir=one, makedirs=one, mkdir=one,
-                                           remove=one, rmtree=one, stat=one, glob=one, walk=walk, rename=two,
-                                           replace=two, copy=two)
+    assert workdir_path("runs/x") == tmp_path / "runs" / "x"
 
 
 def test_manifest_and_checks_through_epath_on_a_bucket_url(tmp_path, monkeypatch):
-    """The manifest and the integrity check of a step on gs:// (epath mocked onto a local directory)."""
-    from tgjax.workdir import check_step, checkpoint_workdir, directory_manifest
+    """The manifest and the integrity check of a step on gs:// (tests/train/bucket.py: a local stand-in)."""
+    from etils import epath
+
+    from tgjax.workdir import check_step, directory_manifest, workdir_path
+
+    from .bucket import fake_bucket
 
     local_run = tmp_path / "local"
     store = CheckpointStore(local_run, async_save=False)
     store.save(1, fake_state(1), {"epoch": 0, "step": 1}, {})
     store.close()
     shutil.copytree(local_run, tmp_path / "bucket" / "run")
-    epath, mocked = _bucket_on_disk(tmp_path, monkeypatch)
-    with mocked:
-        run = checkpoint_workdir("gs://bucket/run")
+    with fake_bucket(tmp_path, monkeypatch):
+        run = workdir_path("gs://bucket/run")
         assert isinstance(run, epath.Path)
         step_dir = run / "checkpoints" / "1"
         manifest = directory_manifest(step_dir, hashes=True)

@@ -20,6 +20,8 @@ rules would silently teach the wrong world.
 
 from __future__ import annotations
 
+import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -30,7 +32,15 @@ from tgjax.envs.craft_episodes import FIELDS, CraftDemoError, CraftDemos
 
 
 def write_craft_demos(path: str | Path, demos: CraftDemos) -> None:
-    """Write `demos` to `path` (compressed .npz; the name is kept as given; whole or not at all)."""
+    """Write `demos` to `path` (compressed .npz; the name is kept as given; whole or not at all). A file in a
+    bucket (`gs://...`, a run's workdir on one) is made in memory and written as one object."""
+    if "://" in os.fspath(path):
+        from etils import epath  # only bucket files need it
+
+        archive = io.BytesIO()
+        np.savez_compressed(archive, **{name: np.asarray(getattr(demos, name)) for name in FIELDS})
+        epath.Path(os.fspath(path)).write_bytes(archive.getvalue())
+        return
     from tgjax.outputs import atomic_write
 
     with atomic_write(path, "wb") as handle:
@@ -38,10 +48,19 @@ def write_craft_demos(path: str | Path, demos: CraftDemos) -> None:
 
 
 def read_craft_demos(path: str | Path, expected_version: str = rules.ENV_VERSION) -> CraftDemos:
-    """Read and check a demonstration file; `CraftDemoError` naming the file on any mismatch."""
-    path = Path(path)
+    """Read and check a demonstration file (local, or `gs://...` through `etils.epath`); `CraftDemoError` naming
+    the file on any mismatch."""
+    url = "://" in os.fspath(path)
+    path = os.fspath(path) if url else Path(path)
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        source: Path | io.BytesIO
+        if url:
+            from etils import epath  # only bucket files need it
+
+            source = io.BytesIO(epath.Path(path).read_bytes())
+        else:
+            source = Path(path)
+        with np.load(source, allow_pickle=False) as archive:
             missing = [name for name in FIELDS if name not in archive.files]
             if missing:
                 raise CraftDemoError(f"{path}: not a Craft demonstration file: missing fields {missing} "
@@ -66,7 +85,7 @@ def read_craft_demos(path: str | Path, expected_version: str = rules.ENV_VERSION
     return demos
 
 
-def _check_shapes(path: Path, demos: CraftDemos) -> None:
+def _check_shapes(path: str | Path, demos: CraftDemos) -> None:
     total = len(demos.actions)
     problems = []
     if demos.observations.ndim != 2 or demos.observations.shape != (total, rules.OBS_SIZE):

@@ -44,6 +44,8 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
@@ -244,6 +246,29 @@ class Vocabulary(abc.ABC):
 
 
 # ---------------------------------------------------------------------------
+# Files: a vocabulary is saved in a run's workdir, which may be a bucket.
+
+
+def _file(path: str | os.PathLike) -> Any:
+    """A path object whose own `open` reads and writes the file: the object given (a `pathlib.Path`, or the
+    `etils.epath.Path` of a file in a bucket workdir, `tgjax.workdir.workdir_path`), or for a string a
+    `pathlib.Path`, or an `etils.epath.Path` when it is a URL (`gs://...`)."""
+    if hasattr(path, "open") and hasattr(path, "exists"):
+        return path
+    text = os.fspath(path)
+    if "://" in text:
+        from etils import epath  # only bucket files need it
+
+        return epath.Path(text)
+    return Path(text)
+
+
+def _sidecar(path: str | os.PathLike) -> Any:
+    """The `.json` sidecar beside a SentencePiece model file (`vocab.model` -> `vocab.model.json`)."""
+    return _file(os.fspath(path) + ".json")
+
+
+# ---------------------------------------------------------------------------
 # SentencePiece.
 
 
@@ -338,24 +363,24 @@ class SentencePieceVocabulary(Vocabulary):
         return tokens
 
     def save(self, path: str | os.PathLike) -> None:
-        path = os.fspath(path)
-        with open(path, "wb") as f:
+        """Writes the model to `path` and the non-terminal lists to `path.json` (local files, or objects in a
+        bucket workdir: `_file`)."""
+        with _file(path).open("wb") as f:
             f.write(self._model_proto)
         sidecar = {"format": _SPM_FORMAT, "opening_nts": self.opening_nts, "closing_nts": self.closing_nts}
-        with open(path + ".json", "w", encoding="utf-8") as f:
+        with _sidecar(path).open("w", encoding="utf-8") as f:
             json.dump(sidecar, f, ensure_ascii=False, indent=1)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SentencePieceVocabulary:
-        path = os.fspath(path)
-        sidecar_path = path + ".json"
-        if not os.path.exists(sidecar_path):
-            raise ValueError(f"{path}: missing sidecar {sidecar_path} (the non-terminal lists)")
-        with open(sidecar_path, encoding="utf-8") as f:
+        sidecar_path = _sidecar(path)
+        if not sidecar_path.exists():
+            raise ValueError(f"{os.fspath(path)}: missing sidecar {sidecar_path} (the non-terminal lists)")
+        with sidecar_path.open(encoding="utf-8") as f:
             sidecar = json.load(f)
         if sidecar.get("format") != _SPM_FORMAT:
             raise ValueError(f"{sidecar_path}: format {sidecar.get('format')!r}, expected {_SPM_FORMAT!r}")
-        with open(path, "rb") as f:
+        with _file(path).open("rb") as f:
             proto = f.read()
         return cls(proto, sidecar["opening_nts"], sidecar["closing_nts"])
 
@@ -492,13 +517,13 @@ class WordDictionary(Vocabulary):
         labels = [nt_label(nt) for nt in self.opening_nts]
         data = {"format": _WORD_FORMAT, "reserved": list(RESERVED_TOKENS), "terminals": self.terminals,
                 "labels": labels}
-        with open(os.fspath(path), "w", encoding="utf-8") as f:
+        with _file(path).open("w", encoding="utf-8") as f:
             json.dump(data, f, ensure_ascii=False, indent=0)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> WordDictionary:
-        path = os.fspath(path)
-        with open(path, encoding="utf-8") as f:
+        with _file(path).open(encoding="utf-8") as f:
+            path = os.fspath(path)  # for the messages
             try:
                 data = json.load(f)
             except json.JSONDecodeError as e:
@@ -549,9 +574,9 @@ def build_word_dictionary(
 
 
 def load_vocabulary(path: str | os.PathLike) -> Vocabulary:
-    """Loads a vocabulary saved by either class: a word-dictionary JSON, or a SentencePiece model + sidecar."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
+    """Loads a vocabulary saved by either class: a word-dictionary JSON, or a SentencePiece model + sidecar
+    (local files, or objects in a bucket workdir: `_file`)."""
+    with _file(path).open("rb") as f:
         head = f.read(1)
     if head == b"{":
         return WordDictionary.load(path)

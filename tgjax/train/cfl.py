@@ -60,6 +60,7 @@ from tgjax.train.config import (
 from tgjax.train.params_state import ParamsState
 from tgjax.train.schedules import plateau_optimizer
 from tgjax.train.step import make_train_step
+from tgjax.workdir import is_url, workdir_path
 
 __all__ = [
     "CFLState",
@@ -475,12 +476,20 @@ def plot_results(path: str | Path, *, title: str, valid_history: dict[str, list[
     right.legend(fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=120)
+    if is_url(path):  # a bucket workdir: the picture is drawn in memory and written as one object
+        import io
+
+        picture = io.BytesIO()
+        fig.savefig(picture, dpi=120, format="png")
+        workdir_path(path).write_bytes(picture.getvalue())
+    else:
+        fig.savefig(str(path), dpi=120)
     plt.close(fig)
 
 
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    """`value` as JSON, replacing `path` whole (a crash leaves the old file or the new one)."""
+def write_json(path: Any, value: dict[str, Any]) -> None:
+    """`value` as JSON, replacing `path` whole (a crash leaves the old file or the new one); `path` is a local
+    `Path` or a file of a bucket workdir (`tgjax.workdir.workdir_path`)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value, indent=2))
     tmp.replace(path)
@@ -497,9 +506,9 @@ def read_params(workdir: str | Path, step: int, model_cfg: StackLMConfig) -> dic
     """
     import orbax.checkpoint as ocp
 
-    from tgjax.workdir import check_step, local_workdir
+    from tgjax.workdir import check_step
 
-    workdir = local_workdir(workdir)
+    workdir = workdir_path(workdir)
     path = workdir / "checkpoints" / str(step) / "state"
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no checkpoint step {step} in {workdir} (was the run finished?)")
@@ -524,7 +533,7 @@ def load_model(workdir: str | Path) -> tuple[StackTransformerLM, CFLTask]:
     parameters are read from that trial's orbax checkpoint of that step
     (found under WORKDIR when the run has been moved since).
     """
-    workdir = Path(workdir)
+    workdir = workdir_path(workdir)
     results_path = workdir / "results.json"
     if not results_path.exists():
         raise FileNotFoundError(f"{results_path}: no such file (a finished `tgjax train --config "
@@ -534,7 +543,7 @@ def load_model(workdir: str | Path) -> tuple[StackTransformerLM, CFLTask]:
     model_cfg = StackLMConfig(**results.get("model_config", facts.get("model_config", {})))
     model = StackTransformerLM(model_cfg, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    trial_dir = Path(results.get("best_trial_workdir", results["workdir"]))
+    trial_dir = workdir_path(results.get("best_trial_workdir", results["workdir"]))
     if (workdir / trial_dir.name / "checkpoints").is_dir():  # the run's directory may have moved since
         trial_dir = workdir / trial_dir.name
     elif (workdir / "checkpoints").is_dir():  # a trial's own workdir

@@ -74,6 +74,7 @@ from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.loop import Trainer
 from tgjax.train.metrics import MetricsWriter, read_metrics
 from tgjax.train.tasks.cfl import CFLTask, TrialResult
+from tgjax.workdir import workdir_path
 
 __all__ = ["CFLResult", "train_cfl"]
 
@@ -112,13 +113,13 @@ def _results_json(config, task: CFLLanguage, model_name: str, model_cfg: StackLM
     }
 
 
-def _finished_trial(trial_dir: Path, facts: dict[str, Any]) -> TrialResult | None:
+def _finished_trial(trial_dir: Any, facts: dict[str, Any]) -> TrialResult | None:
     """The trial read back from its results.json, or None when it has not finished; another run's is refused."""
     path = trial_dir / "results.json"
     if not path.exists():
         return None
     result = TrialResult.from_json(json.loads(path.read_text()))
-    result.workdir = trial_dir.absolute()  # where it is now (the run's directory may have moved)
+    result.workdir = workdir_path(trial_dir)  # where it is now (the run's directory may have moved)
     changed = [f"{k}: {result.run.get(k)!r} there, {v!r} now" for k, v in facts.items() if result.run.get(k) != v]
     if changed:
         raise ConfigError(f"{path} is a finished trial of another run ({'; '.join(changed)}); use the original "
@@ -126,7 +127,7 @@ def _finished_trial(trial_dir: Path, facts: dict[str, Any]) -> TrialResult | Non
     return result
 
 
-def _write_test_records(trial_dir: Path, best: TrialResult, test: CrossEntropyDifference, tensorboard: bool) -> None:
+def _write_test_records(trial_dir: Any, best: TrialResult, test: CrossEntropyDifference, tensorboard: bool) -> None:
     """The test numbers into the trial's metrics.jsonl, replacing those of an earlier attempt."""
     records, _ = read_metrics(trial_dir) if (trial_dir / "metrics.jsonl").exists() else ([], [])
     kept = [r for r in records if r.get("split") not in ("test", "test_by_length")]
@@ -159,7 +160,7 @@ def train_cfl(config, workdir: str | Path, *, stream: TextIO | None = None, quie
     started = time.perf_counter()
     task_name, model_name = check_config(config)
     task = cfl_task(task_name)
-    workdir = Path(workdir)
+    workdir = workdir_path(workdir)  # a local directory or a bucket (gs://...)
     workdir.mkdir(parents=True, exist_ok=True)
     t, d, e = config.training, config.data, config.evaluation
 

@@ -19,8 +19,12 @@ Retention keeps the `max_to_keep` most recent steps and the `keep_best` best
 by the task's selection value (steps saved with one as their metric; lowest
 first, or highest with `best_mode="max"`).
 
-Integrity: orbax writes each step to a temporary directory and renames it
-when complete, so a save cut short never looks finished; beyond that, once
+Integrity: a save cut short never looks finished. On a local disk orbax
+writes each step to a temporary directory and renames it when complete; on a
+bucket (`gs://`, where a directory rename is a copy of every object) it writes
+the step in place and commits it by writing `commit_success.txt` last. A step
+without its commit (a temporary name, or no marker) is not listed as a step,
+and opening a store removes it. Beyond that, once
 a save has finished this module writes a manifest of its files' sizes
 (`WORKDIR/checkpoint_manifests/<s>.json`), and with `checksums` (the
 trainer's default; `checkpointing.checksums=false` turns them off) their
@@ -30,11 +34,20 @@ never waits for it: hashing reads every byte (3 GB for 252M parameters with
 Adam). On resume the newest step is checked (items present, sizes match, with
 checksums the sums match, orbax restore succeeds); a step that fails is
 reported, moved to `WORKDIR/checkpoints_corrupt/`, and the previous step is
-tried.
+tried. A step committed but without its manifest yet (a save cut between the
+two) is complete: orbax's restore is its check.
+
+On several processes (hosts) the step to resume from is chosen once: process 0
+lists and checks the steps, and its choice (with the steps it rejected and
+why) is broadcast (`multihost_utils.broadcast_one_to_all`), so a host whose
+view of the bucket lags (a listing, a metadata cache) can never pick another
+step; every process then reads that step, and a read that fails on one of them
+counts as failed on all (`restore_latest`). Whether there is a step at all is
+decided the same way (`has_checkpoints`).
 
 A workdir may be a bucket URL (`gs://bucket/run`): orbax writes it directly
 and the manifests and move-aside go through `etils.epath`
-(`tgjax.workdir.checkpoint_workdir`).
+(`tgjax.workdir.workdir_path`).
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
@@ -59,10 +73,10 @@ from tgjax.train.params_state import ParamsState
 from tgjax.workdir import (
     CHECKPOINT_ITEMS,
     check_step,
-    checkpoint_workdir,
     directory_manifest,
     orbax_read,
     restore_failure,
+    workdir_path,
 )
 
 log = logging.getLogger(__name__)
@@ -107,6 +121,37 @@ def _state_tree(state: Any, save_memory: bool) -> dict[str, Any]:
     return tree
 
 
+def from_process_0(value: Any) -> Any:
+    """Process 0's `value` (anything JSON holds) on every process; the other processes' `value` is ignored.
+
+    One process: `value` itself. Several: its JSON, as bytes, broadcast from
+    process 0 (`multihost_utils.broadcast_one_to_all`, a collective that every
+    process calls at the same point): first the length, then the bytes.
+    """
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    source = jax.process_index() == 0
+    data = np.frombuffer(json.dumps(value).encode("utf-8"), np.uint8).astype(np.int32) if source else None
+    size = int(multihost_utils.broadcast_one_to_all(np.int32(data.size if source else 0)))
+    received = multihost_utils.broadcast_one_to_all(data if source else np.zeros(size, np.int32))
+    return json.loads(bytes(np.asarray(received).astype(np.uint8)).decode("utf-8"))
+
+
+def _failed_on_any_process(reason: str | None) -> str | None:
+    """A read's failure, agreed: on several processes a step that one of them could not read is unusable for all
+    (`process_allgather` of the flags); this process's own reason, or which processes failed."""
+    if jax.process_count() == 1:
+        return reason
+    from jax.experimental import multihost_utils
+
+    flags = np.asarray(multihost_utils.process_allgather(np.int32(reason is not None))).reshape(-1)
+    if reason is None and flags.any():
+        reason = f"restore failed on process(es) {[int(i) for i in np.flatnonzero(flags)]}"
+    return reason
+
+
 class CheckpointStore:
     """Saves and restores training checkpoints under `workdir` (see the module docstring)."""
 
@@ -114,7 +159,7 @@ class CheckpointStore:
                  async_save: bool = True, checksums: bool = False, save_memory: bool = True,
                  best_mode: str = "min"):
         # A relative --workdir is taken from the current directory; a gs:// one is an epath.Path.
-        self.workdir = checkpoint_workdir(workdir)
+        self.workdir = workdir_path(workdir)
         self.directory = self.workdir / "checkpoints"
         self.manifest_dir = self.workdir / "checkpoint_manifests"
         self.corrupt_dir = self.workdir / "checkpoints_corrupt"
@@ -155,7 +200,15 @@ class CheckpointStore:
         return sorted(self.manager.all_steps())
 
     def latest_step(self) -> int | None:
+        """The newest finished step in this process's listing (`has_checkpoints` is the one all processes agree
+        on)."""
         return self.manager.latest_step()
+
+    def has_checkpoints(self) -> bool:
+        """Whether there is a step to resume from: orbax's listing, on several processes process 0's, broadcast
+        (every process calls this), so that all of them restore or all start afresh."""
+        mine = self.manager.latest_step() is not None if jax.process_index() == 0 else None
+        return bool(from_process_0(mine))
 
     def save(self, step: int, state: Any, pipeline_state: dict[str, int], meta: dict[str, Any],
              valid_loss: float | None = None) -> None:
@@ -257,33 +310,69 @@ class CheckpointStore:
         incomplete) steps are moved aside, so that training can save that step
         again, and returned as `Problem`s for the caller to report. Without
         a saved carry (`save_memory=False`), the restored carry is zeros.
+
+        On several processes every one of them calls this: which step to try
+        is process 0's choice (`_pick`, broadcast), and a step that fails to
+        read on any process is given up by all (see the module docstring), so
+        all of them restore the same step, report the same problems and move
+        the same steps aside.
         """
         self.wait()  # every manifest written before any is read
         problems: list[Problem] = []
         restored = None
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            reason = self.check(step)
+        below = None  # the steps from here up have been tried
+        while True:
+            step, rejected = self._pick(below)
+            problems += rejected
+            if step is None:
+                break
+            below = step
+            reason = None
             meta = None
-            if reason is None:
-                try:
-                    with orbax_read():  # a failed read: one line, not orbax's teardown noise
-                        meta = self.read_meta(step)
-                except Exception as e:  # orbax raises many kinds; all mean "unreadable"
-                    reason = f"restore failed: meta: {restore_failure(e)}"
+            try:
+                with orbax_read():  # a failed read: one line, not orbax's teardown noise
+                    meta = self.read_meta(step)
+            except Exception as e:  # orbax raises many kinds; all mean "unreadable"
+                reason = f"restore failed: meta: {restore_failure(e)}"
+            reason = _failed_on_any_process(reason)
             if reason is None:
                 if check_meta is not None:
                     check_meta(step, meta)  # a different run's checkpoint: not corruption
                 try:
                     with orbax_read():
                         restored = self._restore(step, target)
-                    break
                 except Exception as e:
                     reason = f"restore failed: {restore_failure(e)}"
+                reason = _failed_on_any_process(reason)
+                if reason is None:
+                    break
+                restored = None
             problems.append(Problem(step, reason))
             log.info("%s", problems[-1])
         if problems:
             self._move_aside(problems)
         return restored, problems
+
+    def _pick(self, below: int | None) -> tuple[int | None, list[Problem]]:
+        """The newest step under `below` (any, when None) that passes `check`, or None; and the newer ones that
+        did not, as `Problem`s. Process 0 lists and checks; on several processes its answer is every process's
+        (`from_process_0`)."""
+        choice: dict[str, Any] | None = None
+        if jax.process_index() == 0:
+            rejected = []
+            step = None
+            for candidate in sorted(self.manager.all_steps(), reverse=True):
+                if below is not None and candidate >= below:
+                    continue
+                reason = self.check(candidate)
+                if reason is None:
+                    step = candidate
+                    break
+                rejected.append([candidate, reason])
+                log.info("%s", Problem(candidate, reason))
+            choice = {"step": step, "rejected": rejected}
+        choice = from_process_0(choice)
+        return choice["step"], [Problem(int(step), str(reason)) for step, reason in choice["rejected"]]
 
     def _restore(self, step: int, target: Any) -> Restored:
         tree_target = _state_tree(target, self.save_memory)

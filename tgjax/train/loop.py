@@ -58,7 +58,7 @@ from tgjax.train.schedules import decayed
 from tgjax.train.step import learning_rate_of
 from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
-from tgjax.workdir import local_workdir
+from tgjax.workdir import workdir_path
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ __all__ = ["TrainResult", "Trainer", "TrainingDiverged", "setup_distributed", "t
 class TrainResult:
     """What a call to `train` did."""
 
-    workdir: Path
+    workdir: Any  # an absolute local Path, or for a gs:// workdir an etils.epath.Path (`tgjax.workdir.workdir_path`)
     start_step: int  # the step it resumed from (0: a fresh run)
     final_step: int
     losses: dict[int, float]  # training loss of every step this call ran
@@ -189,7 +189,8 @@ class Trainer:
         self.task.validate_config(config)
         setup_distributed(config)
         self.config = config
-        self.workdir = local_workdir(workdir)
+        # A local directory or a bucket (gs://...): every file of the run goes through this path object.
+        self.workdir = workdir_path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.is_main = jax.process_index() == 0
         self.stream = stream or sys.stderr
@@ -206,7 +207,7 @@ class Trainer:
                                      save_memory=ck.get("save_memory", True),  # a task without memory may omit it
                                      best_mode=self.task.selection.mode)
         try:
-            self.resuming = self.store.latest_step() is not None
+            self.resuming = self.store.has_checkpoints()  # the same on every process (process 0's listing)
             self.task.setup(RunContext(self.workdir, self.mesh, self.resuming, jax.process_index(),
                                        jax.process_count(), self.say))
         except BaseException:
@@ -439,7 +440,8 @@ def train(config, workdir: str | Path, *, task: Task | None = None, devices: lis
 
     Args:
       config: a resolved config (`tgjax.train.config.load_config`).
-      workdir: checkpoints, vocabulary, metrics.jsonl and TensorBoard events go here.
+      workdir: checkpoints, vocabulary, metrics.jsonl and TensorBoard events go here: a local directory or a
+        bucket URL (`gs://bucket/run`, written through orbax and `etils.epath`).
       task: the task to train (default: the one the config's `trainer` key names, `tgjax.train.tasks`).
       devices: the devices of the mesh (default: all).
       stop_after_step: stop (after saving a checkpoint) once this step is done, as a preemption would.

@@ -10,13 +10,24 @@
 On resume, records after the resumed step (from a run that stopped before
 its next checkpoint) are dropped from the file, and TensorBoard purges them,
 so the history reads as one run. Only process 0 writes.
+
+A workdir on a bucket (`gs://...`, `tgjax.workdir.workdir_path`) gets the same
+files: an object cannot be appended to, so the writer keeps them in a local
+staging directory (the bucket's `metrics.jsonl` fetched into it first;
+TensorBoard's events written there by tensorboardX) and copies them up through
+`etils.epath` at most every `upload_seconds` and when it closes. A run killed
+outright loses at most that much of its records, which a resume from its last
+checkpoint drops anyway.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,19 +35,36 @@ from typing import Any
 import numpy as np
 
 from tgjax.extras import MissingExtra, require_extra
+from tgjax.workdir import is_url, workdir_path
 
 
 class MetricsWriter:
-    """Appends records to `metrics.jsonl` and scalars to TensorBoard (`WORKDIR/tensorboard`)."""
+    """Appends records to `metrics.jsonl` and scalars to TensorBoard (`WORKDIR/tensorboard`).
 
-    def __init__(self, workdir: str | Path, *, start_step: int = 0, tensorboard: bool = True, enabled: bool = True):
-        self.path = Path(workdir) / "metrics.jsonl"
+    `workdir` is a local directory or a bucket URL; for a bucket the files are
+    written in a local staging directory and uploaded (see the module
+    docstring).
+    """
+
+    def __init__(self, workdir: str | os.PathLike, *, start_step: int = 0, tensorboard: bool = True,
+                 enabled: bool = True, upload_seconds: float = 30.0):
+        self.workdir = workdir_path(workdir)
+        self.path = self.workdir / "metrics.jsonl"  # where the records end up
         self.enabled = enabled
+        self.upload_seconds = upload_seconds
         self._writer = None
+        self._staging: Path | None = None  # a bucket workdir's local copy
         if not enabled:
             return
+        local = self.workdir
+        if is_url(self.workdir):
+            self._staging = local = Path(tempfile.mkdtemp(prefix="tgjax-metrics-"))
+            if self.path.exists():
+                (local / "metrics.jsonl").write_bytes(self.path.read_bytes())
+        self._local_path = local / "metrics.jsonl"
         self._truncate_after(start_step)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = self._local_path.open("a", encoding="utf-8")
+        self._uploaded_at = -math.inf
         if tensorboard:
             try:
                 tensorboardx = require_extra("tensorboardX", extra="tensorboard", purpose="TensorBoard events")
@@ -45,18 +73,20 @@ class MetricsWriter:
                       file=sys.stderr)
                 return
             # purge_step: events from a previous attempt past the resumed step are hidden.
-            self._writer = tensorboardx.SummaryWriter(str(Path(workdir) / "tensorboard"),
+            self._writer = tensorboardx.SummaryWriter(str(local / "tensorboard"),
                                                       purge_step=start_step + 1 if start_step else None)
 
     def _truncate_after(self, step: int) -> None:
-        if not self.path.exists():
+        if not self._local_path.exists():
             return
-        records, unreadable = read_metrics(self.path)
+        records, unreadable = read_metrics(self._local_path)
         if unreadable:
             print(f"warning: {self.path}: dropped {len(unreadable)} line(s) that are not JSON (cut short by a "
                   f"crash?): line(s) {', '.join(map(str, unreadable[:10]))}", file=sys.stderr)
         kept = [json.dumps(r, allow_nan=True) for r in records if r.get("step", 0) <= step]
-        self.path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        self._local_path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        if self._staging is not None:
+            self._upload()  # the dropped records go from the bucket too, whatever happens next
 
     def write(self, record: dict[str, Any]) -> None:
         """One record: `step` and `split` ("train" / "valid") plus any scalars."""
@@ -70,6 +100,18 @@ class MetricsWriter:
                 if name not in ("step", "split") and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._writer.add_scalar(f"{split}/{name}", value, step)
             self._writer.flush()
+        if self._staging is not None and time.monotonic() - self._uploaded_at >= self.upload_seconds:
+            self._upload()
+
+    def _upload(self) -> None:
+        """Copies the staged files (metrics.jsonl, TensorBoard's events) to the bucket workdir, whole."""
+        assert self._staging is not None
+        self._uploaded_at = time.monotonic()
+        for local in sorted(self._staging.rglob("*")):
+            if local.is_file():
+                target = self.workdir / local.relative_to(self._staging).as_posix()
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(local.read_bytes())
 
     def close(self) -> None:
         if not self.enabled:
@@ -77,12 +119,17 @@ class MetricsWriter:
         self._file.close()
         if self._writer is not None:
             self._writer.close()
+        if self._staging is not None:
+            self._upload()
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
 
 
 def read_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of a `metrics.jsonl` (a file, or a workdir holding one), and the 1-based numbers of the
-    lines that are not JSON objects (a line cut short by a crash). FileNotFoundError names the file."""
-    path = Path(path)
+    lines that are not JSON objects (a line cut short by a crash). FileNotFoundError names the file. A bucket
+    URL (`gs://...`) is read through `etils.epath`."""
+    path = workdir_path(path) if is_url(path) else Path(path)
     if path.is_dir() or path.suffix != ".jsonl":
         path = path / "metrics.jsonl"
     if not path.exists():

@@ -167,6 +167,8 @@ def describe(config) -> dict[str, Any]:
 
 
 def demo_path(config, workdir: Path, task: str) -> Path:
+    """Where task `task`'s demonstrations are: `data.demo_dir`, else the run's workdir (a local directory or a
+    bucket: `tgjax.workdir.workdir_path`)."""
     directory = Path(config.data.demo_dir) if config.data.demo_dir else workdir / "demos"
     return directory / f"{task}.npz"
 
