@@ -156,6 +156,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.data.batching import round_up
 from tgjax.data.vocab import Vocabulary
 from tgjax.infer import device_syntax as ds
 from tgjax.infer.beam import BeamConfig, BeamResult, logsumexp
@@ -817,7 +818,7 @@ class DeviceBeamSearch:
         later = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1] - counts  # pieces after each word
         D = config.max_open_nts
         sizes = _Sizes(B, P, N, C, N * (D + config.max_consecutive_opens + 2) + D + 4,
-                       self.chunk or min(B * P, max(32, _round_up(B * P // 8, 8))))
+                       self.chunk or min(B * P, max(32, round_up(B * P // 8, 8))))
         key = (self._family.signature, config, sizes, caps)
         run = _LOOPS.get(key)
         if run is None:
@@ -898,7 +899,7 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
     # Memory sizes: the attention reads only the slots held so far, rounded up to one of a few static sizes
     # (one compiled branch each).
     C = family.cache_slots
-    buckets = sorted({min(C, m) for m in (32, 64, _round_up(C // 2, 16), C)})
+    buckets = sorted({min(C, m) for m in (32, 64, round_up(C // 2, 16), C)})
 
     def body(c: _Carry) -> _Carry:
         finishing = c.phase == FINISHING
@@ -969,9 +970,6 @@ def _longest(pieces_per_sentence) -> int:
     """
     return _coarse(max(sum(len(p) for p in pieces) for pieces in pieces_per_sentence), 8)
 
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-int(n) // multiple) * multiple
 
 
 def _coarse(n: int, least: int = 16) -> int:

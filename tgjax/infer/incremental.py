@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.data.batching import round_up
 from tgjax.models.registry import model_spec
 from tgjax.models.transformer_lm import TransformerLM
 from tgjax.syntax import masks
@@ -329,7 +330,7 @@ class PrefixScorer:
     def _new_positions_bucket(self, n: int) -> int:
         if n <= self.length_bucket:
             return max(_next_power_of_two(n), 4)
-        return _round_up(n, self.length_bucket)
+        return round_up(n, self.length_bucket)
 
     def _score_chunk(self, mem_len: int, rows: int, chunk: list[_Row], out: ScoredPrefixes) -> None:
         config = self.model.config
@@ -344,7 +345,7 @@ class PrefixScorer:
                               np.concatenate([[tt.BOS], types]).astype(np.int32),
                               np.concatenate([r.actions, [0]]).astype(np.int32),
                               np.concatenate([types, [tt.PAD]]).astype(np.int32)))
-        seq_len = _round_up(int(lengths.max()), self.length_bucket)
+        seq_len = round_up(int(lengths.max()), self.length_bucket)
         compact, seq_index = self._rule(seq_len).compact_chunks_many(sequences)
         if len(seq_index) != len(chunk):  # pragma: no cover - guarded by seq_len
             raise AssertionError(f"{len(seq_index)} segments for {len(chunk)} sequences at T={seq_len}")
@@ -410,9 +411,6 @@ _DTYPES = {"inputs": np.int32, "inputs_ttypes": np.int32, "position": np.int32, 
            "push_time": np.int32, "pop_time": np.int32, "memory_pos": np.int32, "memory_depth": np.int32,
            "memory_push_time": np.int32, "memory_pop_time": np.int32}
 
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-int(n) // multiple) * multiple
 
 
 def _pad_to(values: np.ndarray, width: int, fill) -> np.ndarray:
