@@ -68,6 +68,24 @@ def _config(family: str, workdir: Path):
             "training.epochs=1", "data.train_size=24", "data.valid_size=8", "data.length_bucket=88",
             "training.batch_size=8", "evaluation.batch_size=8", "logging.interval_steps=1"])
         return config, CFLTask(config, trial=0)
+    if family in ("ppo_actions", "ppo_options"):  # PPO fine-tuning of a 4-step behaviour-cloning run
+        from tgjax.train.tasks import craft_bc, ppo_actions, ppo_options
+
+        bc = workdir / "bc"
+        if not (bc / "checkpoints").is_dir():  # once for both layouts, on one device
+            kind = "lstm" if family == "ppo_actions" else "ocn"  # a flat policy to fine-tune, or options to control
+            train(apply_overrides(craft_bc.default_config(), [
+                f"model.kind={kind}", "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8",
+                "training.batch_size=4", "evaluation.batch_size=4", "training.num_steps=4",
+                "evaluation.interval_steps=4", "checkpointing.interval_steps=4", "logging.tensorboard=false",
+                "checkpointing.async_save=false", f"data.demo_dir={workdir / 'demos'}"]), bc,
+                  devices=jax.devices()[:1], quiet=True)
+        module, key = (ppo_actions, "policy_workdir") if family == "ppo_actions" else (ppo_options, "options_workdir")
+        # rl.num_envs 8: the environments split over the data axis (4), two minibatches of 4
+        return apply_overrides(module.default_config(), [
+            f"rl.{key}={bc}", "rl.task=ACD", "rl.num_envs=8", "rl.rollout_steps=8", "rl.num_minibatches=2",
+            "rl.num_epochs=2", "rl.max_steps=16", "evaluation.episodes=4", "evaluation.interval_steps=100",
+            f"training.num_steps={STEPS}", *COMMON]), None
     raise SystemExit(f"unknown family {family!r}")
 
 

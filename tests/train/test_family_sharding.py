@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FAMILIES = ("pushdown_lm", "mlm", "onlstm_lm", "classification", "craft_bc", "cfl")
+FAMILIES = ("pushdown_lm", "mlm", "onlstm_lm", "classification", "craft_bc", "cfl", "ppo_actions", "ppo_options")
 # A parameter each family's metadata marks for "model" (so the split is checked by name, not just counted).
 MARKED = {"mlm": "['embedding']", "onlstm_lm": "['embedding']", "pushdown_lm": "['layers'][0]['w_in']",
           "classification": "['encoder']['w_1']", "craft_bc": "['options']['w_h']",
-          "cfl": "['layers'][0]['feedforward']['function']['hidden']['kernel']"}
+          "cfl": "['layers'][0]['feedforward']['function']['hidden']['kernel']",
+          "ppo_actions": "['policy']['w_out']", "ppo_options": "['cell']['w_h']"}
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,21 @@
   of the episode's final observation rather than treated as terminal.
 * `find_bc_checkpoint` and `restore_bc_policy`: the craft_bc run both reuse (`rl.options_workdir`'s options,
   `rl.policy_workdir`'s flat policy), its step chosen and checked and its parameters restored.
-* `CraftPPOTask`: the trainer hooks that do not depend on the agent (the state's init / abstract / resume, the
-  empty batches, the metrics window, the constant learning rate, the validation); a subclass adds the agent,
-  its rollout step and loss, the checkpoint meta and the opening lines.
+* `CraftPPOTask`: the trainer hooks that do not depend on the agent (the state's init / abstract / resume and its
+  placement on the mesh, the empty batches, the metrics window, the constant learning rate, the validation); a
+  subclass adds the agent, its rollout step and loss, the checkpoint meta and the opening lines.
+
+The state is placed on the mesh as every family's is (`tgjax.train.params_state`): the agent's parameters by the
+logical axes their metadata declares (the Craft cells' "hidden" width over "model" with the default rules), each
+Adam moment as its parameter; the rollout's running state (environments, observations, recurrent carries) split
+over "data" along its environments (`rl.num_envs` must divide over it); step and key replicated. The jitted
+iteration takes and returns the state in those shardings, so `mesh.model > 1` splits the policy and
+`mesh.data > 1` the environments, and one device computes what it always did.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,7 @@ from tgjax.nn.ompn import NEVER
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.params_state import ParamsLayout, params_layout, with_shardings
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import gradient_update
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -220,11 +229,13 @@ class CraftPPOTask:
     """The trainer hooks both PPO tasks share (one trainer step = one PPO iteration).
 
     A subclass sets `name` (and `extra_ratios`, window ratios of its own metrics), and defines
-    `validate_config`, `setup`, `describe_run`, `_fresh_state` (the state from training.seed), `checkpoint_meta`,
-    `check_checkpoint` and `result_fields`. Its `setup` calls `setup_env` and sets `tx` (`optimizer()`),
-    `_iteration` ((state, *frozen) -> (state, metrics), jitted) and `_evaluate` ((params, *frozen, key) ->
-    (mean return, success rate), jitted), where `frozen` holds the arrays they read besides the state (none
-    here; ppo_options' frozen options).
+    `validate_config`, `setup`, `describe_run`, `_fresh_state` (the state from training.seed: a dataclass with
+    `params`, `opt_state`, `step`, `rng` and the rollout's running state), `checkpoint_meta`, `check_checkpoint`
+    and `result_fields`. Its `setup` calls `setup_env`, sets `tx` (`optimizer()`), calls `setup_placement` (with
+    its agent's constructor) and sets `_iteration` ((state, *frozen) -> (state, metrics), jitted by
+    `jit_iteration`) and `_evaluate` ((params, *frozen, key) -> (mean return, success rate), jitted), where
+    `frozen` holds the arrays they read besides the state (none here; ppo_options' frozen options, placed by
+    their own logical axes).
     """
 
     selection = Selection("valid_return", "max")
@@ -237,7 +248,8 @@ class CraftPPOTask:
         read_intervals(self, config)
 
     def check_mesh(self, mesh) -> None:
-        pass  # one device: the rollout is small and sequential
+        # the rollout's running state is split over "data" along the environments
+        shd.check_batch_divides(self.config.rl.num_envs, mesh, "rl.num_envs")
 
     def setup_env(self, run: RunContext, *, full_view: bool = False) -> None:
         """self.run, and the rl.task environment (`env`, `env_params`)."""
@@ -280,13 +292,48 @@ class CraftPPOTask:
     def _fresh_state(self) -> Any:
         raise NotImplementedError
 
+    def setup_placement(self, build_model: Callable[[nnx.Rngs], nnx.Module]) -> None:
+        """`layout` (the agent's parameters by their logical axes under the config's rules, `build_model(rngs)`
+        its constructor) and `state_shardings` (the state's: parameters and moments by `layout`, the rollout's
+        running state [num_envs, ...] split over "data", step and key replicated). After `tx` is set."""
+        mesh = self.run.mesh
+        self.layout: ParamsLayout = params_layout(build_model, mesh, shd.config_rules(self.config))
+        placed = self.layout.state_shardings(self.tx)
+        whole = shd.replicated(mesh)
+
+        def running(leaf) -> jax.sharding.NamedSharding:  # split along the environments where they divide
+            if not leaf.ndim:
+                return whole
+            return jax.sharding.NamedSharding(mesh, shd.fit_spec(jax.sharding.PartitionSpec("data"), leaf.shape,
+                                                                 mesh, what="rollout state"))
+
+        shapes = jax.eval_shape(self._fresh_state)
+        for field in ("params", "opt_state"):
+            mine, theirs = jax.tree.structure(getattr(shapes, field)), jax.tree.structure(getattr(placed, field))
+            if mine != theirs:
+                raise ValueError(f"{self.name}: the state's {field} {mine} are not laid out as the agent's "
+                                 f"parameters {theirs}")
+        self.state_shapes = shapes
+        self.state_shardings = dataclasses.replace(jax.tree.map(running, shapes), params=placed.params,
+                                                   opt_state=placed.opt_state, step=whole, rng=whole)
+
+    def frozen_shardings(self) -> tuple:
+        """The shardings of `frozen` (none here)."""
+        return ()
+
+    def jit_iteration(self, iteration: Callable) -> Callable:
+        """`iteration` ((state, *frozen) -> (state, metrics)) jitted with the state in and out in
+        `state_shardings` (its buffers donated), `frozen` in theirs, the metrics replicated."""
+        return jax.jit(iteration, donate_argnums=(0,),
+                       in_shardings=(self.state_shardings, *self.frozen_shardings()),
+                       out_shardings=(self.state_shardings, shd.replicated(self.run.mesh)))
+
     def init_state(self):
-        return jax.device_put(self._fresh_state(), shd.replicated(self.run.mesh)), None
+        # computed as on one device, then placed: a 1-device run's numbers are those of any mesh's
+        return jax.device_put(self._fresh_state(), self.state_shardings), None
 
     def abstract_state(self):
-        state = jax.eval_shape(self._fresh_state)
-        sharding = shd.replicated(self.run.mesh)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), state)
+        return with_shardings(self.state_shapes, self.state_shardings)
 
     def restored_rest(self):
         return None

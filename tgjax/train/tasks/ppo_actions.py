@@ -116,7 +116,7 @@ class ActorCritic(nnx.Module):
             raise ValueError(f"ActorCritic is for the flat policies {tuple(FLAT_KINDS)}, got kind {config.kind!r}")
         self.done_action = done_action
         self.policy = build_policy(config, rngs)
-        self.w_v = nnx.Param(jnp.zeros((config.hidden_size,)))
+        self.w_v = nnx.Param(jnp.zeros((config.hidden_size,)), out_sharding=("hidden",), eager_sharding=False)
         self.b_v = nnx.Param(jnp.zeros(()))
 
     def init_carry(self, batch: int):
@@ -214,8 +214,9 @@ class PPOActionsTask(CraftPPOTask):
         self.graphdef = nnx.graphdef(abstract)
         self.num_parameters = count_parameters(abstract)
         self.tx = self.optimizer()
+        self.setup_placement(self._actor_critic)  # the policy and its value head by their logical axes
         self._rollout = jax.jit(self._make_rollout())
-        self._iteration = jax.jit(self._make_iteration(), donate_argnums=(0,))
+        self._iteration = self.jit_iteration(self._make_iteration())
         self._evaluate = jax.jit(self._make_evaluation())
 
     def describe_run(self) -> list[str]:

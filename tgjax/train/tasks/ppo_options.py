@@ -68,6 +68,7 @@ from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, pool_options
 from tgjax.models.parts import count_parameters
 from tgjax.nn.ocn import CellBank, follow_option, option_branches
+from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, family_config, to_json_dict
 from tgjax.train.task import RunContext
 from tgjax.train.tasks.craft_ppo import (
@@ -121,8 +122,9 @@ class Controller(nnx.Module):
                  rngs: nnx.Rngs):
         self.cell = CellBank(1, input_size, hidden_size, num_options, depth=depth, temperature=temperature,
                              rngs=rngs)
-        self.h_init = nnx.Param(jax.random.normal(rngs.params(), (hidden_size,)) * 0.1)
-        self.w_v = nnx.Param(jnp.zeros((hidden_size,)))
+        hidden = {"out_sharding": ("hidden",), "eager_sharding": False}  # logical axes (tgjax.nn.params.logical)
+        self.h_init = nnx.Param(jax.random.normal(rngs.params(), (hidden_size,)) * 0.1, **hidden)
+        self.w_v = nnx.Param(jnp.zeros((hidden_size,)), **hidden)
         self.b_v = nnx.Param(jnp.zeros(()))
 
     def __call__(self, x: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -201,9 +203,13 @@ class PPOOptionsTask(CraftPPOTask):
                                             nnx.to_pure_dict(abstract_state))
         self.num_parameters = count_parameters(abstract)
         self.tx = self.optimizer()
-        self.options_state = nnx.state(self.options_policy, nnx.Param)
+        self.setup_placement(lambda rngs: Controller(*self.controller_args, rngs=rngs))
+        # the frozen options placed by their own logical axes too (under this config's rules)
+        options_state = nnx.state(self.options_policy, nnx.Param)
+        self.options_shardings = shd.variable_shardings(options_state, run.mesh, shd.config_rules(self.config))
+        self.options_state = jax.device_put(options_state, self.options_shardings)
         self.frozen = (self.options_state,)  # the jitted iteration's and evaluation's argument after the state
-        self._iteration = jax.jit(self._make_iteration(), donate_argnums=(0,))
+        self._iteration = self.jit_iteration(self._make_iteration())
         self._evaluate = jax.jit(self._make_evaluation())
 
     def describe_run(self) -> list[str]:
@@ -212,6 +218,9 @@ class PPOOptionsTask(CraftPPOTask):
                 f"a fresh controller, {self.num_parameters:,} parameters, over the "
                 f"{self.options_policy.config.num_options} frozen {self.options_policy.config.kind} options of "
                 f"{r.options_workdir} (step {self.options_meta['step']})", self.iteration_line()]
+
+    def frozen_shardings(self) -> tuple:
+        return (self.options_shardings,)
 
     # -- state -----------------------------------------------------------------------------
 
