@@ -185,7 +185,11 @@ class LSTMPolicy(nnx.Module):
             raise ValueError(f"LSTMPolicy is the lstm policy, got kind {config.kind!r}")
         self.config = config
         H = config.hidden_size
-        self.lstm = nnx.LSTMCell(config.input_size, H, rngs=rngs)
+        # Logical axes on the gates (input or hidden -> hidden), as `param` gives the rest: split over "model" by
+        # the "hidden" rule, the values drawn as before.
+        gate = {"out_sharding": (None, "hidden"), "eager_sharding": False}
+        self.lstm = nnx.LSTMCell(config.input_size, H, kernel_metadata=gate, recurrent_kernel_metadata=gate,
+                                 bias_metadata={"out_sharding": ("hidden",), "eager_sharding": False}, rngs=rngs)
         self.carry_init = param(rngs, nnx.initializers.normal(0.1), (config.num_tasks, 2, H),
                                 ("tasks", None, "hidden"))
         self.w_out = param(rngs, dense_init(0), (H, config.num_actions), ("hidden", "outputs"))
