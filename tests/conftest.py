@@ -1,23 +1,50 @@
 """Shared test helpers: where the data beside the repository lives; XLA's CPU code generation at its cheapest.
 
 The suite compiles thousands of small programs and runs each a few times, so
-LLVM's optimisation of the generated code costs more than it saves: the tests
-run with `--xla_backend_optimization_level=0` (XLA's own HLO passes stay on,
-so every program computes what it computes in production, up to the rounding
-of the generated loops). Measured on tests/ops, 2 cores: 199 -> 142 CPU
-seconds. A test that sets XLA_FLAGS for a subprocess sets its own.
+the quality of the generated code costs more than it saves: the tests run with
+`tests.xla_flags.CHEAP_CODEGEN` (no LLVM optimisation, XLA's classic fusion
+emitter; XLA's own HLO passes stay on, so every program computes what it
+computes in production, up to the rounding of the generated loops). A test
+that sets XLA_FLAGS for a subprocess builds them with `tests.xla_flags.xla_flags`.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-_CHEAP_CODEGEN = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+from tests.xla_flags import CHEAP_CODEGEN
+
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # before any JAX backend starts
-    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *_CHEAP_CODEGEN]).strip()
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *CHEAP_CODEGEN]).strip()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache() -> Iterator[str]:
+    """JAX's persistent compilation cache, one directory for every test and xdist worker (and the subprocesses that
+    are given it as `JAX_COMPILATION_CACHE_DIR`); its path.
+
+    It only skips recompiling identical programs (keyed by their HLO, JAX version and XLA flags); it changes no
+    result. Many tests build the same small programs again (a fresh model, a fresh `jax.jit`, a resumed run, the
+    other worker), so every program is kept, however fast it compiled (measured, 1 core: tests/ops 82 -> 75 CPU
+    seconds, tests/models 116 -> 112, eight trainer test files 86 -> 81 against keeping those over 0.5 s). One
+    directory across sessions too: `TGJAX_TEST_JAX_CACHE`, else `$TMPDIR/tgjax-test-jax-cache-$USER`.
+    """
+    import jax
+
+    default = Path(tempfile.gettempdir()) / f"tgjax-test-jax-cache-{getpass.getuser()}"
+    directory = os.environ.get("TGJAX_TEST_JAX_CACHE") or str(default)
+    previous = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    yield directory
+    jax.config.update("jax_compilation_cache_dir", previous[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
 
 
 def shared_data_dir() -> Path | None:
@@ -38,3 +65,51 @@ def shared_data() -> Path:
     if data is None:
         pytest.skip("../shared/data (beside the repository) is absent")
     return data
+
+
+# -- pytest-xdist: the tests that share an expensive setup run on one worker ----------------------------------------
+#
+# `-n 2` alone hands tests out one at a time (`--dist load`), so the tests of one module land on both workers and
+# each worker builds the module's fixtures again: a training run, an 8-device subprocess, the bad-input driver (26 s,
+# run twice). Here a module of XDIST_GROUPS (path relative to tests/ -> group) goes to one worker, whole, and the
+# groups are handed out first (the largest first); every other test is still handed out on its own to whichever
+# worker is free. Modules that share a per-process cache (`functools.cache`d models, runs and vocabularies imported
+# from one another) share a group.
+XDIST_GROUPS = {
+    "test_bad_input.py": "bad_input",
+    "test_bad_input_limits.py": "bad_input_limits",
+    "test_bad_checkpoints.py": "trained_run", "test_bad_input_flags.py": "trained_run",
+    "data/test_logic.py": "logic", "data/test_listops.py": "listops",
+    "eval/test_pushdown_eval.py": "pushdown_eval", "eval/test_dyck_eval.py": "dyck_eval",
+    # tests/infer/test_beam.py's tiny models and tests/infer/test_scoring.py's trained TG, and their importers
+    **{name: "tiny_models" for name in (
+        "infer/test_beam.py", "infer/test_sampling.py", "infer/test_device_beam.py", "infer/test_choe_charniak.py",
+        "infer/test_ensemble.py", "infer/test_scoring.py", "infer/test_perplexity.py", "eval/test_parse.py",
+        "eval/test_pos_tags_eval.py", "eval/test_rerank.py", "eval/test_shards.py")},
+    "infer/test_api.py": "onlstm_workdir", "infer/test_onlstm_parser.py": "onlstm_parser",
+    "models/test_stack_lm.py": "stack_lm", "nn/test_stack_attention.py": "stack_attention",
+    **{f"train/{name}.py": name for name in (
+        "test_pushdown_task", "test_craft_bc_task", "test_classification_task", "test_mlm_task", "test_cfl_resume",
+        "test_onlstm_task", "test_toy_family", "test_resume", "test_remat_policies", "test_family_sharding")},
+    # tests/train/conftest.py's eight-device run and two-process probe
+    **{f"train/{name}.py": "processes" for name in ("test_sharding", "test_fsdp", "test_preemption",
+                                                     "test_bucket_workdir")},
+}
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # an xdist hook; before xdist's own choice
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """For `--dist load` (what `-n N` alone means): xdist's scope scheduling, a module of XDIST_GROUPS being one
+    unit of its group, every other test one unit of its own. (Not `--dist loadgroup` with `xdist_group` marks: with
+    pytest 9, pytest-xdist 3.8 cannot rename the tests it groups, and groups none.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            group = XDIST_GROUPS.get(path.removeprefix("tests/"))
+            return f"group:{group}" if group and path.startswith("tests/") else nodeid
+
+    return GroupScheduling(config, log)

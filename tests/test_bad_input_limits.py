@@ -148,7 +148,11 @@ FAMILIES = {
     "pushdown_dyck": ({"trainer": "pushdown_lm", "data": {"source": "dyck"}}, "pushdown_lm",
                       "holds a Pushdown-LM run (data dyck)", "for this run use: tgjax eval dyck"),
     "onlstm": ({"trainer": "onlstm_lm", "data": {"source": "text"}}, "onlstm_lm",
-               "holds an ON-LSTM run (data text)", "for this run use: tgjax eval unsupervised-parse / sg / blimp"),
+               "holds an ON-LSTM run (data text)",
+               "for this run use: tgjax eval unsupervised-parse / score / ppl / sg / blimp"),
+    "stack_lm": ({"trainer": "stack_lm", "data": {"source": "builtin"}}, "stack_lm",
+                 "holds a stack-attention LM run (data builtin)",
+                 "for this run use: tgjax eval score / ppl / sg / blimp"),
     "udgn": ({"trainer": "mlm", "data": {"source": "builtin"}}, "mlm", "holds a UDGN run (data builtin)",
              "for this run use: tgjax eval dependency"),
     "listops": ({"trainer": "classification", "data": {"source": "listops"}}, "classification",
@@ -169,14 +173,15 @@ def test_a_workdir_of_another_family_is_refused_in_one_line(tmp_path, capsys, fa
     good = tmp_path / "good.txt"
     good.write_text(GOOD + "\n")
     for command, argv in TREEBANK_COMMANDS.items():
-        word_scorer = command == "eval blimp"  # sg and blimp also take an ON-LSTM LM (log p of word strings)
-        if family == "onlstm" and word_scorer:
+        word_scorer = command in ("eval score", "eval blimp")  # they take the runs that score words alone too
+        if family in ("onlstm", "stack_lm") and word_scorer:
             continue
         status = cli.main([a.format(w=workdir, good=good) for a in argv])
         err = capsys.readouterr().err
         lines = err.strip().splitlines()
         assert status == 2 and len(lines) == 1 and "Traceback" not in err, (command, err)
-        takes = "TG/TXL, Pushdown treebank and ON-LSTM runs" if word_scorer else "TG/TXL and Pushdown treebank runs"
+        takes = ("TG/TXL, Pushdown treebank, ON-LSTM and stack-attention LM runs" if word_scorer
+                 else "TG/TXL and Pushdown treebank runs")
         assert f"{workdir} {holds}; `tgjax {command}` takes {takes}; {use}" in lines[0]
 
 

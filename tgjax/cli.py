@@ -10,17 +10,17 @@
     tgjax viz mask      "<tree>" -o mask.png                      the STACK/COMPOSE mask as a picture
     tgjax viz tree      "<tree>" -o tree.png                      a tree as a picture
     tgjax viz curves    --workdir DIR [--workdir DIR2] -o curves.png   training curves of runs
-    tgjax bench pipeline [ARGS]                                   benchmarks/pipeline_throughput.py
+    tgjax bench pipeline|train_step|stack_attention [ARGS]       a script of benchmarks/ (source checkout)
     tgjax train [--config tiny|FILE[:ARG]] --workdir DIR [--config.a.b=v ...]   train, or resume in DIR
-    tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameter count and the resolved config
+    tgjax info  [--config tiny|FILE[:ARG]] [--config.a.b=v ...]   parameters (count, mesh placement), resolved config
     tgjax eval  f1|score|ppl|rerank|merge|parse|sg|blimp|unsupervised-parse|dependency|dyck|craft ...
     tgjax sample --workdir DIR [--num-samples N] ...                      well-formed trees from a trained model
     tgjax reproduce CLAIM --budget-s S --output DIR [--resume-from DIR0]   move a paper's claim forward; --ledger
 
-The data, viz, train, info and bench commands are here. The others live in their own modules
-(`MODULE_COMMANDS`): each module's `add_X_arguments(parser)` gives the parser made here for it its
-description and arguments and sets `run`; it is imported only when its command is parsed or its help
-printed (`CommandParser`), so `tgjax --help` imports no JAX. `--config.KEY=VALUE` overrides are taken out
+The data (but deps and craft-demos), viz, train, info and bench commands are here. The others live in
+their own modules (`MODULE_COMMANDS`): each module's `add_X_arguments(parser)` gives the parser made here
+for it its description and arguments and sets `run`; it is imported only when its command is parsed or its
+help printed (`CommandParser`), so `tgjax --help` imports no JAX. `--config.KEY=VALUE` overrides are taken out
 of the command line before parsing, for the commands that set `takes_overrides` (train, info, demo).
 """
 
@@ -376,8 +376,8 @@ MODULE_COMMANDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
      "accuracy at closing Dyck prefixes (long-range, depth) beside Pushdown Layers' Table 1: --workdir W "
      "[--sets ...] [--tape model|gold]"),
     (("eval", "craft"), "tgjax.eval.craft:add_craft_arguments",
-     "Craft policies: held-out F1 tol1 / alignment / NMI, success rate and return, the option x subtask table: "
-     "--workdir W"),
+     "a Craft behaviour-cloned policy: held-out NLL, F1 tol1 / alignment / NMI, success rate and return, the "
+     "option x subtask table; --curves-only for any Craft run (PPO too): --workdir W"),
     (("demo",), "tgjax.demo:add_demo_arguments",
      "the main job: train tiny TG, TXL (CC), TXL (terminals) and Pushdown-LM on the built-in treebank; table of "
      "perplexity, parse F1, agreement accuracy"),
@@ -439,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     data = group("data", "the host-side data pipeline, and data sets of other tasks")
     p = _command(data, "prepare", "trees, vocabulary, one epoch of batches, a mask picture")
     _add_pipeline_args(p)
-    p.add_argument("--workdir", default="runs/builtin")
+    p.add_argument("--workdir", default="runs/builtin",
+                   help="where the trees, vocab.json, mask.png and summary.json go (default runs/builtin)")
     p.set_defaults(run=cmd_data_prepare)
     p = _command(data, "stats", "run one epoch of the pipeline and summarise it")
     _add_pipeline_args(p)
@@ -481,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", required=True, help="checkpoints, vocabulary, metrics.jsonl, tensorboard/")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=cmd_train, takes_overrides=True)
-    p = _command(commands, "info", "parameter count and resolved config of a training config")
+    p = _command(commands, "info", "parameter count, each parameter's placement on the mesh, and the resolved "
+                                    "config of a training config")
     p.add_argument("--config", default="tiny", help=config_help + " (default: tiny)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=cmd_info, takes_overrides=True)
@@ -492,8 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
         parent.add_parser(path[-1], help=help_text, arguments=arguments)
 
     p = _command(commands, "bench", "run a benchmark from benchmarks/ (a source checkout)")
-    p.add_argument("name", choices=("pipeline", "train_step", "stack_attention"))
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.add_argument("name", choices=("pipeline", "train_step", "stack_attention"),
+                   help="benchmarks/pipeline_throughput.py, train_step.py or stack_attention.py")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the script's own arguments (its --help lists them)")
     p.set_defaults(run=cmd_bench)
     return parser
 

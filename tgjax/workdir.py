@@ -9,8 +9,12 @@ imports neither (nor JAX), so the arrows stay `workdir` <- `train`, `infer`.
 
 Facts of that layout held here: the workdir as a path object that reads and
 writes it, an absolute local path or, for a bucket URL (`gs://bucket/run`), an
-`etils.epath.Path` (`workdir_path`); the absolute local path that readers
-still need (`local_workdir`), where the vocabulary is (`vocabulary_file_name`,
+`etils.epath.Path` (`workdir_path`), which training writes and evaluation
+reads alike; the steps whose save finished, as orbax decides it (a step
+renamed into place on a disk, one with `COMMIT_MARKER` on a bucket:
+`committed_steps`, and what an unfinished one lacks, `uncommitted_step`); a
+word list read from either kind of path (`read_lines_of`); where the
+vocabulary is (`vocabulary_file_name`,
 `saved_vocabulary_path`), the integrity check of one step directory against
 its manifest (`directory_manifest`, `check_step`), a failed orbax read said
 in one line (`orbax_read`, `restore_failure`), several workdirs named in
@@ -79,21 +83,81 @@ def workdir_path(workdir: str | os.PathLike) -> Any:
     return Path(os.fspath(workdir)).absolute()
 
 
-def local_workdir(workdir: str | os.PathLike) -> Path:
-    """A workdir as an absolute local path, for the readers that still need one (`tgjax.load`, `tgjax eval`);
-    a URL is refused, with how to read one.
+# The file orbax writes last into a step it saves on a bucket, where it commits the step in place (a rename would
+# copy every object); on any other path it commits by renaming `<step>.orbax-checkpoint-tmp-<time>` to `<step>`
+# (with the marker already inside, in the orbax this project pins).
+COMMIT_MARKER = "commit_success.txt"
+TEMPORARY_STEP_SUFFIX = ".orbax-checkpoint-tmp"
 
-    Training writes a `gs://` workdir directly (`workdir_path`); reading a
-    model back for evaluation still goes through local paths, so a bucket is
-    read through a mount (gcsfuse), as launch/host_eval.sh does.
-    """
-    text = os.fspath(workdir)
-    if "://" in text:
-        raise ValueError(
-            f"workdir {text!r} is a URL: `tgjax train` writes one directly, but reading a model back for "
-            f"evaluation wants a local path: mount the bucket (e.g. `gcsfuse --implicit-dirs BUCKET "
-            f"~/gcs/BUCKET`, as launch/host_eval.sh does for gs:// WORKDIRs) and give the mounted path")
-    return Path(text).absolute()
+
+def commits_in_place(workdir) -> bool:
+    """Whether orbax commits a step of `workdir` by writing `COMMIT_MARKER` last (a `gs://` bucket, as orbax's
+    `is_gcs_path` says) rather than by renaming a temporary directory (anywhere else)."""
+    return os.fspath(workdir).startswith("gs://")
+
+
+def _step_dirs(workdir) -> dict[int, Any]:
+    """step -> directory of every directory under `workdir/checkpoints` named by a step number."""
+    directory = workdir / "checkpoints"
+    if not directory.is_dir():
+        return {}
+    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+
+
+def _unmarked(workdir, step_dirs: dict[int, Any]) -> tuple[list[int], bool]:
+    """(the steps of `step_dirs` without `COMMIT_MARKER`, whether that means unfinished): on a bucket always;
+    on a local path when another step has the marker, i.e. a bucket's run read through a mount (gcsfuse), where
+    a save in progress is in place too; a local run of an orbax that writes no marker has none at all."""
+    marked = {step for step, path in step_dirs.items() if (path / COMMIT_MARKER).exists()}
+    unmarked = sorted(set(step_dirs) - marked)
+    return unmarked, commits_in_place(workdir) or bool(marked)
+
+
+def committed_steps(workdir) -> list[int]:
+    """The steps under `workdir/checkpoints` whose save finished, as orbax lists them: a directory named by its
+    step (orbax renames a finished one into place), which on a bucket also holds `COMMIT_MARKER` (orbax writes
+    it last), as it does on a mounted bucket (`_unmarked`). `workdir` is a `workdir_path` (local or bucket)."""
+    step_dirs = _step_dirs(workdir)
+    if not commits_in_place(workdir):
+        step_dirs = {step: path for step, path in step_dirs.items() if path.is_dir()}
+    unmarked, unfinished = _unmarked(workdir, step_dirs)
+    return sorted(set(step_dirs) - set(unmarked)) if unfinished else sorted(step_dirs)
+
+
+def uncommitted_step(workdir, step: int) -> str | None:
+    """What a save of `step` that never finished lacks, in words (its commit marker on a bucket, the rename of
+    its temporary directory on a disk); None when the step is committed or nothing of it is there. `workdir` is
+    a `workdir_path`."""
+    directory = workdir / "checkpoints"
+    step_dir = directory / str(step)
+    if step_dir.is_dir():
+        unmarked, unfinished = _unmarked(workdir, _step_dirs(workdir))
+        if unfinished and step in unmarked:
+            return f"{step_dir / COMMIT_MARKER} is missing (orbax writes it last, once every item is written)"
+        return None
+    if commits_in_place(workdir) or not directory.is_dir():
+        return None
+    temporary = sorted(directory.glob(f"{step}{TEMPORARY_STEP_SUFFIX}*"))
+    if temporary:
+        return f"{temporary[-1]} was never renamed to {step_dir}"
+    return None
+
+
+def read_lines_of(path) -> list[str]:
+    """The lines of a UTF-8 text file of a workdir (a local `Path` or an `etils.epath.Path` on a bucket), as
+    `tgjax.data.text_files.read_lines` reads a local one: bad bytes raise an error naming file:line:column."""
+    from tgjax.data.text_files import decode_line, read_lines
+
+    if isinstance(path, Path):
+        return read_lines(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        for number, raw in enumerate(data.split(b"\n"), start=1):
+            decode_line(raw, os.fspath(path), number)  # raises, naming the line of the first bad byte
+        raise
+    return text.removeprefix("\ufeff").splitlines()
 
 
 def split_workdirs(value) -> list[str]:
@@ -114,17 +178,20 @@ def _sha256(path) -> str:
     return digest.hexdigest()
 
 
-# (path, size, mtime in ns, inode) -> sha256 of a local checkpoint file this process has verified: loading a model
-# checks its step once in `tgjax.load` and again in the family's loader, and hashing reads every byte.
+# (path, size, mtime, inode) -> sha256 of a checkpoint file this process has verified: loading a model checks its
+# step once in `tgjax.load` and again in the family's loader, and hashing reads every byte (over the network, for
+# a bucket's objects).
 _VERIFIED: dict[tuple, str] = {}
 
 
 def _verified_sha256(path) -> str:
-    """`_sha256`, remembered for a local file that has not changed since (any write changes its mtime)."""
-    if not isinstance(path, Path):
-        return _sha256(path)
+    """`_sha256`, remembered for a file that has not changed since (any write changes its mtime; a bucket's
+    object, which is replaced rather than written, its time of creation)."""
     status = path.stat()
-    key = (str(path), status.st_size, status.st_mtime_ns, status.st_ino)
+    if isinstance(path, Path):
+        key: tuple = (str(path), status.st_size, status.st_mtime_ns, status.st_ino)
+    else:
+        key = (str(path), status.length, status.mtime)
     if key not in _VERIFIED:
         _VERIFIED[key] = _sha256(path)
     return _VERIFIED[key]
@@ -165,7 +232,8 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
     files whose sha256 differs, so that a flipped byte is caught. A step
     without a manifest (its run stopped before writing it) passes: orbax's
     restore is then the check. `workdir` is a local path or an
-    `etils.epath.Path` (`workdir_path`).
+    `etils.epath.Path` (`workdir_path`). On a bucket a step without orbax's
+    `COMMIT_MARKER` is refused too: its save never finished.
     """
     if isinstance(workdir, str):
         workdir = workdir_path(workdir)
@@ -173,6 +241,8 @@ def check_step(workdir, step: int, *, checksums: bool = True) -> str | None:
     missing = [item for item in CHECKPOINT_ITEMS if not (step_dir / item).is_dir()]
     if missing:
         return f"item(s) {missing} missing from {step_dir}"
+    if commits_in_place(workdir) and not (step_dir / COMMIT_MARKER).exists():
+        return f"{step_dir / COMMIT_MARKER} is missing: its save did not finish"
     manifest_path = workdir / "checkpoint_manifests" / f"{step}.json"
     if not manifest_path.exists():
         return None
@@ -318,17 +388,17 @@ class Family:
 FAMILY_NAMES = {"lm": "a TG/TXL", "pushdown_lm": "a Pushdown-LM", "onlstm_lm": "an ON-LSTM", "mlm": "a UDGN",
                 "classification": "an Ordered Memory (ListOps / logic)", "cfl": "a stack-attention CFL",
                 "craft_bc": "a Craft behaviour-cloning", "ppo_options": "a Craft PPO (options)",
-                "ppo_actions": "a Craft PPO (actions)"}
+                "ppo_actions": "a Craft PPO (actions)", "stack_lm": "a stack-attention LM"}
 _TREEBANK_COMMANDS = ("tgjax eval score / ppl / rerank / parse / sg / blimp, tgjax sample")
 FAMILY_COMMANDS = {"lm": _TREEBANK_COMMANDS, "pushdown_lm": "tgjax eval score / parse / sg / blimp, tgjax sample",
-                   "onlstm_lm": "tgjax eval unsupervised-parse / sg / blimp", "mlm": "tgjax eval dependency",
+                   "onlstm_lm": "tgjax eval unsupervised-parse / score / ppl / sg / blimp",
+                   "mlm": "tgjax eval dependency", "stack_lm": "tgjax eval score / ppl / sg / blimp",
                    "craft_bc": "tgjax eval craft", "ppo_options": "tgjax eval craft", "ppo_actions": "tgjax eval craft"}
 
 
 def _newest_meta(workdir) -> dict | None:
     """The newest checkpoint step's meta (orbax writes the JSON item as `meta/metadata`), or None."""
-    steps = sorted((int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()), reverse=True)
-    for step in steps:
+    for step in reversed(committed_steps(workdir)):
         try:
             meta = json.loads((workdir / "checkpoints" / str(step) / "meta" / "metadata").read_text())
         except (OSError, ValueError):
@@ -341,9 +411,7 @@ def _newest_meta(workdir) -> dict | None:
 def family_of(workdir: str | os.PathLike) -> Family | None:
     """The family of the run in `workdir`, from its newest checkpoint's meta (its `family` and training
     `config`), or the `config.json` some trainers write; None when the workdir says nothing (the command's
-    own loader then says what is missing, and refuses a URL: evaluation reads local paths, `local_workdir`)."""
-    if is_url(workdir):
-        return None
+    own loader then says what is missing). A bucket URL is read where it is (`workdir_path`)."""
     directory = workdir_path(workdir)
     meta = _newest_meta(directory)
     config = meta.get("config") if meta else None
@@ -384,13 +452,15 @@ def check_family(workdir: str | os.PathLike, command: str, takes: str, accepts) 
                       f"use: {family.commands()}")
 
 
-def check_treebank_lm(workdirs, command: str, *, word_scorers: bool = False) -> None:
-    """`check_family` for the commands that score, parse or sample trees (TG/TXL and Pushdown on trees);
-    with `word_scorers` (eval sg, blimp: log p of word strings) an ON-LSTM language model too."""
-    takes = "TG/TXL, Pushdown treebank and ON-LSTM runs" if word_scorers else "TG/TXL and Pushdown treebank runs"
+def check_treebank_lm(workdirs, command: str, *, word_scorers: tuple[str, ...] = ()) -> None:
+    """`check_family` for the commands that score, parse or sample trees (TG/TXL and Pushdown on trees), and
+    for those that read log p of word strings (eval score, ppl, sg, blimp) the runs of the families in
+    `word_scorers` too (trainer names: `tgjax.infer.api.WORD_SCORERS`, the families whose scorer reads words)."""
+    kinds = ["TG/TXL", "Pushdown treebank", *(FAMILY_NAMES.get(f, repr(f)).split(" ", 1)[-1] for f in word_scorers)]
+    takes = f"{', '.join(kinds[:-1])} and {kinds[-1]} runs"
 
     def accepts(family: Family) -> bool:
-        return family.is_treebank_lm or (word_scorers and family.trainer == "onlstm_lm")
+        return family.is_treebank_lm or family.trainer in word_scorers
 
     for workdir in [workdirs] if isinstance(workdirs, (str, os.PathLike)) else workdirs or ():
         for one in split_workdirs(workdir):
@@ -434,8 +504,8 @@ def word_list_fingerprint(words: list[str]) -> str:
     return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
 
 
-__all__ = ["CHECKPOINT_ITEMS", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "Family", "VocabularyMismatch",
-           "WrongFamily", "check_family", "check_step", "check_treebank_lm", "family_of",
-           "directory_manifest", "is_url", "local_workdir", "orbax_read", "quiet_orbax_teardown",
-           "restore_failure", "saved_vocabulary_path",
+__all__ = ["CHECKPOINT_ITEMS", "COMMIT_MARKER", "VOCABULARY_FILE_NAMES", "WORD_LIST_FILE", "Family",
+           "VocabularyMismatch", "WrongFamily", "check_family", "check_step", "check_treebank_lm",
+           "committed_steps", "commits_in_place", "family_of", "directory_manifest", "is_url", "orbax_read",
+           "quiet_orbax_teardown", "read_lines_of", "restore_failure", "saved_vocabulary_path", "uncommitted_step",
            "vocabulary_file_name", "vocabulary_fingerprint", "word_list_fingerprint", "workdir_path"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tgjax
-from tests.infer.test_scoring import compilation_cache, trained_workdir  # noqa: F401
+from tests.infer.test_scoring import trained_workdir
 from tgjax.infer.perplexity import read_proposals
 
 BARE = "(S (NP the dog) (VP barks))"

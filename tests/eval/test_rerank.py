@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.infer.test_perplexity import flat, retagged, right_branching, standard_blocks, write_proposals
-from tests.infer.test_scoring import B, compilation_cache, corpus, fresh_scorer, trained_workdir  # noqa: F401
+from tests.infer.test_scoring import B, corpus, fresh_scorer, trained_workdir
 from tgjax.eval.evalb import evalb
 from tgjax.eval.rerank import rerank, rerank_f1
 from tgjax.infer.perplexity import ProposalError, read_proposals

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.infer.test_perplexity import standard_blocks, write_proposals
-from tests.infer.test_scoring import B, compilation_cache, corpus, trained_workdir  # noqa: F401
+from tests.infer.test_scoring import B, corpus, trained_workdir
 from tgjax.data import corpora
 from tgjax.eval.commands import main_merge, main_ppl, main_rerank, main_score
 from tgjax.eval.shards import Shard, ShardError, default_shard, merge, parse_shard, shard_path, take

@@ -34,7 +34,7 @@ from tgjax.infer.scoring import Scorer, encode, score_trees, surprisals_from_sco
 from tgjax.models import build_model
 
 from .test_beam import EXHAUSTIVE, LABELS, MAX_CONSECUTIVE, MAX_OPEN, SMALL, enumerate_actions, get_model, tiny_vocab
-from .test_scoring import compilation_cache, corpus, fresh_scorer, trained_workdir  # noqa: F401 (a fixture)
+from .test_scoring import corpus, fresh_scorer, trained_workdir
 
 LOG_HALF = math.log(0.5)
 

@@ -3,7 +3,8 @@
 `syntax` <- `data`; `ops` <- `nn` <- `models`; `models`, `data` <- `train`,
 `infer`; `infer` <- `eval` <- `cli`; `syntax` and `data` never import JAX;
 `envs` imports neither `data` nor `train`; the trainer's core (`tgjax.train`
-but its families) imports no model family. The
+but its families) imports no model family; `tgjax.train` defines no network
+(no `nnx.Module` subclass: the networks are `tgjax.models`'). The
 source check reads every Import / ImportFrom node of every module with `ast`,
 those inside functions included (a function-local import is still an arrow),
 with relative imports resolved against the module's package.
@@ -106,6 +107,50 @@ def test_no_module_imports_against_the_arrows():
     assert {"tgjax.train.tasks.treebank_lm", "tgjax.train.tasks.onlstm_lm"} <= set(FAMILY_MODULES)
     problems = [v for path in files for v in violations(path)]
     assert problems == []
+
+
+# a class with one of these bases is a network module (flax's, or one built on tgjax's modules and models)
+NETWORK_BASES = ("flax.nnx.Module", "flax.linen.Module", "tgjax.nn", "tgjax.models")
+
+
+def network_classes(path: Path, source: str | None = None) -> list[str]:
+    """module:line: class of every class in `path` (or `source` in its place) whose base resolves, through the
+    module's imports, to a network (`NETWORK_BASES`); classes inside functions too."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    module = module_name(path)
+    bound = {}  # local name -> the absolute name it was imported as
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update({alias.asname or alias.name.split(".")[0]: alias.name if alias.asname
+                          else alias.name.split(".")[0] for alias in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            bound.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                head, _, rest = ast.unparse(base).partition(".")
+                name = ".".join(filter(None, (bound.get(head, head), rest)))
+                if any(name == b or name.startswith(b + ".") for b in NETWORK_BASES):
+                    found.append(f"{module}:{node.lineno}: {node.name}({ast.unparse(base)})")
+    return found
+
+
+def test_the_trainer_defines_no_network():
+    """Networks (`nnx.Module` subclasses) live in `tgjax.models` (or `tgjax.nn`); the trainer and its families'
+    tasks build them from there."""
+    files = [p for p in package_files() if module_name(p).startswith("tgjax.train")]
+    assert any(module_name(p) == "tgjax.train.tasks.ppo_actions" for p in files)
+    assert [c for path in files for c in network_classes(path)] == []
+    # the check sees the ways a network class is written
+    task = PACKAGE_ROOT / "train" / "tasks" / "ppo_actions.py"
+    for source in ("from flax import nnx\nclass A(nnx.Module):\n    pass\n",
+                   "import flax.nnx as fn\nclass A(fn.Module):\n    pass\n",
+                   "from flax.nnx import Module\ndef f():\n    class A(Module):\n        pass\n",
+                   "from tgjax.models.ocn import LSTMPolicy\nclass A(LSTMPolicy):\n    pass\n"):
+        assert len(network_classes(task, source)) == 1, source
+    assert network_classes(task, "import dataclasses\nclass A(dataclasses.Field):\n    pass\n") == []
+    assert network_classes(PACKAGE_ROOT / "models" / "actor_critic.py") != []  # the networks the PPO tasks use
 
 
 def test_tgjax_load_is_the_one_way_in():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from tests.infer.test_scoring import LONG, B, compilation_cache, corpus, fresh, fresh_scorer, trained_workdir  # noqa: F401
+from tests.infer.test_scoring import LONG, B, corpus, fresh, fresh_scorer, trained_workdir
 from tgjax.data.vocab import build_word_dictionary
 from tgjax.infer.perplexity import ProposalError, read_proposals, score_documents, score_proposals
 from tgjax.infer.scoring import Scorer, encode, score_trees

@@ -200,6 +200,50 @@ def test_device_beam_equals_host_beam(seed, words, beam):
     np.testing.assert_allclose(release.token_surprisals, -np.diff(host.release_prefix), atol=TOL)
 
 
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 3), switches=st.sampled_from(["paper", "release", "binary"]),
+       final=st.sampled_from(["scored", "forced"]), beam=st.integers(1, 5), batch=st.integers(1, 3),
+       lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
+def test_batched_engine_equals_the_host_beam_for_each_string(seed, switches, final, beam, batch, lengths, data):
+    """Strings of different lengths searched `batch` at a time by the engine (one compiled loop per batch, sorted
+    by length, finished strings idling): each string's answer is the host beam's for it alone, both surprisals."""
+    model = get_model(switches, seed)
+    strings = [string(data.draw(st.lists(st.integers(3, VOCAB - 1), min_size=n, max_size=n))) for n in lengths]
+    found = {}
+    for surprisal in ("beam", "release"):
+        engine = search(switches, seed, beam_size=beam, final_attachment=final, surprisal=surprisal,
+                        batch_sentences=batch)
+        found[surprisal] = engine.search([[f"w{i}" for i in tokens[1:-1]] for tokens in strings])
+    for tokens, result, release in zip(strings, found["beam"], found["release"]):
+        host = oracle.host_beam(model, tokens, beam, final_attachment=final)
+        np.testing.assert_array_equal(result.best_attach, host.final[0][0])
+        np.testing.assert_allclose(result.final_scores, [s for _, s in host.final], atol=TOL)
+        assert abs(result.log_prob - host.log_prob) < TOL
+        np.testing.assert_allclose(result.token_surprisals, host.beam_surprisals[1:], atol=TOL)
+        np.testing.assert_allclose(release.token_surprisals, -np.diff(host.release_prefix), atol=TOL)
+    if switches != "release":  # the legal softmax: a beam holding every tree sums the surprisals to -log p(x)
+        wide = search(switches, seed, beam_size=64, batch_sentences=batch).search(
+            [[f"w{i}" for i in tokens[1:-1]] for tokens in strings])
+        for n, result in zip(lengths, wide):
+            assert result.final_scores.size == math.comb(2 * n, n) // (n + 1)  # Catalan(n): every tree
+            assert abs(result.token_surprisals.sum() + result.log_prob) < 1e-5
+
+
+def test_long_string_reads_the_memory_in_growing_sizes():
+    """19 tokens at capacity 32: the engine reads 16 cached positions, then 32 (two compiled sizes), and copies
+    caches by the size in use; the host beam (whole forward passes) agrees, and so do 3 strings at once."""
+    model = get_model("paper", 1)
+    tokens = string(np.random.default_rng(5).integers(3, VOCAB, size=17).tolist())
+    host = oracle.host_beam(model, tokens, 3)
+    engine = search("paper", 1, beam_size=3, batch_sentences=3)
+    alone = engine.search_ids(tokens)
+    together = engine.search([["w5"], [f"w{i}" for i in tokens[1:-1]], ["w7", "w8"]])[1]
+    for result in (alone, together):
+        np.testing.assert_array_equal(result.best_attach, host.final[0][0])
+        np.testing.assert_allclose(result.final_scores, [s for _, s in host.final], atol=TOL)
+        np.testing.assert_allclose(result.token_surprisals, host.beam_surprisals[1:], atol=TOL)
+
+
 def test_release_surprisal_differs_from_the_definition():
     """The release's indexing (candidate o instead of origin o) changes the numbers once the beam prunes."""
     tokens = string([5, 9, 4, 7, 6])
@@ -278,6 +322,8 @@ def test_bad_input_names_the_sentence():
         oracle.joint_log_prob(get_model(), string([5, 6]), [0, 1, 0, 0], name="tree 8")
     with pytest.raises(ValueError, match="word_index has 2 entries for 3 ids"):
         search(beam_size=3).search_ids(string([5]), word_index=[-1, 0])
+    with pytest.raises(ValueError, match=r"prefix 1: expected <s> \(id 1\) first, got id 5"):
+        search(beam_size=3).prefix_attachments([[BOS, 5], [5, 6]])
 
 
 # -----------------------------------------------------------------------------

@@ -93,22 +93,6 @@ def fresh_scorer(name: str, lengths: tuple[int, int] = BASE, seed: int = 0) -> S
     return Scorer(fresh(name, lengths, seed=seed), batch_size=B)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def compilation_cache():
-    """JAX's persistent compilation cache, as the trainer tests use it (it only skips identical compilations)."""
-    import getpass
-    import os
-
-    default = str(Path(tempfile.gettempdir()) / f"tgjax-test-jax-cache-{getpass.getuser()}")
-    directory = os.environ.get("TGJAX_TEST_JAX_CACHE") or default
-    previous = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    yield
-    jax.config.update("jax_compilation_cache_dir", previous[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-
-
 def logps(scores) -> np.ndarray:
     return np.array([s.logp for s in scores])
 

@@ -68,8 +68,10 @@ REMAT, SCAN, BOTH = dict(remat=True), dict(scan_layers=True), dict(scan_layers=T
 
 
 # The hybrids take the scanned path's per-layer / per-head mask selection; distinct_mha a second attention.
+# Each switch alone, and TXL (CC), with -m slow: "tg" with both switches composed covers them in CI.
 @pytest.mark.parametrize("name, switches", [
-    ("tg", REMAT), ("tg", SCAN), ("tg", BOTH), ("txl_cc", SCAN), ("tg_layer_hybrid", BOTH),
+    pytest.param("tg", REMAT, marks=pytest.mark.slow), pytest.param("tg", SCAN, marks=pytest.mark.slow),
+    ("tg", BOTH), pytest.param("txl_cc", SCAN, marks=pytest.mark.slow), ("tg_layer_hybrid", BOTH),
     ("tg_head_hybrid", SCAN), ("tg_distinct_mha", SCAN),
 ], ids=lambda v: "+".join(v) if isinstance(v, dict) else v)
 def test_remat_and_scan_give_the_default_loss_memory_and_gradients(name, switches):

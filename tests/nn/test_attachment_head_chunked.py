@@ -32,19 +32,23 @@ def make(num_depths, key_dim, depth_chunk, seed=0, dropout=0.0, **switches):
 
 
 def value_and_grads(head, hidden, nxt, tape, weights, deterministic=True):
-    """Logits and the gradients of Σ w · tanh(logits) over the parameters and both inputs."""
+    """Logits and the gradients of Σ w · tanh(logits) over the parameters and both inputs.
+
+    Compiled as one program (half the CPU time of running it op by op, each example having shapes of its own).
+    """
     graphdef, params, rest = nnx.split(head, nnx.Param, ...)
 
-    def loss(params, hidden, nxt):
+    def loss(params, rest, hidden, nxt, tape, weights):
         logits = nnx.merge(graphdef, params, jax.tree.map(lambda x: x, rest))(
             hidden, nxt, tape, deterministic=deterministic)
         return jnp.sum(weights * jnp.tanh(logits)), logits
 
-    (_, logits), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(params, hidden, nxt)
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 2, 3), has_aux=True))(
+        params, rest, hidden, nxt, tape, weights)
     return logits, grads
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)  # each example compiles forward + backward twice, in float64
 @given(B=st.integers(1, 2), T=st.integers(1, 6), num_depths=st.integers(1, 5), key_dim=st.sampled_from([4, 7, 12]),
        chunk=st.integers(1, 6), self_key_input=st.sampled_from(["projection", "query"]),
        relative_positions=st.booleans(), scaled=st.booleans(), seed=st.integers(0, 2 ** 16))

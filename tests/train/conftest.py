@@ -1,27 +1,42 @@
-"""Trainer tests compile the same small programs many times: share JAX's persistent compilation cache.
+"""What the trainer tests on several devices and processes share (one run each per session and xdist worker; the
+modules that use them are one xdist group, tests/conftest.py's XDIST_GROUPS).
 
-The cache only skips recompiling identical programs (keyed by their HLO); it
-changes no result. Subprocess tests get the directory through
-`JAX_COMPILATION_CACHE_DIR`.
+JAX's persistent compilation cache, which these subprocesses are given as `JAX_COMPILATION_CACHE_DIR`, is
+tests/conftest.py's `compilation_cache`.
 """
 
-import getpass
+import json
 import os
-import tempfile
-from pathlib import Path
+import subprocess
+import sys
 
-import jax
 import pytest
 
+from tests.train.processes import EIGHT_DEVICES, REPO, two_processes_can_join
 
-@pytest.fixture(scope="session", autouse=True)
-def compilation_cache():
-    # One directory across sessions and xdist workers (entries are keyed by program, JAX version and flags).
-    default = Path(tempfile.gettempdir()) / f"tgjax-test-jax-cache-{getpass.getuser()}"
-    directory = os.environ.get("TGJAX_TEST_JAX_CACHE") or str(default)
-    previous = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    yield directory
-    jax.config.update("jax_compilation_cache_dir", previous[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+# tests/train/multidevice_run.py's layouts that test_sharding.py and test_fsdp.py compare: one device; the 4 x 2
+# data x model mesh; fsdp on 8 x 1 and 4 x 2 with their replicated runs.
+EIGHT_DEVICE_LAYOUTS = ("1x1", "4x2", "8x1", "8x1:fsdp", "4x2:fsdp")
+
+
+@pytest.fixture(scope="session")
+def eight_device_runs(tmp_path_factory, compilation_cache) -> dict:
+    """EIGHT_DEVICE_LAYOUTS trained for 5 steps in one subprocess of eight simulated CPU devices (XLA_FLAGS must be
+    set before JAX starts): layout -> {"losses", "specs", "device_bytes", "devices"}."""
+    env = {**os.environ, **EIGHT_DEVICES, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run",
+                           str(tmp_path_factory.mktemp("eight_devices")), *EIGHT_DEVICE_LAYOUTS],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def two_host_env(compilation_cache) -> dict:
+    """The environment of two-process runs (tests/train/multihost_run.py); skips when two JAX processes cannot join
+    over localhost on this machine."""
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    why_not = two_processes_can_join(env)
+    if why_not:
+        pytest.skip(f"JAX cannot run two processes over localhost on this machine: {why_not}")
+    return env

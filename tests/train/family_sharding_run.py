@@ -68,6 +68,12 @@ def _config(family: str, workdir: Path):
             "training.epochs=1", "data.train_size=24", "data.valid_size=8", "data.length_bucket=88",
             "training.batch_size=8", "evaluation.batch_size=8", "logging.interval_steps=1"])
         return config, CFLTask(config, trial=0)
+    if family == "stack_lm":  # Tf+Sup on words, dropout on (the step's key matters)
+        return load_config("configs/stack_lm_tiny.py", [
+            "model.num_layers=1", "model.d_model=16", "model.num_heads=2", "model.feedforward_size=32",
+            "model.stack_embedding_size=8", "data.num_train_sentences=40", "data.num_valid_sentences=8",
+            "training.batch_size=8", "training.length_bucket=32", "evaluation.batch_size=8",
+            f"training.num_steps={STEPS}", "evaluation.interval_steps=100", *COMMON]), None
     if family in ("ppo_actions", "ppo_options"):  # PPO fine-tuning of a 4-step behaviour-cloning run
         from tgjax.train.tasks import craft_bc, ppo_actions, ppo_options
 

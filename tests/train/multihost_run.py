@@ -15,10 +15,11 @@ parameters after the last step, or null if the run stopped before it),
 
 Environment variables for the preemption tests (tests/train/test_preemption.py):
 MULTIHOST_NUM_STEPS (default 5), MULTIHOST_PREEMPTION_CHECK_STEPS
-(checkpointing.preemption_check_steps, default 1), and MULTIHOST_RUNS="SUBDIR:A,B;SUBDIR:A,B;...":
+(checkpointing.preemption_check_steps, default 1), and MULTIHOST_RUNS="SUBDIR:A,B;SUBDIR:A,B:S;...":
 the runs to do one after another in these processes (one line each, in order),
 each in WORKDIR/SUBDIR, with process 0 sending itself SIGTERM after step A and
-process 1 after step B (an empty entry: never). Several runs in one pair of
+process 1 after step B (an empty entry: never), stopping after step S when
+given (else after STOP_AFTER_STEP, if given). Several runs in one pair of
 processes start JAX and compile once. Default: one run in WORKDIR, no signal.
 """
 
@@ -79,9 +80,10 @@ def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) 
         "distributed.num_processes=2", f"distributed.process_id={process_id}",
     )
     for spec in os.environ.get("MULTIHOST_RUNS", ".:").split(";"):
-        subdir, signals = spec.split(":")
+        subdir, signals, *stop = spec.split(":")
         sigterm_after = (signals or ",").split(",")[int(process_id)]
-        print(json.dumps(run_once(config, Path(workdir) / subdir, sigterm_after, stop_after_step)), flush=True)
+        stop_after = stop[0] if stop and stop[0] else stop_after_step
+        print(json.dumps(run_once(config, Path(workdir) / subdir, sigterm_after, stop_after)), flush=True)
 
 
 if __name__ == "__main__":

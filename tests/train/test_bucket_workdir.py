@@ -12,13 +12,14 @@ resume from is process 0's choice (a real two-process run over localhost).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
+import orbax.checkpoint as ocp
 import pytest
 
 from tgjax import cli
 from tgjax.train.checkpoint import CheckpointStore
+from tgjax.workdir import committed_steps, uncommitted_step, workdir_path
 
 from .bucket import fake_bucket
 from .helpers import TEST_OVERRIDES
@@ -143,6 +144,12 @@ def test_a_save_cut_at_any_stage_resumes_from_the_last_complete_step(stage, on_b
             store.save(step, fake_state(step), {"epoch": 0, "step": step}, {"note": step})
         store.close()
         _cut(local, 3, kept, on_bucket)
+        # What evaluation reads (it opens no CheckpointManager) lists the steps orbax lists, and says what an
+        # unfinished one lacks.
+        listed = committed_steps(workdir_path(workdir))
+        orbax_lists = sorted(ocp.path.step.checkpoint_steps(f"{workdir}/checkpoints"))
+        assert listed == orbax_lists == ([1, 2, 3] if complete else [1, 2])
+        assert (uncommitted_step(workdir_path(workdir), 3) is None) == complete
 
         resumed = CheckpointStore(workdir, max_to_keep=5, keep_best=0, async_save=False)
         assert resumed.has_checkpoints()
@@ -250,10 +257,10 @@ def test_a_url_is_a_bucket_path_and_a_local_workdir_stays_a_local_absolute_path(
 def test_two_hosts_resume_from_process_0s_choice_even_when_the_other_host_sees_another(tmp_path, two_host_env):
     """Process 1 is made to see the newest checkpoint as corrupt (a host whose view of the bucket lags); both
     hosts still resume from it, because process 0 decides and broadcasts (tests/train/multihost_resume_run.py)."""
-    from tests.train.test_sharding import _TWO_DEVICES, _run_pair
+    from tests.train.processes import TWO_DEVICES, run_pair
 
-    done = _run_pair(["-m", "tests.train.multihost_resume_run", str(tmp_path / "run")],
-                     {**two_host_env, **_TWO_DEVICES}, timeout=300)
+    done = run_pair(["-m", "tests.train.multihost_resume_run", str(tmp_path / "run")],
+                    {**two_host_env, **TWO_DEVICES}, timeout=300)
     runs = []
     for process, (code, out, err) in enumerate(done):
         assert code == 0, f"process {process}: {err[-3000:]}"
@@ -266,12 +273,3 @@ def test_two_hosts_resume_from_process_0s_choice_even_when_the_other_host_sees_a
     assert saved == ["2", "4", "6"] and not (tmp_path / "run" / "checkpoints_corrupt").exists()
 
 
-@pytest.fixture(scope="module")
-def two_host_env(compilation_cache):
-    from tests.train.test_sharding import REPO, _two_processes_can_join
-
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
-    why_not = _two_processes_can_join(env)
-    if why_not:
-        pytest.skip(f"JAX cannot run two processes over localhost on this machine: {why_not}")
-    return env

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.xla_flags import xla_flags
 from tgjax import cli
 from tgjax.train.cfl import load_model, read_params
 from tgjax.train.cfl_trials import train_cfl
@@ -212,7 +213,7 @@ def test_a_two_device_data_mesh_gives_the_numbers_of_one_device(tmp_path, compil
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2"),
            "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(repo)}
     settings = [*SMALL, "training.epochs=2"]
     done = subprocess.run([sys.executable, "-c", _MESH_RUN, str(tmp_path), json.dumps(settings)], cwd=repo, env=env,

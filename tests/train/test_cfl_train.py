@@ -160,7 +160,7 @@ def test_batches_are_one_length_and_padding_changes_no_log_prob():
         assert np.all(scores[0] < 0)
 
 
-@pytest.mark.parametrize("model", ["tf", "tf_sup"])
+@pytest.mark.parametrize("model", [pytest.param("tf", marks=pytest.mark.slow), "tf_sup"])  # tf_sup: the stack too
 def test_tiny_run_writes_metrics_results_and_plot(model, tmp_path, capsys):
     workdir = tmp_path / model
     args = ["train", "--config", CONFIG, "--workdir", str(workdir), "--config.task=marked_reversal",

@@ -93,19 +93,19 @@ def test_a_relative_workdir_is_taken_from_the_current_directory(tmp_path, monkey
     assert (tmp_path / "runs" / "rel" / "checkpoints" / "3").is_dir()
 
 
-def test_a_url_workdir_is_written_through_epath_but_refused_by_the_local_readers(tmp_path, monkeypatch):
+def test_a_url_workdir_is_an_epath_path_for_the_writers_and_the_readers_alike(tmp_path, monkeypatch):
     """pathlib reads gs://bucket/run as the relative directory gs:/bucket/run: a workdir that is a URL is an
-    epath.Path (the trainer and orbax write buckets directly); the readers that still want a local path
-    (evaluation's loaders) refuse it, naming the mount that gives one."""
+    epath.Path, which the trainer writes and evaluation's loaders read (tests/train/bucket.py: a local stand-in)."""
     from tgjax.infer.loading import resolve_step
-    from tgjax.workdir import local_workdir, workdir_path
+    from tgjax.workdir import workdir_path
+
+    from .bucket import fake_bucket
 
     monkeypatch.chdir(tmp_path)
-    for call in (lambda: local_workdir("gs://bucket/run"), lambda: resolve_step("gs://bucket/run")):
-        with pytest.raises(ValueError, match=r"'gs://bucket/run' is a URL.*gcsfuse"):
-            call()
+    with fake_bucket(tmp_path / "gcs", monkeypatch):
+        with pytest.raises(FileNotFoundError, match=r"workdir 'gs://bucket/run' does not exist"):
+            resolve_step("gs://bucket/run")
     assert not (tmp_path / "gs:").exists()
-    assert local_workdir("runs/x") == tmp_path / "runs" / "x"
     bucket = workdir_path("gs://bucket/run")
     assert str(bucket / "checkpoints" / "3") == "gs://bucket/run/checkpoints/3"
     assert workdir_path("runs/x") == tmp_path / "runs" / "x"

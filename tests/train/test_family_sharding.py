@@ -15,23 +15,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.xla_flags import xla_flags
+
 REPO = Path(__file__).resolve().parents[2]
-FAMILIES = ("pushdown_lm", "mlm", "onlstm_lm", "classification", "craft_bc", "cfl", "ppo_actions", "ppo_options")
+FAMILIES = ("pushdown_lm", "mlm", "onlstm_lm", "classification", "craft_bc", "cfl", "ppo_actions", "ppo_options",
+            "stack_lm")
 # A parameter each family's metadata marks for "model" (so the split is checked by name, not just counted).
 MARKED = {"mlm": "['embedding']", "onlstm_lm": "['embedding']", "pushdown_lm": "['layers'][0]['w_in']",
           "classification": "['encoder']['w_1']", "craft_bc": "['options']['w_h']",
           "cfl": "['layers'][0]['feedforward']['function']['hidden']['kernel']",
-          "ppo_actions": "['policy']['w_out']", "ppo_options": "['cell']['w_h']"}
+          "ppo_actions": "['policy']['w_out']", "ppo_options": "['cell']['w_h']",
+          "stack_lm": "['layers'][0]['feedforward']['function']['hidden']['kernel']"}
 
 
 @pytest.fixture(scope="module")
-def run_family(tmp_path_factory):
+def run_family(tmp_path_factory, compilation_cache):
     """family -> its two runs (1x1 and 4x2), each family's subprocess started on first use."""
     runs = {}
 
     def run(family):
         if family not in runs:
-            env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+            env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=8"),
+                   "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": compilation_cache}
             done = subprocess.run([sys.executable, "-m", "tests.train.family_sharding_run",
                                    str(tmp_path_factory.mktemp(family)), family],
                                   cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -42,9 +47,10 @@ def run_family(tmp_path_factory):
     return run
 
 
-# Two families in CI (the pod-scale Pushdown-LM and the UDGN masked LM); the rest with -m slow.
+# One family in CI (the pod-scale Pushdown-LM; tests/train/test_toy_family.py runs a plug-in family the same way);
+# the rest with -m slow.
 @pytest.mark.parametrize("family", [
-    "pushdown_lm", "mlm", *(pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES[2:] if f != "mlm")])
+    "pushdown_lm", *(pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES[1:])])
 def test_a_family_is_split_over_model_and_trains_as_on_one_device(run_family, family):
     one, sharded = run_family(family)["1x1"], run_family(family)["4x2"]
     assert MARKED[family] in sharded["split"], sharded["split"]

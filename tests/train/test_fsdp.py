@@ -1,16 +1,13 @@
 """`mesh.fsdp`: parameters and optimiser state split over "data" too, with the losses of the replicated run.
 
-Eight simulated CPU devices in a subprocess (tests/train/multidevice_run.py). Oracle: the same mesh without
+Eight simulated CPU devices in a subprocess (tests/train/multidevice_run.py; the run of tests/train/conftest.py's
+`eight_device_runs`, shared with test_sharding.py). Oracle: the same mesh without
 fsdp (data-parallel, parameters replicated over "data"): the losses must agree to 1e-5, and each device's
 bytes of parameters and Adam state must drop to about 1/data of that run's (measured from the arrays' shards;
 "about": a bias already split over "model", or of a size "data" does not divide, and the step counts stay
 replicated over "data").
 """
 
-import json
-import os
-import subprocess
-import sys
 import types
 
 import jax
@@ -20,8 +17,6 @@ from jax.sharding import PartitionSpec as P
 
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, apply_overrides, default_config
 from tgjax.train.sharding import config_rules, logical_to_spec, make_mesh, place_free_dimension
-
-from .test_sharding import REPO
 
 
 def test_fsdp_puts_embed_on_data_ahead_of_the_configured_rules():
@@ -47,20 +42,9 @@ def test_fsdp_places_a_parameter_without_embed_by_its_largest_free_dimension():
     assert place_free_dimension(P("model"), ("vocab",), (96,), data8, rules) == P("data")  # model of size 1: whole
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, compilation_cache) -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path_factory.mktemp("fsdp")),
-                           "8x1", "8x1:fsdp", "4x2", "4x2:fsdp"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("layout, data", [("8x1", 8), ("4x2", 4)])
-def test_fsdp_holds_one_data_th_of_the_state_per_device_with_the_same_losses(runs, layout, data):
-    replicated, sharded = runs[layout], runs[f"{layout}:fsdp"]
+def test_fsdp_holds_one_data_th_of_the_state_per_device_with_the_same_losses(eight_device_runs, layout, data):
+    replicated, sharded = eight_device_runs[layout], eight_device_runs[f"{layout}:fsdp"]
     assert sharded["devices"] == 8 and len(sharded["losses"]) == 5
     np.testing.assert_allclose(sharded["losses"], replicated["losses"], rtol=1e-5, atol=1e-5)
     ratio = sharded["device_bytes"] / replicated["device_bytes"]

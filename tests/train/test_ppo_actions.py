@@ -16,7 +16,8 @@ pytest.importorskip("distrax")
 pytest.importorskip("gymnax")
 
 from tests.train.helpers import assert_resumes_bit_identically  # noqa: E402
-from tgjax.train.tasks.ppo_actions import ActorCritic, plain_gae, ppo_loss, rerun  # noqa: E402
+from tgjax.models.actor_critic import ActorCritic  # noqa: E402
+from tgjax.train.tasks.ppo_actions import plain_gae, ppo_loss, rerun  # noqa: E402
 
 
 def test_plain_gae_by_hand():

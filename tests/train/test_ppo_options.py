@@ -202,7 +202,7 @@ def test_controller_temperature_is_a_switch(tmp_path, monkeypatch):
     import jax
     from flax import nnx
 
-    from tgjax.train.tasks.ppo_options import Controller
+    from tgjax.models.actor_critic import Controller
 
     default = _options_task(tmp_path / "ten", monkeypatch)
     one = _options_task(tmp_path / "one", monkeypatch, "rl.controller_temperature=1.0")

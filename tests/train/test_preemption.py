@@ -9,20 +9,19 @@ parameters and losses of an uninterrupted two-host run, bit for bit.
 """
 
 import json
-import os
 
 import pytest
 
-from tests.train.test_sharding import _TWO_DEVICES, REPO, _run_pair, _two_processes_can_join
+from tests.train.processes import TWO_DEVICES, run_pair
 
 
 def _pair(workdir, env: dict, num_steps: int, runs: str, check_every: int = 1) -> list[list[dict]]:
     """One pair of processes doing `runs` (MULTIHOST_RUNS), combining SIGTERM flags every `check_every` steps
     (without the preemption service); per run, both processes' results (process 0 first)."""
-    done = _run_pair(["-m", "tests.train.multihost_run", str(workdir)],
-                     {**env, **_TWO_DEVICES, "MULTIHOST_NUM_STEPS": str(num_steps), "MULTIHOST_RUNS": runs,
-                      "MULTIHOST_PREEMPTION_CHECK_STEPS": str(check_every)},
-                     timeout=240)
+    done = run_pair(["-m", "tests.train.multihost_run", str(workdir)],
+                    {**env, **TWO_DEVICES, "MULTIHOST_NUM_STEPS": str(num_steps), "MULTIHOST_RUNS": runs,
+                     "MULTIHOST_PREEMPTION_CHECK_STEPS": str(check_every)},
+                    timeout=240)
     per_process = []
     for process, (code, out, err) in enumerate(done):
         assert code == 0, f"process {process}: {err[-3000:]}"
@@ -33,15 +32,6 @@ def _pair(workdir, env: dict, num_steps: int, runs: str, check_every: int = 1) -
             line["losses"] = {int(step): loss for step, loss in line["losses"].items()}
         per_process.append(lines)
     return [list(pair) for pair in zip(*per_process)]
-
-
-@pytest.fixture(scope="module")
-def two_host_env(compilation_cache):
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
-    why_not = _two_processes_can_join(env)
-    if why_not:
-        pytest.skip(f"JAX cannot run two processes over localhost on this machine: {why_not}")
-    return env
 
 
 def _check_uninterrupted(reference: list[dict], num_steps: int) -> dict:

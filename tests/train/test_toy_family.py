@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.xla_flags import xla_flags
+
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 8
 CONFIG = f"""import ml_collections
@@ -42,7 +44,7 @@ def package(tmp_path_factory) -> Path:
 
 def tgjax(site: Path, *args: str, devices: int = 1) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(site), "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+           "XLA_FLAGS": xla_flags(f"--xla_force_host_platform_device_count={devices}")}
     done = subprocess.run([sys.executable, "-m", "tgjax.cli", *args], cwd=site, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -92,7 +92,9 @@ def treebank_dependencies(trees: Iterable[Tree], **options) -> list[Dependencies
 
 def add_deps_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax data deps`'s description and arguments, on the parser `tgjax.cli` made for it."""
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = ("Dependency trees from a treebank's constituency trees by head rules (Collins' or the "
+                          "built-in grammar's head marks), written as CoNLL-U. Neither scheme is Stanford "
+                          "Dependencies.")
     parser.add_argument("--treebank", required=True, help="a treebank file (PTB brackets), or 'builtin'")
     parser.add_argument("-o", "--output", required=True, help="the CoNLL-U file to write")
     parser.add_argument("--heads", default="auto", choices=("auto", *HEAD_SCHEMES),

@@ -9,7 +9,11 @@ sentence (an empty one is a lone `<eos>`), all of them concatenated:
     columns, dropped = batchify(ids, batch_size)                 # [batch, N // batch]
 
 The trainer's task (`tgjax.train.tasks.onlstm_lm`) cuts the columns into
-BPTT segments.
+BPTT segments. A sentence-level model (`tgjax.train.tasks.stack_lm`) reads
+each sentence alone instead, `<bos> w_1 .. w_n` predicting `w_1 .. w_n
+<eos>`, in padded batches:
+
+    batch = sentence_batch([ids_1, ids_2], bos, eos, rows, bucket)   # inputs, targets, mask [rows, L]
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tgjax.data.batching import round_up
 from tgjax.limits import TREEBANK_MAX_WORDS, words_of_line
 
 EOS = "<eos>"
 UNK = "<unk>"
+BOS = "<bos>"  # a sentence-level model's first input (not in a stream's vocabulary)
 SOURCES = ("builtin", "text", "treebank", "craft")  # data.source
 
 
@@ -126,11 +132,29 @@ def encode(sentences: list[list[str]], index: dict[str, int]) -> tuple[np.ndarra
     return np.asarray(ids, np.int32), unknown
 
 
+def sentence_batch(sentences, bos: int, eos: int, rows: int, bucket: int) -> dict[str, np.ndarray]:
+    """inputs / targets [rows, L] int32 and mask [rows, L] float32 of sentences of word ids, each alone:
+    `<bos> w_1 .. w_n` predicting `w_1 .. w_n <eos>`. L is the longest n + 1 rounded up to a multiple of
+    `bucket`. Rows past the sentences and positions past a sentence's end have mask 0 (and the id `eos`: a
+    left-to-right model never reads them before a real position)."""
+    length = round_up(max((len(s) for s in sentences), default=0) + 1, bucket)
+    inputs = np.full((rows, length), eos, np.int32)
+    targets = np.full((rows, length), eos, np.int32)
+    mask = np.zeros((rows, length), np.float32)
+    for row, ids in enumerate(sentences):
+        n = len(ids)
+        inputs[row, 0] = bos
+        inputs[row, 1:n + 1] = ids
+        targets[row, :n] = ids
+        mask[row, :n + 1] = 1.0
+    return {"inputs": inputs, "targets": targets, "mask": mask}
+
+
 def batchify(ids: np.ndarray, batch_size: int) -> tuple[np.ndarray, int]:
     """[N] -> ([batch, N // batch] contiguous columns of the stream, tokens dropped at the end)."""
     rows = len(ids) // batch_size
     return ids[: rows * batch_size].reshape(batch_size, rows), len(ids) - rows * batch_size
 
 
-__all__ = ["EOS", "SOURCES", "UNK", "batchify", "build_vocabulary", "craft_sentences", "encode",
-           "read_sentences", "split_path"]
+__all__ = ["BOS", "EOS", "SOURCES", "UNK", "batchify", "build_vocabulary", "craft_sentences", "encode",
+           "read_sentences", "sentence_batch", "split_path"]

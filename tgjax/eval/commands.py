@@ -10,7 +10,11 @@ run, else 0/1; see `tgjax.eval.shards`), writes one JSON line per sentence
 (stdout when there is no `--output` and one shard) and prints a summary to
 stderr. Several `--workdir`s make a uniform ensemble (`tgjax.infer.ensemble`),
 mixed per action as in the TG paper unless `--ensemble-mixture sequence`; the
-settings and the summary name the mixture.
+settings and the summary name the mixture. What a model scores is chosen by
+what it can do (`tgjax.infer.api.LoadedModel.scores_input`), never by its
+family's name: its teacher-forced tree scorer (TG / TXL; a Pushdown-LM's
+gold-tree joint in `score`), or an exact sentence scorer's log p(words </s>)
+(ON-LSTM, the stack-attention LM), with a one-line error for what it cannot.
 Each command is `add_X_arguments(parser)` (its description and arguments, on the
 parser `tgjax.cli` makes for it, and `run`), `run_X(args)`, and `main_X(argv)`
 (the same, parsed on a parser of its own). Each returns the exit status: 0,
@@ -31,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tgjax.limits import TREEBANK_MAX_WORDS, add_bad_input_args, add_max_words_arg
-from tgjax.workdir import check_treebank_lm
+from tgjax.workdir import check_treebank_lm, workdir_path
 
 STEP_HELP = "checkpoint: best (lowest validation loss, default), latest, or a step; comma-separated for one per workdir"
 
@@ -106,16 +110,16 @@ def _load_models(args) -> list:
     return [load(workdir, step) for workdir, step in zip(args.workdir, _steps(args))]
 
 
-def build_scorer(args, command: str = "tgjax eval score"):
-    """A `Scorer` (one workdir) or an `Ensemble`: the `tree_scorer` of each `--workdir`'s `tgjax.load`, and the
-    settings that identify it."""
+def build_scorer(args, command: str = "tgjax eval score", models: list | None = None):
+    """A `Scorer` (one workdir) or an `Ensemble`: the `tree_scorer` of each `--workdir`'s `tgjax.load` (`models`
+    when loaded already), and the settings that identify it."""
     from tgjax.infer.ensemble import Ensemble
 
     members = [model.tree_scorer(command=command, batch_size=args.batch_size, sequence_length=args.seq_len,
-                                 memory_length=args.mem_len) for model in _load_models(args)]
+                                 memory_length=args.mem_len) for model in (models or _load_models(args))]
     scorer = members[0] if len(members) == 1 else Ensemble(members, mixture=args.ensemble_mixture)
     settings = {
-        "models": [{"workdir": os.path.abspath(m.loaded.workdir), "step": m.loaded.step, "model": m.loaded.model_name}
+        "models": [{"workdir": str(workdir_path(m.loaded.workdir)), "step": m.loaded.step, "model": m.loaded.model_name}
                    for m in members],
         "rule": scorer.rule,
         "seq_len": members[0].loaded.model_config.sequence_length,
@@ -155,11 +159,12 @@ def _pos_tags_setting(settings: dict, tagged: bool, setting: str) -> None:
     settings["pos_tags"] = setting_name(tagged) + (" (auto)" if setting == "auto" else "")
 
 
-def _run(prog: str, body, args: argparse.Namespace) -> int:
+def _run(prog: str, body, args: argparse.Namespace, *, word_scorers: bool = False) -> int:
+    from tgjax.infer.api import WORD_SCORERS
     from tgjax.infer.loading import CheckpointError
 
-    try:
-        check_treebank_lm(getattr(args, "workdir", None), prog)  # another family's run: one line, before any load
+    try:  # another family's run: one line, before any load (`word_scorers`: a run that scores words alone too)
+        check_treebank_lm(getattr(args, "workdir", None), prog, word_scorers=WORD_SCORERS if word_scorers else ())
         return body(args)
     except (ValueError, OSError, CheckpointError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
@@ -218,22 +223,98 @@ def _report_skipped(report) -> None:
 # score
 
 
+def _scoring(args, command: str, input_format: str) -> tuple[str, list | None]:
+    """How `command` scores its input (`tgjax.infer.api.LoadedModel.scores_input`: "tree_scorer", "gold_joint" or
+    "scorer"), and the `tgjax.load` of each `--workdir`. A workdir that holds no run yet (the family its
+    checkpoint records is read without JAX, `family_of`) is loaded later, once the input has been checked:
+    ("tree_scorer", None)."""
+    from tgjax.workdir import family_of
+
+    if any(family_of(workdir) is None for workdir in args.workdir):
+        return "tree_scorer", None
+    models = _load_models(args)
+    routes = [model.scores_input(input_format, command=command) for model in models]
+    if len(set(routes)) > 1:
+        raise ValueError(f"{command}: an ensemble's members must score alike; "
+                         + ", ".join(f"{m.workdir} ({m.description}): {r}" for m, r in zip(models, routes)))
+    return routes[0], models
+
+
+def _scorer_settings(models, command: str) -> dict:
+    """The settings of a command run with an exact sentence scorer (`_scoring`'s "scorer")."""
+    return {"models": [{"workdir": str(workdir_path(m.workdir)), "step": m.step, "model": m.model_name}
+                       for m in models], "rule": models[0].rule, "command": command}
+
+
+def _sentence_scores(scorer, items, chunk_size: int):
+    """`SequenceScore`s of (index, words) items by a `SentenceScorer` that is exact (the chain rule): per sentence
+    its words then `</s>`, each token's log p (`chunk_size` sentences per `search`)."""
+    import itertools
+
+    import numpy as np
+
+    from tgjax.data.vocab import EOS_TOKEN
+    from tgjax.infer.scoring import SequenceScore
+
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, chunk_size)):
+        for (index, words), result in zip(chunk, scorer.search([words for _, words in chunk])):
+            log_probs = np.concatenate([-result.surprisals, [-result.end_surprisal]])
+            yield SequenceScore(index, result.log_prob, log_probs, log_probs, len(words), result.num_unknown,
+                                [*words, EOS_TOKEN])
+
+
+def _score_sentences(args, models, shard) -> int:
+    """`tgjax eval score` with an exact sentence scorer (ON-LSTM, the stack-attention LM): log p(words </s>) of
+    each line's words (`--input-format words`) or of each tree's, by the chain rule."""
+    from tgjax.eval.summaries import ScoreSummary, score_record
+    from tgjax.infer.api import sentence_scorer
+    from tgjax.infer.scoring import read_sentences, resolve_input_pos_tags, surprisals_from_score
+
+    resolve_input_pos_tags(args.input, args.pos_tags, "words")  # the file is there; --pos-tags is a setting
+    skipped = _skip_report(args, args.input)
+    scorer = sentence_scorer(models, command="tgjax eval score")
+    settings = _scorer_settings(models, "score")
+    settings.update(input=os.path.abspath(args.input), input_format=args.input_format, per_token=args.per_token,
+                    surprisal=args.surprisal)
+
+    def items():
+        index = -1
+        for index, tree in enumerate(read_sentences(args.input, args.input_format, args.max_words, skipped)):
+            if shard.takes(index):
+                yield index, tree.leaves()
+        if index < 0:  # as `score_treebank`: nothing is written
+            raise ValueError(f"{args.input}: no sentences left: every tree is malformed ({skipped.num_skipped} "
+                             f"skipped; the first: {skipped.errors[0]})" if skipped is not None and skipped.errors
+                             else f"{args.input}: no sentences (the file is empty)")
+
+    records = (score_record(s, per_token=args.per_token, surprisal=surprisals_from_score(s) if args.surprisal else None)
+               for s in _sentence_scores(scorer, items(), args.chunk_size))
+    result, output = _write_records(args, "score", shard, settings, records, ScoreSummary(settings["rule"]), [])
+    result["sentences_per_second"] = result["sentences"] / max(result["seconds"], 1e-9)
+    _report_shard("score", args.input, shard, output, result, args.quiet)
+    _report_skipped(skipped)
+    return 0
+
+
 def _score(args) -> int:
     from tgjax.eval import pushdown as pushdown_eval
     from tgjax.eval.summaries import ScoreSummary, score_record
     from tgjax.infer.scoring import resolve_input_pos_tags, score_treebank, surprisals_from_score
-    from tgjax.workdir import family_of
 
     shard = _shard(args)
-    # A Pushdown-LM's records are its own (gold joint, eq. 7; beam marginal). The family its checkpoint records,
-    # read without JAX and without failing on a missing workdir: the input is checked before any model is loaded.
-    if any((family := family_of(workdir)) is not None and family.trainer == "pushdown_lm" for workdir in args.workdir):
-        return pushdown_eval.main_score_pushdown(args, _load_models(args))
+    # By what the models can do: a Pushdown-LM's records are its own (gold joint, eq. 7; beam marginal); an exact
+    # sentence scorer gives log p(words </s>); the others score with their teacher-forced tree scorer.
+    route, models = _scoring(args, "tgjax eval score", args.input_format)
+    if route == "gold_joint":
+        return pushdown_eval.main_score_pushdown(args, models)
+    if route == "scorer":
+        return _score_sentences(args, models, shard)
     # Before loading any model: a sentence over --max-words is refused here, before any tree of it is built.
     tagged = resolve_input_pos_tags(args.input, args.pos_tags, args.input_format, args.max_words,
                                     skip_bad_trees=args.on_bad_tree == "skip")
     skipped = _skip_report(args, args.input)
-    scorer, members, settings = build_scorer(args)
+    scorer, members, settings = build_scorer(args, models=models)
     settings.update(command="score", input=os.path.abspath(args.input), input_format=args.input_format,
                     per_token=args.per_token, surprisal=args.surprisal)
     if args.input_format == "trees":
@@ -253,18 +334,21 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval score`: log p of every sentence of a treebank (or words file) under a model or ensemble."""
     parser.description = (
         "Score every sentence of a file: log p(actions) (TG, TXL (CC): the joint log p(x, y) of the "
-        "given tree) or log p(words </s>) (TXL (terminals), exact). One JSON line per sentence: index, "
+        "given tree; Pushdown-LM: log p(x, y) of the tree with its attachments) or log p(words </s>) (TXL "
+        "(terminals), ON-LSTM, stack-attention LM: exact, of each line's words or each tree's). "
+        "One JSON line per sentence: index, "
         "logp (natural log), num_predictions, num_words, num_unk; --per-token adds tokens and their "
         "log probs, --surprisal per-word surprisals. Streams files of any size.")
     _add_common(parser)
     parser.add_argument("--input", required=True, help="a treebank file (any layout; .gz ok), or words with "
                                                        "--input-format words")
     parser.add_argument("--input-format", choices=("trees", "words"), default="trees",
-                        help="trees (default) or words: one sentence per line (TXL (terminals) models only)")
+                        help="trees (default) or words: one sentence per line (the models that score words "
+                             "exactly: TXL (terminals), ON-LSTM, stack-attention LM)")
     parser.add_argument("--per-token", action="store_true", help="add tokens and per-token log probs")
     parser.add_argument("--surprisal", action="store_true",
                         help="add per-word surprisals (nats; each word takes the actions before it) and the "
-                             "end surprisal (closing actions after the last word; </s> for TXL (terminals))")
+                             "end surprisal (closing actions after the last word; </s> for the words-only models)")
     from tgjax.eval.pushdown import add_pushdown_args
 
     add_pushdown_args(parser)
@@ -272,7 +356,7 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    return _run("tgjax eval score", _score, args)
+    return _run("tgjax eval score", _score, args, word_scorers=True)
 
 
 def main_score(argv: Sequence[str] | None = None) -> int:
@@ -295,14 +379,28 @@ def _ppl(args) -> int:
     tagged = proposals_pos_tags(args.proposals, args.pos_tags, documents=args.documents,  # before loading any model
                                 max_words=args.max_words, skip_bad_trees=args.on_bad_tree == "skip")
     skipped = _skip_report(args, args.proposals, "proposals")
-    scorer, members, settings = build_scorer(args, command="tgjax eval ppl")
+    route, models = _scoring(args, "tgjax eval ppl", "trees")
+    if route == "scorer":  # exact: log p(words </s>) of each block's sentence, as for TXL (terminals)
+        if args.documents:
+            from tgjax.infer.api import CapabilityError
+
+            raise CapabilityError(f"tgjax eval ppl --documents: {models[0].workdir} holds {models[0].description}, "
+                                  f"which scores each sentence alone; --documents reads TG / TXL models")
+        from tgjax.infer.api import sentence_scorer
+
+        scorer, members, settings = (sentence_scorer(models, command="tgjax eval ppl"), [],
+                                     _scorer_settings(models, "ppl"))
+    else:
+        scorer, members, settings = build_scorer(args, command="tgjax eval ppl", models=models)
     _pos_tags_setting(settings, tagged, args.pos_tags)
     settings.update(command="ppl", proposals=os.path.abspath(args.proposals), dedup=not args.keep_duplicates,
                     documents=args.documents, doc_label=args.doc_label if args.documents else None,
                     all_logps=args.all_logps)
     blocks = read_proposals(args.proposals, dedup=not args.keep_duplicates, documents=args.documents, shard=shard,
                             pos_tags=tagged, max_words=args.max_words, report=skipped)
-    if args.documents:
+    if route == "scorer":
+        results = _exact_proposal_scores(scorer, blocks, args.chunk_size)
+    elif args.documents:
         results = score_documents(scorer, blocks, label=args.doc_label)
     else:
         results = score_proposals(scorer, blocks, chunk_size=args.chunk_size)
@@ -313,12 +411,29 @@ def _ppl(args) -> int:
     return 0
 
 
+def _exact_proposal_scores(scorer, blocks, chunk_size: int):
+    """`ProposalScores` of proposal blocks by an exact `SentenceScorer`: its log p(words </s>) is the bound, and
+    the proposals only supply the sentence (`chunk_size` sentences per `search`)."""
+    import itertools
+
+    import numpy as np
+
+    from tgjax.infer.perplexity import ProposalScores
+
+    iterator = iter(blocks)
+    while chunk := list(itertools.islice(iterator, chunk_size)):
+        for block, result in zip(chunk, scorer.search([block.words for block in chunk])):
+            yield ProposalScores(block.index, result.log_prob, np.array([result.log_prob]), 0, len(block.words),
+                                 result.num_unknown, block.num_duplicates, block)
+
+
 def add_ppl_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval ppl`: the word-perplexity upper bound from proposal trees (exact for TXL (terminals))."""
     parser.description = (
         "Upper bound on word perplexity from proposal trees (Sartran et al. 2022, §3.1): "
         "exp(-Σ_x log Σ_j p(x, y_j) / N_w) over J distinct proposals per sentence. Proposal file: one "
-        "tree per line, one block per sentence, blocks separated by blank lines. TXL (terminals): exact.")
+        "tree per line, one block per sentence, blocks separated by blank lines. TXL (terminals), ON-LSTM and "
+        "the stack-attention LM: exact, log p(words </s>) of each block's sentence.")
     _add_common(parser)
     parser.add_argument("--proposals", required=True, help="the proposal trees (the same file for every model)")
     parser.add_argument("--keep-duplicates", action="store_true",
@@ -334,7 +449,7 @@ def add_ppl_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_ppl(args: argparse.Namespace) -> int:
-    return _run("tgjax eval ppl", _ppl, args)
+    return _run("tgjax eval ppl", _ppl, args, word_scorers=True)
 
 
 def main_ppl(argv: Sequence[str] | None = None) -> int:

@@ -39,13 +39,19 @@ import time
 from pathlib import Path
 
 from tgjax.envs import craft_rules as rules
-from tgjax.outputs import check_output, save_figure, write_json
-from tgjax.workdir import split_workdirs
+from tgjax.outputs import check_output, dumps_json, save_figure, write_json
+from tgjax.workdir import is_url, split_workdirs, workdir_path
 
 
 def add_craft_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval craft`'s description and arguments, on the parser `tgjax.cli` made for it."""
-    parser.description = __doc__.split("\n\n")[1]
+    parser.description = ("A Craft behaviour-cloning (craft_bc) run's policy at its best checkpoint (lowest "
+                          "validation NLL; --step): on held-out demonstrations NLL, action accuracy and the "
+                          "segmentation scores its kind has (boundary F1 tol 0/1, task alignment, NMI); success "
+                          "rate and return in the environment; for OCN / MoE the option x subtask table (thesis "
+                          "Table 5.2) and a scripted controller. "
+                          "--plot / --curves-only draw the validation curves of any Craft run (craft_bc, "
+                          "ppo_options, ppo_actions).")
     parser.add_argument("--workdir", required=True,
                         help="the --workdir of `tgjax train --config configs/ocn_craft.py`; several, comma-separated: "
                              "their options pooled (setting S2), tables and scripted controller only")
@@ -63,11 +69,11 @@ def add_craft_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also draw the run's validation curves (metrics.jsonl) to this PNG; several workdirs, "
                              "comma-separated: one line per run")
     parser.add_argument("--curves-only", action="store_true",
-                        help="only --plot (any craft_bc or ppo_options workdir; no checkpoint is read)")
+                        help="only --plot (any craft_bc, ppo_options or ppo_actions workdir; no checkpoint is read)")
     parser.set_defaults(run=run_craft)
 
 
-#: validation numbers drawn by --plot, when the run has them (craft_bc, then ppo_options)
+#: validation numbers drawn by --plot, when the run has them (craft_bc's, then the PPO trainers')
 CURVES = ("nll", "action_accuracy", "f1_tol1", "align_acc", "nmi", "return", "success_rate")
 
 
@@ -133,7 +139,7 @@ def evaluate_craft(workdir: str, *, step="best", episodes: int = 200, valid_epis
     report = {"workdir": str(checkpoint.workdir), "step": checkpoint.step, "policy": kind, "tasks": tasks}
 
     # held-out demonstrations, the run's own split
-    demo_dir = Path(data["demo_dir"]) if data["demo_dir"] else checkpoint.workdir / "demos"
+    demo_dir = workdir_path(data["demo_dir"]) if data["demo_dir"] else checkpoint.workdir / "demos"
     demos = {task: read_craft_demos(demo_dir / f"{task}.npz") for task in tasks}
     valid = {task: split_indices(d, data["num_demos"], data["valid_fraction"])[1] for task, d in demos.items()}
     live = (rules.live_observation_indices() if checkpoint.model_config.live_inputs
@@ -300,11 +306,14 @@ def run_craft(args: argparse.Namespace) -> int:
     if args.output:
         output = Path(args.output)
     elif pooled:
-        output = Path(report["workdirs"][0]) / "craft_pool_eval.json"
+        output = workdir_path(report["workdirs"][0]) / "craft_pool_eval.json"
     else:
-        output = Path(report["workdir"]) / "craft_eval.json"
+        output = workdir_path(report["workdir"]) / "craft_eval.json"
     try:
-        write_json(output, report)
+        if is_url(output):  # into a bucket workdir: one object, written whole
+            output.write_text(dumps_json(report, where=str(output), indent=2) + "\n")
+        else:
+            write_json(output, report)
     except (OSError, ValueError) as error:
         print(f"tgjax eval craft: error: {error}", file=sys.stderr)
         return 2
@@ -314,7 +323,7 @@ def run_craft(args: argparse.Namespace) -> int:
 
 def _check_outputs(args) -> None:
     """--plot and --output, checked before any curve is read or episode run."""
-    metrics = [Path(w) / "metrics.jsonl" for w in split_workdirs(args.workdir)]
+    metrics = [Path(w) / "metrics.jsonl" for w in split_workdirs(args.workdir) if not is_url(w)]
     if args.plot:
         check_output(args.plot, option="--plot", inputs=metrics, figure=True)
     if args.output and not args.curves_only:

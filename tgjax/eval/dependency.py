@@ -387,7 +387,9 @@ def _head_parser(workdir: str, step: str, *, batch_size: int):
 
 def add_dependency_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval dependency`'s description and arguments, on the parser `tgjax.cli` made for it."""
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = ("Unsupervised dependency parsing scores of a UDGN (mlm) run, UDGN's protocol: UAS / UUAS "
+                          "of the model's heads (argmax and Chu-Liu/Edmonds) against gold heads from head rules "
+                          "or a CoNLL file, beside chain and random-projective baselines, and the MLM perplexity.")
     parser.add_argument("--workdir", default=None, help="a trained mlm (UDGN) run")
     parser.add_argument("--step", default="best", help="checkpoint: best (default), latest, or a step")
     parser.add_argument("--baselines-only", action="store_true", help="score the baselines only (no --workdir)")

@@ -35,6 +35,7 @@ import argparse
 import collections
 import dataclasses
 import functools
+import inspect
 import math
 import sys
 import time
@@ -49,7 +50,13 @@ from tgjax.eval import shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.arguments import check_counts
 from tgjax.eval.evalb import evalb, right_branching
-from tgjax.infer.api import SEARCHES, resolve_search, word_scorer  # noqa: F401  (re-exported)
+from tgjax.infer.api import (  # noqa: F401  (SEARCHES, resolve_search, word_scorer: re-exported)
+    EXACT_RULES,
+    SEARCHES,
+    WORD_SCORERS,
+    resolve_search,
+    word_scorer,
+)
 from tgjax.infer.beam import BeamConfig, BeamResult
 from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.limits import (
@@ -130,8 +137,7 @@ def add_ensemble_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", default="best", help="checkpoint: 'best' (default), 'latest' or a step number")
 
 
-# Scorers whose log p(x) is exact (the chain rule), not a beam's marginal over trees.
-EXACT_RULES = ("txl_terminals", "onlstm_lm")
+# Scorers whose log p(x) is exact (the chain rule), not a beam's marginal over trees: `tgjax.infer.api.EXACT_RULES`.
 
 
 def _scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=None, search: str = "auto", *,
@@ -383,9 +389,14 @@ def check_gold_tagged(gold: Sequence[Tree], where: str) -> None:
                              f"trees with every word under a POS tag (EVALB scores the parses with the gold tags)")
 
 
+def _described(run) -> str:
+    """A command's description: its run function's docstring after the usage line (argparse prints the usage)."""
+    return inspect.cleandoc(run.__doc__ or "").split("\n\n")[1]
+
+
 def add_parse_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval parse`'s description and arguments, on the parser `tgjax.cli` made for it."""
-    parser.description = run_parse.__doc__.split("\n")[0]
+    parser.description = _described(run_parse)
     add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: sentence k iff k %% N == I (default: this host's share)")
     parser.add_argument("--treebank", default="builtin", help="gold trees (one per line) or 'builtin'")
@@ -549,7 +560,7 @@ def check_sentence_lengths(suites: Sequence[sg.Suite], max_words: int) -> None:
 
 def add_sg_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval sg`'s description and arguments, on the parser `tgjax.cli` made for it."""
-    parser.description = run_sg.__doc__.split("\n")[0]
+    parser.description = "SyntaxGym suites. " + _described(run_sg)
     add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: suite k (by name) iff k %% N == I")
     parser.add_argument("--suites", default=str(SHARED_DATA / "sg_test_suites"), help="directory of suite JSON files")
@@ -573,15 +584,15 @@ def run_sg(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """`tgjax eval sg --workdir W [--suites DIR] [--suite NAME ...] [--shard I/N] [--output J] [beam options]`.
 
     Region surprisals from the beam's word-level marginal (direct scoring for
-    TXL (terminals)); prints per-suite accuracy, circuit scores and the SG
-    score, and the unknown-word count. `--merge J1 J2 ...` prints the report
+    the word-level models: TXL (terminals), ON-LSTM, the stack-attention LM); prints per-suite accuracy, circuit
+    scores and the SG score, and the unknown-word count. `--merge J1 J2 ...` prints the report
     of shards' `--output` files instead.
     """
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
         check_counts(max_words=args.max_words)
-        check_treebank_lm(args.workdir, "tgjax eval sg", word_scorers=True)
+        check_treebank_lm(args.workdir, "tgjax eval sg", word_scorers=WORD_SCORERS)
         shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)
         if args.output:
             check_output(shards.shard_path(args.output, shard), inputs=args.merge or ())
@@ -681,7 +692,7 @@ def _merge_blimp(paths: Sequence[str]) -> blimp_lib.BlimpResult:
 
 def add_blimp_arguments(parser: argparse.ArgumentParser) -> None:
     """`tgjax eval blimp`'s description and arguments, on the parser `tgjax.cli` made for it."""
-    parser.description = run_blimp.__doc__.split("\n")[0]
+    parser.description = "BLiMP minimal pairs. " + _described(run_blimp)
     add_ensemble_args(parser)
     parser.add_argument("--shard", default=None, help="I/N: paradigm k (by name) iff k %% N == I")
     parser.add_argument("--data", default=str(SHARED_DATA / "blimp"), help="a BLiMP .jsonl file or a directory")
@@ -713,7 +724,7 @@ def run_blimp(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
     try:
-        check_treebank_lm(args.workdir, "tgjax eval blimp", word_scorers=True)
+        check_treebank_lm(args.workdir, "tgjax eval blimp", word_scorers=WORD_SCORERS)
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be positive, got {args.limit}")
         shard = shards.Shard(0, 1) if args.merge else shards.job_shard(args.shard)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from tgjax.infer.api import EXACT_RULES
 from tgjax.infer.perplexity import ProposalScores
 from tgjax.infer.scoring import SequenceScore, WordSurprisals
 
@@ -102,7 +103,7 @@ class ScoreSummary:
                "num_words": self.words, "num_unk_words": self.unk,
                "nll_per_prediction": -total / max(self.predictions, 1),
                "perplexity_per_prediction": _exp(-total / max(self.predictions, 1))}
-        if self.rule == "txl_terminals":
+        if self.rule in EXACT_RULES:  # TXL (terminals), ON-LSTM, the stack-attention LM
             out["word_perplexity"] = _exp(-total / max(self.words, 1))  # exact: p(x) itself, `</s>` included
         else:
             # With one given tree per sentence: exp(−Σ log p(x, y) / N_w) >= the true word perplexity.
@@ -129,13 +130,14 @@ def ppl_record(result: ProposalScores, *, all_logps: bool = False, documents: bo
 def perplexity_name(rule: str, *, documents: bool, dedup: bool) -> str:
     """What the summary's perplexity is, as its key: only distinct proposals at sentence level bound it.
 
-    - `word_perplexity`: TXL (terminals), exact (sentences or documents);
+    - `word_perplexity`: TXL (terminals) (sentences or documents), ON-LSTM and the stack-attention LM
+      (sentences): exact;
     - `word_perplexity_upper_bound`: the paper's bound (§3.1), distinct proposals, sentence level;
     - `word_perplexity_greedy_documents`: `--documents`, each sentence after the greedy best trees of
       the ones before it, which the paper calls an approximation (no bound either way);
     - `..._with_duplicates`: repeated proposals counted every time, which can push it below p(x)'s.
     """
-    if rule == "txl_terminals":
+    if rule in EXACT_RULES:
         return "word_perplexity"
     name = "word_perplexity_greedy_documents" if documents else "word_perplexity"
     if not dedup:
@@ -174,8 +176,8 @@ class PplSummary:
                "num_duplicates_removed": self.duplicates, "num_unk_words": self.unk,
                # Σ_x log Σ_j p(x, y_j): a lower bound on log p(corpus) only where the perplexity is the bound.
                "total_log_bound" if bound else "total_log_sum_over_proposals": total}
-        # Exact for TXL (terminals) (`</s>` in the log p, not in the words); else see `perplexity_name`.
+        # Exact for the EXACT_RULES (`</s>` in the log p, not in the words); else see `perplexity_name`.
         out[self.perplexity_key] = _exp(-total / n)
-        if self.rule != "txl_terminals":
+        if self.rule not in EXACT_RULES:
             out["best_tree_word_perplexity"] = _exp(-self.best.value / n)  # one tree per sentence: looser
         return out

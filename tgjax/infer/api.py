@@ -16,9 +16,12 @@ capabilities, as small protocols:
 * `SentenceScorer` (`scorer()`): `search(sentences) -> [BeamResult]` (log p(x)
   in nats, per-word surprisals, the end surprisal; `tgjax.infer.beam.BeamResult`)
   and `space.encode_word(w) -> (id, unknown)`. TG / TXL (CC): the
-  word-synchronous beam's marginal; TXL (terminals) and ON-LSTM: the chain
-  rule, exact; Pushdown-LM: its beam over (word, attachment). Several TG / TXL
-  models: `sentence_scorer(models)`, one beam over their per-action mixture.
+  word-synchronous beam's marginal; TXL (terminals), ON-LSTM and the
+  stack-attention LM on words (`stack_lm`): the chain rule, exact
+  (`EXACT_RULES`); Pushdown-LM: its beam over (word, attachment). Several TG /
+  TXL models: `sentence_scorer(models)`, one beam over their per-action mixture.
+  What `tgjax eval score` and `ppl` read of a file of trees or of words, per
+  model: `scores_input(input_format)`.
 * `Parser` (`parser()`): what the family parses into, `PARSES`: trees (TG /
   TXL (CC) and Pushdown: their scorers' beams, `search(...)[i].best_actions`),
   per-layer syntactic distances (ON-LSTM: `OnLSTMParser`), heads (UDGN:
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tgjax.infer.loading import CheckpointError, resolve_step
-from tgjax.workdir import FAMILY_NAMES, check_step, local_workdir, recorded_family
+from tgjax.workdir import FAMILY_NAMES, check_step, recorded_family, workdir_path
 
 # family -> the capabilities it offers, in the order `capabilities` lists them (a TG / TXL run of the words-only
 # TXL (terminals) offers SCORES_WORDS_ONLY: it neither parses nor samples trees).
@@ -60,8 +63,19 @@ CAPABILITIES = {
     "craft_bc": ("policy",),
     "ppo_options": (),
     "ppo_actions": (),
+    "stack_lm": ("scorer",),
 }
 SCORES_WORDS_ONLY = ("scorer", "tree_scorer")
+# family -> what its `rule` is (TG / TXL: read from the meta); the rules whose `scorer()` gives log p(x) exactly,
+# by the chain rule (the others search a beam over parses).
+RULES = {"pushdown_lm": "pushdown", "onlstm_lm": "onlstm_lm", "stack_lm": "stack_lm"}
+EXACT_RULES = ("txl_terminals", "onlstm_lm", "stack_lm")
+# The families that score word strings alone: their `restore()` is their exact `SentenceScorer`, and the commands
+# that read log p of words (eval score, ppl, sg, blimp) take their runs beside TG / TXL and Pushdown-LM.
+WORD_SCORERS = ("onlstm_lm", "stack_lm")
+# family -> how `tgjax eval score` scores given trees when it has no `tree_scorer`: "gold_joint", the Pushdown-LM's
+# teacher-forced log p(x, y) of each tree (eq. 7, `tgjax.eval.pushdown`).
+JOINT_SCORERS = {"pushdown_lm": "gold_joint"}
 # family -> what its `parser()` gives, and the command that evaluates it.
 PARSES = {"lm": "trees", "pushdown_lm": "trees", "onlstm_lm": "distances", "mlm": "heads"}
 PARSE_COMMANDS = {"trees": "tgjax eval parse", "distances": "tgjax eval unsupervised-parse",
@@ -73,6 +87,7 @@ FAMILY_TABLE = {
     "onlstm_lm": "tgjax.infer.onlstm.OnLSTMParser (options batch_size, length_bucket)",
     "mlm": "tgjax.infer.udgn.UDGNParser (options batch_size, length_bucket)",
     "craft_bc": "(policy, tgjax.infer.loading.FamilyCheckpoint)",
+    "stack_lm": "tgjax.infer.stack_lm.StackLMScorer (options batch_size, length_bucket)",
 }
 MEMORY = "<memory>"
 
@@ -125,6 +140,10 @@ def _restore(family: str, workdir: str, step: int, options: dict[str, Any]):
         from tgjax.infer.craft import _restore_policy
 
         return _restore_policy(workdir, step, **options)
+    if family == "stack_lm":
+        from tgjax.infer.stack_lm import _restore_scorer as restore_stack_lm
+
+        return restore_stack_lm(workdir, step, **options)
     raise CapabilityError(f"{workdir} holds {_described(family)} (family {family!r}): tgjax.load reads its family "
                           f"and step, but restores the networks of {', '.join(FAMILY_TABLE)} only")
 
@@ -175,7 +194,7 @@ class LoadedModel:
     @property
     def rule(self) -> str | None:
         """What the family's scorer reads: `tg`, `txl_cc`, `txl_terminals` (TG / TXL: from the meta, no parameter
-        read), `pushdown`, `onlstm_lm`; None for a family that scores no sentence."""
+        read), `pushdown`, `onlstm_lm`, `stack_lm`; None for a family that scores no sentence."""
         if self.family == "lm":
             restored = next(iter(self._restored.values()), None)
             if restored is not None:
@@ -183,7 +202,36 @@ class LoadedModel:
             from tgjax.infer.loading import lm_rule
 
             return lm_rule(self.meta, self._where)
-        return {"pushdown_lm": "pushdown", "onlstm_lm": "onlstm_lm"}.get(self.family)
+        return RULES.get(self.family)
+
+    @property
+    def scores_exactly(self) -> bool:
+        """Whether `scorer()` gives log p(x) exactly (the chain rule: `EXACT_RULES`), not a beam's marginal."""
+        return "scorer" in self.capabilities and self.rule in EXACT_RULES
+
+    def scores_input(self, input_format: str, *, command: str | None = None) -> str:
+        """How this model scores each sentence of a file of `input_format` ("trees" or "words"), as `tgjax eval
+        score` and `tgjax eval ppl` read it: "tree_scorer" (the teacher-forced `tree_scorer()`: TG / TXL (CC) the
+        given tree's actions, TXL (terminals) the words), "gold_joint" (`JOINT_SCORERS`: a Pushdown-LM's log
+        p(x, y) of the given tree) or "scorer" (an exact `SentenceScorer`: log p(words </s>) by the chain rule, of
+        each line's words or each tree's). A `CapabilityError` for what the model cannot score."""
+        if input_format not in ("trees", "words"):
+            raise ValueError(f"input format: expected 'trees' or 'words', got {input_format!r}")
+        if input_format == "trees" and "tree_scorer" in self.capabilities:
+            return "tree_scorer"
+        if input_format == "trees" and self.family in JOINT_SCORERS:
+            return JOINT_SCORERS[self.family]
+        if "tree_scorer" in self.capabilities and self.rule == "txl_terminals":
+            return "tree_scorer"
+        if self.scores_exactly:
+            return "scorer"
+        who = f"{command}: " if command else ""
+        what = f"{who}{self.workdir} holds {self.description} (family {self.family!r})"
+        if input_format == "words" and ("tree_scorer" in self.capabilities or self.family in JOINT_SCORERS):
+            raise CapabilityError(f"{what}, which scores given trees (log p(x, y)), not words alone: give trees "
+                                  f"(--input-format trees), or use tgjax eval sg / blimp, which search the parses")
+        offers = ", ".join(self.capabilities) or "none of scorer, parser, sampler"
+        raise CapabilityError(f"{what}, which has no exact scorer of sentences nor of trees; it offers: {offers}")
 
     @property
     def model_name(self) -> str:
@@ -305,7 +353,7 @@ def sentence_scorer(models: Sequence[LoadedModel], *, command: str | None = None
             raise ValueError(f"an ensemble mixes TG / TXL models only: {alone.workdir} holds {alone.description}, "
                              f"which is searched alone ({len(models)} models given)")
     first = models[0]
-    if first.family == "onlstm_lm":
+    if first.family in WORD_SCORERS:
         return first.restore()
     if first.family == "pushdown_lm":
         from tgjax.infer.pushdown_search import PushdownBeamConfig, PushdownSearch
@@ -374,7 +422,9 @@ def word_scorer(models, vocab, rules, config, search: str = "auto"):
 
 
 def load(workdir: str | Path, step: str | int = "best") -> LoadedModel:
-    """The checkpoint `step` ("best", "latest" or an int) of a workdir any `tgjax train` wrote.
+    """The checkpoint `step` ("best", "latest" or an int) of a workdir any `tgjax train` wrote: a local directory
+    or a bucket URL (`gs://bucket/run`), read where it is (`tgjax.workdir.workdir_path`); only steps whose save
+    finished count (`tgjax.workdir.committed_steps`).
 
     The step is verified against its manifest first (`tgjax.workdir.check_step`: every file present, of its
     size, and of its sha256 sum when the run wrote sums, as training does by default).
@@ -383,12 +433,12 @@ def load(workdir: str | Path, step: str | int = "best") -> LoadedModel:
     """
     number, meta = resolve_step(workdir, step)
     where = f"checkpoint step {number} in {workdir}"
-    problem = check_step(local_workdir(workdir), number)
+    problem = check_step(workdir_path(workdir), number)
     if problem:
         raise CheckpointError(f"{where} is corrupt or incomplete: {problem}")
     return LoadedModel(str(workdir), number, checkpoint_family(meta, where), meta)
 
 
-__all__ = ["CAPABILITIES", "FAMILY_TABLE", "MEMORY", "PARSES", "SEARCHES", "CapabilityError", "LoadedModel", "Sampler",
-           "SentenceScorer", "checkpoint_family", "describe_scorer", "load", "resolve_search", "sentence_scorer",
-           "word_scorer"]
+__all__ = ["CAPABILITIES", "EXACT_RULES", "FAMILY_TABLE", "MEMORY", "PARSES", "SEARCHES", "WORD_SCORERS",
+           "CapabilityError", "LoadedModel", "Sampler", "SentenceScorer", "checkpoint_family", "describe_scorer",
+           "load", "resolve_search", "sentence_scorer", "word_scorer"]

@@ -9,6 +9,11 @@ TG / TXL entry of its family table, and the other families' loaders build on
 this module's checkpoint reading (`resolve_step`, `open_family_checkpoint`,
 `restore_state_items`).
 
+A workdir is a local directory or a bucket (`gs://bucket/run`): both are
+read where they are, through `tgjax.workdir.workdir_path` (orbax and
+TensorStore read the checkpoint's items, `etils.epath` the manifests, the
+vocabulary and the other files), without a mount and without copying the run.
+
 What a workdir records, and where this reads it (nothing else is needed; the
 training config is not read from a file):
 
@@ -26,6 +31,11 @@ training config is not read from a file):
 * `WORKDIR/checkpoint_manifests/<step>.json`: sha256 sums; a step whose files
   do not match is refused (with `step="best"`/`"latest"` the next older good
   step is not substituted: evaluation must say exactly which weights it used).
+
+Only steps whose save finished are steps (`tgjax.workdir.committed_steps`: on
+a bucket orbax writes a step in place and its `commit_success.txt` last), so
+"latest" and "best" never pick a step that training is still writing, and
+asking for such a step by number says what it lacks.
 
 This module only reads: it never opens an orbax `CheckpointManager` on the
 workdir (whose start-up would clean up a running training's temporary
@@ -57,12 +67,15 @@ from tgjax.workdir import (
     WORD_LIST_FILE,
     VocabularyMismatch,
     check_step,
-    local_workdir,
+    committed_steps,
     orbax_read,
+    read_lines_of,
     restore_failure,
     saved_vocabulary_path,
+    uncommitted_step,
     vocabulary_fingerprint,
     word_list_fingerprint,
+    workdir_path,
 )
 
 log = logging.getLogger(__name__)
@@ -100,7 +113,7 @@ class RestoredLM:
     model_config: ModelConfig
     pipeline_fields: dict[str, Any]
     step: int
-    workdir: Path
+    workdir: Any  # a local Path or, for a bucket run, an etils.epath.Path (`tgjax.workdir.workdir_path`)
     vocab_fingerprint: str
     meta: dict[str, Any]
     graphdef: Any = None
@@ -125,12 +138,10 @@ class RestoredLM:
 # The checkpoint directory, read-only.
 
 
-def checkpoint_steps(workdir: Path) -> list[int]:
-    """Finished checkpoint steps under `workdir/checkpoints` (orbax renames a step's directory when done)."""
-    directory = workdir / "checkpoints"
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+def checkpoint_steps(workdir) -> list[int]:
+    """Finished checkpoint steps under `workdir/checkpoints` (`tgjax.workdir.committed_steps`: a step orbax
+    renamed into place, or on a bucket one with its commit marker)."""
+    return committed_steps(workdir_path(workdir))
 
 
 @contextlib.contextmanager
@@ -145,7 +156,7 @@ def _quiet_absl():
         logger.setLevel(level)
 
 
-def read_meta(workdir: Path, step: int) -> dict[str, Any]:
+def read_meta(workdir, step: int) -> dict[str, Any]:
     """The `meta` item (JSON) of a step."""
     import orbax.checkpoint as ocp
 
@@ -161,20 +172,22 @@ def read_meta(workdir: Path, step: int) -> dict[str, Any]:
     return meta
 
 
-def resolve_step(workdir: str | Path, step: str | int = "best") -> tuple[int, dict[str, Any]]:
+def resolve_step(workdir, step: str | int = "best") -> tuple[int, dict[str, Any]]:
     """The checkpoint step to read and its meta.
 
     `"latest"`: the newest step. `"best"`: the step with the lowest validation
     loss, as recorded in the newest step's meta (`best_step`); without any
     validation in the run, the newest step (logged). An integer: that step.
-    Raises `FileNotFoundError` (no workdir) or `CheckpointError` (no
-    checkpoints, the step missing, a best step that retention deleted).
+    Only committed steps count (`checkpoint_steps`). `workdir`: a local path
+    or a bucket URL. Raises `FileNotFoundError` (no workdir) or
+    `CheckpointError` (no checkpoints, the step missing or its save
+    unfinished, a best step that retention deleted).
     """
-    workdir = local_workdir(workdir)
+    workdir = workdir_path(workdir)
     if not workdir.is_dir():
         raise FileNotFoundError(f"workdir {str(workdir)!r} does not exist (train one with "
                                 f"`tgjax train --workdir {workdir}`)")
-    steps = checkpoint_steps(workdir)
+    steps = committed_steps(workdir)
     if not steps:
         raise CheckpointError(f"workdir {str(workdir)!r} holds no checkpoints ({workdir / 'checkpoints'} is empty or "
                               f"missing); train first with `tgjax train --workdir {workdir}`")
@@ -182,6 +195,10 @@ def resolve_step(workdir: str | Path, step: str | int = "best") -> tuple[int, di
         step = int(step)
     if isinstance(step, int):
         if step not in steps:
+            unfinished = uncommitted_step(workdir, step)
+            if unfinished:
+                raise CheckpointError(f"checkpoint step {step} in {workdir} was never committed (its save did not "
+                                      f"finish): {unfinished}; committed steps: {steps}")
             raise CheckpointError(f"workdir {str(workdir)!r} has no checkpoint step {step}; it has {steps}")
         return step, read_meta(workdir, step)
     if step not in STEP_CHOICES:
@@ -206,14 +223,14 @@ def resolve_step(workdir: str | Path, step: str | int = "best") -> tuple[int, di
 class FamilyCheckpoint:
     """One checked checkpoint step of a non-TG family's run (`open_family_checkpoint`)."""
 
-    workdir: Path
+    workdir: Any  # a local Path or an etils.epath.Path (`tgjax.workdir.workdir_path`)
     step: int
     meta: dict[str, Any]
     where: str  # "checkpoint step S in WORKDIR", for messages
     model_config: Any  # the family's model config, from the meta's "model"
 
 
-def open_family_checkpoint(workdir: str | Path, step: str | int, *, trainer: str, config_class,
+def open_family_checkpoint(workdir, step: str | int, *, trainer: str, config_class,
                            reader: str) -> FamilyCheckpoint:
     """The step to read (`resolve_step`), checked whole, written by `trainer`, with its model config.
 
@@ -222,7 +239,7 @@ def open_family_checkpoint(workdir: str | Path, step: str | int, *, trainer: str
     CheckpointError (no checkpoints, a corrupt step, another trainer, no model
     config in the meta).
     """
-    workdir = local_workdir(workdir)
+    workdir = workdir_path(workdir)
     step_number, meta = resolve_step(workdir, step)
     where = f"checkpoint step {step_number} in {workdir}"
     problem = check_step(workdir, step_number)
@@ -249,16 +266,14 @@ def read_word_list(checkpoint: FamilyCheckpoint) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"workdir {str(checkpoint.workdir)!r} has checkpoints but no {WORD_LIST_FILE}: "
                                 "cannot read the model's ids")
-    from tgjax.data.text_files import read_lines
-
-    words = read_lines(path)  # bad bytes: an error naming file:line:column
+    words = read_lines_of(path)  # bad bytes: an error naming file:line:column
     if checkpoint.meta.get("vocab_sha256") not in (None, word_list_fingerprint(words)):
         raise VocabularyMismatch(f"{path} ({len(words)} words) is not the vocabulary {checkpoint.where} was trained "
                                  f"with ({checkpoint.meta.get('vocab_size')} words); restore the original file")
     return words
 
 
-def unreadable_state(where: str, path: Path, error: Exception) -> str:
+def unreadable_state(where: str, path, error: Exception) -> str:
     """The one line for a step whose `state` item orbax cannot read (truncated, or files deleted)."""
     return (f"{where}: cannot restore its parameters from {path} ({restore_failure(error)}); the step is "
             f"incomplete or corrupt: give another --step, or train again")
@@ -279,11 +294,11 @@ def restore_state_items(checkpoint: FamilyCheckpoint, target: dict) -> dict:
         raise CheckpointError(unreadable_state(checkpoint.where, path, e)) from None
 
 
-def _restore_params(workdir: Path, step: int, abstract: dict, sharding) -> dict:
+def _restore_params(workdir, step: int, abstract: dict, sharding) -> dict:
     """The `params` subtree of the `state` item, restored alone (partial restore)."""
     import orbax.checkpoint as ocp
 
-    path = workdir / "checkpoints" / str(step) / "state"  # absolute (`local_workdir`), as orbax wants
+    path = workdir / "checkpoints" / str(step) / "state"  # absolute or a URL (`workdir_path`), as orbax wants
     target = {"params": abstract}
     restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=sharding), target)
     try:
@@ -313,12 +328,12 @@ def lm_rule(meta: dict[str, Any], where: str) -> str:
     return model_spec(name).pipeline_fields(model_cfg)["rule"]
 
 
-def _restore_lm(workdir: str | Path, *, step: str | int = "best", sequence_length: int | None = None,
+def _restore_lm(workdir, *, step: str | int = "best", sequence_length: int | None = None,
                 memory_length: int | None = None, device=None) -> RestoredLM:
     """Restores a trained model and its vocabulary from a training workdir (see the module docstring).
 
     Args:
-      workdir: the `--workdir` of `tgjax train`.
+      workdir: the `--workdir` of `tgjax train` (a local path or a bucket URL).
       step: "best" (lowest validation loss), "latest", or an integer step.
       sequence_length, memory_length: evaluation-time T and M (default: the training ones).
       device: where the parameters go (default: the first local device).
@@ -327,7 +342,7 @@ def _restore_lm(workdir: str | Path, *, step: str | int = "best", sequence_lengt
       CheckpointError: no checkpoints, the step missing or corrupt.
       VocabularyMismatch: the vocabulary file is not the one the checkpoint was trained with.
     """
-    workdir = local_workdir(workdir)
+    workdir = workdir_path(workdir)
     step_number, meta = resolve_step(workdir, step)
     problem = check_step(workdir, step_number)
     if problem:

@@ -47,6 +47,7 @@ import numpy as np
 from flax import nnx
 
 from tgjax.infer.beam import BeamResult
+from tgjax.infer.chain_rule import WordSpace, chain_rule_result
 from tgjax.infer.loading import open_family_checkpoint, read_word_list, restore_state_items
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig
 from tgjax.syntax.distance import word_distances
@@ -55,17 +56,6 @@ __all__ = ["BOUNDARY", "UNKNOWN", "OnLSTMParser", "from_model", "step_distances"
 
 BOUNDARY = "<eos>"  # the training stream's sentence separator (tgjax.data.word_stream.EOS)
 UNKNOWN = "<unk>"
-
-
-@dataclasses.dataclass(frozen=True)
-class _WordSpace:
-    """What the unknown-word counters of SyntaxGym / BLiMP ask of a scorer: `encode_word(w) -> (id, unknown)`."""
-
-    index: dict[str, int]
-
-    def encode_word(self, word: str) -> tuple[int, bool]:
-        found = self.index.get(word)
-        return (self.index[UNKNOWN], True) if found is None else (found, False)
 
 
 def step_distances(model: OnLSTMLM, tokens, mask=None):
@@ -120,7 +110,7 @@ class OnLSTMParser:
         self._state = state
         self._distances = distances
         self._next_token_log_probs = next_token_log_probs
-        self.space = _WordSpace(self.index)
+        self.space = WordSpace(self.index, UNKNOWN)
 
     @property
     def num_layers(self) -> int:
@@ -170,12 +160,8 @@ class OnLSTMParser:
             log_probs = np.asarray(jax.device_get(self._next_token_log_probs(
                 self._state, jnp.asarray(self._padded(encoded)))), np.float64)
             for row, (words, ids) in enumerate(zip(chunk, encoded)):
-                steps = log_probs[row, :len(words) + 1]  # each word, then <eos>
-                prefix = np.concatenate([[0.0], np.cumsum(steps[:-1])])
-                total = float(steps.sum())
                 unknown = sum(1 for i, word in zip(ids[1:-1], words) if i == unknown_id and word != UNKNOWN)
-                results.append(BeamResult(words, prefix, -steps[:-1], total, float(-steps[-1]),
-                                          num_unknown=unknown))
+                results.append(chain_rule_result(words, log_probs[row, :len(words) + 1], unknown))  # words, <eos>
         return results
 
     def describe(self) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -31,7 +30,7 @@ from tgjax.infer.loading import (
     restore_state_items,
 )
 from tgjax.models.pushdown_lm import PushdownLM, PushdownLMConfig
-from tgjax.workdir import VocabularyMismatch, local_workdir
+from tgjax.workdir import VocabularyMismatch, workdir_path
 
 TRAINER = "pushdown_lm"
 VOCABULARY_TEXT = "vocab.txt"
@@ -44,7 +43,7 @@ class LoadedPushdown:
     model: PushdownLM
     vocab: Any
     step: int
-    workdir: Path
+    workdir: Any  # a local Path or an etils.epath.Path (`tgjax.workdir.workdir_path`)
     meta: dict
 
     @property
@@ -67,7 +66,7 @@ def _token_strings(vocab) -> list[str]:
     return [str(t) for t in vocab.decode(np.arange(vocab.size))]
 
 
-def load_vocabulary(workdir: Path, meta: dict, where: str):
+def load_vocabulary(workdir, meta: dict, where: str):
     """The run's vocabulary object, checked against `vocab.txt` and the checkpoint's `vocab_sha256`."""
     from tgjax.data import vocab as vocabulary
 
@@ -82,7 +81,7 @@ def load_vocabulary(workdir: Path, meta: dict, where: str):
 
         vocab = dyck_vocabulary(int(data.get("dyck_num_types", 20)))
     elif data.get("vocab_path"):
-        vocab = vocabulary.load_vocabulary(Path(data["vocab_path"]))
+        vocab = vocabulary.load_vocabulary(workdir_path(data["vocab_path"]))
     else:
         tokens = text.splitlines()
         reserved = list(vocabulary.RESERVED_TOKENS)
@@ -98,13 +97,13 @@ def load_vocabulary(workdir: Path, meta: dict, where: str):
     return vocab
 
 
-def _restore_pushdown(workdir: str | Path, *, step: str | int = "best") -> LoadedPushdown:
+def _restore_pushdown(workdir, *, step: str | int = "best") -> LoadedPushdown:
     """Restores a Pushdown-LM and its vocabulary (see the module docstring).
 
     Raises FileNotFoundError (no workdir or vocabulary), CheckpointError (no
     or corrupt checkpoint, another trainer's run), VocabularyMismatch.
     """
-    checkpoint = open_family_checkpoint(local_workdir(workdir), step, trainer=TRAINER, config_class=_config_from_meta,
+    checkpoint = open_family_checkpoint(workdir, step, trainer=TRAINER, config_class=_config_from_meta,
                                         reader="Pushdown inference reads Pushdown-LM runs (tgjax train "
                                                "--config configs/pushdown_*.py)")
     vocab = load_vocabulary(checkpoint.workdir, checkpoint.meta, checkpoint.where)

@@ -308,6 +308,7 @@ BUILTIN_FAMILIES = {
     "craft_bc": "tgjax.train.tasks.craft_bc:CraftBCTask",  # OCN / MoE / LSTM / OMPN behaviour cloning on Craft
     "ppo_options": "tgjax.train.tasks.ppo_options:PPOOptionsTask",  # PPO over frozen Craft options (OCN / MoE)
     "ppo_actions": "tgjax.train.tasks.ppo_actions:PPOActionsTask",  # PPO in action space (LSTM / OMPN baselines)
+    "stack_lm": "tgjax.train.tasks.stack_lm:StackLMTask",  # stack attention on sentences of words (§7)
 }
 TRAINERS = tuple(BUILTIN_FAMILIES)
 FAMILY_ENTRY_POINTS = "tgjax.families"

@@ -9,8 +9,6 @@
   loss of (params, env indices); `rollout_metrics`: what a rollout's records add to the train record.
 * `evaluation_episodes`: the validation's fixed episodes run to `rl.max_steps` (return, success rate);
   `evaluation_keys`: the two fixed sets of them, one to select the best checkpoint on, one held out to report.
-* `without_done`: the thesis' action set (up, down, left, right, use; the environment ends the task), the
-  policy's DONE made impossible; `rl.ompn_done_action=True` leaves DONE a choice, as OMPN's release does.
 * `fold_truncation`: the rewards and discounts GAE reads, a time-limit truncation bootstrapped from the value
   of the episode's final observation rather than treated as terminal.
 * `find_bc_checkpoint` and `restore_bc_policy`: the craft_bc run both reuse (`rl.options_workdir`'s options,
@@ -43,7 +41,6 @@ from flax import nnx
 from tgjax.data.batching import EpochBatches
 from tgjax.envs import craft_rules as rules
 from tgjax.models.ocn import CraftPolicyConfig, build_policy
-from tgjax.nn.ompn import NEVER
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError
 from tgjax.train.metrics import SummingWindow
@@ -90,12 +87,6 @@ def check_ppo_config(config) -> None:
                           f"({r.num_envs})")
     if not isinstance(r.ompn_done_action, bool):
         raise ConfigError(f"config key 'rl.ompn_done_action' must be True or False, got {r.ompn_done_action!r}")
-
-
-def without_done(log_pi: jax.Array) -> jax.Array:
-    """log pi [..., A] over the thesis' actions: DONE (a no-op the environment never asks for) gets log NEVER, the
-    others renormalised. A finite NEVER keeps the entropy and the log-ratios finite, and a sample never picks it."""
-    return jax.nn.log_softmax(log_pi.at[..., rules.DONE].set(NEVER), axis=-1)
 
 
 def fold_truncation(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, final_value: jax.Array,

@@ -23,7 +23,8 @@ from scratch instead [choice: both are offered because the thesis is silent].
   recurrent state after the step: the LSTM's h, OMPN's output slot M'_{n-1}
   (the lowest slot, the one its actions are read from) [choice]. The policy
   and the head share the recurrent network (the value loss trains it too),
-  as `ppo_options`' controller shares its cell with its head.
+  as `ppo_options`' controller shares its cell with its head. The network is
+  `tgjax.models.actor_critic.ActorCritic`.
 
 One trainer step is one PPO iteration, as in `ppo_options` (the update loop
 and the trainer hooks are the same code: `craft_ppo`): a rollout of
@@ -44,7 +45,7 @@ state: a stopped run resumes bit-identically. Validation: as `ppo_options`
 (two fixed sets of `evaluation.episodes` episodes, sampled actions: the
 mean return on the first selects, the second is held out and recorded).
 The policy acts in the thesis' action set: DONE is masked out of its
-choices (`craft_ppo.without_done`, in the rollout and in the loss alike)
+choices (`tgjax.models.actor_critic.without_done`, in the rollout and the loss)
 unless `rl.ompn_done_action=True` (OMPN's release; OMPN's DONE is its p_end).
 """
 
@@ -59,7 +60,8 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from tgjax.models.ocn import CraftPolicyConfig, LSTMPolicy, OrderedMemoryPolicy, build_policy
+from tgjax.models.actor_critic import FLAT_KINDS, ActorCritic
+from tgjax.models.ocn import CraftPolicyConfig
 from tgjax.models.parts import count_parameters
 from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.task import RunContext
@@ -74,12 +76,9 @@ from tgjax.train.tasks.craft_ppo import (
     ppo_update,
     restore_bc_policy,
     rollout_metrics,
-    without_done,
 )
 from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages
 
-#: the flat policies this trainer fine-tunes, and each one's per-task initial-state table
-FLAT_KINDS = {"lstm": "carry_init", "ompn": "task_embedding"}
 _REUSED = "PPO in action space fine-tunes a behaviour-cloned LSTM or OMPN policy"
 
 
@@ -104,42 +103,7 @@ def check_config(config) -> None:
 
 
 # -----------------------------------------------------------------------------
-# The policy with its value head, and the loss.
-
-
-class ActorCritic(nnx.Module):
-    """policy (LSTMPolicy or OrderedMemoryPolicy, num_tasks 1: the RL task's row); value head w_v [H], b_v;
-    done_action: whether DONE stays among the actions (OMPN's release) or is masked out (the thesis')."""
-
-    def __init__(self, config: CraftPolicyConfig, *, done_action: bool = False, rngs: nnx.Rngs):
-        if config.kind not in FLAT_KINDS:
-            raise ValueError(f"ActorCritic is for the flat policies {tuple(FLAT_KINDS)}, got kind {config.kind!r}")
-        self.done_action = done_action
-        self.policy = build_policy(config, rngs)
-        self.w_v = nnx.Param(jnp.zeros((config.hidden_size,)), out_sharding=("hidden",), eager_sharding=False)
-        self.b_v = nnx.Param(jnp.zeros(()))
-
-    def init_carry(self, batch: int):
-        return self.policy.init_carry(jnp.zeros((batch,), jnp.int32))
-
-    def reset(self, carry, first: jax.Array):
-        """The carry, restarted from the initial state in the rows where `first` [B] (an episode starts)."""
-        init = self.init_carry(first.shape[0])
-        return jax.tree.map(lambda i, c: jnp.where(first.reshape(first.shape + (1,) * (c.ndim - 1)), i, c),
-                            init, carry)
-
-    def hidden(self, carry) -> jax.Array:
-        """[B, H]: the LSTM's h, OMPN's output slot (the lowest memory slot after the step)."""
-        if isinstance(self.policy, LSTMPolicy):
-            return carry[1]
-        assert isinstance(self.policy, OrderedMemoryPolicy)
-        return carry.memory[:, -1]
-
-    def step(self, carry, obs: jax.Array):
-        """obs [B, 1075] (or its live features) -> (carry, log_pi [B, A], value [B])."""
-        carry, out = self.policy.step(carry, obs)
-        log_pi = out.log_pi if self.done_action else without_done(out.log_pi)
-        return carry, log_pi, self.hidden(carry) @ self.w_v[...] + self.b_v[...]
+# The loss of the policy with its value head (`tgjax.models.actor_critic.ActorCritic`).
 
 
 def rerun(module: ActorCritic, carry, obs: jax.Array, first: jax.Array):

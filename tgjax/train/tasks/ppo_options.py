@@ -7,11 +7,12 @@ behaviour-cloned OCN (or MoE) run (`rl.options_workdir`, its best
 checkpoint) is frozen; a new controller (a re-initialised cell over the K
 options with its own learned initial state, temperature
 `rl.controller_temperature`: the thesis' tau = 10 of imitation by default,
-tau = 1 selectable, and a linear value head on its hidden state) is trained
+tau = 1 selectable, and a linear value head on its hidden state;
+`tgjax.models.actor_critic.Controller`) is trained
 with PPO on one unseen, longer task (`rl.task`), with the sparse or the
 dense reward. The options act in the thesis' action set (up, down, left,
 right, use; the environment ends the task): their DONE is masked out
-(`craft_ppo.without_done`), unless `rl.ompn_done_action=True` (OMPN's
+(`tgjax.models.actor_critic.without_done`), unless `rl.ompn_done_action=True` (OMPN's
 release, whose bot ends with DONE).
 
 One trainer step is one PPO iteration:
@@ -65,9 +66,10 @@ import ml_collections
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
+from tgjax.models.actor_critic import Controller, without_done
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, pool_options
 from tgjax.models.parts import count_parameters
-from tgjax.nn.ocn import CellBank, follow_option, option_branches
+from tgjax.nn.ocn import follow_option, option_branches
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, family_config, to_json_dict
 from tgjax.train.task import RunContext
@@ -81,7 +83,6 @@ from tgjax.train.tasks.craft_ppo import (
     ppo_update,
     restore_bc_policy,
     rollout_metrics,
-    without_done,
 )
 from tgjax.workdir import split_workdirs
 
@@ -111,27 +112,7 @@ def check_config(config) -> None:
 
 
 # -----------------------------------------------------------------------------
-# The controller and its loss pieces.
-
-
-class Controller(nnx.Module):
-    """A fresh controller: cell [1 cell over K options] (tau = rl.controller_temperature), h_init [H], value head
-    w_v [H], b_v."""
-
-    def __init__(self, input_size: int, hidden_size: int, num_options: int, depth: int, temperature: float, *,
-                 rngs: nnx.Rngs):
-        self.cell = CellBank(1, input_size, hidden_size, num_options, depth=depth, temperature=temperature,
-                             rngs=rngs)
-        hidden = {"out_sharding": ("hidden",), "eager_sharding": False}  # logical axes (tgjax.nn.params.logical)
-        self.h_init = nnx.Param(jax.random.normal(rngs.params(), (hidden_size,)) * 0.1, **hidden)
-        self.w_v = nnx.Param(jnp.zeros((hidden_size,)), **hidden)
-        self.b_v = nnx.Param(jnp.zeros(()))
-
-    def __call__(self, x: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """x [B, X] (live features), h [B, H] -> (h_new [B, H], log p~ [B, K], value [B])."""
-        h_new, log_p, _ = self.cell(self.cell.project_observation(x), h[:, None])
-        h_new = h_new[:, 0]
-        return h_new, log_p[:, 0], h_new @ self.w_v[...] + self.b_v[...]
+# The loss pieces (the controller: `tgjax.models.actor_critic.Controller`).
 
 
 def smdp_advantages(rewards, discounts, decisions_next, values, gae_lambda):
