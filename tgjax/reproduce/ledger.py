@@ -94,8 +94,8 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "reproduction/runs.jsonl: edit those, then regenerate. -->",
         "",
         "One row per headline claim of each paper: the paper's number and protocol, what this code has shown at "
-        "CPU scale and on an accelerator (numbers as README.md reported them before its move into docs/ and "
-        "CHANGELOG.md; nothing here is measured anew), and a verdict. The verdict rule "
+        "CPU scale and on an accelerator (the recorded runs of the family pages, reproduction/claims.json, and "
+        "the runs `tgjax reproduce` appended, reproduction/runs.jsonl), and a verdict. The verdict rule "
         f"(`tgjax.reproduce.verdict`): **reproduced** or **in direction** only when the difference exceeds the "
         f"spread (sample standard deviation) over at least {MIN_SEEDS} seeds of each side (reproduced: also "
         "within tolerance of the paper's number); **contradicted** when it exceeds it the other way; otherwise "
