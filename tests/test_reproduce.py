@@ -110,3 +110,10 @@ def test_verdict_needs_three_seeds_and_a_difference_beyond_the_spread():
     assert judge([60.0, 61.0, 59.0], [50.0] * 3, paper=60.5, tolerance=1.0)[0] == "reproduced"
     assert judge([51.0, 45.0, 57.0], [50.0] * 3)[0] == "not yet"
     assert judge([40.0, 41.0, 39.0], [50.0] * 3)[0] == "contradicted"
+
+
+def test_runs_of_under_five_minutes_need_five_seeds():
+    three = ([60.0, 61.0, 59.0], [50.0] * 3)
+    assert judge(*three, run_seconds=299.0)[0] == "not yet"
+    assert judge(*three, run_seconds=300.0)[0] == "in direction"
+    assert judge([60.0, 61.0, 59.0, 60.0, 60.5], [50.0] * 5, run_seconds=30.0)[0] == "in direction"

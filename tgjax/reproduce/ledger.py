@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tgjax.reproduce.claims import CLAIMS_FILE, REPO_ROOT, Claim, ClaimsError, ClaimsFile, load_claims
 from tgjax.reproduce.results import RESULTS_FILE, read_records
-from tgjax.reproduce.verdict import MIN_SEEDS
+from tgjax.reproduce.verdict import MIN_SEEDS, MIN_SEEDS_SHORT, SHORT_RUN_SECONDS
 
 LEDGER_FILE = REPO_ROOT / "docs" / "reproduction.md"
 COLUMNS = ("claim", "paper: number; protocol", "ours, CPU scale: number; seeds; wall time; command",
@@ -97,7 +97,8 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "CPU scale and on an accelerator (the recorded runs of the family pages, reproduction/claims.json, and "
         "the runs `tgjax reproduce` appended, reproduction/runs.jsonl), and a verdict. The verdict rule "
         f"(`tgjax.reproduce.verdict`): **reproduced** or **in direction** only when the difference exceeds the "
-        f"spread (sample standard deviation) over at least {MIN_SEEDS} seeds of each side (reproduced: also "
+        f"spread (sample standard deviation) over at least {MIN_SEEDS} seeds of each side ({MIN_SEEDS_SHORT} where a "
+        f"run trains for under {SHORT_RUN_SECONDS / 60:.0f} minutes; reproduced: also "
         "within tolerance of the paper's number); **contradicted** when it exceeds it the other way; otherwise "
         "**not yet**. A single run, however clear, is *not yet*.",
         "",
@@ -108,7 +109,7 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "",
         "```bash",
         "tgjax reproduce --help                                                  # the claims, which ones run here",
-        "tgjax reproduce onlstm-parse-f1 --budget-s 1500 --output OUT            # 3 seeds of onlstm_tiny, ~15 min",
+        "tgjax reproduce onlstm-parse-f1 --budget-s 1500 --output OUT            # 5 seeds of onlstm_tiny, ~20 min",
         "tgjax reproduce om-listops --budget-s 3600 --output OUT1                # stops, scores, packs at the budget",
         "tgjax reproduce om-listops --budget-s 3600 --resume-from OUT1 --output OUT2   # continues where OUT1 stopped",
         "tgjax reproduce --ledger                                                # rewrites this page",

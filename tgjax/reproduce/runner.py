@@ -183,7 +183,9 @@ def summarise(recipe: Recipe, scored: list) -> dict:
     model = values("model", c.model_metric)
     # A baseline measured beside each model run (majority class, right-branching) when there is no baseline run.
     baseline = values("baseline", c.baseline_metric) or values("model", c.baseline_metric)
-    verdict, why = judge(model, baseline, higher_is_better=c.higher_is_better, paper=c.paper, tolerance=c.tolerance)
+    longest = max((run.train_seconds for _, run, _ in scored), default=None)
+    verdict, why = judge(model, baseline, higher_is_better=c.higher_is_better, paper=c.paper, tolerance=c.tolerance,
+                         run_seconds=longest)
     if c.finished_only and len(model) < len([s for s, _, _ in scored if s.role == "model"]):
         why += "; only finished runs are judged"
     summary = {"label": c.label, "verdict": verdict, "why": why, "paper": c.paper}

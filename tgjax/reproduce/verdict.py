@@ -1,7 +1,8 @@
 """Means, spreads and the one verdict rule every row of the ledger follows.
 
-A verdict of "reproduced" or "in direction" needs at least `MIN_SEEDS` seeds of both sides and a difference
-larger than the spread over them (the larger of the two sample standard deviations); a difference as large
+A verdict of "reproduced" or "in direction" needs at least `MIN_SEEDS` seeds of both sides (`MIN_SEEDS_SHORT`
+where a run takes under `SHORT_RUN_SECONDS`: more seeds are cheap there) and a difference larger than the spread
+over them (the larger of the two sample standard deviations); a difference as large
 the other way is "contradicted"; anything else is "not yet". The rule is here once so that the curated claims
 file and the automated runs are judged alike.
 """
@@ -14,6 +15,14 @@ from collections.abc import Sequence
 
 VERDICTS = ("reproduced", "in direction", "not yet", "contradicted")
 MIN_SEEDS = 3
+MIN_SEEDS_SHORT = 5
+SHORT_RUN_SECONDS = 300.0
+
+
+def seeds_needed(run_seconds: float | None = None) -> int:
+    """How many seeds of each side a verdict needs: `MIN_SEEDS_SHORT` for runs of under `SHORT_RUN_SECONDS` of
+    training (`run_seconds`, the longest run's), else `MIN_SEEDS` (also when the time is unknown)."""
+    return MIN_SEEDS_SHORT if run_seconds is not None and run_seconds < SHORT_RUN_SECONDS else MIN_SEEDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,15 +51,17 @@ def spread(values: Sequence[float]) -> Spread:
 
 
 def judge(model: Sequence[float], baseline: Sequence[float], *, higher_is_better: bool = True,
-          paper: float | None = None, tolerance: float = 0.0) -> tuple[str, str]:
-    """(verdict, why) for "the model beats the baseline" measured over seeds.
+          paper: float | None = None, tolerance: float = 0.0, run_seconds: float | None = None) -> tuple[str, str]:
+    """(verdict, why) for "the model beats the baseline" measured over seeds (`seeds_needed(run_seconds)` of
+    each side at least; `run_seconds`: the longest run's training time, if known).
 
     "reproduced" additionally needs the model's mean within `tolerance` (or the spread, if larger) of the
     paper's number; without a paper number it stops at "in direction".
     """
-    n = min(len(model), len(baseline))
-    if n < MIN_SEEDS:
-        return "not yet", f"{n} seed(s) of each side: fewer than {MIN_SEEDS}, so no spread to judge a difference by"
+    n, needed = min(len(model), len(baseline)), seeds_needed(run_seconds)
+    if n < needed:
+        short = f" (runs of under {SHORT_RUN_SECONDS:.0f} s)" if needed == MIN_SEEDS_SHORT else ""
+        return "not yet", f"{n} seed(s) of each side: fewer than {needed}{short}, so no spread to judge a difference by"
     ours, theirs = spread(model), spread(baseline)
     noise = max(ours.sd or 0.0, theirs.sd or 0.0)
     gain = (ours.mean - theirs.mean) * (1 if higher_is_better else -1)
