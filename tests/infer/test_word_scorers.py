@@ -14,9 +14,11 @@ import pytest
 from flax import nnx
 
 import tgjax
+from tests.conftest import shared_data_dir
 from tests.infer.test_api import PAIRS, onlstm_workdir  # noqa: F401  (the ON-LSTM fixture, trained here too)
 from tgjax.cli import main as cli
 from tgjax.data.corpora import builtin_treebank
+from tgjax.eval.blimp import words_of
 from tgjax.infer.api import CapabilityError, LoadedModel
 from tgjax.train.config import load_config
 from tgjax.train.loop import train
@@ -207,3 +209,32 @@ def test_a_model_in_memory_scores_as_the_workdir_does(stack_workdir):
                        length_bucket=8)
     np.testing.assert_allclose([r.log_prob for r in again.search(SENTENCES)],
                                [r.log_prob for r in restored.search(SENTENCES)], atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["stack_lm", "onlstm_lm"])
+def test_the_shared_blimp_and_syntaxgym_suites_run_on_both(family, stack_workdir, onlstm_workdir,  # noqa: F811
+                                                             tmp_path, capsys):
+    """../shared/data's BLiMP (first pairs of one agreement paradigm) and SyntaxGym (number_prep) suites: BLiMP's
+    verdicts are the signs of the two sentences' `eval score` log-probabilities computed apart (on the words
+    BLiMP's tokenisation gives)."""
+    shared = shared_data_dir()
+    if shared is None:
+        pytest.skip("../shared/data (beside the repository) is absent")
+    workdir = stack_workdir if family == "stack_lm" else onlstm_workdir
+    paradigm = shared / "blimp" / "regular_plural_subject_verb_agreement_1.jsonl"
+    output = tmp_path / "pairs.jsonl"
+    assert cli(["eval", "blimp", "--workdir", str(workdir), "--data", str(paradigm), "--limit", "6",
+                "-o", str(output)]) == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    pairs = [json.loads(line) for line in paradigm.read_text().splitlines()[:6]]
+    assert len(records) == len(pairs) == 6
+    # eval score reads words split at blanks: give it BLiMP's words (Penn Treebank tokenisation, `words_of`)
+    tokenised = {key: [" ".join(words_of(p[key])) for p in pairs] for key in ("sentence_good", "sentence_bad")}
+    good = _score_words(workdir, tokenised["sentence_good"], tmp_path / "good.txt")
+    bad = _score_words(workdir, tokenised["sentence_bad"], tmp_path / "bad.txt")
+    assert [r["log_prob_good"] > r["log_prob_bad"] for r in records] == [g > b for g, b in zip(good, bad)]
+    np.testing.assert_allclose([r["log_prob_good"] for r in records], good, atol=1e-5)
+    capsys.readouterr()
+    assert cli(["eval", "sg", "--workdir", str(workdir), "--suites", str(shared / "sg_test_suites"),
+                "--suite", "number_prep"]) == 0
+    assert "number_prep" in capsys.readouterr().out
