@@ -107,10 +107,10 @@ require_real() {
 }
 
 # --- buckets on the hosts, for evaluation ---------------------------------------------
-# `tgjax train` writes a gs:// WORKDIR directly (orbax and etils.epath; host_train.sh mounts nothing).
-# `tgjax eval` still reads a model back from local paths and writes its outputs with local file
-# operations, so host_eval.sh uses a gs:// WORKDIR (and OUTPUT_DIR) through a gcsfuse mount of its
-# bucket at $GCS_MOUNT/BUCKET (default ~/gcs on the host), shared by every host of a slice.
+# `tgjax train` writes a gs:// WORKDIR directly and `tgjax eval` reads one directly (orbax and
+# etils.epath; neither script mounts it). `tgjax eval` writes its outputs with local file operations,
+# so host_eval.sh puts a gs:// OUTPUT_DIR through a gcsfuse mount of its bucket at $GCS_MOUNT/BUCKET
+# (default ~/gcs on the host), shared by every host of a slice.
 
 # local_path URI: gs://BUCKET/PATH -> GCS_MOUNT/BUCKET/PATH; anything else unchanged.
 local_path() {

@@ -9,9 +9,8 @@
 # I/N: SHARD_INDEX/SHARD_COUNT when set; else, on a Cloud TPU VM, this worker's number and the
 # number of workers from the VM metadata; else SLURM_PROCID/SLURM_NTASKS; else 0/1. Each command
 # puts the shard into its output's name (sg.shard-00001-of-00004.json); OUTPUT_DIR defaults to
-# WORKDIR/eval, so on a slice with a gs:// WORKDIR (mounted here with gcsfuse: evaluation reads and writes
-# local paths, unlike training, which writes the bucket directly) the shards
-# land side by side; then `tgjax eval COMMAND --merge ...` (sg, blimp, parse) or `tgjax eval merge`.
+# WORKDIR/eval, so on a slice with a gs:// WORKDIR (read directly; the outputs go through a gcsfuse
+# mount of OUTPUT_DIR's bucket, as evaluation writes local files) the shards land side by side; then `tgjax eval COMMAND --merge ...` (sg, blimp, parse) or `tgjax eval merge`.
 # INDEPENDENT_HOSTS=1 (the default) makes each host's JAX use only its own chips, so the shards are
 # independent jobs (the libtpu TPU_* bounds variables; CHIPS_PER_HOST_BOUNDS, default 2,2,1 = 4
 # chips, as v4/v5p/v5e/v6e multi-host slices have); 0 leaves the runtime's defaults.
@@ -60,8 +59,9 @@ if [[ "$INDEPENDENT_HOSTS" == 1 ]]; then
   [[ "$DRY_RUN" == 1 ]] && echo "export TPU_PROCESS_BOUNDS=1,1,1 TPU_HOST_BOUNDS=1,1,1 TPU_CHIPS_PER_PROCESS_BOUNDS=$CHIPS_PER_HOST_BOUNDS TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=localhost"
 fi
 
-mount_bucket_of "$WORKDIR"
-workdir="$(local_path "$WORKDIR")"
+# The model is read from WORKDIR as it is (a gs:// run through orbax and etils.epath, its committed steps only);
+# the outputs are written with local file operations, so a gs:// OUTPUT_DIR goes through a gcsfuse mount.
+workdir="$WORKDIR"
 : "${OUTPUT_DIR:=$WORKDIR/eval}"
 output_dir="$(local_path "$OUTPUT_DIR")"
 mount_bucket_of "$OUTPUT_DIR"
