@@ -109,6 +109,15 @@ def test_host_eval_commands_parse_and_name_their_shard(command, ext, tmp_path, c
     assert f"workdir {str(tmp_path / 'run')!r} holds no checkpoints" in err
 
 
+def test_host_eval_reads_a_bucket_run_directly_and_mounts_only_for_its_outputs():
+    lines = dry_run("host_eval.sh", "blimp", WORKDIR="gs://bucket/run", SHARD_INDEX="1", SHARD_COUNT="2")
+    argv = tgjax_line(lines, "eval")
+    assert argv[argv.index("--workdir") + 1] == "gs://bucket/run"
+    assert argv[argv.index("--output") + 1] == "/home/user/gcs/bucket/run/eval/blimp.jsonl"
+    mounts = [line for line in lines if line.startswith("gcsfuse")]
+    assert mounts == ["gcsfuse --implicit-dirs bucket /home/user/gcs/bucket"]  # for the output directory only
+
+
 def test_host_eval_refuses_an_unknown_command():
     done = subprocess.run(["bash", str(LAUNCH / "host_eval.sh"), "--dry-run", "train"], cwd=REPO,
                           env={"PATH": "/usr/bin:/bin", "HOME": "/home/user", "WORKDIR": "/tmp/x"},
