@@ -218,7 +218,8 @@ class Evaluation:
 
 def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: dict[int, list], beam_config,
                    stream: TextIO, search: str = "auto") -> Evaluation:
-    """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs.
+    """Perplexity, F1 and agreement of the best checkpoint in `workdir`; `deep_pairs`: depth -> pairs. A model
+    that scores by the chain rule (`LoadedModel.scores_exactly`) gets its exact perplexity and no F1.
 
     `search`: the TG / TXL (CC) beam engine, "auto", "device" or "host" (`tgjax.infer.api.word_scorer`)."""
     import tgjax
@@ -232,7 +233,7 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     num_pairs = len(simple_pairs) + len(pairs) + sum(map(len, deep_pairs.values()))
     print(f"== evaluating {title}: "
           f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)
-    if rule == "txl_terminals":
+    if model.scores_exactly:  # the chain rule (TXL (terminals), and the word LMs of benchmarks/lm_table.py)
         results = scorer.search([t.leaves() for t in valid_trees])  # exact and fast: no progress needed
         words = sum(len(r.words) for r in results)
         perplexity = math.exp(-sum(r.log_prob for r in results) / words)
@@ -245,26 +246,41 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     simple_accuracy, _ = _agreement(scorer, simple_pairs)
     accuracy, by_construction = _agreement(scorer, pairs)
     deep = {depth: _agreement(scorer, depth_pairs) for depth, depth_pairs in deep_pairs.items()}
-    return Evaluation(perplexity, rule == "txl_terminals", f1s, simple_accuracy, accuracy, by_construction,
+    return Evaluation(perplexity, model.scores_exactly, f1s, simple_accuracy, accuracy, by_construction,
                       {d: a for d, (a, _) in deep.items()}, {d: by for d, (_, by) in deep.items()},
                       time.perf_counter() - start)
+
+
+def default_beam_config():
+    """The TG / TXL (CC) beam of the demo: the built-in grammar is nearly unambiguous given the words, so a small
+    beam finds its trees."""
+    from tgjax.infer.beam import BeamConfig
+
+    return BeamConfig(word_beam=5, action_beam=25, fast_track=1, batch_sentences=16)
+
+
+def evaluation_data(num_valid: int = 100, num_simple_pairs: int = 60, num_pairs: int = 120, num_deep_pairs: int = 60,
+                    depths=DEPTHS) -> tuple[list, list, list, dict[int, list]]:
+    """What every model is evaluated on: (the first `num_valid` validation trees, the bare-subject pairs, the
+    pairs with an attractor, depth -> the pairs with that many nested embeddings), the same on every call."""
+    from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
+
+    valid_trees = get_corpus("builtin", "valid")[:num_valid]
+    simple_pairs = agreement_minimal_pairs(num_simple_pairs, seed=1, constructions=("simple",))
+    pairs = agreement_minimal_pairs(num_pairs, seed=0)
+    deep_pairs = {depth: agreement_minimal_pairs(num_deep_pairs, seed=0, depth=depth) for depth in depths}
+    return valid_trees, simple_pairs, pairs, deep_pairs
 
 
 def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), num_valid: int = 100,
              num_simple_pairs: int = 60, num_pairs: int = 120, num_deep_pairs: int = 60, depths=DEPTHS,
              beam_config=None, stream: TextIO | None = None, search: str = "auto") -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
-    from tgjax.data.corpora import agreement_minimal_pairs, get_corpus
-    from tgjax.infer.beam import BeamConfig
-
     stream = stream or sys.stderr
     workdir = Path(workdir)
-    # The built-in grammar is nearly unambiguous given the words: a small beam finds its trees.
-    beam_config = beam_config or BeamConfig(word_beam=5, action_beam=25, fast_track=1, batch_sentences=16)
-    valid_trees = get_corpus("builtin", "valid")[:num_valid]
-    simple_pairs = agreement_minimal_pairs(num_simple_pairs, seed=1, constructions=("simple",))
-    pairs = agreement_minimal_pairs(num_pairs, seed=0)
-    deep_pairs = {depth: agreement_minimal_pairs(num_deep_pairs, seed=0, depth=depth) for depth in depths}
+    beam_config = beam_config or default_beam_config()
+    valid_trees, simple_pairs, pairs, deep_pairs = evaluation_data(num_valid, num_simple_pairs, num_pairs,
+                                                                   num_deep_pairs, depths)
     rows, baseline = [], (math.nan, math.nan)
     for name in models:
         num_parameters, train_seconds, valid_loss = _train_one(name, workdir / name, list(overrides), stream)
@@ -301,7 +317,7 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
     parser.add_argument("--search", default="auto", choices=("auto", "device", "host"),
                         help="the TG / TXL (CC) beam engine: device (tgjax.infer.device_beam), host "
-                             "(tgjax.infer.beam) or auto (default: device on an accelerator, host on CPU)")
+                             "(tgjax.infer.beam) or auto (default: device, the faster on CPU and accelerators)")
     parser.epilog = ("Any --config.SECTION.KEY=VALUE (as for tgjax train) applies to every model, "
                      "e.g. --config.training.num_steps=300.")
     parser.set_defaults(run=functools.partial(run_demo_command, parser=parser), takes_overrides=True)

@@ -4,8 +4,10 @@
 * a beam wide enough to keep every tree gives the exact log p(x) of the exhaustive enumeration (each
   tree scored by one teacher-forced pass of the whole model), and its best tree, for the paper's
   head and the release's switches;
-* the device beam equals the host beam (one whole forward pass per hypothesis and step) on random
-  small models and strings: final scores, both surprisal definitions (hypothesis);
+* the device beam (`tgjax.infer.device_beam`'s engine with the Pushdown family) equals the host beam (one
+  whole forward pass per hypothesis and step) on random small models and strings: final scores, both
+  surprisal definitions, each string of a batch of several lengths as alone, every switch (hypothesis);
+  a string long enough to read its memory in two compiled sizes;
 * the beam surprisal is the definition −log Σ p(x_<=t, y_<t) / Σ p(x_<t, y_<t), summed over every
   attachment prefix by enumeration;
 * parses: the paper's "The dog is happy", sub-word pieces merged back into words (Appendix C);
@@ -230,12 +232,12 @@ def test_batched_engine_equals_the_host_beam_for_each_string(seed, switches, fin
 
 
 def test_long_string_reads_the_memory_in_growing_sizes():
-    """19 tokens at capacity 32: the engine reads 16 cached positions, then 32 (two compiled sizes), and copies
+    """35 tokens at capacity 48: the engine reads 32 cached positions, then 48 (two compiled sizes), and copies
     caches by the size in use; the host beam (whole forward passes) agrees, and so do 3 strings at once."""
     model = get_model("paper", 1)
-    tokens = string(np.random.default_rng(5).integers(3, VOCAB, size=17).tolist())
+    tokens = string(np.random.default_rng(5).integers(3, VOCAB, size=33).tolist())
     host = oracle.host_beam(model, tokens, 3)
-    engine = search("paper", 1, beam_size=3, batch_sentences=3)
+    engine = search("paper", 1, beam_size=3, batch_sentences=3, bucket=48)
     alone = engine.search_ids(tokens)
     together = engine.search([["w5"], [f"w{i}" for i in tokens[1:-1]], ["w7", "w8"]])[1]
     for result in (alone, together):

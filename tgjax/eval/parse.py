@@ -104,7 +104,7 @@ def add_beam_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--search", default="auto", choices=SEARCHES,
                        help="TG / TXL (CC): 'device' (the whole search one compiled loop, tgjax.infer.device_beam), "
                             "'host' (the host-steered search, tgjax.infer.beam; the same trees and log p(x)) or "
-                            "'auto' (default: device on an accelerator, host on CPU, where it is faster)")
+                            "'auto' (default: device, the faster on CPU and accelerators)")
     from tgjax.eval.pushdown import add_pushdown_args  # Pushdown-LM workdirs: their own beam
 
     add_pushdown_args(parser)

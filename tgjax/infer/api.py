@@ -18,8 +18,9 @@ capabilities, as small protocols:
   and `space.encode_word(w) -> (id, unknown)`. TG / TXL (CC): the
   word-synchronous beam's marginal; TXL (terminals), ON-LSTM and the
   stack-attention LM on words (`stack_lm`): the chain rule, exact
-  (`EXACT_RULES`); Pushdown-LM: its beam over (word, attachment). Several TG /
-  TXL models: `sentence_scorer(models)`, one beam over their per-action mixture.
+  (`EXACT_RULES`); Pushdown-LM: its beam over (word, attachment), on TG's
+  device engine. Several TG / TXL models: `sentence_scorer(models)`, one beam
+  over their per-action mixture.
   What `tgjax eval score` and `ppl` read of a file of trees or of words, per
   model: `scores_input(input_format)`.
 * `Parser` (`parser()`): what the family parses into, `PARSES`: trees (TG /
@@ -340,8 +341,9 @@ def sentence_scorer(models: Sequence[LoadedModel], *, command: str | None = None
     mixed next-action distribution, `tgjax.infer.beam`; TG paper §3.7).
 
     `beam`: TG / TXL (CC)'s `BeamConfig`; `pushdown`: a Pushdown-LM's `PushdownBeamConfig`; `search`: TG / TXL
-    (CC)'s engine (`word_scorer`). An ensemble's members must be TG / TXL runs sharing one vocabulary, all
-    syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
+    (CC)'s engine (`word_scorer`); a Pushdown-LM is always searched by the device engine (`PushdownSearch`, on
+    `tgjax.infer.device_beam`; its host beam is the tests' oracle). An ensemble's members must be TG / TXL runs
+    sharing one vocabulary, all syntactic (TG, TXL (CC)) or all words-only (TXL (terminals)).
     """
     if not models:
         raise ValueError("no model to score sentences with")
@@ -395,15 +397,13 @@ SEARCHES = ("auto", "device", "host")
 
 
 def resolve_search(search: str) -> str:
-    """"device" or "host" for `search`: "auto" is the device engine on an accelerator, the host search on CPU
-    (on 2 CPU cores the host search measured faster: benchmarks/beam_search.py, README)."""
+    """"device" or "host" for `search`: "auto" is the device engine, the faster on every platform measured
+    (benchmarks/beam_search.py, ToTC-size TG, beam 5/20/1: on 2 CPU cores 1.3-2.1x the host search's
+    sentences/s on 16 ToTC test sentences, compiling in 10-11 s against 23-24 s, and 1.5x on 64; on a GPU
+    15-20x; docs/benchmarks.md)."""
     if search not in SEARCHES:
         raise ValueError(f"search: expected one of {SEARCHES}, got {search!r}")
-    if search == "auto":
-        import jax
-
-        return "host" if jax.default_backend() == "cpu" else "device"
-    return search
+    return "device" if search == "auto" else search
 
 
 def word_scorer(models, vocab, rules, config, search: str = "auto"):

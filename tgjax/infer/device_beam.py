@@ -1,12 +1,15 @@
 """The device beam engine: word-synchronous beam search as one compiled loop over fixed-capacity hypothesis arrays.
 
-The search is the host search's (`tgjax.infer.beam`, whose docstring states
-it exactly: word beam k_w, action beam k_a, fast track k_ft, `stop="bound"`
-or `"count"`, the caps, closing everything after the last word), but every
-hypothesis lives on the device in arrays with a leading `[batch, pool]`
-axis pair, and one `lax.while_loop` runs the whole search of a batch of
-sentences: the host sends word ids in and reads trees, log p(x) and
-per-word surprisals out.
+One engine serves every family that searches word by word: TG and TXL (CC),
+and per-action ensembles of them (`ChoeCharniakDevice`, below), and the
+Pushdown-LM (`tgjax.infer.pushdown_search.PushdownDevice`). Every hypothesis
+lives on the device in arrays with a leading `[batch, pool]` axis pair, and
+one `lax.while_loop` runs the whole search of a batch of sentences: the host
+sends word ids in and reads trees, log p(x) and per-word surprisals out. For
+TG / TXL (CC) the search is the host search's (`tgjax.infer.beam`, whose
+docstring states it exactly: word beam k_w, action beam k_a, fast track
+k_ft, `stop="bound"` or `"count"`, the caps, closing everything after the
+last word).
 
 The pool of a sentence has `P = k_w + k_a` slots, each EMPTY, FRONTIER (its
 last action chosen, not yet run through the model), WORD (it has generated
@@ -18,7 +21,7 @@ iteration, for every sentence at once:
    packed and run `chunk` hypotheses per call in an inner loop (the last
    call padded), so the work follows the live hypotheses, not the pool's
    size. Each runs the pending positions of its last action and the current
-   word's pieces, with its memory (`ChoeCharniakDevice.score`);
+   word's pieces, with its memory (`family.score`);
    the pending positions' keys and values are written into it;
 2. per sentence, the host search's selection on device: every FRONTIER slot
    by every allowed action (`allowed`, and the capacity check `fits`), fast
@@ -26,7 +29,7 @@ iteration, for every sentence at once:
    the rest), the word successors merged into the next word beam (top k_w),
    the stop rule; when the word is done, the next word beam becomes the
    frontier (and after the last word, the finishing closes run one per
-   iteration);
+   iteration, until every hypothesis is `complete`);
 3. the new pool is gathered by parent index (state, the actions taken)
    and advanced by the chosen actions (`advance`). Memories are not
    gathered: each pool slot names the row of the caches that holds its
@@ -38,32 +41,50 @@ Sentences advance independently: a sentence between two words moves on in
 the same iteration, a finished one idles (its rows still run: sentences of
 similar lengths are batched together).
 
-A device family plugs into the engine through a small interface (the
-Pushdown Layers family of issue 13 is meant as the next one):
+A device family plugs into the engine through a small interface:
 
-    family.num_actions, family.word_action    A action codes; the one that generates the next word
+    family.num_actions                        A action codes
+    family.word_actions                       [A] bool (NumPy, static): the actions that generate the current word
     family.initial_state()                    one hypothesis's state (a pytree), before any action
-    family.init_cache(batch, pool)            the caches: a pytree of batch * pool rows, one memory each
+    family.init_cache(batch, pool)            the caches: a tuple of arrays of batch * pool rows, one memory each
     family.cache_slots                        the most memory slots of a row
     family.memory_used(state)                 [...] memory slots a hypothesis reads or writes in its next call
     family.score(params, state, cache, word, rows, slots)
-        -> log_probs [n, A], state, writes: one model call for n hypotheses (state and word with a
-           leading [n] axis; rows [n] the rows of their memories, past the end for padding), reading
-           the first `slots` memory slots; the states come back "committed", their pending
-           positions' keys and values in `writes`
+        -> log_probs [n, A], word_log_probs [n], state, writes: one model call for n hypotheses (state and
+           word with a leading [n] axis; rows [n] the rows of their memories, past the end for padding),
+           reading the first `slots` memory slots. word_log_probs: log p of the current word from each
+           hypothesis as it stands; log_probs: of each action, given the word where the action generates
+           it (a successor scores prefix + word + action, summed in that order). The states come back
+           "committed", their pending positions' keys and values in `writes`
     family.write(cache, writes, rows)         the caches with `writes` stored in rows [n]
     family.copy_rows(cache, src, dst, slots)  the caches with rows dst [n] a copy of rows src [n] (first `slots`)
     family.allowed(state, finishing, word)    [A] bool for one committed hypothesis (finishing: the end)
     family.fits(state, word)                  [A] bool: the action leaves room in the caches
     family.advance(state, action, word)       -> (state, record code) for one committed hypothesis
-    family.complete(state)                    bool: nothing is left to close
-    family.tokens(records, words)             the finished action sequence as tokens (host side)
+    family.complete(state)                    bool, after the last word: nothing is left to close
+    family.signature                          what the compiled search depends on besides `params` (hashable)
 
-where `word` is a `WordInfo` (the current word's pieces). (Changed for
-speed in issue 12: `score` takes packed rows instead of a `[batch, pool]`
-mask, `memory_used` lets the engine read and copy only the memory slots in
-use, and `write` / `copy_rows` replace the gather of every memory by
-parent.) For TG and TXL (CC), and per-action
+where `word` is a `WordInfo` (the current word's pieces), and a driver
+(`DeviceBeamSearch`, `PushdownSearch`) turns the records into its results.
+`score` takes packed rows, `memory_used` lets the engine read and copy only
+the memory slots in use, and `write` / `copy_rows` spare the gather of
+every memory by parent. The two families:
+
+* Choe–Charniak: an action opens a label, closes the innermost
+  constituent, or generates the word (all its pieces, the one word action):
+  a word takes as many selections as the opens and closes before it, and
+  after the last word the finishing closes run.
+* Pushdown-LM: a "word" is one token (a sub-word piece, or the final
+  ``<eos>``), an action is its attachment slot (`A = T + 1`), and every
+  action generates the word. Each word is then one selection, the best k_w
+  of every (hypothesis, attachment) pair (`Selection(k_w, 0, k_w)`: the
+  fast track alone, no action beam), and a hypothesis is complete once the
+  last token is read. For such a family (every action a word action) the
+  engine also keeps each word's starting beam, its scores and the word's
+  log-probability from each, and the parents of the next beam
+  (`Outcome.trace`): what the Pushdown-LM's surprisal definitions read.
+
+For TG and TXL (CC), and per-action
 ensembles of them, the family is `ChoeCharniakDevice`: the syntax state is
 `tgjax.infer.device_syntax` (the parse, plus one layout per member: TG and
 TXL (CC) members mix), the cache one `[batch * pool, K, A, 2, H, slots,
@@ -303,16 +324,20 @@ class ChoeCharniakDevice:
         self.params = tuple(p for _, p in split)
         self.configs = tuple(model.config for model, _ in members)
         self.num_actions = space.num_labels + 2
-        self.word_action = space.num_labels + 1
+        self.word_actions = np.arange(self.num_actions) == space.num_labels + 1  # the word, all its pieces
         self.open_ids = jnp.asarray(space.open_ids, jnp.int32)
         self.close_ids = jnp.asarray(space.close_ids, jnp.int32)
         self.candidates = jnp.asarray(np.concatenate([space.open_ids, space.close_ids]), jnp.int32)
 
     @functools.cached_property
-    def signature(self) -> tuple:
-        """What the compiled search depends on besides the parameters (models of one structure share it)."""
+    def _structure(self) -> tuple:
         return (tuple(_Static(g) for g in self.graphdefs), self.rules, self.stack_only, self.bos_id,
                 tuple(self.space.open_ids.tolist()), tuple(self.space.close_ids.tolist()))
+
+    @property
+    def signature(self) -> tuple:
+        """What the compiled search depends on besides the parameters (models of one structure share it)."""
+        return self._structure + (self.caps,)
 
     def with_caps(self, caps: ds.Caps) -> ChoeCharniakDevice:
         new = object.__new__(ChoeCharniakDevice)
@@ -365,7 +390,8 @@ class ChoeCharniakDevice:
                      for c, (slots, kv) in zip(cache, writes))
 
     def score(self, params, state: CCDeviceState, cache: tuple, word: WordInfo, rows: jnp.ndarray, slots: int):
-        """One model call on n hypotheses: log p of every action `[n, A]`, their committed states, the cache writes.
+        """One model call on n hypotheses: log p of every action `[n, A]` (0 for the word action) and of the word
+        `[n]` (all its pieces), their committed states, the cache writes.
 
         state, word: the n hypotheses' (leading axis `[n]`); rows `[n]`: the
         rows of their memories in the caches (past the end: a padding
@@ -401,9 +427,9 @@ class ChoeCharniakDevice:
         L = caps.num_labels
         top = state.tree.labels[jnp.arange(n), jnp.maximum(state.tree.depth - 1, 0)]
         close_lp = jnp.take_along_axis(next_lp[:, L:], top[:, None], axis=1)
-        lp = jnp.concatenate([next_lp[:, :L], close_lp, word_lp[:, None]], axis=1)
-        lp = jnp.where(valid[:, None], lp, 0.0)
-        return lp, CCDeviceState(state.tree, tuple(layouts)), tuple(writes)
+        lp = jnp.concatenate([next_lp[:, :L], close_lp, jnp.zeros_like(word_lp[:, None])], axis=1)
+        lp, word_lp = jnp.where(valid[:, None], lp, 0.0), jnp.where(valid, word_lp, 0.0)
+        return lp, word_lp, CCDeviceState(state.tree, tuple(layouts)), tuple(writes)
 
     def allowed(self, state: CCDeviceState, finishing, word: WordInfo) -> jnp.ndarray:
         return ds.allowed(state.tree, self.caps, finishing)
@@ -451,16 +477,54 @@ def _mix(member_log_probs: list) -> jnp.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Sizes:
+class Selection:
+    """How the engine selects: word beam k_w, action beam k_a, fast track k_ft, the stop rule (`tgjax.infer.beam`).
+
+    `action_beam=0` suits a family whose every action generates the word
+    (the Pushdown-LM): the fast track alone then keeps the best k_ft
+    successors, and no frontier is left after a selection.
+    """
+
+    word_beam: int
+    action_beam: int
+    fast_track: int
+    stop: str = "bound"
+
+    @classmethod
+    def of(cls, config: BeamConfig) -> Selection:
+        return cls(config.word_beam, config.action_beam, config.fast_track, config.stop)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The static sizes of one compiled search."""
+
     batch: int
     pool: int
     words: int  # N: most words of a sentence in the batch
-    records: int
+    records: int  # most actions a hypothesis records
     max_iterations: int
     chunk: int  # hypotheses per model call (the live ones are run `chunk` at a time)
+    copy_chunk: int = 0  # memories per copying call (0: `chunk`)
 
 
-class _Carry(NamedTuple):
+class Trace(NamedTuple):
+    """Per word t of each sentence (a family whose every action generates the word: one selection per word).
+
+    scores `[B, N, P]`: log p(prefix) of the beam the word started from
+    (-inf off it); with_word `[B, N, P]`: plus the word's log-probability
+    from each; parents `[B, N, k_w]`: the slot each hypothesis of the next
+    beam came from, best first (-1: empty).
+    """
+
+    scores: jnp.ndarray
+    with_word: jnp.ndarray
+    parents: jnp.ndarray
+
+
+class Outcome(NamedTuple):
+    """The loop's state; the compiled search returns it without `state` and `cache` (None)."""
+
     state: object
     cache: object
     memory_rows: jnp.ndarray  # [B, P] int32: the row of each pool slot's memory in the caches
@@ -470,11 +534,12 @@ class _Carry(NamedTuple):
     num_records: jnp.ndarray  # [B, P] int32
     t: jnp.ndarray  # [B]: the current word
     phase: jnp.ndarray  # [B]
-    prefix: jnp.ndarray  # [B, N + 1] log p(x_<=t)
+    prefix: jnp.ndarray  # [B, N + 1] log p(x_<=t): the word beam's after word t
     steps: jnp.ndarray  # [B]: action steps (as the host search counts them)
     pruned: jnp.ndarray  # [B]: successors refused for capacity
     iteration: jnp.ndarray
     rows_run: jnp.ndarray  # hypotheses run through the model, summed over iterations (a statistic)
+    trace: Trace | None  # None unless every action generates the word
 
 
 def _top_k(values, k):
@@ -483,54 +548,66 @@ def _top_k(values, k):
     return jax.lax.top_k(values, k)
 
 
-def _select_in_words(config: BeamConfig, status, score, lp, allowed, word_action):
+def _successors(score, lp, word_lp, allowed, word_actions: np.ndarray):
+    """`[P, A]` log p of every successor of the slots `score [P]`, -inf where not `allowed`: the prefix's, plus
+    the word's (`word_lp [P]`) for a word action, plus the action's (`lp [P, A]`), summed in that order (as
+    eq. 7 and the host searches)."""
+    prefix = jnp.where(word_actions, (score + word_lp)[:, None], score[:, None])
+    return jnp.where(allowed, prefix + lp, -jnp.inf)
+
+
+def _select_in_words(selection: Selection, status, score, values, word_actions: np.ndarray):
     """One sentence's action step (the host's `_word_step`): the new pool as (src, action, value, status), and done.
 
-    status, score `[P]`; lp, allowed `[P, A]`. New pool: slots 0..k_w-1 the
+    status, score `[P]`; values `[P, A]` (`_successors`). New pool: slots 0..k_w-1 the
     next word beam (best first), then the k_a frontier slots (best first).
     """
-    P, A = lp.shape
-    W, F, ft = config.word_beam, config.action_beam, config.fast_track
+    P, A = values.shape
+    W, F, ft = selection.word_beam, selection.action_beam, selection.fast_track
     neg = jnp.float32(-jnp.inf)
-    values = jnp.where(allowed, score[:, None] + lp, neg)
-    others = [a for a in range(A) if a != word_action]
-    # Successors in the host's order (the other actions by parent, then the words), for ties.
-    cand = jnp.concatenate([values[:, others].reshape(-1), values[:, word_action]])
-    cand_parent = jnp.concatenate([jnp.repeat(jnp.arange(P), len(others)), jnp.arange(P)])
-    cand_action = jnp.concatenate([jnp.tile(jnp.asarray(others), P), jnp.full(P, word_action)])
-    is_word = cand_action == word_action
+    others = np.flatnonzero(~word_actions).astype(np.int32)
+    words = np.flatnonzero(word_actions).astype(np.int32)
+    # Successors in the host's order (the other actions by parent, then the word actions by parent), for ties.
+    cand = jnp.concatenate([values[:, others].reshape(-1), values[:, words].reshape(-1)])
+    cand_parent = jnp.asarray(np.concatenate([np.repeat(np.arange(P, dtype=np.int32), len(others)),
+                                              np.repeat(np.arange(P, dtype=np.int32), len(words))]))
+    cand_action = jnp.asarray(np.concatenate([np.tile(others, P), np.tile(words, P)]))
+    is_word = jnp.asarray(np.concatenate([np.zeros(P * len(others), bool), np.ones(P * len(words), bool)]))
     first_word = P * len(others)
     if ft > 0:
         fast_val, fast_idx = _top_k(cand[first_word:], ft)
         fast_idx = fast_idx + first_word
         fast_ok = fast_val > neg
-        rest = cand.at[fast_idx].set(neg)
+        rest = cand.at[fast_idx].set(neg) if F > 0 else cand
     else:
-        fast_val = fast_idx = fast_ok = jnp.zeros(0)
+        fast_val, fast_idx, fast_ok = jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(0, bool)
         rest = cand
-    pool_val, pool_idx = _top_k(rest, F)
+    if F > 0:
+        pool_val, pool_idx = _top_k(rest, F)
+    else:
+        pool_val, pool_idx = jnp.zeros(0), jnp.zeros(0, jnp.int32)
     pool_ok = pool_val > neg
     # The next word beam: what it held, the fast track, the pool's word successors (insertion order for ties).
     old = jnp.where(status == WORD, score, neg)
     merge_val = jnp.concatenate([old, jnp.where(fast_ok, fast_val, neg),
                                  jnp.where(pool_ok & is_word[pool_idx], pool_val, neg)])
-    merge_src = jnp.concatenate([jnp.arange(P), cand_parent[fast_idx.astype(jnp.int32)] if ft > 0
-                                 else jnp.zeros(0, jnp.int32), cand_parent[pool_idx]])
-    merge_act = jnp.concatenate([jnp.full(P, KEEP), jnp.full(fast_idx.shape[0], word_action),
-                                 cand_action[pool_idx]]).astype(jnp.int32)
-    merge_act = jnp.where(jnp.arange(merge_act.shape[0]) < P, KEEP, merge_act)
+    merge_src = jnp.concatenate([jnp.arange(P, dtype=jnp.int32), cand_parent[fast_idx], cand_parent[pool_idx]])
+    merge_act = jnp.concatenate([jnp.full(P, KEEP, jnp.int32), cand_action[fast_idx], cand_action[pool_idx]])
     items = jnp.sum(merge_val > neg)
     word_val, word_idx = _top_k(merge_val, W)
     word_val = jnp.pad(word_val, (0, W - word_val.shape[0]), constant_values=-jnp.inf)
     word_idx = jnp.pad(word_idx, (0, W - word_idx.shape[0]))
     word_ok = word_val > neg
     # The new frontier: the pool's other successors, best first.
-    front_val, front_idx = _top_k(jnp.where(pool_ok & ~is_word[pool_idx], pool_val, neg), F)
-    front_val = jnp.pad(front_val, (0, F - front_val.shape[0]), constant_values=-jnp.inf)
-    front_idx = jnp.pad(front_idx, (0, F - front_idx.shape[0]))
+    if F > 0:
+        front_val, front_idx = _top_k(jnp.where(pool_ok & ~is_word[pool_idx], pool_val, neg), F)
+        front_val = jnp.pad(front_val, (0, F - front_val.shape[0]), constant_values=-jnp.inf)
+        front_idx = jnp.pad(front_idx, (0, F - front_idx.shape[0]))
+    else:
+        front_val, front_idx = jnp.zeros(0), jnp.zeros(0, jnp.int32)
     front_ok = front_val > neg
     full = items >= W
-    if config.stop == "count":
+    if selection.stop == "count":
         done = full | ~jnp.any(front_ok)
     else:
         threshold = word_val[W - 1]
@@ -549,13 +626,11 @@ def _select_in_words(config: BeamConfig, status, score, lp, allowed, word_action
     return src.astype(jnp.int32), act.astype(jnp.int32), jnp.where(ok, val, neg), new_status, done, word_val
 
 
-def _select_finishing(status, score, lp, allowed):
+def _select_finishing(status, score, values):
     """One finishing step: every FRONTIER slot takes its (only) allowed action, a close."""
-    P, A = lp.shape
-    neg = jnp.float32(-jnp.inf)
-    values = jnp.where(allowed, score[:, None] + lp, neg)
+    P, A = values.shape
     best = jnp.argmax(values, axis=1)
-    take = (status == FRONTIER) & jnp.any(allowed, axis=1)
+    take = (status == FRONTIER) & jnp.any(values > -jnp.inf, axis=1)
     act = jnp.where(take, best, KEEP).astype(jnp.int32)
     val = jnp.where(take, values[jnp.arange(P), best], score)
     return jnp.arange(P, dtype=jnp.int32), act, val, status
@@ -568,8 +643,8 @@ def _vmap2(fn, *args):
 def _score_live(family, params, state, cache, word, run, memory_rows, chunk: int, buckets: Sequence[int], bucket):
     """`family.score` on the hypotheses `run [B, P]` only, `chunk` per model call, as many calls as needed.
 
-    Returns log p `[B, P, A]` (0 where not run), the states (committed
-    where run) and the caches with the run hypotheses' new keys and values
+    Returns log p `[B, P, A]` and of the word `[B, P]` (0 where not run), the
+    states (committed where run) and the caches with the run hypotheses' new keys and values
     written (into their memories' rows `memory_rows [B, P]`). The live
     hypotheses are packed (their flat indices in order) and run `chunk` at a
     time in a loop, so the work follows them (rounded up to a chunk) with
@@ -585,20 +660,34 @@ def _score_live(family, params, state, cache, word, run, memory_rows, chunk: int
     branches = [functools.partial(lambda m, *args: family.score(*args, slots=m), m) for m in buckets]
 
     def one_call(i, carry):
-        lp_all, state_all, cache = carry
+        lp_all, word_all, state_all, cache = carry
         hyps = jax.lax.dynamic_slice(hyps_all, (i * chunk,), (chunk,))
         padding = hyps >= B * P
         take = lambda x: x[jnp.minimum(hyps, B * P - 1)]
         rows = jnp.where(padding, B * P, take(rows_flat))
-        lp, scored, writes = jax.lax.switch(bucket, branches, params, jax.tree.map(take, state_all), cache,
-                                            jax.tree.map(take, word_flat), rows)
+        lp, word_lp, scored, writes = jax.lax.switch(bucket, branches, params, jax.tree.map(take, state_all),
+                                                     cache, jax.tree.map(take, word_flat), rows)
+        writes = _after(writes, lp)
         put = lambda full, part: full.at[hyps].set(part, mode="drop")
-        return put(lp_all, lp), jax.tree.map(put, state_all, scored), family.write(cache, writes, rows)
+        return (put(lp_all, lp), put(word_all, word_lp), jax.tree.map(put, state_all, scored),
+                family.write(cache, writes, rows))
 
-    lp0 = jnp.zeros((B * P, family.num_actions), jnp.float32)
-    lp, state_flat, cache = jax.lax.fori_loop(0, calls, one_call, (lp0, state_flat, cache))
+    carry = (jnp.zeros((B * P, family.num_actions), jnp.float32), jnp.zeros(B * P, jnp.float32), state_flat, cache)
+    if chunk >= B * P:  # one call runs every live hypothesis: no loop (XLA would copy the caches it carries)
+        lp, word_lp, state_flat, cache = one_call(0, carry)
+    else:
+        lp, word_lp, state_flat, cache = jax.lax.fori_loop(0, calls, one_call, carry)
     unflat = lambda x: x.reshape((B, P) + x.shape[1:])
-    return unflat(lp), jax.tree.map(unflat, state_flat), cache
+    return unflat(lp), unflat(word_lp), jax.tree.map(unflat, state_flat), cache
+
+
+def _after(writes, lp):
+    """`writes` made to depend on `lp` (plus 0 times a sum of it): a model call's log-probabilities come from its
+    last reads of the caches, so the caches are written after every read and XLA updates them in place. Without
+    it XLA may copy the whole caches at every iteration, unsure of the order: it did for the Pushdown-LM (one
+    memory size, no `lax.switch` between), at beam 300 on CPU 1.5x the time, 38 against 25 MiB of temporaries."""
+    zero = 0.0 * jnp.sum(jnp.where(jnp.isfinite(lp), lp, 0.0))
+    return jax.tree.map(lambda w: w + zero.astype(w.dtype) if jnp.issubdtype(w.dtype, jnp.floating) else w, writes)
 
 
 def _packed(flags, chunk: int):
@@ -643,7 +732,7 @@ def _copy_memories(family, cache, copy_from, copy_to, chunk: int, buckets: Seque
     total = copy_from.size
     order, needed = _packed(copy_to.reshape(-1) >= 0, chunk)
     src = jnp.append(copy_from.reshape(-1), 0)[order]
-    dst = jnp.where(order < total, jnp.append(copy_to.reshape(-1), 0)[order], cache[0].shape[0])
+    dst = jnp.where(order < total, jnp.append(copy_to.reshape(-1), 0)[order], total)  # past the last row: none
     for b, slots in enumerate(buckets):
         def one_call(i, cache, slots=slots):
             part = lambda x: jax.lax.dynamic_slice(x, (i * chunk,), (chunk,))
@@ -817,14 +906,9 @@ class DeviceBeamSearch:
                 counts[b, t] = len(p)
         later = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1] - counts  # pieces after each word
         D = config.max_open_nts
-        sizes = _Sizes(B, P, N, C, N * (D + config.max_consecutive_opens + 2) + D + 4,
-                       self.chunk or min(B * P, max(32, round_up(B * P // 8, 8))))
-        key = (self._family.signature, config, sizes, caps)
-        run = _LOOPS.get(key)
-        if run is None:
-            family = self._family.with_caps(caps)
-            run = jax.jit(functools.partial(_search, family, config, sizes))
-            _LOOPS[key] = run
+        sizes = Sizes(B, P, N, C, N * (D + config.max_consecutive_opens + 2) + D + 4,
+                      self.chunk or min(B * P, max(32, round_up(B * P // 8, 8))))
+        run = compiled_search(self._family.with_caps(caps), Selection.of(config), sizes)
         out = run(self._family.params, jnp.asarray(ids), jnp.asarray(types), jnp.asarray(counts),
                   jnp.asarray(later), jnp.asarray(num_words))
         out = jax.tree.map(np.asarray, out)
@@ -871,24 +955,41 @@ class DeviceBeamSearch:
 
 _FULL_BATCH_ROWS = 4096  # most pool slots (batch_sentences x pool) for which every batch is padded to full size
 
-# Compiled searches by (family signature, config, sizes, caps): searches of models of one structure (an eval
-# command run again, the tests) share them; the parameters are arguments.
+# Compiled searches by (family signature, selection, sizes): searches of models of one structure (an eval command
+# run again, the tests) share them; the parameters are arguments.
 _LOOPS: dict = {}
 
 
-def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, counts, later, num_words):
+def compiled_search(family, selection: Selection, sizes: Sizes):
+    """The jitted search of a batch, `run(params, ids, types, counts, later, num_words) -> Outcome` (`_search`).
+
+    ids, types `[B, N, pieces]`, counts, later `[B, N]` (`WordInfo`'s fields
+    per word), num_words `[B]`. One per (signature, selection, sizes).
+    """
+    key = (family.signature, selection, sizes)
+    run = _LOOPS.get(key)
+    if run is None:
+        run = _LOOPS[key] = jax.jit(functools.partial(_search, family, selection, sizes))
+    return run
+
+
+def _search(family, selection: Selection, sizes: Sizes, params, ids, types, counts, later, num_words) -> Outcome:
     """The whole search of a batch (under jit): `lax.while_loop` over iterations until every sentence is DONE."""
     B, P, N, R = sizes.batch, sizes.pool, sizes.words, sizes.records
-    word_action = family.word_action
+    W = selection.word_beam
+    word_actions = np.asarray(family.word_actions, bool)
+    tracing = bool(word_actions.all())  # one selection per word: keep each word's beam (`Trace`)
     init = family.initial_state()
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, P) + x.shape), init)
     status = jnp.zeros((B, P), jnp.int32).at[:, 0].set(FRONTIER)
     phase = jnp.where(num_words > 0, IN_WORDS, DONE)
     memory_rows = jnp.arange(B * P, dtype=jnp.int32).reshape(B, P)
-    carry = _Carry(state, family.init_cache(B, P), memory_rows, status, jnp.zeros((B, P), jnp.float32),
-                   jnp.zeros((B, P, R), jnp.int32), jnp.zeros((B, P), jnp.int32), jnp.zeros(B, jnp.int32), phase,
-                   jnp.zeros((B, N + 1), jnp.float32), jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32),
-                   jnp.int32(0), jnp.int32(0))
+    trace = Trace(jnp.full((B, N, P), -jnp.inf, jnp.float32), jnp.full((B, N, P), -jnp.inf, jnp.float32),
+                  jnp.full((B, N, W), -1, jnp.int32)) if tracing else None
+    carry = Outcome(state, family.init_cache(B, P), memory_rows, status, jnp.zeros((B, P), jnp.float32),
+                    jnp.zeros((B, P, R), jnp.int32), jnp.zeros((B, P), jnp.int32), jnp.zeros(B, jnp.int32), phase,
+                    jnp.zeros((B, N + 1), jnp.float32), jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32),
+                    jnp.int32(0), jnp.int32(0), trace)
 
     def word_of(t, finishing):
         tt_ = jnp.minimum(t, N - 1)
@@ -899,27 +1000,28 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
     # Memory sizes: the attention reads only the slots held so far, rounded up to one of a few static sizes
     # (one compiled branch each).
     C = family.cache_slots
-    buckets = sorted({min(C, m) for m in (32, 64, round_up(C // 2, 16), C)})
+    buckets = sorted({min(C, m) for m in (32, 64, max(32, round_up(C // 2, 16)), C)})
 
-    def body(c: _Carry) -> _Carry:
+    def body(c: Outcome) -> Outcome:
         finishing = c.phase == FINISHING
         word = word_of(c.t, finishing)
         word_bp = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, P) + x.shape[1:]), word)
         run = (c.status == FRONTIER) & (c.phase != DONE)[:, None]
         held = jnp.max(jnp.where(c.status != EMPTY, family.memory_used(c.state), 0))
         bucket = jnp.sum(held > jnp.asarray(buckets[:-1]))  # every slot read or written is below `held`
-        lp, state, cache = _score_live(family, params, c.state, c.cache, word_bp, run, c.memory_rows, sizes.chunk,
-                                       buckets, bucket)
+        lp, word_lp, state, cache = _score_live(family, params, c.state, c.cache, word_bp, run, c.memory_rows,
+                                                sizes.chunk, buckets, bucket)
         fin_bp = jnp.broadcast_to(finishing[:, None], (B, P))
         allowed = _vmap2(family.allowed, state, fin_bp, word_bp) & run[..., None]
         fits = _vmap2(family.fits, state, word_bp)
         pruned = c.pruned + jnp.sum(allowed & ~fits, axis=(1, 2))
         allowed = allowed & fits
 
-        def per_sentence(status, score, lp_s, allowed_s, phase, t, n, prefix):
-            w_src, w_act, w_val, w_status, done, word_val = _select_in_words(config, status, score, lp_s, allowed_s,
-                                                                             word_action)
-            f_src, f_act, f_val, f_status = _select_finishing(status, score, lp_s, allowed_s)
+        def per_sentence(status, score, lp_s, word_lp_s, allowed_s, phase, t, n, prefix):
+            values = _successors(score, lp_s, word_lp_s, allowed_s, word_actions)
+            w_src, w_act, w_val, w_status, done, word_val = _select_in_words(selection, status, score, values,
+                                                                             word_actions)
+            f_src, f_act, f_val, f_status = _select_finishing(status, score, values)
             in_words = phase == IN_WORDS
             new_prefix = prefix.at[jnp.minimum(t + 1, N)].set(
                 jnp.where(in_words & done, jax.nn.logsumexp(word_val), prefix[jnp.minimum(t + 1, N)]))
@@ -933,12 +1035,19 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
             return src, act, val, new_status, new_t, new_phase, new_prefix, in_words.astype(jnp.int32)
 
         src, act, val, new_status, t, new_phase, prefix, stepped = jax.vmap(per_sentence)(
-            c.status, c.score, lp, allowed, c.phase, c.t, num_words, c.prefix)
+            c.status, c.score, lp, word_lp, allowed, c.phase, c.t, num_words, c.prefix)
+        trace = c.trace
+        if tracing:  # this iteration's selection was word c.t's whole step
+            at, rows = jnp.where(c.phase == IN_WORDS, c.t, N), jnp.arange(B)
+            parents = jnp.where(new_status[:, :W] != EMPTY, src[:, :W], -1)
+            trace = Trace(trace.scores.at[rows, at].set(jnp.where(run, c.score, -jnp.inf), mode="drop"),
+                          trace.with_word.at[rows, at].set(jnp.where(run, c.score + word_lp, -jnp.inf), mode="drop"),
+                          trace.parents.at[rows, at].set(parents, mode="drop"))
         gather = lambda x: jnp.take_along_axis(x, src.reshape((B, P) + (1,) * (x.ndim - 2)), axis=1)
         state = jax.tree.map(gather, state)
         # The children's memories: copies only where a parent has more than one (`_assign_rows`).
         memory_rows, copy_from, copy_to = jax.vmap(_assign_rows)(c.memory_rows, src, new_status != EMPTY)
-        cache = _copy_memories(family, cache, copy_from, copy_to, sizes.chunk, buckets, bucket)
+        cache = _copy_memories(family, cache, copy_from, copy_to, sizes.copy_chunk or sizes.chunk, buckets, bucket)
         records = gather(c.records)
         num_records = gather(c.num_records)
         # Advance by the chosen actions (the word is the one just generated: the current word of the step).
@@ -949,17 +1058,19 @@ def _search(family, config: BeamConfig, sizes: _Sizes, params, ids, types, count
         at = jnp.where(moved, num_records, R)
         records = records.at[jnp.arange(B)[:, None], jnp.arange(P)[None, :], at].set(record, mode="drop")
         num_records = num_records + moved
-        # Finishing: a hypothesis with nothing left open is complete; a sentence with none left to close is done.
-        complete = finishing[:, None] & (new_status == FRONTIER) & _vmap2(family.complete, state)
+        # After the last word (from the selection that read it on): a hypothesis with nothing left to close is
+        # complete, a sentence with none left to close is done.
+        ending = new_phase == FINISHING
+        complete = ending[:, None] & (new_status == FRONTIER) & _vmap2(family.complete, state)
         new_status = jnp.where(complete, COMPLETE, new_status)
-        new_phase = jnp.where(finishing & ~jnp.any(new_status == FRONTIER, axis=1), DONE, new_phase)
-        return _Carry(state, cache, memory_rows, new_status, val, records, num_records, t, new_phase, prefix,
-                      c.steps + stepped, pruned, c.iteration + 1, c.rows_run + jnp.sum(run))
+        new_phase = jnp.where(ending & ~jnp.any(new_status == FRONTIER, axis=1), DONE, new_phase)
+        return Outcome(state, cache, memory_rows, new_status, val, records, num_records, t, new_phase, prefix,
+                       c.steps + stepped, pruned, c.iteration + 1, c.rows_run + jnp.sum(run), trace)
 
-    def cond(c: _Carry):
+    def cond(c: Outcome):
         return jnp.any(c.phase != DONE) & (c.iteration < sizes.max_iterations)
 
-    return jax.lax.while_loop(cond, body, carry)
+    return jax.lax.while_loop(cond, body, carry)._replace(state=None, cache=None)
 
 
 def _longest(pieces_per_sentence) -> int:
@@ -984,4 +1095,5 @@ def _next_power_of_two(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
-__all__ = ["COMPLETE", "CCDeviceState", "ChoeCharniakDevice", "DeviceBeamSearch", "WordInfo"]
+__all__ = ["COMPLETE", "CCDeviceState", "ChoeCharniakDevice", "DeviceBeamSearch", "Outcome", "Selection", "Sizes",
+           "Trace", "WordInfo", "compiled_search"]

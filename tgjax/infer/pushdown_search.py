@@ -11,23 +11,29 @@ is extended by the known token k and each of its legal attachments, scored
     score(y_<=k) = score(y_<k) + log p(x_k | x_<k; W_{k-1}) + log p(r_k | x_<=k; W_{k-1})
 
 and the best `beam_size` of all (hypothesis, attachment) pairs form B_k; the
-winners' tapes are updated by Algorithm 1 and their caches gathered by
-parent. There is no word-synchronous machinery (the paper's point: words and
-structure are predicted in parallel), so this is its own small loop rather
-than `tgjax.infer.device_beam`'s word-synchronous Choe–Charniak engine (whose
-pool of FRONTIER/WORD slots, action beam and fast track have nothing to do
-here). What it shares with that engine is the shape: one `lax.while_loop`
-over positions, fixed `[beam, capacity]` arrays, caches gathered by parent.
+winners' tapes are updated by Algorithm 1.
+
+The search runs on `tgjax.infer.device_beam`'s engine, the one TG and TXL
+(CC) use, with `PushdownDevice` as its family: a "word" of the engine is one
+token, an action its attachment slot, and every action generates the word,
+so each token is one selection of the best `beam_size` of every (hypothesis,
+attachment) pair (the engine's fast track alone: no action beam, no
+frontier between tokens). The strings of a batch (`batch_sentences`, sorted
+by length; by default 256 hypotheses in all) advance one token per
+iteration of one compiled loop; a hypothesis's caches are copied only where
+it has more than one child.
 
 The incremental step. A hidden state of position j depends on tape row j
 only (the tape after token j; later attachments change *later* rows), so the
 keys and values of past positions are computed once and cached per layer
-(`[L, K, T, H, d_head]`): the step for position i runs the layers on one
-query whose depth term reads the current tape row W_i, exactly what the
-teacher-forced model computes (`pushdown_oracle` checks it against whole
-forward passes). The attachment head caches A_k h_j pushed through the first
-layer of its key MLP (`[K, T, key_dim]`); each step adds the depth
-embeddings of the current row and runs the rest of the MLP.
+(a row per hypothesis, `[L, 2, H, T, d_head]`): the step for position i runs
+the layers on one query whose depth term reads the current tape row W_i,
+exactly what the teacher-forced model computes (`pushdown_oracle` checks it
+against whole forward passes), attending to the positions held so far (the
+engine's memory sizes; `_attend_one`). The attachment head caches A_k h_j
+pushed through the first layer of its key MLP (`[T, key_dim]`); each step
+adds the depth embeddings of the current row, and the MLP's second layer is
+moved onto the query (`_head_row`).
 
 Legal attachments and ROOT. ``<s>`` plays ROOT (Appendix B): a word never
 attaches to it, and ``<eos>`` must, which closes the sentence (an unfinished
@@ -59,19 +65,22 @@ What comes out, per string:
   candidates, of the *o-th sorted candidate's* parent score plus its word
   log-probability (it indexes the sorted list by origin), and the surprisal is
   the difference of consecutive such prefixes. A word's surprisal is the sum
-  over its pieces; the end's is the ``<eos>`` token's;
+  over its pieces; the end's is the ``<eos>`` token's. Both are read from the
+  engine's `Trace` (each token's starting beam and the next beam's parents);
 * the best parse: the top hypothesis's attachments replayed into a binary
   bracketing over tokens, then merged back to words (Appendix C: a word's
   pieces collapse to one leaf; `merge_subword_bracketing`).
 
 `PushdownSearch` is the Python entry point (eval commands, notebooks):
 ``search(list of word lists)`` for sentences (the `tgjax.eval.parse` scorer
-protocol), ``search_ids`` for one id string, and ``prefix`` for a string
-without an end (the Dyck evaluation: the top hypothesis's attachments and
-per-position next-token log-probabilities under its own tape).
+protocol), ``search_ids`` for one id string, and ``prefix`` /
+``prefix_attachments`` for strings without an end (the Dyck evaluation: the
+top hypothesis's attachments and per-position next-token log-probabilities
+under its own tape). `pushdown_oracle.host_beam` is the host oracle the
+tests hold it to.
 
-Capacity: arrays hold `T` positions, the string's length rounded up to
-`bucket` (one compilation per beam size and bucket).
+Capacity: a batch's caches hold `T` positions, its longest string rounded up
+to `bucket` (one compilation per beam size, batch size and bucket).
 """
 
 from __future__ import annotations
@@ -86,8 +95,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tgjax.infer.device_beam import COMPLETE, Outcome, Selection, Sizes, WordInfo, compiled_search
+from tgjax.infer.incremental import _Static
 from tgjax.syntax import stack_tape as stt
 from tgjax.syntax.trees import Tree
+
+HYPOTHESES_PER_SEARCH = 256  # `batch_sentences=None`: strings per compiled search, times the beam
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +109,9 @@ class PushdownBeamConfig:
     final_attachment: Literal["scored", "forced"] = "scored"
     surprisal: Literal["beam", "release"] = "beam"
     bucket: int = 16  # capacity rounded up to a multiple of this
+    # Strings per compiled search (their caches: batch x beam rows of T positions); None: as many as make 256
+    # hypotheses, at least one (on CPU the quickest per string: benchmarks/pushdown_engine.py).
+    batch_sentences: int | None = None
 
     def __post_init__(self):
         if self.beam_size < 1:
@@ -107,26 +123,8 @@ class PushdownBeamConfig:
             raise ValueError(f"surprisal: expected 'beam' (paper) or 'release', got {self.surprisal!r}")
         if self.bucket < 1:
             raise ValueError(f"bucket must be positive, got {self.bucket}")
-
-
-class _Beam(NamedTuple):
-    """The beam of one string on device (K hypotheses, T cached positions, tokens 0..T)."""
-
-    scores: jax.Array  # [K] float32; −inf for an empty slot
-    attach: jax.Array  # [K, T + 1] int32 attachment of each token read
-    depth: jax.Array  # [K, T + 1] int32 the tape after the last token read
-    ends: jax.Array  # [K, T + 1] bool: rightmost token of a stack element
-    keys: jax.Array  # [L, K, T, H, d_head] cached attention keys
-    values: jax.Array  # [L, K, T, H, d_head]
-    head_keys: jax.Array  # [K, T, key_dim] A_k h_j through the head key MLP's first layer (no depth, no bias)
-
-
-class _Records(NamedTuple):
-    """Per-step marginals, entry i about token i + 1."""
-
-    with_word: jax.Array  # [T] logsumexp_{b in B_i} score_b + log p(x_{i+1} | b)
-    without_word: jax.Array  # [T] logsumexp_{b in B_i} score_b
-    release: jax.Array  # [T] the release's reading (see the module docstring)
+        if self.batch_sentences is not None and self.batch_sentences < 1:
+            raise ValueError(f"batch_sentences must be at least 1, got {self.batch_sentences}")
 
 
 def apply_attachment(attach: jax.Array, depth: jax.Array, ends: jax.Array, k: jax.Array, r: jax.Array):
@@ -150,153 +148,224 @@ def apply_attachment(attach: jax.Array, depth: jax.Array, ends: jax.Array, k: ja
     return attach.at[k].set(r), depth + gain, ends
 
 
-def _layer_step(layer, x: jax.Array, keys: jax.Array, values: jax.Array, tape_row: jax.Array, i: jax.Array):
-    """One position through a `PushdownLayer` against cached keys/values.
+def _attend_one(attention, x: jax.Array, keys: jax.Array, values: jax.Array, here: jax.Array, tape_row: jax.Array,
+                i: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`PushdownAttention` for one query per hypothesis, at position `i [n]`, against its cached keys and values.
 
-    x `[K, 1, d]` (position i), keys/values `[K, T, H, dh]`, tape_row `[K, T]`;
-    returns (x `[K, 1, d]`, keys, values) with position i written.
+    x `[n, d]`; keys, values `[n, H, M, dh]` (of positions < M, each head's
+    one block); here `[n, M]`: position i, whose key and value are computed
+    now (and returned, `[n, 2, H, dh]`; the memory's slot i is not read);
+    tape_row `[n, M]` (W_i). The layer's formula (`scores`, `attend`) with
+    only the distances 0..M-1 projected. Returns (`[n, d]`, the fresh keys
+    and values).
     """
-    attention = layer.attention
-    q, k, v = attention.project(x)
-    keys = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), i, axis=1)
-    values = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), i, axis=1)
-    steps = jnp.arange(keys.shape[1])
-    distance = (i - steps)[None, None, :]
-    mask = (steps <= i)[None, None, :]
-    attended = attention.attend(attention.scores(q, keys, tape_row[:, None, :], distance), mask, values)
-    return layer.around_attention(x, attended), keys, values
+    q = jnp.einsum("bd,dhk->bhk", x, attention.query[...])
+    fresh = jnp.stack([jnp.einsum("bd,dhk->bhk", x, attention.key[...]),
+                       jnp.einsum("bd,dhk->bhk", x, attention.value[...])], axis=1)  # [n, 2, H, dh]
+    now = here[:, None, :]  # [n, 1, M]
+    M = keys.shape[2]
+    logits = jnp.where(now, jnp.sum(q * fresh[:, 0], axis=-1)[..., None], jnp.einsum("bhk,bhmk->bhm", q, keys))
+    near = min(M, attention.max_relative_position + 1)  # distances i - j of j <= i < M
+    rel_keys = jnp.einsum("pd,dhk->phk", attention.position_table[...][:near], attention.rel_key[...])
+    by_distance = jnp.einsum("bhk,phk->bhp", q, rel_keys)  # [n, H, near]
+    distance = jnp.clip(i[:, None] - jnp.arange(M)[None, :], 0, near - 1)
+    logits = logits + jnp.take_along_axis(by_distance, distance[:, None, :], axis=2)
+    if attention.depth_embedding is not None:
+        depth_keys = attention.depth_embedding[...]  # [D, dh] (head space), or [D, d] (model space)
+        if attention.depth_space == "head":
+            by_depth = jnp.einsum("bhk,ek->bhe", q, depth_keys)
+        else:
+            by_depth = jnp.einsum("bhk,ehk->bhe", q, jnp.einsum("ed,dhk->ehk", depth_keys, attention.key[...]))
+        index = jnp.clip(tape_row, 0, attention.num_depths - 1)
+        logits = logits + jnp.take_along_axis(by_depth, index[:, None, :], axis=2)
+    mask = (jnp.arange(M)[None, :] <= i[:, None])[:, None, :]  # [n, 1, M]
+    logits = jnp.where(mask, logits / np.sqrt(attention.head_dim), jnp.finfo(logits.dtype).min)
+    weights = jax.nn.softmax(logits, axis=-1)
+    attended = (jnp.einsum("bhm,bhmk->bhk", jnp.where(now, 0.0, weights), values)
+                + jnp.sum(jnp.where(now, weights, 0.0), axis=-1)[..., None] * fresh[:, 1])
+    return jnp.einsum("bhk,hkd->bd", attended, attention.out[...]), fresh
 
 
 def _head_row(head, hidden: jax.Array, next_embedding: jax.Array, head_keys: jax.Array, tape_row: jax.Array,
               i: jax.Array) -> jax.Array:
-    """Slot logits `[K, T + 1]` of position i (the `AttachmentHead` formula for one query row).
+    """Slot logits `[n, M + 1]` of n hypotheses at positions `i [n]` (the `AttachmentHead` formula, one query row).
 
-    hidden `[K, d]` (h_i), next_embedding `[d_e]` (token i + 1), head_keys
-    `[K, T, kd]` (cached), tape_row `[K, T]`.
+    hidden `[n, d]` (h_i), next_embedding `[n, d_e]` (token i + 1), head_keys
+    `[n, M, kd]` (cached: A_k h_j through the key MLP's first layer), tape_row
+    `[n, M]`. As the head's depth-chunked path, the key MLP's second layer is
+    moved onto the query, q · (W_2ᵀ g + b_2) = (W_2 q) · g + q · b_2 (g its
+    hidden layer): `key_dim` products per slot instead of `key_dim²`.
     """
     kd = head.key_dim
     projected_q = hidden @ head.query_proj[...]
-    e = jnp.broadcast_to(next_embedding, (hidden.shape[0], next_embedding.shape[-1]))
-    query = head.query_mlp(jnp.concatenate([projected_q, e], -1), True)
+    query = head.query_mlp(jnp.concatenate([projected_q, next_embedding], -1), True)
     self_source = projected_q if head.self_key_input == "projection" else query
-    self_key = head.self_key_mlp(jnp.concatenate([self_source, e], -1), True)
+    self_key = head.self_key_mlp(jnp.concatenate([self_source, next_embedding], -1), True)
     mlp = head.key_depth_mlp
     depth_part = head.depth_embedding[...] @ mlp.w1[...][kd:]  # [D, kd]
     index = jnp.clip(tape_row, 0, head.num_depths - 1)
-    depth_keys = mlp.hidden(head_keys + depth_part[index] + mlp.b1[...], True)  # [K, T, kd]
-    token_scores = jnp.einsum("kc,ktc->kt", query, depth_keys)
+    hidden_keys = jax.nn.relu(head_keys + depth_part[index] + mlp.b1[...])  # [n, M, kd]
+    token_scores = jnp.einsum("nc,nmc->nm", query @ mlp.w2[...].T, hidden_keys) + (query @ mlp.b2[...])[:, None]
     self_scores = jnp.sum(query * self_key, axis=-1)
-    T = head_keys.shape[1]
-    slots = jnp.arange(T + 1)
+    slots = jnp.arange(head_keys.shape[1] + 1)[None, :]
     logits = jnp.concatenate([token_scores, jnp.zeros_like(token_scores[:, :1])], axis=1)
-    logits = jnp.where(slots[None, :] == i + 1, self_scores[:, None], logits)
+    logits = jnp.where(slots == i[:, None] + 1, self_scores[:, None], logits)
     if head.rel_key is not None:
-        rel_keys = head.position_table[...] @ head.rel_key[...]  # [P, kd]
-        by_distance = query @ rel_keys.T  # [K, P]
-        distance = jnp.clip(i + 1 - slots, 0, head.max_relative_position)
-        logits = logits + by_distance[:, distance]
+        near = min(head_keys.shape[1] + 1, head.max_relative_position + 1)  # distances i + 1 - c of slots c <= M
+        by_distance = query @ (head.position_table[...][:near] @ head.rel_key[...]).T  # [n, near]
+        distance = jnp.clip(i[:, None] + 1 - slots, 0, near - 1)
+        logits = logits + jnp.take_along_axis(by_distance, distance, axis=1)
     if head.scaled:
         logits = logits / np.sqrt(kd)
     return logits
 
 
 def _legal_slots(ends: jax.Array, i: jax.Array, final: jax.Array) -> jax.Array:
-    """The slots token i + 1 may take, `[K, T + 1]` from the stack's element ends `[K, T + 1]`: ROOT (slot 0)
-    alone for the final ``<eos>``, else an element end other than ROOT, or shift (`attachment_head.slot_legality`,
-    what training normalises over)."""
-    slots = jnp.arange(ends.shape[-1])[None, :]
+    """The slots token i + 1 may take, `[..., T + 1]` from the stack's element ends `[..., T + 1]` (i, final
+    `[...]`): ROOT (slot 0) alone for the final ``<eos>``, else an element end other than ROOT, or shift
+    (`attachment_head.slot_legality`, what training normalises over)."""
+    slots = jnp.arange(ends.shape[-1])
+    i = i[..., None]
     words = (ends & (slots <= i) & (slots > 0)) | (slots == i + 1)
-    return jnp.where(final, jnp.broadcast_to(slots == 0, ends.shape), words)
+    return jnp.where(final[..., None], slots == 0, words)
 
 
 def _slot_log_probs(logits: jax.Array, legal: jax.Array, causal: jax.Array, normalise_over: str) -> jax.Array:
-    """`attachment_log_probs` for one query row: `logits, legal [K, T + 1]`, `causal [T + 1]`; −inf off the legal slots.
+    """`attachment_log_probs` for one query row per hypothesis: `logits, legal, causal [n, T + 1]`; −inf off the
+    legal slots.
 
     ``"legal"`` (paper): softmax over the legal slots; ``"causal"`` (release):
     over every causal slot, then the illegal ones set to −inf, not renormalised.
     """
-    allowed = legal & causal if normalise_over == "legal" else jnp.broadcast_to(causal, logits.shape)
+    allowed = legal & causal if normalise_over == "legal" else causal
     log_probs = jax.nn.log_softmax(jnp.where(allowed, logits, jnp.finfo(logits.dtype).min), axis=-1)
     return jnp.where(legal & causal, log_probs, -jnp.inf)
 
 
-def _search_one(graphdef, state, tokens: jax.Array, length: jax.Array, *, beam_size: int, capacity: int,
-                prefix: bool, forced: bool) -> tuple[_Beam, _Records]:
-    """The beam over one string `tokens [capacity + 1]` (the first `length` real), positions 0 .. length - 2."""
-    model = nnx.merge(graphdef, state)
-    cfg = model.config
-    K, T = beam_size, capacity
-    L = len(model.layers)
-    H = cfg.num_heads
-    dh = cfg.d_model // H
-    table = model.embedding[...]
-    head = model.head
-    beam = _Beam(
-        scores=jnp.full((K,), -jnp.inf, jnp.float32).at[0].set(0.0),
-        attach=jnp.zeros((K, T + 1), jnp.int32),
-        depth=jnp.zeros((K, T + 1), jnp.int32),
-        ends=jnp.zeros((K, T + 1), bool).at[:, 0].set(True),  # <s> shifted: it is a stack element
-        keys=jnp.zeros((L, K, T, H, dh), jnp.float32),
-        values=jnp.zeros((L, K, T, H, dh), jnp.float32),
-        head_keys=jnp.zeros((K, T, head.key_dim), jnp.float32))
-    records = _Records(*(jnp.zeros((T,), jnp.float32) for _ in range(3)))
-    slots = jnp.arange(T + 1)
+class PushdownState(NamedTuple):
+    """One hypothesis of the engine: its attachments and stack tape, and where it stands."""
 
-    def body(i, carry):
-        beam, records = carry
-        tape_row = beam.depth[:, :T]
-        if cfg.binary_tape:
+    attach: jax.Array  # [T + 1] int32 attachment of each token read
+    depth: jax.Array  # [T + 1] int32 the tape after the last token read
+    ends: jax.Array  # [T + 1] bool: rightmost token of a stack element
+    position: jax.Array  # [] int32: i, the last token read (its keys and values are computed by the next call)
+    token: jax.Array  # [] int32: that token's id
+
+
+class PushdownDevice:
+    """A `PushdownLM` as a `tgjax.infer.device_beam` family (module docstring).
+
+    Actions are the attachment slots 0..T of the next token (`A = T + 1`),
+    each generating that token (the engine's word); its `WordInfo` holds the
+    token's id (`ids[0]`) and how many follow it (`later`: 0 for the final
+    ``<eos>``). Caches: per hypothesis row, every layer's keys and values
+    `[L, 2, H, T, d_head]` (each head's positions one block, as the
+    attention's products read them) and the head's keys `[T, key_dim]`.
+
+    Args:
+      graphdef, params, static: the model split (`nnx.split`) and its graph definition as a `_Static`.
+      bos_id: the first token of every string (ROOT).
+      capacity: T, the positions the caches hold.
+      forced: the final attachment forced (0) rather than scored.
+      ends: the strings end with ``<eos>`` (False: prefixes, no final token).
+    """
+
+    def __init__(self, graphdef, params, static: _Static, bos_id: int, capacity: int, *, forced: bool, ends: bool):
+        self.graphdef, self.params, self.static = graphdef, params, static
+        model = nnx.merge(graphdef, params)
+        self.config, self.key_dim = model.config, model.head.key_dim
+        self.bos_id = int(bos_id)
+        self.capacity = int(capacity)
+        self.forced, self.ends = bool(forced), bool(ends)
+        self.num_actions = self.capacity + 1
+        self.word_actions = np.ones(self.num_actions, bool)  # every attachment generates the token
+        self.cache_slots = self.capacity
+
+    @property
+    def signature(self) -> tuple:
+        return (self.static, self.bos_id, self.capacity, self.forced, self.ends)
+
+    def initial_state(self) -> PushdownState:
+        size = self.capacity + 1
+        return PushdownState(jnp.zeros(size, jnp.int32), jnp.zeros(size, jnp.int32),
+                             jnp.zeros(size, bool).at[0].set(True),  # <s> shifted: it is a stack element
+                             jnp.int32(0), jnp.int32(self.bos_id))
+
+    def init_cache(self, batch: int, pool: int) -> tuple:
+        c, rows = self.config, batch * pool
+        return (jnp.zeros((rows, c.num_layers, 2, c.num_heads, self.capacity, c.d_model // c.num_heads), jnp.float32),
+                jnp.zeros((rows, self.capacity, self.key_dim), jnp.float32))
+
+    def memory_used(self, state: PushdownState) -> jax.Array:
+        return state.position + 1
+
+    def _final(self, word: WordInfo) -> jax.Array:
+        return jnp.logical_and(self.ends, word.later == 0)
+
+    def score(self, params, state: PushdownState, cache: tuple, word: WordInfo, rows: jax.Array, slots: int):
+        """n hypotheses at their positions i: log p(slot | token) `[n, T + 1]`, log p(token) `[n]`, the states,
+        the writes (position i's keys and values, and its head key)."""
+        model = nnx.merge(self.graphdef, params)
+        c = model.config
+        kv, head_keys = cache
+        M = min(slots, self.capacity)
+        i = state.position
+        row = jnp.minimum(rows, kv.shape[0] - 1)
+        tape_row = state.depth[:, :M]
+        if c.binary_tape:
             tape_row = jnp.minimum(tape_row, 1)
-        x = jnp.broadcast_to(table[tokens[i]] * np.sqrt(cfg.d_model), (K, 1, cfg.d_model))
-        new_keys, new_values = [], []
-        for layer_index, layer in enumerate(model.layers):
-            x, k, v = _layer_step(layer, x, beam.keys[layer_index], beam.values[layer_index], tape_row, i)
-            new_keys.append(k)
-            new_values.append(v)
-        hidden = x[:, 0]
-        next_token = tokens[i + 1]
-        word = jax.nn.log_softmax(hidden @ table.T + model.output_bias[...], axis=-1)[:, next_token]  # [K]
-        kd = head.key_dim
-        head_keys = jax.lax.dynamic_update_slice_in_dim(
-            beam.head_keys, ((hidden @ head.key_proj[...]) @ head.key_depth_mlp.w1[...][:kd])[:, None], i, axis=1)
-        logits = _head_row(head, hidden, table[next_token], head_keys, tape_row, i)
-        final = jnp.logical_and(i + 1 == length - 1, not prefix)
-        legal = _legal_slots(beam.ends, i, final)
-        slot_lp = _slot_log_probs(logits, legal, slots <= i + 1, cfg.attachment_normalise)
-        attach_term = jnp.where(final & forced, 0.0, slot_lp) if forced else slot_lp
-        candidates = jnp.where(legal, beam.scores[:, None] + word[:, None] + attach_term, -jnp.inf)
-        top, flat = jax.lax.top_k(candidates.reshape(-1), K)
-        parent, r = flat // (T + 1), flat % (T + 1)
-        # The release's reading: the o-th sorted candidate's parent, for each distinct origin o.
-        present = jnp.zeros((K,), bool).at[parent].max(jnp.isfinite(top))
-        release = jax.nn.logsumexp(jnp.where(present & jnp.isfinite(top), (beam.scores + word)[parent], -jnp.inf))
-        records = _Records(records.with_word.at[i].set(jax.nn.logsumexp(beam.scores + word)),
-                           records.without_word.at[i].set(jax.nn.logsumexp(beam.scores)),
-                           records.release.at[i].set(release))
-        attach, depth, ends = jax.vmap(apply_attachment, in_axes=(0, 0, 0, None, 0))(
-            beam.attach[parent], beam.depth[parent], beam.ends[parent], i + 1, r)
-        beam = _Beam(top, attach, depth, ends, jnp.stack(new_keys)[:, parent], jnp.stack(new_values)[:, parent],
-                     head_keys[parent])
-        return beam, records
+        table = model.embedding[...]
+        x = table[state.token] * np.sqrt(c.d_model)  # [n, d]
+        here = jnp.arange(M)[None, :] == i[:, None]  # [n, M]: position i, computed now
+        fresh = []
+        for index, layer in enumerate(model.layers):
+            keys, values = kv[row, index, 0, :, :M], kv[row, index, 1, :, :M]  # [n, H, M, dh]: one layer's at a time
+            attended, kv_fresh = _attend_one(layer.attention, x, keys, values, here, tape_row, i)
+            x = layer.around_attention(x, attended)
+            fresh.append(kv_fresh)  # [n, 2, H, dh]
+        hidden = x
+        next_token = word.ids[:, 0]
+        word_lp = jnp.take_along_axis(jax.nn.log_softmax(hidden @ table.T + model.output_bias[...], axis=-1),
+                                      next_token[:, None], axis=1)[:, 0]
+        head = model.head
+        head_key = (hidden @ head.key_proj[...]) @ head.key_depth_mlp.w1[...][:head.key_dim]  # [n, kd]
+        held_keys = jnp.where(here[..., None], head_key[:, None], head_keys[row, :M])
+        logits = _head_row(head, hidden, table[next_token], held_keys, tape_row, i)  # [n, M + 1]
+        logits = jnp.pad(logits, ((0, 0), (0, self.capacity - M)))
+        final = self._final(word)
+        legal = _legal_slots(state.ends, i, final)
+        causal = jnp.arange(self.num_actions)[None, :] <= i[:, None] + 1
+        attach = _slot_log_probs(logits, legal, causal, c.attachment_normalise)
+        if self.forced:
+            attach = jnp.where(final[:, None] & legal, 0.0, attach)
+        return attach, word_lp, state, (i, jnp.stack(fresh, axis=1), head_key)
 
-    return jax.lax.fori_loop(0, length - 1, body, (beam, records))
+    def write(self, cache: tuple, writes: tuple, rows: jax.Array) -> tuple:
+        kv, head_keys = cache
+        position, fresh, head_key = writes  # [n], [n, L, 2, H, dh], [n, kd]
+        return (kv.at[rows, :, :, :, position].set(fresh, mode="drop"),
+                head_keys.at[rows, position].set(head_key, mode="drop"))
 
+    def copy_rows(self, cache: tuple, src: jax.Array, dst: jax.Array, slots: int) -> tuple:
+        kv, head_keys = cache
+        m = min(slots, self.capacity)
+        src = jnp.minimum(src, kv.shape[0] - 1)
+        return (kv.at[dst, :, :, :, :m].set(kv[src, :, :, :, :m], mode="drop"),
+                head_keys.at[dst, :m].set(head_keys[src, :m], mode="drop"))
 
-_SEARCH_STATIC = ("graphdef", "beam_size", "capacity", "prefix", "forced")
-_search = functools.partial(jax.jit, static_argnames=_SEARCH_STATIC)(_search_one)
+    def allowed(self, state: PushdownState, finishing, word: WordInfo) -> jax.Array:
+        return _legal_slots(state.ends, state.position, self._final(word))
 
+    def fits(self, state: PushdownState, word: WordInfo) -> jax.Array:
+        return jnp.ones(self.num_actions, bool)  # the caches hold every position of the batch's strings
 
-@functools.partial(jax.jit, static_argnames=_SEARCH_STATIC)
-def _search_many(graphdef, state, tokens: jax.Array, lengths: jax.Array, *, beam_size: int, capacity: int,
-                 prefix: bool, forced: bool) -> tuple[_Beam, _Records]:
-    """`_search_one` over S strings at once, `tokens [S, capacity + 1]`, `lengths [S]`: every array gains a
-    leading S. The loop runs to the longest string; a finished string's beam is held as it was (the batching
-    rule of a loop whose bound differs per string), so each string's answer is its own search's."""
-    def one(string_tokens, length):
-        return _search_one(graphdef, state, string_tokens, length, beam_size=beam_size, capacity=capacity,
-                           prefix=prefix, forced=forced)
+    def advance(self, state: PushdownState, action, word: WordInfo):
+        k = state.position + 1
+        attach, depth, ends = apply_attachment(state.attach, state.depth, state.ends, k, action)
+        return PushdownState(attach, depth, ends, k, word.ids[0]), action
 
-    return jax.vmap(one)(tokens, lengths)
+    def complete(self, state: PushdownState):
+        return jnp.bool_(True)  # after the last token, nothing is left to do
 
 
 # -----------------------------------------------------------------------------
@@ -413,6 +482,16 @@ class _Space:
         return ids, unk is not None and ids == (unk,)
 
 
+class _Found(NamedTuple):
+    """One string's search, on the host: its final beam and the trace of its tokens (`device_beam.Trace`)."""
+
+    scores: np.ndarray  # the final beam's log p(x, y), best first (float64)
+    best_attach: np.ndarray  # [n] the top hypothesis's attachments
+    beam_scores: np.ndarray  # [n - 1, K] per token: log p of the beam before it (-inf: empty)
+    with_word: np.ndarray  # [n - 1, K] ... plus the token's log-probability from each
+    parents: np.ndarray  # [n - 1, K] the next beam's parents, best first (-1: empty)
+
+
 class PushdownSearch:
     """Beam search of a `PushdownLM` (see the module docstring). `search` is the eval scorer protocol."""
 
@@ -423,20 +502,72 @@ class PushdownSearch:
         self.vocab = vocab
         self.config = config or PushdownBeamConfig()
         self.space = _Space(vocab)
-        self.graphdef, self.state = nnx.split(model)
+        self.graphdef, self.params = nnx.split(model)
+        self._static = _Static(self.graphdef)
+        self.last_stats: dict = {}
 
     def _capacity(self, positions: int) -> int:
         bucket = self.config.bucket
         return max(bucket, -(-positions // bucket) * bucket)
 
-    def _run(self, ids: np.ndarray, *, prefix: bool, beam_size: int | None = None):
-        ids = np.asarray(ids, np.int32)
-        capacity = self._capacity(len(ids) - (0 if prefix else 1))
-        tokens = np.zeros(capacity + 1, np.int32)
-        tokens[:len(ids)] = ids
-        return _search(self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(len(ids), jnp.int32),
-                       beam_size=beam_size or self.config.beam_size, capacity=capacity, prefix=prefix,
-                       forced=self.config.final_attachment == "forced")
+    def _search_strings(self, strings: Sequence[np.ndarray], names: Sequence[str], *, prefix: bool,
+                        beam_size: int | None = None, batch: int | None = None) -> list[_Found]:
+        """The engine over id strings (``<s>`` and at least one more token each), `batch` per compiled search.
+
+        Strings are searched sorted by length, at most `batch` (default
+        `batch_sentences`) at a time, each batch at the capacity of its
+        longest and padded to a power of two (few compiled searches).
+        """
+        K = beam_size or self.config.beam_size
+        most = batch or self.config.batch_sentences or max(1, HYPOTHESES_PER_SEARCH // K)
+        bos = int(self.vocab.bos_id)
+        for ids, name in zip(strings, names):
+            if int(ids[0]) != bos:
+                raise ValueError(f"{name}: expected <s> (id {bos}) first, got id {int(ids[0])}")
+        found: list[_Found | None] = [None] * len(strings)
+        order = sorted(range(len(strings)), key=lambda s: len(strings[s]))
+        self.last_stats = {"iterations": 0, "rows_run": 0}
+        for start in range(0, len(order), most):
+            group = order[start:start + most]
+            run, args, sizes = self._batch([strings[s] for s in group], min(most, 1 << (len(group) - 1).bit_length()),
+                                           K, prefix=prefix)
+            out: Outcome = jax.tree.map(np.asarray, run(*args))
+            if int(out.iteration) >= sizes.max_iterations:  # pragma: no cover - the loop always ends before
+                raise RuntimeError(f"pushdown beam: {names[group[0]]}..: the search did not end")
+            self.last_stats["iterations"] += int(out.iteration)
+            self.last_stats["rows_run"] += int(out.rows_run)
+            assert out.trace is not None
+            for b, s in enumerate(group):
+                m = len(strings[s]) - 1
+                complete = np.flatnonzero(out.status[b] == COMPLETE)
+                if not complete.size:
+                    raise ValueError(f"{names[s]}: the beam found no complete parse")
+                scores = out.score[b, complete].astype(np.float64)
+                ranked = np.argsort(-scores, kind="stable")
+                best = complete[ranked[0]]
+                found[s] = _Found(scores[ranked], np.r_[0, out.records[b, best, :m]].astype(np.int32),
+                                  out.trace.scores[b, :m].astype(np.float64),
+                                  out.trace.with_word[b, :m].astype(np.float64), out.trace.parents[b, :m])
+        return found  # type: ignore[return-value]
+
+    def _batch(self, strings: Sequence[np.ndarray], B: int, K: int, *, prefix: bool):
+        """(the compiled search, its arguments, its sizes) of up to B strings at beam K, T their longest's
+        capacity."""
+        T = self._capacity(max(len(ids) for ids in strings) - 1)
+        ids = np.zeros((B, T, 1), np.int32)
+        counts = np.zeros((B, T), np.int32)
+        later = np.zeros((B, T), np.int32)
+        num_words = np.zeros(B, np.int32)
+        for b, string in enumerate(strings):
+            m = len(string) - 1  # tokens to predict: each an engine word
+            ids[b, :m, 0], counts[b, :m], later[b, :m], num_words[b] = string[1:], 1, np.arange(m)[::-1], m
+        family = PushdownDevice(self.graphdef, self.params, self._static, self.vocab.bos_id, T,
+                                forced=self.config.final_attachment == "forced", ends=not prefix)
+        sizes = Sizes(batch=B, pool=K, words=T, records=T, max_iterations=T + 2, chunk=B * K, copy_chunk=100)
+        run = compiled_search(family, Selection(K, 0, K, "count"), sizes)
+        args = (self.params, jnp.asarray(ids), jnp.zeros_like(jnp.asarray(ids)), jnp.asarray(counts),
+                jnp.asarray(later), jnp.asarray(num_words))
+        return run, args, sizes
 
     def encode(self, words: Sequence[str], name: str = "sentence") -> tuple[np.ndarray, np.ndarray, int]:
         """(ids ``<s> pieces <eos>``, word_index (-1 for ``<s>``/``<eos>``), UNK count) of a sentence's words."""
@@ -449,8 +580,12 @@ class PushdownSearch:
         return ids, np.concatenate([[-1], word_index, [-1]]).astype(np.int32), num_unknown
 
     def search(self, sentences: Sequence[Sequence[str]]) -> list[PushdownResult]:
-        """The beam's answer for each sentence (a list of words)."""
-        return [self.search_words(words, name=f"sentence {i}") for i, words in enumerate(sentences)]
+        """The beam's answer for each sentence (a list of words), searched `batch_sentences` at a time."""
+        names = [f"sentence {i}" for i in range(len(sentences))]
+        encoded = [self.encode(words, name) for words, name in zip(sentences, names)]
+        found = self._search_strings([ids for ids, _, _ in encoded], names, prefix=False)
+        return [self._result(f, ids, word_index, list(words), unknown)
+                for f, (ids, word_index, unknown), words in zip(found, encoded, sentences)]
 
     def search_words(self, words: Sequence[str], name: str = "sentence") -> PushdownResult:
         ids, word_index, num_unknown = self.encode(words, name)
@@ -474,32 +609,33 @@ class PushdownSearch:
         words = list(words) if words is not None else [str(i) for i in range(num_words)]
         if len(words) != num_words:
             raise ValueError(f"{name}: {len(words)} words for a word_index of {num_words} words")
-        beam, records = jax.device_get(self._run(ids, prefix=False))
-        n = ids.size
-        scores = np.asarray(beam.scores, np.float64)
-        finite = np.isfinite(scores)
-        if not finite.any():
-            raise ValueError(f"{name}: the beam found no complete parse")
-        log_prob = float(np.logaddexp.reduce(scores[finite]))
-        token_surprisals = self._surprisals(records, n)
-        best = int(np.argmax(scores))
-        best_attach = np.asarray(beam.attach[best, :n])
-        tree = self.word_tree(best_attach, inner)
-        per_word = np.zeros(num_words)
-        np.add.at(per_word, inner, token_surprisals[:-1])
-        return PushdownResult(words=words, ids=ids, word_index=word_index, log_prob=log_prob,
-                              token_surprisals=token_surprisals, surprisals=per_word,
-                              end_surprisal=float(token_surprisals[-1]), best_attach=best_attach,
-                              best_log_prob=float(scores[best]), final_scores=np.sort(scores[finite])[::-1],
-                              best_tree=_with_words(tree, words), num_unknown=num_unknown)
+        found, = self._search_strings([ids], [name], prefix=False)
+        return self._result(found, ids, word_index, words, num_unknown)
 
-    def _surprisals(self, records: _Records, n: int) -> np.ndarray:
+    def _result(self, found: _Found, ids: np.ndarray, word_index: np.ndarray, words: list[str],
+                num_unknown: int) -> PushdownResult:
+        inner = word_index[1:-1]
+        token_surprisals = self._surprisals(found)
+        per_word = np.zeros(len(words))
+        np.add.at(per_word, inner, token_surprisals[:-1])
+        tree = self.word_tree(found.best_attach, inner)
+        return PushdownResult(words=words, ids=ids, word_index=word_index,
+                              log_prob=float(np.logaddexp.reduce(found.scores)), token_surprisals=token_surprisals,
+                              surprisals=per_word, end_surprisal=float(token_surprisals[-1]),
+                              best_attach=found.best_attach, best_log_prob=float(found.scores[0]),
+                              final_scores=found.scores, best_tree=_with_words(tree, words), num_unknown=num_unknown)
+
+    def _surprisals(self, found: _Found) -> np.ndarray:
         """``[n - 1]`` surprisals of tokens 1 .. n-1 (see the module docstring)."""
-        with_word = np.asarray(records.with_word[:n - 1], np.float64)
         if self.config.surprisal == "beam":
-            return -(with_word - np.asarray(records.without_word[:n - 1], np.float64))
-        prefix = np.r_[0.0, np.asarray(records.release[:n - 1], np.float64)]
-        return prefix[:-1] - prefix[1:]
+            return -(np.logaddexp.reduce(found.with_word, axis=1) - np.logaddexp.reduce(found.beam_scores, axis=1))
+        prefix = [0.0]
+        for with_word, parents in zip(found.with_word, found.parents):
+            kept = parents[parents >= 0]  # the sorted candidates' parents, best first
+            # The release indexes the sorted candidates by origin: candidate o's parent, for each origin o.
+            values = [with_word[kept[o]] for o in sorted(set(kept.tolist())) if o < kept.size]
+            prefix.append(float(np.logaddexp.reduce(values)) if values else -np.inf)
+        return -np.diff(np.asarray(prefix))
 
     @staticmethod
     def word_tree(attach: np.ndarray, word_index: np.ndarray) -> Tree | str:
@@ -525,40 +661,29 @@ class PushdownSearch:
         ids = _checked_prefix(ids, name)
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"{name}: beam size must be at least 1, got {beam_size}")
-        if ids.size == 1:
-            best_attach, log_prob = _top_of_beam(None, ids.size)
-        else:
-            beam, _ = jax.device_get(self._run(ids, prefix=True, beam_size=beam_size))
-            best_attach, log_prob = _top_of_beam(beam, ids.size)
+        best_attach, log_prob = self.prefix_attachments([ids], beam_size=beam_size, num_parallel=1, names=[name])[0]
         return PrefixResult(best_attach, teacher_forced_log_probs(self.model, ids, best_attach), log_prob)
 
     def prefix_attachments(self, strings: Sequence[Sequence[int]], *, beam_size: int | None = None,
-                           num_parallel: int = 8) -> list[tuple[np.ndarray, float]]:
+                           num_parallel: int = 8, names: Sequence[str] | None = None
+                           ) -> list[tuple[np.ndarray, float]]:
         """`(best_attach [n], log Σ_beam p(prefix, y))` of each prefix: what `prefix` finds, `num_parallel`
         strings per compiled search (the Dyck evaluation: far fewer device loops than one string at a time).
 
-        Strings are searched in order, `num_parallel` at a time at the capacity of the longest of them; a
-        short last group is padded with empty strings (one compiled program per capacity bucket).
+        A string of ``<s>`` alone only shifts, with probability 1.
         """
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"beam size must be at least 1, got {beam_size}")
         if num_parallel < 1:
             raise ValueError(f"num_parallel must be at least 1, got {num_parallel}")
-        rows = [_checked_prefix(ids, f"prefix {index}") for index, ids in enumerate(strings)]
-        results: list[tuple[np.ndarray, float]] = []
-        for first in range(0, len(rows), num_parallel):
-            group = rows[first:first + num_parallel]
-            capacity = self._capacity(max(len(ids) for ids in group))
-            tokens = np.zeros((num_parallel, capacity + 1), np.int32)
-            lengths = np.ones(num_parallel, np.int32)  # padding strings: <s> alone, no step
-            for row, ids in enumerate(group):
-                tokens[row, :len(ids)], lengths[row] = ids, len(ids)
-            beams, _ = jax.device_get(_search_many(
-                self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(lengths),
-                beam_size=beam_size or self.config.beam_size, capacity=capacity, prefix=True,
-                forced=self.config.final_attachment == "forced"))
-            results += [_top_of_beam(jax.tree.map(lambda field: field[row], beams) if ids.size > 1 else None,
-                                     ids.size) for row, ids in enumerate(group)]
+        names = list(names) if names is not None else [f"prefix {index}" for index in range(len(strings))]
+        rows = [_checked_prefix(ids, name) for ids, name in zip(strings, names)]
+        results: list[tuple[np.ndarray, float]] = [(np.zeros(1, np.int32), 0.0)] * len(rows)
+        longer = [index for index, ids in enumerate(rows) if ids.size > 1]
+        found = self._search_strings([rows[i] for i in longer], [names[i] for i in longer], prefix=True,
+                                     beam_size=beam_size, batch=num_parallel)
+        for index, f in zip(longer, found):
+            results[index] = (f.best_attach, float(np.logaddexp.reduce(f.scores)))
         return results
 
 
@@ -568,16 +693,6 @@ def _checked_prefix(ids: Sequence[int], name: str) -> np.ndarray:
     if ids.ndim != 1 or ids.size < 1:
         raise ValueError(f"{name}: expected at least the <s> id")
     return ids
-
-
-def _top_of_beam(beam: _Beam | None, n: int) -> tuple[np.ndarray, float]:
-    """(the top hypothesis's attachments `[n]`, log Σ_beam p(prefix, y)) of one string's final beam (host
-    arrays); None: the string is <s> alone, which only shifts, with probability 1."""
-    if beam is None:
-        return np.zeros(1, np.int32), 0.0
-    scores = np.asarray(beam.scores, np.float64)
-    best = int(np.argmax(scores))
-    return np.asarray(beam.attach[best, :n]), float(np.logaddexp.reduce(scores[np.isfinite(scores)]))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
@@ -641,6 +756,6 @@ def _shift(tree: stt.Bracketing, offset: int) -> stt.Bracketing:
     return stt._shift_leaves(tree, offset)
 
 
-__all__ = ["PrefixResult", "PushdownBeamConfig", "PushdownResult", "PushdownSearch", "apply_attachment", "forward",
-           "gold_joint_log_prob",
+__all__ = ["HYPOTHESES_PER_SEARCH", "PrefixResult", "PushdownBeamConfig", "PushdownDevice", "PushdownResult",
+           "PushdownSearch", "PushdownState", "apply_attachment", "forward", "gold_joint_log_prob",
            "merge_subword_bracketing", "teacher_forced_log_probs", "tree_from_word_spans"]
