@@ -1,4 +1,4 @@
-"""How long `CheckpointStore.save` holds up training, before and after issue 17 (item 3).
+"""How long `CheckpointStore.save` holds up training: the store at BASELINE_COMMIT against the store now.
 
 The baseline is the store as it was at commit BASELINE_COMMIT (read with
 `git show`): at every save, process 0 re-read and sha256-hashed the whole

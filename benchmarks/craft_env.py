@@ -1,4 +1,4 @@
-"""Craft environment throughput: many episodes under jit(vmap) against one (issue 16, item 1).
+"""Craft environment throughput: many episodes under jit(vmap) against one.
 
 One timed call is a jitted `lax.scan` of 64 steps (the time limit) of gymnax's auto-resetting `step`
 with uniformly random actions, over B episodes at once (`vmap`) and over a single episode; both are

@@ -1,5 +1,4 @@
-"""DGN layer time and memory (forward+backward) against standard multi-head attention of the
-same width (issue 15, item 8).
+"""DGN layer time and memory (forward+backward) against standard multi-head attention of the same width.
 
 Layers, all on x [B, T, d] with a padding mask, residual included:
   dgn         `tgjax.nn.dgn.DependencyGraphLayer` with the release's channels

@@ -1,4 +1,4 @@
-"""`tgjax eval dyck --tape model`: prefixes searched together against one at a time (issue 13).
+"""`tgjax eval dyck --tape model`: prefixes searched together against one at a time.
 
   grouped   `tgjax.eval.dyck.model_tape_scorer`: `--parallel` prefixes per compiled beam loop
             (`PushdownSearch.prefix_attachments`), then one padded teacher-forced pass under the tapes found;

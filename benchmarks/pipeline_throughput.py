@@ -7,7 +7,7 @@ before closing non-terminals are duplicated (BOS + Choe–Charniak actions),
 as in the authors' figure of about 87,000 tokens/s for their C++ extension
 (32,000 through its Python data path) on one core of this kind of machine.
 
-Bars (issue 2): dense >= 250,000 tokens/s, compact >= 1,000,000 tokens/s.
+Bars: dense >= 250,000 tokens/s, compact >= 1,000,000 tokens/s.
 
     python benchmarks/pipeline_throughput.py [--sentences N] [--batch 128]
 """

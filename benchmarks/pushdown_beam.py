@@ -1,4 +1,4 @@
-"""Pushdown-LM synchronous inference: the device beam against the host oracle beam (issue 13, item 4).
+"""Pushdown-LM synchronous inference: the device beam against the host oracle beam.
 
   device  `tgjax.infer.pushdown_search.PushdownSearch`: one compiled loop per sentence, keys/values cached;
   host    `tgjax.infer.pushdown_oracle.host_beam`: a whole teacher-forced pass per hypothesis and step (the

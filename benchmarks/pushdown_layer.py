@@ -1,4 +1,4 @@
-"""A Pushdown layer against a plain attention layer of the same size, forward+backward (issue 13, item 7).
+"""A Pushdown layer against a plain attention layer of the same size, forward+backward.
 
 Three layers, each the release's post-LN block (`tgjax.nn.pushdown_attention.PushdownLayer`:
 attention with relative positions, ReLU FFN 4d), on x [B, T, d] with a stack
@@ -16,12 +16,12 @@ its RSS before the first step (the runtime and the inputs). Time: median of
 `--repeats` steps after one warm-up, each layer in its own process, so a
 shared machine's load differs between them: read time ratios loosely. The
 3-D-key layer needs ~T²·d·B·4 bytes per copy of its keys (6 GiB at the
-issue's size): it is compiled at full size for its memory account but run at
+default size): it is compiled at full size for its memory account but run at
 `--batch-3d` rows (default 1).
 
     python benchmarks/pushdown_layer.py [--batch 8] [--seq 512] [--d 768] [--heads 12] [--repeats 3]
 
-Bar (issue 13): pushdown / plain memory <= 1.2x.
+Bar: pushdown / plain memory <= 1.2x.
 """
 
 from __future__ import annotations

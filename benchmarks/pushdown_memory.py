@@ -15,7 +15,7 @@ and the ratio of that sum to the baseline's:
     pushdown     the Pushdown-LM as it trains: every layer a Pushdown layer, the attachment head
                  (`model.head_depth_chunk`, default 1: the depth-chunked scores)
     table-head   the same with the head's table path (`head_depth_chunk=None`: MLP_c for every (token,
-                 depth value), `[B, T, D, key_dim]`), the head before issue 34
+                 depth value), `[B, T, D, key_dim]`), the head before the depth-chunked scan
 
     python benchmarks/pushdown_memory.py                          # batch 120, 16 layers (CPU: about a minute)
     python benchmarks/pushdown_memory.py --layers 2 --batch 8     # quicker: the ratio per 2 layers + head

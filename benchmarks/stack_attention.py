@@ -14,7 +14,7 @@ log(time) and log(memory) against log(n).
 For scale, the authors' PyTorch implementation of the dVPDA takes about
 5.6 s (n = 32) and 56.7 s (n = 64) for forward+backward at batch 8,
 |Q| = |Γ| = 3, m = 10 on 2 cores of this kind of machine, with peak memory
-0.66 GB and 1.9 GB. Bars (issue 11): >= 150x faster than that at n = 64
+0.66 GB and 1.9 GB. Bars: >= 150x faster than that at n = 64
 (under 0.378 s); peak RSS at n = 256 at most 0.89 GB (half of the 1.78 GB
 measured before); peak memory grows no faster than n^2.
 
@@ -55,9 +55,9 @@ sys.path.insert(0, str(REPO))  # for the oracles in tests/
 AUTHORS_SECONDS = {32: 5.6, 64: 56.7}
 AUTHORS_PEAK_GB = {32: 0.66, 64: 1.9}
 BAR_SECONDS_N64 = 56.7 / 150
-BASELINE_PEAK_GB_N256 = 1.78  # issue 11: peak RSS at n = 256 before the memory work
+BASELINE_PEAK_GB_N256 = 1.78  # peak RSS at n = 256 of the kernel before its memory reduction
 BAR_MEMORY_GB_N256 = BASELINE_PEAK_GB_N256 / 2
-PREVIOUS_REV = "5d484fb"  # the kernel before the folded chart (issue 11's memory work, second stop)
+PREVIOUS_REV = "5d484fb"  # the kernel before the folded chart
 KERNEL_PATH = "tgjax/ops/nondeterministic.py"
 B, Q, S, M_ND, M_SUP = 8, 3, 3, 10, 32
 

@@ -54,7 +54,7 @@ from tgjax.syntax import token_types as tt  # noqa: E402
 BAR = 1.05
 MODELS = ("tg", "txl_cc")
 SIZES = {
-    # The size: 4 layers, d = 256, 4 heads, FFN 1024, T = M = 128, batch 8.
+    # The default size: 4 layers, d = 256, 4 heads, FFN 1024, T = M = 128, batch 8.
     "small": dict(d_model=256, num_layers=4, num_heads=4, ffw_hidden_size=1024, sequence_length=128,
                   memory_length=128, batch_size=8),
     # d = 192 and 16 layers as the paper's PTB models; heads, FFN and T = M = 256 are this benchmark's choice.

@@ -37,7 +37,7 @@ paper's numbers):
     the SDPA layers' attention and feedforward weights and biases U(±0.1) (the
     release's library encoder layers fall to its uniform default), the stack
     layer's feedforward and the output layer Xavier with biases 0, embeddings and
-    w_v U(±0.1), layer norms 1/0; "xavier" (tgjax before issue 11): Xavier
+    w_v U(±0.1), layer norms 1/0; "xavier" (tgjax's earlier default): Xavier
     weights everywhere, attention biases 0, feedforward/output biases U(±0.1).
   * Vocabulary, `StackLMConfig.input_ids` / `output_ids`: as the authors' models,
     the embedding covers BOS and the symbols and the softmax EOS and the symbols

@@ -189,7 +189,7 @@ def test_scanned_layers_need_identical_layers():
 
 
 def test_head_depth_chunk_gives_the_table_heads_loss_and_gradients():
-    """`head_depth_chunk` (issue 34: the head's memory) changes how the head scores, not what: the table path's
+    """`head_depth_chunk` (for the head's memory) changes how the head scores, not what: the table path's
     (None) loss and gradients for chunks of 1 (the default) and 3 of the 4 depth values."""
     def loss_and_grads(chunk):
         config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,

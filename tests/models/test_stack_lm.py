@@ -41,7 +41,7 @@ def test_config_file_builds_table_5_parameter_counts(model):
     task = cfl_task("hardest_cfl")
     model_cfg = resolve_model_config(config, task.vocabulary.size)
     assert _count(model_cfg) == TABLE_5_HARDEST_CFL[model]
-    # The whole id space in and out (tgjax before issue 11): 2 more embedding rows and 2 more classes.
+    # The whole id space in and out (tgjax's earlier default): 2 more embedding rows and 2 more classes.
     whole = stack_cfl_config("hardest_cfl", model.replace("_", "+"), task.vocabulary.size,
                              input_ids=None, output_ids=None)
     assert _count(whole) == TABLE_5_HARDEST_CFL[model] + 2 * model_cfg.d_model + 2 * (model_cfg.d_model + 1)

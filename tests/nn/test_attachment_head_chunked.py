@@ -1,7 +1,7 @@
 """The attachment head's depth-chunked scores (`depth_chunk=C`, the default) against the table path and Fig. 8.
 
 The chunked path moves MLP_c's second layer onto the query and visits the
-depth values C at a time under `jax.checkpoint` (issue 34: the table path
+depth values C at a time under `jax.checkpoint` (for the head's memory: the table path
 keeps `[B, T, D, key_dim]` for the backward pass). Checked here: the same
 logits and gradients as the table path (`depth_chunk=None`) and as the
 float64 per-pair oracle of test_attachment_head.py, for random shapes,

@@ -125,7 +125,7 @@ then differing from the host's. A sentence that cannot fit at all (its
 pieces, BOS and the root's open and close above the limit) is an error
 naming it.
 
-Where the time goes. Before issue 12's work (CPU, ToTC-size TG, 16
+Where the time goes. In the first version of the engine (CPU, ToTC-size TG, 16
 sentences x 25 slots, 128 cache positions, per iteration): the layers on
 the new positions 0.16 CPU-s, the gather of the caches by parent 0.09, the
 slice and write-back of the held prefix about as much again, the output
@@ -150,7 +150,7 @@ ToTC test sentences, random-init ToTC-size TG, 2 quiet cores) the engine
 went from 0.20x to 1.55x the host search's sentences/s (2.53 against 1.64;
 same best trees 64/64, log p(x) within 1.6e-4); per iteration of 16
 sentences, 83 ms -> 26 ms; with the attention against the memory as
-fused products and sums, 1.73x (load ~4). The issue's 5x on CPU is still not met: the
+fused products and sums, 1.73x (load ~4). The 5x target on CPU is still not met: the
 search runs as many hypotheses through the model as the host search does
 (~2,200 per sentence here), and on 2 CPU cores the host search's one
 model call per step is mostly that arithmetic too. What is left: a

@@ -37,7 +37,7 @@ Initialisation (`init`; layer norms always scale 1, bias 0):
   "except ... fully-connected layers in SDPA layers" says); the stack
   layer's feedforward and the output layer: Xavier-uniform weights, biases 0
   (the release's own linear layers); embeddings U[−init_scale, init_scale].
-* "xavier" (tgjax before issue 11): Xavier-uniform weights everywhere,
+* "xavier" (tgjax's earlier default): Xavier-uniform weights everywhere,
   attention biases 0, feedforward and output biases and embeddings
   U[−init_scale, init_scale].
 

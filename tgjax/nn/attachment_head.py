@@ -57,7 +57,7 @@ same numbers up to float rounding (``depth_chunk``):
   with the table path (benchmarks/pushdown_memory.py, docs/pushdown-layers.md).
   Dropout masks are drawn per depth value from one key, so C changes no
   number, dropout included; they are not the table path's masks.
-* ``depth_chunk=None``: the table path (the head before issue 34), MLP_c
+* ``depth_chunk=None``: the table path (the head before the depth-chunked scan), MLP_c
   evaluated in full for every (token, depth value) `[B, T, D, key_dim]`, the
   scores per depth value `[B, T, T, D]` gathered by the tape;
   ``query_chunk=C`` computes the score table C query rows at a time
