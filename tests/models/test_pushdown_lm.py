@@ -156,8 +156,10 @@ def test_remat_gives_the_same_loss_and_gradients(deterministic):
         np.testing.assert_allclose(np.asarray(recomputed), np.asarray(plain), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("remat", [False, True])
-@pytest.mark.parametrize("deterministic", [True, False])
+# Without remat and without dropout, and with both, in CI; the two mixed cases with -m slow.
+@pytest.mark.parametrize("deterministic, remat", [
+    (True, False), (False, True),
+    pytest.param(True, True, marks=pytest.mark.slow), pytest.param(False, False, marks=pytest.mark.slow)])
 def test_scanned_layers_give_the_loops_loss_gradients_and_dropout(deterministic, remat):
     """`scan_layers` runs the same layers as one lax.scan: the loop's numbers, each layer's dropout stream too."""
     def run(scan_layers):

@@ -156,8 +156,10 @@ def one_segment_equivalent(chunks: list, T: int, L: int) -> tuple[np.ndarray, np
     return mask, relpos
 
 
-@pytest.mark.parametrize("T, M", [(8, 3), (4, 6)])
-@pytest.mark.parametrize("name", ["tg", "txl_cc", "tg_txl_memory"])
+# Each model with one of the two memory shapes in CI (M < T, M > T); every pairing with -m slow.
+@pytest.mark.parametrize("name, T, M", [
+    ("tg", 8, 3), ("tg", 4, 6), ("txl_cc", 4, 6), ("tg_txl_memory", 8, 3),
+    pytest.param("txl_cc", 8, 3, marks=pytest.mark.slow), pytest.param("tg_txl_memory", 4, 6, marks=pytest.mark.slow)])
 def test_short_memory_segments_equal_one_segment_with_the_equivalent_mask(name, T, M, monkeypatch):
     """Memory shorter than the sequence (M < T * segments): the recurrence equals one segment whose mask lets
     each query see exactly the keys it saw through memory (same logits and loss). With M < T the memory comes

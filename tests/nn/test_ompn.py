@@ -145,7 +145,9 @@ def _run_steps(policy, obs, task_ids):
     return outs, memories
 
 
-@pytest.mark.parametrize("pointer", POINTERS)
+# The default pointer (the release's stick-breaking) in CI; the softmax switch with -m slow (its pointer
+# distribution alone is checked in CI by test_properties_over_a_long_episode).
+@pytest.mark.parametrize("pointer", [POINTERS[0], *(pytest.param(p, marks=pytest.mark.slow) for p in POINTERS[1:])])
 @settings(max_examples=4, deadline=None)  # each example compiles its own shapes
 @given(seed=st.integers(0, 10_000), num_slots=st.integers(1, 4), steps=st.integers(2, 5),
        scale=st.sampled_from([0.3, 1.0]))

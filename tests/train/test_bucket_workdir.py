@@ -254,6 +254,7 @@ def test_a_url_is_a_bucket_path_and_a_local_workdir_stays_a_local_absolute_path(
 # Several hosts: one decision.
 
 
+@pytest.mark.slow  # two JAX processes (34 s); the single-host cut-save tests above run in CI
 def test_two_hosts_resume_from_process_0s_choice_even_when_the_other_host_sees_another(tmp_path, two_host_env):
     """Process 1 is made to see the newest checkpoint as corrupt (a host whose view of the bucket lags); both
     hosts still resume from it, because process 0 decides and broadcasts (tests/train/multihost_resume_run.py)."""

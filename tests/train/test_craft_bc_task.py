@@ -38,7 +38,9 @@ def _losses(workdir):
                                                                            if r["split"] == "valid"]
 
 
-@pytest.mark.parametrize("kind", ["ocn", "ompn", pytest.param("lstm", marks=pytest.mark.slow)])
+# The OCN in CI (the family's model); the other policies with -m slow.
+@pytest.mark.parametrize("kind", ["ocn", pytest.param("ompn", marks=pytest.mark.slow),
+                                  pytest.param("lstm", marks=pytest.mark.slow)])
 def test_stop_and_resume_is_bit_identical(tmp_path, demo_dir, kind):
     whole = tmp_path / "whole"
     train(small_config(demo_dir, f"model.kind={kind}"), whole, quiet=True)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from tests.train.conftest import run_on_eight_devices
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES, apply_overrides, default_config
 from tgjax.train.sharding import config_rules, logical_to_spec, make_mesh, place_free_dimension
 
@@ -42,9 +43,13 @@ def test_fsdp_places_a_parameter_without_embed_by_its_largest_free_dimension():
     assert place_free_dimension(P("model"), ("vocab",), (96,), data8, rules) == P("data")  # model of size 1: whole
 
 
-@pytest.mark.parametrize("layout, data", [("8x1", 8), ("4x2", 4)])
-def test_fsdp_holds_one_data_th_of_the_state_per_device_with_the_same_losses(eight_device_runs, layout, data):
-    replicated, sharded = eight_device_runs[layout], eight_device_runs[f"{layout}:fsdp"]
+# 4 x 2 (fsdp beside a model split) with -m slow: a run of its own.
+@pytest.mark.parametrize("layout, data", [("8x1", 8), pytest.param("4x2", 4, marks=pytest.mark.slow)])
+def test_fsdp_holds_one_data_th_of_the_state_per_device_with_the_same_losses(request, tmp_path, compilation_cache,
+                                                                             layout, data):
+    runs = (request.getfixturevalue("eight_device_runs") if layout == "8x1"
+            else run_on_eight_devices(tmp_path, [layout, f"{layout}:fsdp"], compilation_cache))
+    replicated, sharded = runs[layout], runs[f"{layout}:fsdp"]
     assert sharded["devices"] == 8 and len(sharded["losses"]) == 5
     np.testing.assert_allclose(sharded["losses"], replicated["losses"], rtol=1e-5, atol=1e-5)
     ratio = sharded["device_bytes"] / replicated["device_bytes"]
