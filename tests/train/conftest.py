@@ -19,10 +19,10 @@ from tests.train.processes import EIGHT_DEVICES, REPO, two_processes_can_join
 EIGHT_DEVICE_LAYOUTS = ("1x1", "4x2", "8x1", "8x1:fsdp")
 
 
-def run_on_eight_devices(workdir, layouts, compilation_cache: str) -> dict:
+def run_on_eight_devices(workdir, layouts, compilation_cache: dict) -> dict:
     """`layouts` trained for 5 steps in one subprocess of eight simulated CPU devices (XLA_FLAGS must be set before
     JAX starts): layout -> {"losses", "specs", "device_bytes", "devices"}."""
-    env = {**os.environ, **EIGHT_DEVICES, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **EIGHT_DEVICES, **compilation_cache, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(workdir), *layouts],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -39,7 +39,7 @@ def eight_device_runs(tmp_path_factory, compilation_cache) -> dict:
 def two_host_env(compilation_cache) -> dict:
     """The environment of two-process runs (tests/train/multihost_run.py); skips when two JAX processes cannot join
     over localhost on this machine."""
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **compilation_cache, "PYTHONPATH": str(REPO)}
     why_not = two_processes_can_join(env)
     if why_not:
         pytest.skip(f"JAX cannot run two processes over localhost on this machine: {why_not}")

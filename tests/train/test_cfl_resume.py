@@ -214,7 +214,7 @@ def test_a_two_device_data_mesh_gives_the_numbers_of_one_device(tmp_path, compil
 
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2"),
-           "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(repo)}
+           **compilation_cache, "PYTHONPATH": str(repo)}
     settings = [*SMALL, "training.epochs=2"]
     done = subprocess.run([sys.executable, "-c", _MESH_RUN, str(tmp_path), json.dumps(settings)], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -36,7 +36,7 @@ def run_family(tmp_path_factory, compilation_cache):
     def run(family):
         if family not in runs:
             env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=8"),
-                   "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": compilation_cache}
+                   "JAX_PLATFORMS": "cpu", **compilation_cache}
             done = subprocess.run([sys.executable, "-m", "tests.train.family_sharding_run",
                                    str(tmp_path_factory.mktemp(family)), family],
                                   cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

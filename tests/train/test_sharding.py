@@ -62,7 +62,7 @@ def test_4x2_mesh_gives_the_losses_of_one_device(eight_device_runs):
 def test_4x2_mesh_shards_scanned_layers_as_the_list(tmp_path, compilation_cache):
     """model.scan_layers + model.remat: the stacked `[K, ...]` parameters (and their Adam moments) are split over
     "model" on the same axes as the list's, the stacked axis replicated; the losses are the one-device ones."""
-    env = {**os.environ, **EIGHT_DEVICES, "JAX_COMPILATION_CACHE_DIR": compilation_cache, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **EIGHT_DEVICES, **compilation_cache, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "tests.train.multidevice_run", str(tmp_path), "1x1:scan", "4x2:scan"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
