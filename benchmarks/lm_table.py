@@ -269,10 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search", default="auto", choices=("auto", "device", "host"),
                         help="the TG / TXL (CC) beam engine (tgjax demo --search)")
     args = parser.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown or not models:
-        parser.error(f"--models: unknown {unknown}; expected some of {list(MODELS)}")
+    models = demo.chosen_models(args.models, parser, MODELS)
     if min(args.steps, args.seeds, args.valid_sentences, args.pairs) < 1:
         parser.error("--steps, --seeds, --valid-sentences and --pairs must be positive")
     start = time.perf_counter()

@@ -48,6 +48,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -338,12 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     return run_demo_command(args, parser)
 
 
+def chosen_models(text: str, parser: argparse.ArgumentParser, known: Sequence[str] = MODELS) -> list[str]:
+    """`--models A,B`: the names, each one of `known` (else the parser's usage error, naming them)."""
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = sorted(set(models) - set(known))
+    if unknown or not models:
+        parser.error(f"--models: unknown {unknown}; expected some of {list(known)}")
+    return models
+
+
 def run_demo_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Checks the arguments, runs the demo (`run_demo` with `args.overrides`) and prints its table."""
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown or not models:
-        parser.error(f"--models: unknown {unknown}; expected some of {list(MODELS)}")
+    models = chosen_models(args.models, parser)
     if min(args.valid_sentences, args.simple_pairs, args.pairs, args.deep_pairs) < 1:
         parser.error("--valid-sentences, --simple-pairs, --pairs and --deep-pairs must be positive")
     start = time.perf_counter()

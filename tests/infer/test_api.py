@@ -68,11 +68,16 @@ def test_a_checkpoint_without_a_recorded_family_is_one_clear_error():
         checkpoint_family({"model": {}}, "checkpoint step 3 in W")
 
 
-def test_blimp_on_an_onlstm_is_the_comparison_of_log_probs_computed_apart(onlstm_workdir, tmp_path, capsys):
-    data = tmp_path / "agreement.jsonl"
-    data.write_text("".join(json.dumps({"sentence_good": good, "sentence_bad": bad, "UID": "agreement",
+def write_blimp_pairs(path, pairs=PAIRS):
+    """`pairs` [(good, bad)] as a BLiMP .jsonl file of one paradigm ("agreement") at `path`; `path`."""
+    path.write_text("".join(json.dumps({"sentence_good": good, "sentence_bad": bad, "UID": "agreement",
                                         "field": "morphology", "linguistics_term": "s-v_agreement",
-                                        "pairID": str(i)}) + "\n" for i, (good, bad) in enumerate(PAIRS)))
+                                        "pairID": str(i)}) + "\n" for i, (good, bad) in enumerate(pairs)))
+    return path
+
+
+def test_blimp_on_an_onlstm_is_the_comparison_of_log_probs_computed_apart(onlstm_workdir, tmp_path, capsys):
+    data = write_blimp_pairs(tmp_path / "agreement.jsonl")
     output = tmp_path / "scores.jsonl"
     assert cli(["eval", "blimp", "--workdir", str(onlstm_workdir), "--data", str(data), "-o", str(output)]) == 0
     printed = capsys.readouterr().out

@@ -15,7 +15,7 @@ from flax import nnx
 
 import tgjax
 from tests.conftest import shared_data_dir
-from tests.infer.test_api import PAIRS, onlstm_workdir  # noqa: F401  (the ON-LSTM fixture, trained here too)
+from tests.infer.test_api import PAIRS, onlstm_workdir, write_blimp_pairs  # noqa: F401  (the ON-LSTM fixture, trained here too)
 from tgjax.cli import main as cli
 from tgjax.data.corpora import builtin_treebank
 from tgjax.eval.blimp import words_of
@@ -112,10 +112,7 @@ def _score_words(workdir, sentences: list[str], path) -> list[float]:
 def test_blimp_verdicts_are_the_signs_of_eval_score_log_probs(family, stack_workdir, onlstm_workdir,  # noqa: F811
                                                                tmp_path, capsys):
     workdir = stack_workdir if family == "stack_lm" else onlstm_workdir
-    data = tmp_path / "agreement.jsonl"
-    data.write_text("".join(json.dumps({"sentence_good": good, "sentence_bad": bad, "UID": "agreement",
-                                        "field": "morphology", "linguistics_term": "s-v_agreement",
-                                        "pairID": str(i)}) + "\n" for i, (good, bad) in enumerate(PAIRS)))
+    data = write_blimp_pairs(tmp_path / "agreement.jsonl")
     output = tmp_path / "pairs.jsonl"
     assert cli(["eval", "blimp", "--workdir", str(workdir), "--data", str(data), "-o", str(output)]) == 0
     printed = capsys.readouterr().out
