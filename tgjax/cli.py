@@ -300,6 +300,8 @@ def cmd_info(args) -> int:
     print(f"config       {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else ""))
     name = info["model_name"] if "model_name" in info else config.model.name
     print(f"model        {name}: {info['num_parameters']:,} parameters")
+    if info.get("model_note"):
+        print(f"             {info['model_note']}")
     print(f"vocabulary   {info['vocab_size']:,} ids ({info['vocab_source']})")
     print("model config " + ", ".join(f"{k}={v}" for k, v in info["model"].items()))
     marked = sum("model" in _spec_axes(spec) for _, spec in specs.values())

@@ -427,6 +427,9 @@ def family_of(workdir: str | os.PathLike) -> Family | None:
     data, model = config.get("data") or {}, config.get("model") or {}
     source = data.get("source") if isinstance(data, dict) else None
     name = model.get("name") if isinstance(model, dict) else None
+    if trainer == "classification" and isinstance(model, dict) and model.get("encoder", "ordered_memory") != \
+            "ordered_memory":
+        name = f"{model['encoder']} baseline"  # Ordered Memory's family, another encoder (model.encoder)
     return Family(str(trainer), source, name)
 
 

@@ -61,6 +61,22 @@ def test_the_best_step_survives_a_resume(tmp_path, mode):
     resumed.close()
 
 
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_of_equal_values_the_earliest_step_is_kept_as_the_trainer_selects_it(tmp_path, mode):
+    """The trainer's selection takes a strict improvement only, so of equal values the first step is its best;
+    keeping a later one deleted the best that a resumed task reads its parameters from."""
+    first = CheckpointStore(tmp_path, max_to_keep=1, keep_best=1, best_mode=mode)
+    first.save(1, fake_state(1), {"step": 1}, {}, valid_loss=0.5)
+    first.wait()
+    first.close()
+    resumed = CheckpointStore(tmp_path, max_to_keep=1, keep_best=1, best_mode=mode)
+    for step in (2, 3):
+        resumed.save(step, fake_state(step), {"step": step}, {}, valid_loss=0.5)
+    resumed.wait()
+    assert resumed.all_steps() == [1, 3]  # 1: the first of the equal values; 3: the latest
+    resumed.close()
+
+
 def test_a_state_saved_without_memory_restores_with_empty_memory(tmp_path):
     store = CheckpointStore(tmp_path, save_memory=False, async_save=False)
     store.save(7, fake_state(7), {"epoch": 1, "step": 0}, {})

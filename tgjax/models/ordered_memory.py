@@ -12,6 +12,10 @@ Two heads over one encoder (`tgjax.nn.ordered_memory.OrderedMemory`):
   -> Linear(4D -> H) -> ELU -> Dropout(output_dropout) -> Linear(H -> classes).
   The release: Embedding(12, 200, init U(+-0.1)), OM(200, 200, nslot 12), H = 200, 7 classes.
 
+The embedding and both heads are `SentenceClassifier`'s, so that the
+same-size baselines of `tgjax.models.sequence_encoders` (an LSTM, a
+Transformer) share them and differ from this classifier in the encoder alone.
+
 Dropout is explicit: `__call__(..., dropout_key=key)` applies it (the
 release's dropouti on embeddings, dropoutm in the pointer scorer, dropout in
 the cell, dropouto on the output / features), `dropout_key=None` is
@@ -31,6 +35,8 @@ binary trees off the returned pointers (released-code.md §3.2).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -41,10 +47,28 @@ from tgjax.nn.ordered_memory import OrderedMemory
 from tgjax.nn.params import logical
 from tgjax.ops.ordered_memory import RELEASE, ordered_memory_scan, pointer_distances, pointer_tree
 
-__all__ = ["OMClassifierConfig", "OrderedMemoryClassifier", "pair_features", "pointer_trees", "remove_leaves",
-           "tree_spans"]
+__all__ = ["OMClassifierConfig", "OrderedMemoryClassifier", "SentenceClassifier", "pair_features", "pointer_trees",
+           "remove_leaves", "tree_spans"]
 
 KINDS = ("sequence", "pair")
+
+
+def check_classifier_config(config, sizes: tuple[str, ...]) -> None:
+    """The checks every sentence classifier's config passes (ValueError naming the field): the kind, the
+    vocabulary, the pair head's width, the dropouts, and the positive ints of `sizes` besides the common ones."""
+    if config.kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {config.kind!r}")
+    for name in ("vocab_size", "num_classes", "embedding_size", *sizes):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if config.kind == "pair" and config.mlp_hidden_size < 1:
+        raise ValueError(f"the pair head needs mlp_hidden_size >= 1, got {config.mlp_hidden_size}")
+    if not 0 <= config.pad_id < config.vocab_size:
+        raise ValueError(f"pad_id {config.pad_id} is not an id of a vocabulary of {config.vocab_size}")
+    for name in ("embedding_dropout", "output_dropout", "attention_dropout", "cell_dropout"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {getattr(config, name)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,19 +102,7 @@ class OMClassifierConfig:
     embedding_init_range: float | None = None
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        for name in ("vocab_size", "num_classes", "embedding_size", "slot_size", "n_slots"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.kind == "pair" and self.mlp_hidden_size < 1:
-            raise ValueError(f"the pair head needs mlp_hidden_size >= 1, got {self.mlp_hidden_size}")
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id {self.pad_id} is not an id of a vocabulary of {self.vocab_size}")
-        for name in ("embedding_dropout", "output_dropout", "attention_dropout", "cell_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        check_classifier_config(self, sizes=("slot_size", "n_slots"))
 
     @property
     def om_options(self) -> dict:
@@ -116,31 +128,86 @@ def _dropout(key, rate: float, x):
     return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
-class OrderedMemoryClassifier(nnx.Module):
-    """`model(inputs, valid)` -> (logits [B, classes], pointers); for "pair", inputs and valid are (left, right)."""
+class SentenceClassifier(nnx.Module):
+    """The embedding and the two heads of the module docstring, around an encoder of sentences.
 
-    def __init__(self, config: OMClassifierConfig, *, rngs: nnx.Rngs):
-        c = config
-        self.config = c
+    A subclass builds `embedding` (`_init_embedding`), its encoder, then the head (`_init_head(width)`), in
+    that order (the order of the parameter draws), and defines `encode(inputs, valid, *, dropout_key, **options)`
+    -> (sentence vectors [B, width], extra [B, ...] or None); `classify` applies the head. Ordered Memory's
+    extra is its pointers; the baselines of `tgjax.models.sequence_encoders` have none. The config is one with
+    the fields the heads read: kind, vocab_size, num_classes, pad_id, embedding_size, mlp_hidden_size,
+    embedding_dropout, output_dropout, embedding_init_range.
+    """
+
+    config: Any
+    # The subclass's: (inputs [B, T], valid [B, T], *, dropout_key, **options) -> (vectors [B, width], extra or None).
+    encode: Callable[..., tuple[Any, Any]]
+
+    def _init_embedding(self, rngs: nnx.Rngs) -> None:
+        c = self.config
         if c.embedding_init_range is None:
             table = jax.random.normal(rngs.params(), (c.vocab_size, c.embedding_size), jnp.float32)
         else:
             r = c.embedding_init_range
             table = jax.random.uniform(rngs.params(), (c.vocab_size, c.embedding_size), jnp.float32, -r, r)
         self.embedding = nnx.Param(table.at[c.pad_id].set(0.0), **logical("vocab", "embed"))
+
+    def _init_head(self, rngs: nnx.Rngs, width: int) -> None:
+        """The head over sentence vectors of `width` features."""
+        c = self.config
+        if c.kind == "sequence":
+            self.w_out, self.b_out = _torch_linear(rngs, width, c.num_classes, None)
+        else:
+            self.w_hidden, self.b_hidden = _torch_linear(rngs, 4 * width, c.mlp_hidden_size, "mlp")
+            self.w_out, self.b_out = _torch_linear(rngs, c.mlp_hidden_size, c.num_classes, None)
+
+    def embed(self, inputs, dropout_key=None):
+        """inputs [B, T] ids -> embeddings [B, T, D_in], with the embedding dropout when `dropout_key` is given."""
+        return _dropout(dropout_key, self.config.embedding_dropout, self.embedding[...][inputs])
+
+    def classify(self, inputs, valid, *, dropout_key=None, **options):
+        """Logits [B, classes] and the encoder's extra ([B, ...], or (left, right) for "pair"; None if it has none).
+
+        "sequence": inputs, valid [B, T]. "pair": inputs = (left, right), valid = (left_valid,
+        right_valid), each [B, T] (both padded to one T). `options` go to `encode`.
+        """
+        c = self.config
+        keys = (None, None) if dropout_key is None else tuple(jax.random.split(dropout_key))
+        if c.kind == "sequence":
+            vector, extra = self.encode(inputs, valid, dropout_key=keys[0], **options)
+            vector = _dropout(keys[1], c.output_dropout, vector)
+            return vector @ self.w_out[...] + self.b_out[...], extra
+        left, right = inputs
+        left_valid, right_valid = valid
+        if left.shape != right.shape:
+            raise ValueError(f"premise and hypothesis must be padded to one shape, got {left.shape} and {right.shape}")
+        batch = left.shape[0]
+        # One batch of 2B rows through the shared encoder, as the release does.
+        vectors, extra = self.encode(jnp.concatenate([left, right]), jnp.concatenate([left_valid, right_valid]),
+                                     dropout_key=keys[0], **options)
+        features = pair_features(vectors[:batch], vectors[batch:])
+        head_keys = (None, None) if keys[1] is None else tuple(jax.random.split(keys[1]))
+        hidden = _dropout(head_keys[0], c.output_dropout, features) @ self.w_hidden[...] + self.b_hidden[...]
+        hidden = _dropout(head_keys[1], c.output_dropout, jax.nn.elu(hidden))
+        return hidden @ self.w_out[...] + self.b_out[...], None if extra is None else (extra[:batch], extra[batch:])
+
+
+class OrderedMemoryClassifier(SentenceClassifier):
+    """`model(inputs, valid)` -> (logits [B, classes], pointers); for "pair", inputs and valid are (left, right)."""
+
+    def __init__(self, config: OMClassifierConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.config = c
+        self._init_embedding(rngs)
         # Dropout rates live here, not in the layer: the layer then holds no RNG stream (see the docstring).
         self.encoder = OrderedMemory(c.embedding_size, c.slot_size, c.n_slots, rngs=rngs, **c.om_options)
-        if c.kind == "sequence":
-            self.w_out, self.b_out = _torch_linear(rngs, c.slot_size, c.num_classes, None)
-        else:
-            self.w_hidden, self.b_hidden = _torch_linear(rngs, 4 * c.slot_size, c.mlp_hidden_size, "mlp")
-            self.w_out, self.b_out = _torch_linear(rngs, c.mlp_hidden_size, c.num_classes, None)
+        self._init_head(rngs, c.slot_size)
 
     def encode(self, inputs, valid, *, n_slots: int, dropout_key=None):
         """inputs [B, T] ids, valid [B, T] bool -> (sequence vectors [B, D], pointers [B, T, N])."""
         c = self.config
         keys = (None, None) if dropout_key is None else tuple(jax.random.split(dropout_key))
-        x = _dropout(keys[0], c.embedding_dropout, self.embedding[...][inputs])
+        x = self.embed(inputs, keys[0])
         out = ordered_memory_scan(x, valid, self.encoder.parameters(), n_slots=n_slots, dropout_key=keys[1],
                                   attention_dropout=c.attention_dropout, cell_dropout=c.cell_dropout,
                                   **c.om_options)
@@ -156,24 +223,7 @@ class OrderedMemoryClassifier(nnx.Module):
         c = self.config
         if n_slots is None:
             n_slots = c.n_slots if dropout_key is not None else (c.test_n_slots or c.n_slots)
-        keys = (None, None) if dropout_key is None else tuple(jax.random.split(dropout_key))
-        if c.kind == "sequence":
-            vector, pointer = self.encode(inputs, valid, n_slots=n_slots, dropout_key=keys[0])
-            vector = _dropout(keys[1], c.output_dropout, vector)
-            return vector @ self.w_out[...] + self.b_out[...], pointer
-        left, right = inputs
-        left_valid, right_valid = valid
-        if left.shape != right.shape:
-            raise ValueError(f"premise and hypothesis must be padded to one shape, got {left.shape} and {right.shape}")
-        batch = left.shape[0]
-        # One batch of 2B rows through the shared encoder, as the release does.
-        vectors, pointer = self.encode(jnp.concatenate([left, right]), jnp.concatenate([left_valid, right_valid]),
-                                       n_slots=n_slots, dropout_key=keys[0])
-        features = pair_features(vectors[:batch], vectors[batch:])
-        head_keys = (None, None) if keys[1] is None else tuple(jax.random.split(keys[1]))
-        hidden = _dropout(head_keys[0], c.output_dropout, features) @ self.w_hidden[...] + self.b_hidden[...]
-        hidden = _dropout(head_keys[1], c.output_dropout, jax.nn.elu(hidden))
-        return hidden @ self.w_out[...] + self.b_out[...], (pointer[:batch], pointer[batch:])
+        return self.classify(inputs, valid, dropout_key=dropout_key, n_slots=n_slots)
 
 
 def pointer_trees(pointer, valid, words=None) -> list:

@@ -124,7 +124,8 @@ def run_claim(recipe, args, argv: list[str]) -> int:
             "claim": recipe.claim_id, "date": results.now(), "commit": results.commit(),
             "hardware": results.hardware(), "tiny": args.tiny, "budget_s": args.budget_s,
             "invocation": state.invocations, "complete": all(p.finished for p in state.runs.values()),
-            "runs": [{"name": spec.name, "role": spec.role, "seed": spec.seed, "step": run.step,
+            "runs": [{"name": spec.name, "role": spec.role, **({"group": spec.group} if spec.group else {}),
+                      "seed": spec.seed, "step": run.step,
                       "num_steps": run.num_steps, "finished": run.finished,
                       "train_seconds": round(run.train_seconds, 1), "chunks": run.chunks,
                       "command": spec.command(f"runs/{spec.name}"),
@@ -154,17 +155,24 @@ def run_claim(recipe, args, argv: list[str]) -> int:
 def _print_row(record: dict, parts: list[Path]) -> None:
     s = record["summary"]
 
-    def side(name: str) -> str:
-        found = s.get(name)
+    def number(found: dict | None) -> str:
         if not found:
             return "none judged"
         return f"{found['mean']:.2f}" + ("" if found["sd"] is None else f" ± {found['sd']:.2f}") + f" (n={found['n']})"
 
+    def side(name: str) -> str:
+        return number(s.get(name))
+
     done = sum(r["finished"] for r in record["runs"])
     print(f"{record['claim']}: {done}/{len(record['runs'])} runs finished; "
           + "; ".join(f"{r['name']} step {r['step']}/{r['num_steps']}" for r in record["runs"]))
-    print(f"  {s['label']}: model {side('model')}, baseline {side('baseline')}"
+    best = f" ({s['baseline_name']}, the best)" if s.get("baseline_name") else ""
+    print(f"  {s['label']}: model {side('model')}, baseline{best} {side('baseline')}"
           + (f", paper {s['paper']}" if s["paper"] is not None else ""))
+    for group, found in (s.get("baselines") or {}).items():
+        print(f"    baseline {group}: {number(found)}")
+    if "reference" in s:
+        print(f"    {s.get('reference_label', 'reference')}: {number(s['reference'])}")
     print(f"  verdict: {s['verdict']} ({s['why']})")
     print(f"  {record['hardware']}, commit {record['commit']}, {record['wall_s']:.0f} s; record appended to "
           f"{'the results file'}; state packed into {len(parts) - 1} part(s) + manifest in {parts[-1].parent}"

@@ -73,14 +73,23 @@ def _automated(claims: ClaimsFile, records: list[dict]) -> list[str]:
                 f"({counts[claim.id]} record(s))")
         summary = record["summary"]
 
-        def side(name: str) -> str:
-            s = summary.get(name)
+        def number(s: dict | None) -> str:
             if not s:
                 return "none judged"
             sd = "no spread" if s["sd"] is None else f"± {s['sd']:.2f}"
             return f"{s['mean']:.2f} {sd} (n = {s['n']})"
 
-        cells = (f"`{claim.id}`", recipe, when, f"{summary['label']}: {side('model')}", side("baseline"),
+        def side(name: str) -> str:
+            return number(summary.get(name))
+
+        baseline = side("baseline")
+        if summary.get("baselines"):  # several baselines: the best one judged, the others and a reference beside
+            best = summary.get("baseline_name")
+            others = [f"{g} {number(s)}" for g, s in summary["baselines"].items() if g != best]
+            baseline = (f"best, {best}: {baseline}" if best else baseline) + "".join(f"; {o}" for o in others)
+        if "reference" in summary:
+            baseline += f"; {summary.get('reference_label', 'reference')}: {number(summary['reference'])}"
+        cells = (f"`{claim.id}`", recipe, when, f"{summary['label']}: {side('model')}", baseline,
                  f"**{summary['verdict']}**: {summary['why']}")
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines

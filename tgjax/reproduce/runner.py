@@ -107,7 +107,7 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
     state = ClaimState.load_or_new(work, recipe, tiny, specs)
     state.invocations += 1
     unfinished = [s for s in specs if not state.runs[s.name].finished]
-    reserve = recipe.eval_reserve_s(tiny) * len(specs) + PACK_RESERVE_S
+    reserve = sum(recipe.reserve_s(spec, tiny) for spec in specs) + PACK_RESERVE_S
     train_until = started + budget_s - reserve
     rates: dict[str, float] = {}  # steps per second of wall time, setup included, measured in this invocation
     known_total = lambda: sum(state.runs[s.name].num_steps or 0 for s in specs)  # noqa: E731
@@ -173,22 +173,44 @@ def _short(value) -> str:
 
 
 def summarise(recipe: Recipe, scored: list) -> dict:
-    """The model's and the baseline's numbers over the judged runs, and the verdict."""
+    """The model's and the baseline's numbers over the judged runs, and the verdict.
+
+    With baseline runs of several groups (several baselines), each group is summarised ("baselines") and the
+    model is judged against the one with the best mean ("baseline_name"): beating the best is the claim."""
     c = recipe.comparison
 
-    def values(role: str, metric: str) -> list[float]:
+    def values(role: str, metric: str, group: str | None = None) -> list[float]:
         return [scores[metric] for spec, run, scores in scored
-                if spec.role == role and (run.finished or not c.finished_only) and scores.get(metric) is not None]
+                if spec.role == role and (group is None or spec.group == group)
+                and (run.finished or not c.finished_only) and scores.get(metric) is not None]
 
     model = values("model", c.model_metric)
-    # A baseline measured beside each model run (majority class, right-branching) when there is no baseline run.
-    baseline = values("baseline", c.baseline_metric) or values("model", c.baseline_metric)
+    groups = list(dict.fromkeys(spec.group for spec, _, _ in scored if spec.role == "baseline" and spec.group))
+    by_group = {g: found for g in groups if (found := values("baseline", c.baseline_metric, g))}
+    best = None
+    if by_group:
+        sign = 1.0 if c.higher_is_better else -1.0
+        best = max(by_group, key=lambda g: sign * spread(by_group[g]).mean)
+        baseline = by_group[best]
+    else:
+        # A baseline measured beside each model run (majority class, right-branching) when there is no baseline run.
+        baseline = values("baseline", c.baseline_metric) or values("model", c.baseline_metric)
     longest = max((run.train_seconds for _, run, _ in scored), default=None)
     verdict, why = judge(model, baseline, higher_is_better=c.higher_is_better, paper=c.paper, tolerance=c.tolerance,
                          run_seconds=longest)
     if c.finished_only and len(model) < len([s for s, _, _ in scored if s.role == "model"]):
         why += "; only finished runs are judged"
-    summary = {"label": c.label, "verdict": verdict, "why": why, "paper": c.paper}
+    summary: dict = {"label": c.label, "verdict": verdict, "why": why, "paper": c.paper}
     for name, found in (("model", model), ("baseline", baseline)):
         summary[name] = dataclasses.asdict(spread(found)) if found else None
+    if groups:
+        summary["baseline_name"] = best
+        summary["baselines"] = {g: dataclasses.asdict(spread(by_group[g])) if g in by_group else None
+                                for g in groups}
+        if best is not None:
+            summary["why"] += f" (the best of {len(groups)} baselines: {best})"
+    if c.reference_metric is not None:
+        reference = values("model", c.reference_metric)
+        summary["reference"] = dataclasses.asdict(spread(reference)) if reference else None
+        summary["reference_label"] = c.reference_label or c.reference_metric
     return summary

@@ -17,7 +17,9 @@ A checkpoint at step s, `WORKDIR/checkpoints/<s>/`, holds three items:
 
 Retention keeps the `max_to_keep` most recent steps and the `keep_best` best
 by the task's selection value (steps saved with one as their metric; lowest
-first, or highest with `best_mode="max"`).
+first, or highest with `best_mode="max"`). Of equal values the earliest step
+is the best, as the trainer's selection (a strict improvement) has it, so the
+step a resumed task reads its best parameters from is the one kept.
 
 Integrity: a save cut short never looks finished. On a local disk orbax
 writes each step to a temporary directory and renames it when complete; on a
@@ -86,6 +88,14 @@ log = logging.getLogger(__name__)
 RECURRENT_FIELD = "carry"
 
 VALID_LOSS = "valid_loss"
+STEP = "step"  # saved beside the value: ties go to the earliest step
+
+
+def _rank(metrics: dict, best_mode: str) -> tuple[float, int]:
+    """The keep-best sort key (orbax's `BestN` keeps the last of its sort, descending for "min"): the value, then
+    the step so that of equal values the earliest sorts last. Steps saved without a step count as step 0."""
+    step = int(metrics.get(STEP, 0))
+    return float(metrics[VALID_LOSS]), step if best_mode == "min" else -step
 
 
 @dataclasses.dataclass
@@ -179,7 +189,8 @@ class CheckpointStore:
         preserve = [policies.LatestN(n=max(o["max_to_keep"], 1))]
         if o["keep_best"] > 0:
             # BestN sorts ascending and keeps the last n: reverse=True keeps the lowest values.
-            preserve.append(policies.BestN(get_metric_fn=lambda m: m[VALID_LOSS], reverse=o["best_mode"] == "min",
+            preserve.append(policies.BestN(get_metric_fn=lambda m: _rank(m, o["best_mode"]),
+                                           reverse=o["best_mode"] == "min",
                                            n=o["keep_best"],
                                            keep_checkpoints_without_metrics=False))
         options = ocp.CheckpointManagerOptions(
@@ -215,7 +226,7 @@ class CheckpointStore:
         """Starts saving step `step` (in the background when async); `valid_loss` (the task's selection
         value, a loss for the treebank LM) ranks it for keep-best."""
         self._start_manifests()
-        metrics = {VALID_LOSS: float(valid_loss)} if valid_loss is not None else None
+        metrics = {VALID_LOSS: float(valid_loss), STEP: int(step)} if valid_loss is not None else None
         self.manager.save(
             step,
             args=ocp.args.Composite(

@@ -3,8 +3,9 @@
 A recipe names the runs a claim compares (`RunSpec`: a config, its overrides, a seed, and whether the run is
 the claim's model or its baseline) and scores one run's workdir (`evaluate`, partial or finished). Its
 `comparison` says which number of the scores is the model's and which the baseline's, and which way is better:
-`tgjax.reproduce.verdict.judge` turns those into the verdict. `tiny=True` gives the smallest runs that exercise
-the same path (the tests).
+`tgjax.reproduce.verdict.judge` turns those into the verdict. Several baselines are baseline runs of several
+`group`s (one group per baseline model, its seeds): the model is judged against the group that scores best.
+`tiny=True` gives the smallest runs that exercise the same path (the tests).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class RunSpec:
     config: str  # `--config` as `tgjax train` takes it
     overrides: tuple[str, ...]  # "a.b=v"
     seed: int
+    group: str = ""  # a baseline's name, when a claim compares with several (its runs are that baseline's seeds)
 
     def command(self, workdir: str | Path) -> str:
         """The `tgjax train` command that trains (or resumes) this run by hand."""
@@ -43,6 +45,9 @@ class Comparison:
     paper: float | None = None  # the paper's number for the model's metric, where it is comparable
     tolerance: float = 0.0  # how close to `paper` counts as reproduced
     finished_only: bool = False  # judge only runs that reached their last step (the test is scored at the end)
+    # A number measured beside each model run and reported, not judged (the majority class beside trained baselines).
+    reference_metric: str | None = None
+    reference_label: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +59,13 @@ class Recipe:
     comparison: Comparison
     eval_reserve_s: Callable[[bool], float]  # seconds to keep for scoring one run (tiny or not)
     calibration_steps: Callable[[bool], int]  # the first chunk of a run, before its speed is known
+    baseline_eval_reserve_s: Callable[[bool], float] | None = None  # for a baseline run, if not eval_reserve_s
+
+    def reserve_s(self, spec: RunSpec, tiny: bool) -> float:
+        """Seconds to keep for scoring `spec`'s run."""
+        if spec.role == "baseline" and self.baseline_eval_reserve_s is not None:
+            return self.baseline_eval_reserve_s(tiny)
+        return self.eval_reserve_s(tiny)
 
 
 def recipes() -> dict[str, Recipe]:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 
 def seeded_runs(prefix: str, config: str, seeds: Sequence[int], common: Sequence[str], tiny_overrides: Sequence[str],
-                tiny: bool) -> list:
-    """One model run of `config` per seed (`tiny`: the first seed only, with `tiny_overrides`), named PREFIX-seedN."""
+                tiny: bool, *, role: str = "model", group: str = "") -> list:
+    """One `role` run of `config` per seed (`tiny`: the first seed only, with `tiny_overrides`), named
+    PREFIX-seedN; `group`: the baseline these runs are seeds of, when a claim has several."""
     from tgjax.reproduce.recipes import RunSpec  # the package imports this module
 
     extra = tuple(tiny_overrides) if tiny else ()
-    return [RunSpec(f"{prefix}-seed{seed}", "model", config, (*common, *extra, f"training.seed={seed}"), seed)
+    return [RunSpec(f"{prefix}-seed{seed}", role, config, (*common, *extra, f"training.seed={seed}"), seed, group)
             for seed in (seeds[:1] if tiny else seeds)]
 
 

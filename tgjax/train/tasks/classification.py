@@ -4,6 +4,16 @@
     tgjax train --config configs/om_listops.py --workdir runs/om_listops
     tgjax train --config configs/om_logic.py --workdir runs/om_logic            # length split: test 7..12 ops
     tgjax train --config configs/om_logic.py --config.data.split=B --workdir runs/om_logic_b   # systematicity B
+    tgjax train --config configs/om_listops.py --config.model.encoder=lstm --workdir runs/lstm_listops
+
+`model.encoder` ("ordered_memory", the default; "lstm"; "transformer") puts a
+same-size baseline in Ordered Memory's place (`tgjax.models.sequence_encoders`):
+the same embedding, heads, dropouts, data and training, its width matched to
+the parameter count of the Ordered Memory this config describes
+(`model.hidden_size=0`). A baseline reports accuracy only: it has no pointers,
+so no trees and no parse F1. A checkpoint's meta records its classifier's
+config (a baseline's names its `encoder`; Ordered Memory's names none), and a
+checkpoint of one encoder is refused, in one line, by a config of another.
 
 What it hands the trainer (`tgjax.train.task`):
 
@@ -69,14 +79,15 @@ from flax import nnx
 from tgjax.data import listops, logic
 from tgjax.data.batching import EpochBatches, local_rows
 from tgjax.data.classification_corpus import Split, eval_batches, load_splits, train_epochs
-from tgjax.models.ordered_memory import (
-    OMClassifierConfig,
-    OrderedMemoryClassifier,
-    pointer_trees,
-    remove_leaves,
-    tree_spans,
+from tgjax.models.ordered_memory import OMClassifierConfig, pointer_trees, remove_leaves, tree_spans
+from tgjax.models.sequence_encoders import (
+    ENCODERS,
+    SIZE_TOLERANCE,
+    BaselineClassifierConfig,
+    baseline_config,
+    build_classifier,
+    parameter_count,
 )
-from tgjax.models.parts import count_parameters
 from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
 from tgjax.train.config import (
@@ -125,6 +136,11 @@ def default_config() -> ml_collections.ConfigDict:
             embedding_dropout=0.1, output_dropout=0.2, attention_dropout=0.3, cell_dropout=0.1,
             release_switches=False,  # the release's q/k LayerNorms, mask floor and zero padding (configs/om_*: on)
             embedding_init_range=0.0,  # 0: N(0, 1) (PyTorch's default); r: U(-r, r)
+            # "lstm" / "transformer": a same-size baseline in place of Ordered Memory, with the same embedding,
+            # head, dropouts and training (tgjax.models.sequence_encoders); the keys below are the baselines'.
+            encoder="ordered_memory",
+            hidden_size=0,  # LSTM H / Transformer d; 0: matched to this config's Ordered Memory parameter count
+            num_layers=2, num_heads=4, ffw_multiplier=4,  # LSTM layers or Transformer blocks; heads; FFN width / d
         ),
         training=dict(
             num_steps=35_000, batch_size=128, seed=1111,
@@ -140,15 +156,16 @@ def check_config(config) -> None:
     """The values this task reads, checked before anything starts (every key is there: the config was merged
     over `default_config()`); `ConfigError` names the key."""
     check_choice(config, "dataset", DATASETS)
+    check_choice(config, "model.encoder", ENCODERS)
     check_choice(config, "data.split", SPLITS)
     for key in ("data.train_size", "data.valid_size", "data.max_train_tokens", "data.length_bucket",
-                "model.embedding_size", "model.slot_size", "model.n_slots", "training.num_steps",
-                "training.batch_size", "evaluation.interval_steps", "evaluation.batch_size",
-                "checkpointing.interval_steps", "logging.interval_steps"):
+                "model.embedding_size", "model.slot_size", "model.n_slots", "model.num_layers", "model.num_heads",
+                "model.ffw_multiplier", "training.num_steps", "training.batch_size", "evaluation.interval_steps",
+                "evaluation.batch_size", "checkpointing.interval_steps", "logging.interval_steps"):
         check_positive_int(config, key)
     for key in ("data.seed", "data.test_max_tokens", "data.max_train_examples", "data.max_valid_examples",
-                "model.test_n_slots", "model.mlp_hidden_size", "training.seed", "training.lr_patience",
-                "training.early_stopping_patience"):
+                "model.test_n_slots", "model.mlp_hidden_size", "model.hidden_size", "training.seed",
+                "training.lr_patience", "training.early_stopping_patience"):
         check_int(config, key, minimum=0)
     for key in ("training.learning_rate", "training.eps"):
         check_range(config, key, low=0, low_open=True)
@@ -162,8 +179,25 @@ def check_config(config) -> None:
         raise ConfigError(f"model settings: {e}") from e
 
 
-def model_config(config) -> OMClassifierConfig:
-    """The classifier's config from the `model` section and the dataset's vocabulary."""
+def model_config(config) -> OMClassifierConfig | BaselineClassifierConfig:
+    """The classifier's config from the `model` section and the dataset's vocabulary: Ordered Memory's, or with
+    `model.encoder` "lstm" / "transformer" the baseline's, its width matched to that Ordered Memory's parameter
+    count unless `model.hidden_size` sets it."""
+    om = om_model_config(config)
+    m = config.model
+    if m.encoder == "ordered_memory":
+        return om
+    return baseline_config(om, m.encoder, hidden_size=m.hidden_size, num_layers=m.num_layers,
+                           num_heads=m.num_heads, ffw_multiplier=m.ffw_multiplier)
+
+
+def encoder_of(model_cfg: OMClassifierConfig | BaselineClassifierConfig) -> str:
+    return "ordered_memory" if isinstance(model_cfg, OMClassifierConfig) else model_cfg.encoder
+
+
+def om_model_config(config) -> OMClassifierConfig:
+    """The Ordered Memory classifier of the `model` section (whatever `model.encoder` says: a baseline's size is
+    matched to it)."""
     m = config.model
     if config.dataset == "listops":
         kind, vocab, classes, pad = "sequence", len(listops.TOKENS), listops.NUM_CLASSES, listops.PAD_ID
@@ -178,14 +212,27 @@ def model_config(config) -> OMClassifierConfig:
 
 
 def describe(config) -> dict[str, Any]:
-    """What `tgjax info` prints: the classifier, its parameter count, its fixed vocabulary (no data read)."""
+    """What `tgjax info` prints: the classifier, its parameter count, its fixed vocabulary (no data read); for a
+    baseline, also the Ordered Memory count it is matched to."""
     check_config(config)
     model_cfg = model_config(config)
-    count = count_parameters(lambda: OrderedMemoryClassifier(model_cfg, rngs=nnx.Rngs(0)))
+    count = parameter_count(model_cfg)
     source = "tgjax.data.listops.TOKENS" if config.dataset == "listops" else "tgjax.data.logic.TOKENS + padding"
-    return {"model_name": f"ordered_memory_{config.dataset}", "num_parameters": count,
+    info = {"model_name": f"{encoder_of(model_cfg)}_{config.dataset}", "num_parameters": count,
             "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg),
-            "build_model": lambda rngs: OrderedMemoryClassifier(model_cfg, rngs=rngs)}
+            "build_model": lambda rngs: build_classifier(model_cfg, rngs=rngs)}
+    if isinstance(model_cfg, BaselineClassifierConfig):
+        info["model_note"] = size_note(model_cfg, count, parameter_count(om_model_config(config)))
+    return info
+
+
+def size_note(model_cfg: BaselineClassifierConfig, count: int, om_count: int) -> str:
+    """One line: the baseline's size against the Ordered Memory of the same config, and that it has no trees."""
+    gap = (count - om_count) / om_count
+    within = "within" if abs(gap) <= SIZE_TOLERANCE else "OUTSIDE"
+    return (f"same-size {model_cfg.encoder} baseline: {count:,} parameters (hidden {model_cfg.hidden_size}, "
+            f"{model_cfg.num_layers} layers) against {om_count:,} for the Ordered Memory of this config "
+            f"({100 * gap:+.1f}%, {within} {100 * SIZE_TOLERANCE:.0f}%); accuracy only, no parse F1 (no pointers)")
 
 
 THESIS_LENGTHS = "7-12"  # the systematicity aggregate the thesis reports: the unseen lengths
@@ -273,10 +320,10 @@ def classification_loss(kind: str):
     return loss
 
 
-def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransformation):
+def make_steps(model_cfg: OMClassifierConfig | BaselineClassifierConfig, graphdef, tx: optax.GradientTransformation):
     """train_step(state, rest, batch) -> (state, metrics): the trainer's one step (`tgjax.train.step`), its key
     drawn at the count of updates done before it (the recorded numbers); eval_step(params, batch) ->
-    (predictions, pointers)."""
+    (predictions, pointers; None for a baseline)."""
     kind = model_cfg.kind
     train_step = make_train_step(graphdef, classification_loss(kind), tx, draw_key_at="updates_done")
 
@@ -293,7 +340,7 @@ def make_steps(model_cfg: OMClassifierConfig, graphdef, tx: optax.GradientTransf
 
 
 class ClassificationTask:
-    """Ordered Memory on ListOps or logical inference; see the module docstring."""
+    """Ordered Memory (or a same-size baseline) on ListOps or logical inference; see the module docstring."""
 
     name = "classification"
     selection = Selection("valid_accuracy", "max")
@@ -305,6 +352,8 @@ class ClassificationTask:
         self.batch_size = config.training.batch_size
         self.eval_batch_size = config.evaluation.batch_size
         self.dataset = config.dataset
+        self.encoder = config.model.encoder
+        self.has_trees = self.encoder == "ordered_memory"  # only Ordered Memory's pointers give trees
         t = config.training
         self.schedule = (Plateau(t.lr_patience, t.early_stopping_patience, mode="max", factor=t.lr_decay)
                          if t.schedule == "plateau" else StepSchedule())
@@ -324,7 +373,7 @@ class ClassificationTask:
         self.run = run
         self.model_config = model_config(self.config)
         self._load_data()
-        abstract = nnx.eval_shape(lambda: OrderedMemoryClassifier(self.model_config, rngs=nnx.Rngs(0)))
+        abstract = nnx.eval_shape(lambda: build_classifier(self.model_config, rngs=nnx.Rngs(0)))
         self.graphdef = nnx.split(abstract, nnx.Param)[0]
         self.layout = params_layout(self._build, run.mesh, shd.config_rules(self.config))
         self.num_parameters = self.layout.num_parameters
@@ -343,11 +392,16 @@ class ClassificationTask:
     def describe_run(self) -> list[str]:
         mesh = self.run.mesh
         c = self.model_config
-        lines = [f"Ordered Memory on {self.dataset}: {self.num_parameters:,} parameters (D={c.slot_size}, "
-                 f"{c.n_slots} slots, {c.test_n_slots or c.n_slots} at test), mesh data={mesh.shape['data']} over "
-                 f"{mesh.devices.size} {mesh.devices.flat[0].platform} device(s)",
-                 f"data: {len(self.train_split.examples):,} training, {len(self.valid_split.examples):,} validation, "
-                 + ", ".join(f"{name} {len(s.examples):,}" for name, s in self.test_splits.items())]
+        where = (f"mesh data={mesh.shape['data']} over {mesh.devices.size} {mesh.devices.flat[0].platform} "
+                 f"device(s)")
+        if isinstance(c, OMClassifierConfig):
+            lines = [f"Ordered Memory on {self.dataset}: {self.num_parameters:,} parameters (D={c.slot_size}, "
+                     f"{c.n_slots} slots, {c.test_n_slots or c.n_slots} at test), {where}"]
+        else:
+            lines = [f"{c.encoder} baseline on {self.dataset}, {where}",
+                     size_note(c, self.num_parameters, parameter_count(om_model_config(self.config)))]
+        lines.append(f"data: {len(self.train_split.examples):,} training, {len(self.valid_split.examples):,} "
+                     "validation, " + ", ".join(f"{name} {len(s.examples):,}" for name, s in self.test_splits.items()))
         if self.skipped.get("test"):
             lines.append(f"note: {self.skipped['test']} test examples longer than "
                          f"data.test_max_tokens={self.config.data.test_max_tokens} are skipped")
@@ -357,8 +411,8 @@ class ClassificationTask:
 
     # -- state and checkpoints ---------------------------------------------------------------
 
-    def _build(self, rngs: nnx.Rngs) -> OrderedMemoryClassifier:
-        return OrderedMemoryClassifier(self.model_config, rngs=rngs)
+    def _build(self, rngs: nnx.Rngs):
+        return build_classifier(self.model_config, rngs=rngs)
 
     def init_state(self):
         return init_params_state(self._build, self.tx, self.config.training.seed, self.layout), None
@@ -380,6 +434,12 @@ class ClassificationTask:
     def check_checkpoint(self, meta: dict, step: int, directory: Path) -> None:
         changed = []
         saved_model = meta.get("model", {})
+        # Ordered Memory's meta names no encoder (its config predates the baselines).
+        saved_encoder = saved_model.get("encoder", "ordered_memory")
+        if saved_encoder != self.encoder:
+            raise ConfigError(f"checkpoint step {step} in {directory} holds a model.encoder={saved_encoder} "
+                              f"classifier, the config asks for model.encoder={self.encoder}: pass "
+                              f"--config.model.encoder={saved_encoder}, or use a new --workdir")
         for key, value in dataclasses.asdict(self.model_config).items():
             if key.endswith("dropout") or key == "test_n_slots":
                 continue  # may change between runs: no array depends on them
@@ -448,6 +508,7 @@ class ClassificationTask:
         Logic: premises and hypotheses pooled, each predicted tree with its
         parenthesis tokens removed first (the release's `remove_bracket`).
         """
+        parse = parse and self.has_trees  # a baseline has no pointers: accuracy alone
         predictions, trees = self.predict(params, split, want_pointers=parse)
         labels = np.array([e.label for e in split.examples])
         result = {"accuracy": float(np.mean(predictions == labels)) if len(labels) else float("nan"),
@@ -523,6 +584,9 @@ class ClassificationTask:
                   "best_step": self.best["step"], "valid_accuracy": self.best["value"],
                   "final_step": final_step, "skipped": self.skipped, "test": results,
                   "num_parameters": self.num_parameters, "seconds": seconds}
+        if not self.has_trees:
+            report["encoder"] = self.encoder
+            report["note"] = "a baseline: accuracy only; no parse F1 (it has no pointers to read trees from)"
         if split not in (None, "length"):
             report["beside_thesis"] = f"{split}/{THESIS_LENGTHS}"  # the key the thesis' column compares with
             report["all_lengths"] = f"{split}/{ALL_LENGTHS}"
