@@ -4,6 +4,7 @@
 - `syntaxgym`, `blimp`: targeted syntactic evaluation (suites, circuits, SG score; minimal pairs);
 - `parse`: `tgjax eval parse | sg | blimp`, driven by word-synchronous beam search;
 - `rerank`: the best of several proposal trees under a model, and its F1;
+- `pushdown_tapes`: a Pushdown-LM's agreement pairs scored on its own tapes and on the gold tape (a diagnostic);
 - `unsupervised`: `tgjax eval unsupervised-parse`, trees from ON-LSTM distances, sentence and EVALB F1;
 - `commands`, `summaries`, `shards`: `tgjax eval score | ppl | rerank | merge`, their per-sentence
   records and corpus summaries, sharded jobs and merging them;

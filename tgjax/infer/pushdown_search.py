@@ -719,14 +719,17 @@ def _teacher_forced(model, ids: np.ndarray, attach: np.ndarray) -> tuple[dict, i
     return forward(*nnx.split(model), batch), n, padded
 
 
-def gold_joint_log_prob(model, ids: Sequence[int], attach: Sequence[int], *, final_attachment: str = "scored"
-                        ) -> float:
-    """log p(x, y) (eq. 7) of a string ``<s> .. <eos>`` and its attachments, from one teacher-forced pass.
+def joint_log_prob_terms(model, ids: Sequence[int], attach: Sequence[int], *, final_attachment: str = "scored"
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """eq. 7's terms of a string ``<s> .. <eos>`` (``ids [n]``) and its attachments (``attach [n]``), one
+    teacher-forced pass with the tape replayed from ``attach``.
 
-    The same sum as `pushdown_oracle.joint_log_prob` (a pass per prefix): each
-    token's log-probability and its attachment's, the head normalised as the
-    model was trained (`attachment_normalise`) over the legal slots of the
-    given parse; ``final_attachment="forced"`` leaves out ``<eos>``'s.
+    Returns ``(words, attachments)``, float64 ``[n - 1]`` each, entry k - 1 for
+    token k = 1 .. n - 1 (``<eos>`` last): log p(x_k | x_<k; W_{k-1}) and
+    log p(r_k | x_<=k; W_{k-1}), the head normalised as the model was trained
+    (`attachment_normalise`) over the legal slots of the given parse (the
+    ROOT rule, `slot_legality`); ``final_attachment="forced"`` sets ``<eos>``'s
+    attachment term to 0 (the release). Their total is `gold_joint_log_prob`.
     """
     from tgjax.nn.attachment_head import attachment_log_probs, slot_legality
 
@@ -743,6 +746,20 @@ def gold_joint_log_prob(model, ids: Sequence[int], attach: Sequence[int], *, fin
     attachments = np.asarray(slot_lp)[steps, attach[1:]].astype(np.float64)
     if final_attachment == "forced":
         attachments[-1] = 0.0
+    return words, attachments
+
+
+def gold_joint_log_prob(model, ids: Sequence[int], attach: Sequence[int], *, final_attachment: str = "scored"
+                        ) -> float:
+    """log p(x, y) (eq. 7) of a string ``<s> .. <eos>`` and its attachments, from one teacher-forced pass.
+
+    The same sum as `pushdown_oracle.joint_log_prob` (a pass per prefix): each
+    token's log-probability and its attachment's, the head normalised as the
+    model was trained (`attachment_normalise`) over the legal slots of the
+    given parse; ``final_attachment="forced"`` leaves out ``<eos>``'s
+    (the terms: `joint_log_prob_terms`).
+    """
+    words, attachments = joint_log_prob_terms(model, ids, attach, final_attachment=final_attachment)
     return float(words.sum() + attachments.sum())
 
 
@@ -758,4 +775,4 @@ def _shift(tree: stt.Bracketing, offset: int) -> stt.Bracketing:
 
 __all__ = ["HYPOTHESES_PER_SEARCH", "PrefixResult", "PushdownBeamConfig", "PushdownDevice", "PushdownResult",
            "PushdownSearch", "PushdownState", "apply_attachment", "forward", "gold_joint_log_prob",
-           "merge_subword_bracketing", "teacher_forced_log_probs", "tree_from_word_spans"]
+           "joint_log_prob_terms", "merge_subword_bracketing", "teacher_forced_log_probs", "tree_from_word_spans"]
