@@ -112,3 +112,34 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return f"group:{group}" if group and path.startswith("tests/") else nodeid
 
     return GroupScheduling(config, log)
+
+
+# -- where the suite's time goes, opt-in: TGJAX_TEST_COMPILE_STATS=DIR ------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def compile_stats() -> Iterator[None]:
+    """With `TGJAX_TEST_COMPILE_STATS=DIR`, each worker writes DIR/<worker>.json at the end: the seconds JAX spent
+    tracing, lowering and compiling (its own duration events), so that the suite's time can be split into
+    compilation and the rest. Off by default: it changes nothing a test computes."""
+    directory = os.environ.get("TGJAX_TEST_COMPILE_STATS")
+    if not directory:
+        yield
+        return
+    import json
+    import time
+
+    import jax
+
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+
+    def listen(event: str, duration: float, **_) -> None:
+        totals[event] = totals.get(event, 0.0) + duration
+        counts[event] = counts.get(event, 0) + 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    start = time.perf_counter()
+    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    stats = {"wall": time.perf_counter() - start, "seconds": totals, "counts": counts}
+    (Path(directory) / f"{worker}.json").write_text(json.dumps(stats, indent=1))
