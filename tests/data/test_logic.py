@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,17 +124,76 @@ TRAIN_LINES = [30, 2319, 12451, 23252, 30373, 34152, 32952, 26671, 18962, 12634,
 TEST_LINES = [6, 410, 2198, 4104, 5361, 6027, 5816, 4707, 3347, 2230, 1444, 864, 853]
 
 
-@pytest.fixture(scope="module")
-def files() -> logic.LogicFiles:
+SYSTEMATICITY_SIZES = [("A", 128969, 1369, 2472), ("B", 87948, 9257, 17544), ("C", 51896, 12757, 27232)]
+
+
+def logic_directory() -> Path:
+    """../shared/data/ordered_memory/propositionallogic; skips the test when it is absent."""
     from tests.conftest import shared_data_dir
 
     data = shared_data_dir()
     directory = None if data is None else data / "ordered_memory" / "propositionallogic"
     if directory is None or not directory.is_dir():
         pytest.skip("../shared/data/ordered_memory/propositionallogic is absent")
-    return logic.LogicFiles.read(directory)  # ~250k lines, read once, operator counts checked per file
+    return directory
 
 
+@pytest.fixture(scope="module")
+def test_files() -> logic.LogicFiles:
+    """Every test file and the two smallest training files (train0, train1): 40k of the 250k lines, read in a
+    few seconds (operator counts checked per file). The CI tests read these; their slow twins, every file."""
+    directory = logic_directory()
+    return logic.LogicFiles({n: logic.read_bucket(directory, "train", n) for n in range(2)},
+                            {n: logic.read_bucket(directory, "test", n) for n in range(13)})
+
+
+@pytest.fixture(scope="module")
+def files() -> logic.LogicFiles:
+    return logic.LogicFiles.read(logic_directory())  # ~250k lines, read once, operator counts checked per file
+
+
+def label_disagreements(files: logic.LogicFiles) -> list:
+    return [
+        (split, n, e.line, e.relation, logic.relation_of(e.left, e.right))
+        for split, by_count in (("train", files.train), ("test", files.test))
+        for n, examples in by_count.items()
+        for e in examples
+        if logic.relation_of(e.left, e.right) != e.relation
+    ]
+
+
+def test_real_test_files_line_counts_and_labels(test_files):
+    """The test files and train0, train1 (`test_files`): their lines, and every label the relation of its pair."""
+    assert [len(test_files.train[n]) for n in range(2)] == TRAIN_LINES[:2]
+    assert [len(test_files.test[n]) for n in range(13)] == TEST_LINES
+    disagreements = label_disagreements(test_files)
+    assert disagreements == [], f"{len(disagreements)} labels disagree, first: {disagreements[:5]}"
+
+
+def test_length_split_of_the_test_files(test_files):
+    """The length split's test sets and its held-out lines, on `test_files` (training up to 1 operator)."""
+    split = logic.length_split(test_files, train_max_operators=1)
+    assert len(split.train) + len(split.valid) == sum(TRAIN_LINES[:2])
+    # every 10th pooled line, counted across the files: train0 has 30 lines, so the 40th is train1's 10th
+    assert split.valid[0] is test_files.train[0][9] and split.valid[3] is test_files.train[1][9]
+    assert {n: len(v) for n, v in split.test.items()} == dict(zip(range(7, 13), TEST_LINES[7:]))
+    assert all(e.operator_count == n for n, v in split.test.items() for e in v)
+
+
+@pytest.mark.parametrize("name, thesis_test_size, test_size", [(n, thesis, test) for n, _, thesis, test in
+                                                                 SYSTEMATICITY_SIZES])
+def test_systematicity_test_sets_match_the_thesis_sizes(test_files, name, thesis_test_size, test_size):
+    """The thesis' test sets of the systematicity splits, from every test file (`test_files`); the training sets,
+    which read every training file, in `test_systematicity_splits_match_the_thesis_sizes` (slow)."""
+    split = logic.systematicity_split(test_files, name, train_max_operators=1, validation_every=0)
+    # The thesis' test: the unseen pairs of 7..12 operators; every length 0..12 is the larger set beside it.
+    assert sum(len(v) for v in logic.thesis_lengths(split.test).values()) == thesis_test_size
+    assert sum(len(v) for v in split.test.values()) == test_size
+    assert not any(logic.contains_pattern(e, name) for e in split.train)
+    assert all(logic.contains_pattern(e, name) for v in split.test.values() for e in v)
+
+
+@pytest.mark.slow
 def test_real_files_line_counts_and_labels(files):
     assert [len(files.train[n]) for n in range(13)] == TRAIN_LINES
     assert [len(files.test[n]) for n in range(13)] == TEST_LINES
@@ -143,17 +203,13 @@ def test_real_files_line_counts_and_labels(files):
     assert relations["#"] == 132201 and relations["="] == 4674 and sum(relations.values()) == 249069
 
 
+@pytest.mark.slow
 def test_every_real_label_is_the_relation_of_its_formulas(files):
-    disagreements = [
-        (split, n, e.line, e.relation, logic.relation_of(e.left, e.right))
-        for split, by_count in (("train", files.train), ("test", files.test))
-        for n, examples in by_count.items()
-        for e in examples
-        if logic.relation_of(e.left, e.right) != e.relation
-    ]
+    disagreements = label_disagreements(files)
     assert disagreements == [], f"{len(disagreements)} labels disagree, first: {disagreements[:5]}"
 
 
+@pytest.mark.slow
 def test_length_split(files):
     split = logic.length_split(files)
     assert len(split.train) + len(split.valid) == 135529  # the thesis' "Full" training size
@@ -165,8 +221,8 @@ def test_length_split(files):
     assert all(e.operator_count == n for n, v in split.test.items() for e in v)
 
 
-@pytest.mark.parametrize("name, train_size, thesis_test_size, test_size",
-                         [("A", 128969, 1369, 2472), ("B", 87948, 9257, 17544), ("C", 51896, 12757, 27232)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name, train_size, thesis_test_size, test_size", SYSTEMATICITY_SIZES)
 def test_systematicity_splits_match_the_thesis_sizes(files, name, train_size, thesis_test_size, test_size):
     split = logic.systematicity_split(files, name, validation_every=0)
     assert len(split.train) == train_size and split.valid == []

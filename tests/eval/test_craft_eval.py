@@ -86,64 +86,104 @@ def test_a_scripted_controller_switches_options_only_when_done_fires():
 
     assert np.all(returns(50.0, {"A": 0, "C": 1}) == 0)
     assert returns(50.0, {"A": 1, "C": 0}).max() == 1 and returns(50.0, {"A": 1, "C": 1}).max() == 2
-    np.testing.assert_array_equal(returns(-50.0, {"A": 1, "C": 0}), returns(-50.0, {"A": 1, "C": 1}))
-    assert returns(-50.0, {"A": 1, "C": 0}).max() == 2
+    never = returns(-50.0, {"A": 1, "C": 0})
+    np.testing.assert_array_equal(never, returns(-50.0, {"A": 1, "C": 1}))
+    assert never.max() == 2
     with pytest.raises(ValueError, match="no option given for subtask"):
         scripted_controller_rollout(scripted_ocn(rules.DONE, 0.0), env, "AC", {"A": 1}, key, 4)
 
 
-def test_eval_craft_end_to_end(tmp_path):
-    from tgjax.eval.craft import main_craft, plot_curves
+def train_craft_bc(workdir, *overrides) -> None:
+    """A tiny craft_bc run (OCN, 3 options unless overridden, 4 steps on 10 demonstrations a task) in `workdir`."""
     from tgjax.train.config import apply_overrides
     from tgjax.train.loop import train
     from tgjax.train.tasks.craft_bc import default_config
 
     config = apply_overrides(default_config(), [
-        "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
-        "evaluation.batch_size=4", "training.num_steps=4", "evaluation.interval_steps=4",
-        "checkpointing.interval_steps=4", "logging.tensorboard=false"])
-    train(config, tmp_path, quiet=True)
-    assert main_craft(["--workdir", str(tmp_path), "--episodes", "8", "--subtasks", "AC",
+        "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4", "evaluation.batch_size=4",
+        "training.num_steps=4", "evaluation.interval_steps=4", "checkpointing.interval_steps=4",
+        "logging.tensorboard=false", *overrides])
+    train(config, workdir, quiet=True)
+
+
+def eval_craft_of_one_run(workdir, tasks: list[str]) -> dict:
+    """`tgjax eval craft` of a craft_bc run on `tasks` end to end, its report checked; the report."""
+    from tgjax.eval.craft import main_craft, plot_curves
+
+    assert main_craft(["--workdir", str(workdir), "--episodes", "8", "--subtasks", "AC",
                        "--controller-tasks", "CA"]) == 0
-    report = json.loads((tmp_path / "craft_eval.json").read_text())
-    assert report["policy"] == "ocn" and report["tasks"] == ["AC", "CD"]
-    assert report["demonstrations"]["episodes"] == 4 and 0 <= report["demonstrations"]["nmi"] <= 1
-    by_position = report["demonstrations"]["nll_by_subtask"]       # AC and CD: two subtasks, then the DONE row
+    report = json.loads((workdir / "craft_eval.json").read_text())
+    assert report["policy"] == "ocn" and report["tasks"] == tasks
+    assert report["demonstrations"]["episodes"] == 2 * len(tasks) and 0 <= report["demonstrations"]["nmi"] <= 1
+    by_position = report["demonstrations"]["nll_by_subtask"]       # two subtasks a task, then the DONE row
     assert len(by_position) == 2 and all(v > 0 for v in by_position)
     # the thesis' actions (the default): the final DONE row is read but no target, so it has no NLL
     assert report["demonstrations"]["nll_after_subtasks"] is None
+    assert list(report["rollouts"]) == tasks
     for task, result in report["rollouts"].items():
         assert 0 <= result["success_rate"] <= 1 and 0 <= result["return"] <= len(task)
     assert np.array(report["option_subtask_success"]["rows"]).shape == (3, 2)
-    usage = np.array(report["option_usage"]["rows"])            # options x the subtasks of AC and CD
-    assert report["option_usage"]["subtasks"] == ["A", "C", "D"] and usage.shape == (3, 3)
+    subtasks = sorted(set("".join(tasks)))
+    usage = np.array(report["option_usage"]["rows"])            # options x the subtasks of the tasks
+    assert report["option_usage"]["subtasks"] == subtasks and usage.shape == (3, len(subtasks))
     np.testing.assert_allclose(usage.sum(axis=0), 1.0, atol=1e-3)
     assert report["option_subtask_success"]["on_done"] == "reselect"
     assert np.array(report["option_subtask_success_until_done"]["rows"]).shape == (3, 2)
     assert list(report["scripted_controller"]) == ["CA"]
     assert 0 <= report["scripted_controller"]["CA"]["return"] <= 2
-    assert main_craft(["--workdir", str(tmp_path), "--curves-only", "--plot", str(tmp_path / "curves.png")]) == 0
-    assert (tmp_path / "curves.png").stat().st_size > 0
-    assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AX"]) == 2
-    assert main_craft(["--workdir", str(tmp_path), "--subtasks", "AC", "--controller-tasks", "ACD"]) == 2
-    assert main_craft(["--workdir", str(tmp_path / "nowhere")]) == 2
+    assert main_craft(["--workdir", str(workdir), "--curves-only", "--plot", str(workdir / "curves.png")]) == 0
+    assert (workdir / "curves.png").stat().st_size > 0
+    # the run's last validation NLL (the trainer's, at step 4) is the held-out NLL that eval craft scored on the
+    # same episodes
+    drawn = plot_curves(workdir, workdir / "again.png")
+    assert "return" not in drawn and [step for step, _ in drawn["nll"][str(workdir)]] == [4]
+    assert drawn["nll"][str(workdir)][-1][1] == pytest.approx(report["demonstrations"]["nll"], rel=1e-5)
+    assert main_craft(["--workdir", str(workdir), "--subtasks", "AX"]) == 2
+    assert main_craft(["--workdir", str(workdir), "--subtasks", "AC", "--controller-tasks", "ACD"]) == 2
+    assert main_craft(["--workdir", str(workdir / "nowhere")]) == 2
+    return report
+
+
+def eval_craft_of_a_pool(first, second, report: dict, options: list[int]) -> None:
+    """`tgjax eval craft --workdir FIRST,SECOND` (setting S2: the runs' options pooled), checked against the
+    report of FIRST alone; `options`: each run's number of options."""
+    from tgjax.eval.craft import main_craft
+
+    pool = f"{first},{second}"
+    assert main_craft(["--workdir", pool, "--episodes", "8", "--subtasks", "AC", "--controller-tasks", "CA"]) == 0
+    pooled = json.loads((first / "craft_pool_eval.json").read_text())
+    assert pooled["options_per_run"] == options and pooled["steps"] == [4, 4]
+    rows = np.array(pooled["option_subtask_success"]["rows"])
+    assert rows.shape == (sum(options), 2)
+    # the first run's options come first, unchanged: their rows are the run's own table (same keys, same cells)
+    np.testing.assert_array_equal(rows[:options[0]], np.array(report["option_subtask_success"]["rows"]))
+    assert all(0 <= i < sum(options) for i in pooled["scripted_controller"]["CA"]["option_of_subtask"].values())
+    assert main_craft(["--workdir", f"{first},{first / 'nowhere'}"]) == 2
+
+
+def test_eval_craft_end_to_end_on_one_task_and_its_options_pooled_with_themselves(tmp_path):
+    """The CI twin of `test_eval_craft_end_to_end` (slow: two runs, on two tasks and on another one): one run on one
+    task, its report, and its options pooled with themselves (setting S2's code, 3 + 3 options)."""
+    train_craft_bc(tmp_path, "data.tasks=AC")
+    report = eval_craft_of_one_run(tmp_path, ["AC"])
+    eval_craft_of_a_pool(tmp_path, tmp_path, report, [3, 3])
+
+
+@pytest.mark.slow
+def test_eval_craft_end_to_end(tmp_path):
+    from tgjax.eval.craft import plot_curves
+
+    train_craft_bc(tmp_path, "data.tasks=AC,CD")
+    report = eval_craft_of_one_run(tmp_path, ["AC", "CD"])
 
     # setting S2: this run's 3 options pooled with a second run's 2 (another task set)
     second = tmp_path / "second"
-    train(apply_overrides(config, ["data.tasks=CA", "model.num_options=2"]), second, quiet=True)
-    pool = f"{tmp_path},{second}"
-    assert main_craft(["--workdir", pool, "--episodes", "8", "--subtasks", "AC", "--controller-tasks", "CA"]) == 0
-    pooled = json.loads((tmp_path / "craft_pool_eval.json").read_text())
-    assert pooled["options_per_run"] == [3, 2] and pooled["steps"] == [4, 4]
-    rows = np.array(pooled["option_subtask_success"]["rows"])
-    assert rows.shape == (5, 2)
-    # the first run's options come first, unchanged: their rows are the run's own table (same keys, same cells)
-    np.testing.assert_array_equal(rows[:3], np.array(report["option_subtask_success"]["rows"]))
-    assert all(0 <= i < 5 for i in pooled["scripted_controller"]["CA"]["option_of_subtask"].values())
-    assert main_craft(["--workdir", f"{tmp_path},{tmp_path / 'nowhere'}"]) == 2
+    train_craft_bc(second, "data.tasks=CA", "model.num_options=2")
+    eval_craft_of_a_pool(tmp_path, second, report, [3, 2])
 
     # both runs' curves in one figure: the first run's last validation NLL (the trainer's, at step 4) is the
     # held-out NLL that eval craft scored on the same episodes
+    pool = f"{tmp_path},{second}"
     drawn = plot_curves(pool, tmp_path / "both.png")
     assert list(drawn["nll"]) == [str(tmp_path), str(second)] and "return" not in drawn
     assert [step for step, _ in drawn["nll"][str(second)]] == [4]

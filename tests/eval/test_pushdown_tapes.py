@@ -11,8 +11,9 @@ attachment forced):
 * (c) is the oracle's word terms under the gold tape, and (c) plus the oracle's
   attachment terms is (b); (d) is the oracle's word terms under the beam's tape;
 * with a beam wide enough for every tree (Catalan(4) = 14), (a) is
-  logsumexp over all tapes (`enumerate_joint`), at least (b), and the beam's
-  best tape is the enumeration's best;
+  logsumexp over all tapes (as `enumerate_joint`: each valid tape's eq. 7
+  from the oracle's passes, one per distinct prefix), at least (b), and the
+  beam's best tape is the enumeration's best;
 * a pair whose two sentences are the same ties under every scoring and counts
   as wrong, as in the demo.
 """
@@ -85,13 +86,21 @@ def sentences(switches: str):
             yield np.r_[VOCAB.bos_id, tokens, VOCAB.eos_id], spec[4], score
 
 
+@functools.cache
+def prefix_step(switches: str, tokens: tuple[int, ...], attach: tuple[int, ...], final: bool):
+    """The oracle's forward pass over a prefix (`prefix_step_log_probs`), once per prefix: the tapes of a sentence
+    share their prefixes, and the tie's two sentences are one."""
+    return oracle.prefix_step_log_probs(model(switches), np.asarray(tokens), list(attach), final=final)
+
+
 def oracle_terms(switches: str, tokens, attach) -> tuple[float, float]:
     """(Σ word terms, Σ attachment terms) of eq. 7 from the oracle's per-prefix forward passes."""
     final = SWITCHES[switches][1]
     words = attachments = 0.0
     last = len(tokens) - 1
     for k in range(1, len(tokens)):
-        token_lp, slot_lp = oracle.prefix_step_log_probs(model(switches), tokens, attach[:k], final=k == last)
+        token_lp, slot_lp = prefix_step(switches, tuple(int(t) for t in tokens), tuple(int(a) for a in attach[:k]),
+                                        k == last)
         words += token_lp[tokens[k]]
         if not (k == last and final == "forced"):
             attachments += slot_lp[attach[k]]
@@ -119,7 +128,9 @@ def test_word_terms_and_attachment_terms_make_the_joint(switches):
 @pytest.mark.parametrize("switches", sorted(SWITCHES))
 def test_exhaustive_beam_marginal_is_the_sum_over_every_tape(switches):
     for tokens, _, score in sentences(switches):
-        trees = oracle.enumerate_joint(model(switches), tokens, final_attachment=SWITCHES[switches][1])
+        # `oracle.enumerate_joint`, each tape's joint summed from the passes over its prefixes (`oracle_terms`)
+        trees = [(attach, sum(oracle_terms(switches, tokens, attach)))
+                 for attach in oracle.valid_attachment_sequences(len(tokens))]
         assert len(trees) == 14
         assert abs(score.beam_marginal - logsumexp([s for _, s in trees])) < TOL
         assert score.beam_marginal >= score.gold_joint

@@ -38,12 +38,13 @@ def test_document_files_are_sharded_by_document(tmp_path):
     assert got == [(0, 0), (1, 0), (3, 2), (4, 2)]
 
 
+def _run_shard(main, args: list[str], out: Path, i: int, n: int) -> Path:
+    assert main([*args, "--shard", f"{i}/{n}", "-o", str(out)]) == 0
+    return shard_path(out, Shard(i, n))
+
+
 def _run_sharded(main, args: list[str], out: Path, n: int) -> list[Path]:
-    paths = []
-    for i in range(n):
-        assert main([*args, "--shard", f"{i}/{n}", "-o", str(out)]) == 0
-        paths.append(shard_path(out, Shard(i, n)))
-    return paths
+    return [_run_shard(main, args, out, i, n) for i in range(n)]
 
 
 def test_three_shards_merged_equal_one(tmp_path):
@@ -95,12 +96,12 @@ def test_merge_refuses_what_is_not_one_whole_job(tmp_path, capsys):
         merge(parts[:2], None)
     with pytest.raises(ShardError, match="given twice"):
         merge([parts[0], parts[0], parts[1], parts[2]], None)
-    per_token = _run_sharded(main_score, [*args, "--per-token"], tmp_path / "pt.jsonl", 3)
+    per_token = _run_shard(main_score, [*args, "--per-token"], tmp_path / "pt.jsonl", 2, 3)  # the one merged
     with pytest.raises(ShardError, match="settings differ .*per_token"):
-        merge([parts[0], parts[1], per_token[2]], None)
-    two = _run_sharded(main_score, args, tmp_path / "two.jsonl", 2)
+        merge([parts[0], parts[1], per_token], None)
+    two = _run_shard(main_score, args, tmp_path / "two.jsonl", 1, 2)
     with pytest.raises(ShardError, match="one of 3"):
-        merge([parts[0], parts[1], two[1]], None)
+        merge([parts[0], parts[1], two], None)
     # A record appended after the meta file was written: the counts disagree.
     last = json.loads(parts[2].read_text().splitlines()[-1])
     with open(parts[2], "a") as f:

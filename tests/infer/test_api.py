@@ -21,7 +21,7 @@ from tgjax.train.config import load_config
 from tgjax.train.loop import train
 
 ONLSTM_TINY = {"model.embedding_size": 16, "model.hidden_size": 16, "model.num_layers": 2, "model.chunk_size": 4,
-               "data.num_train_sentences": 200, "data.num_valid_sentences": 20, "training.batch_size": 4,
+               "data.num_train_sentences": 40, "data.num_valid_sentences": 20, "training.batch_size": 4,
                "training.bptt": 8, "training.min_seq_len": 2, "training.length_bucket": 16,
                "training.num_epochs": 1, "evaluation.batch_size": 2, "evaluation.bptt": 16,
                "checkpointing.interval_steps": 1000, "logging.interval_steps": 10,
@@ -33,12 +33,19 @@ PAIRS = [("every fox watches those goats .", "every fox watch those goats ."),
          ("those goats sleep .", "those goats sleeps .")]
 
 
+_TRAINED: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="module")
 def onlstm_workdir(tmp_path_factory):
-    config = load_config("configs/onlstm_tiny.py", [f"{k}={v}" for k, v in ONLSTM_TINY.items()])
-    workdir = tmp_path_factory.mktemp("onlstm")
-    train(config, workdir, quiet=True)
-    return workdir
+    """A tiny ON-LSTM LM (one epoch of 40 built-in sentences), trained once per process: the modules that import
+    this fixture (tests/infer/test_word_scorers.py) read the same run, which no test changes."""
+    if "onlstm" not in _TRAINED:
+        config = load_config("configs/onlstm_tiny.py", [f"{k}={v}" for k, v in ONLSTM_TINY.items()])
+        workdir = tmp_path_factory.mktemp("onlstm")
+        train(config, workdir, quiet=True)
+        _TRAINED["onlstm"] = workdir
+    return _TRAINED["onlstm"]
 
 
 def test_the_family_is_read_from_the_checkpoint_and_capabilities_follow(onlstm_workdir):

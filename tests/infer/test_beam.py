@@ -105,6 +105,15 @@ def _sequence_log_probs(graphdef, state, batch):
     return jnp.where(batch["labels_ttypes"] != tt.PAD, log_probs, 0.0).sum(-1)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _log_softmax(graphdef, state, batch):
+    """`[B, T, V]`: the log-softmax of `model.__call__`'s logits (one plain forward pass, jitted: one compilation
+    per shape, not one per operation of an eager pass)."""
+    model = nnx.merge(graphdef, state)
+    logits, _ = model(batch, model.init_memory(batch["inputs"].shape[0]), deterministic=True)
+    return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+
+
 def exact_log_probs(model, name, vocab, sequences, rows=64):
     """log p(actions) of each token sequence, by the model's standard reading (one segment per sequence)."""
     config = model.config
@@ -184,7 +193,7 @@ def test_small_beam_scores_and_prefix_marginals_against_the_standard_reading(voc
     model = get_model(name, vocab.size)
     config = BeamConfig(word_beam=3, action_beam=4, fast_track=1, max_open_nts=MAX_OPEN,
                         max_consecutive_opens=MAX_CONSECUTIVE, min_batch=64, max_batch=64, batch_sentences=2)
-    sentences = [["a", "b", "c", "a"], ["c"], ["b", "b", "a"]]
+    sentences = [["c", "a", "b"], ["c"], ["b", "b", "a"]]  # three words: 554 prefixes to sum at the last, four 5,722
     results = WordSynchronousBeamSearch(model, vocab, name, config).search(sentences)
     pruned = 0
     for words, result in zip(sentences, results):
@@ -276,9 +285,7 @@ def test_terminal_scorer_log_prob_is_the_log_softmax_of_the_whole_sentence(vocab
         (segment,) = masks.TXLMasking(32, 32).compact_chunks(*(np.asarray(a, np.int32) for a in
                                                                 (inputs, ttypes, labels, label_types)))
         batch = {k: jnp.asarray(v)[None] for k, v in segment._asdict().items()}
-        m = nnx.merge(graphdef, state)
-        logits, _ = m(batch, m.init_memory(1), deterministic=True)
-        log_softmax = np.asarray(jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1), np.float64)
+        log_softmax = np.asarray(_log_softmax(graphdef, state, batch)[0], np.float64)
         per_position = np.array([log_softmax[i, labels[i]] for i in range(len(words) + 1)])
         np.testing.assert_allclose(result.log_prob, per_position.sum(), atol=1e-5)
         np.testing.assert_allclose(result.surprisals, -per_position[:-1], atol=1e-5)

@@ -71,7 +71,9 @@ def assert_same(host_results, device_results):
 sentence_batches = st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4), min_size=4, max_size=4)
 
 
-@pytest.mark.parametrize("name", ["tg", "txl_cc"])
+# TXL (CC) alone: slow (a compiled search of its own); in CI its device scoring is checked against the host's in
+# the ensemble with TG (`test_ensemble_of_tg_and_txl_cc_one_beam_over_the_per_action_mixture`).
+@pytest.mark.parametrize("name", ["tg", pytest.param("txl_cc", marks=pytest.mark.slow)])
 @settings(max_examples=3, deadline=None)
 @given(sentences=sentence_batches)
 def test_same_trees_and_log_probs_as_the_host_search(name, sentences):
@@ -102,19 +104,21 @@ def test_ensemble_of_tg_and_txl_cc_one_beam_over_the_per_action_mixture():
 
 @functools.cache
 def stack_and_full():
+    """TG's default device search (the stack-only cache, `searches`') and, of the same model, one that caches
+    every position and runs 3 hypotheses per model call (one more compiled search, not two)."""
     vocab = tiny_vocab()
-    model = get_model("tg", vocab.size, seed=1)
-    config = CONFIGS["bound"]
-    return (DeviceBeamSearch(model, vocab, "tg", config, chunk=3),
-            DeviceBeamSearch(model, vocab, "tg", config, stack_cache=False))
+    model = get_model("tg", vocab.size)
+    return (searches(("tg",), "bound")[1],
+            DeviceBeamSearch(model, vocab, "tg", CONFIGS["bound"], stack_cache=False, chunk=3))
 
 
 @settings(max_examples=3, deadline=None)
 @given(sentences=sentence_batches)
 def test_stack_only_cache_and_small_chunks_equal_the_full_cache_path(sentences):
-    """TG with only the stack's keys and values cached, run 3 hypotheses per model call, equals every position's."""
+    """TG with only the stack's keys and values cached equals every position's run 3 hypotheses per model call."""
     stack, full = stack_and_full()
     assert stack._family.stack_only == (True,) and full._family.stack_only == (False,)
+    assert full.chunk == 3 and stack.chunk is None  # the default: the pool in a few model calls
     assert_same(full.search(sentences), stack.search(sentences))
     assert stack.last_stats["rows_run"] == full.last_stats["rows_run"] < full.last_stats["rows_offered"]
 

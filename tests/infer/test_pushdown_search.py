@@ -6,8 +6,9 @@
   head and the release's switches;
 * the device beam (`tgjax.infer.device_beam`'s engine with the Pushdown family) equals the host beam (one
   whole forward pass per hypothesis and step) on random small models and strings: final scores, both
-  surprisal definitions, each string of a batch of several lengths as alone, every switch (hypothesis);
-  a string long enough to read its memory in two compiled sizes;
+  surprisal definitions, each string of a batch of several lengths as alone, every switch (hypothesis,
+  slow; a few fixed cases in CI); a string long enough to read its memory in two compiled sizes (slow; in
+  CI its best parse's score against one teacher-forced pass, and the string alone against it in a batch);
 * the beam surprisal is the definition −log Σ p(x_<=t, y_<t) / Σ p(x_<t, y_<t), summed over every
   attachment prefix by enumeration;
 * parses: the paper's "The dog is happy", sub-word pieces merged back into words (Appendix C);
@@ -202,15 +203,10 @@ def test_device_beam_equals_host_beam(seed, words, beam):
     np.testing.assert_allclose(release.token_surprisals, -np.diff(host.release_prefix), atol=TOL)
 
 
-@settings(max_examples=5, deadline=None)
-@given(seed=st.integers(0, 3), switches=st.sampled_from(["paper", "release", "binary"]),
-       final=st.sampled_from(["scored", "forced"]), beam=st.integers(1, 5), batch=st.integers(1, 3),
-       lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
-def test_batched_engine_equals_the_host_beam_for_each_string(seed, switches, final, beam, batch, lengths, data):
-    """Strings of different lengths searched `batch` at a time by the engine (one compiled loop per batch, sorted
-    by length, finished strings idling): each string's answer is the host beam's for it alone, both surprisals."""
+def check_batched_engine_against_the_host_beam(seed, switches, final, beam, batch, strings):
+    """`strings` searched `batch` at a time by the engine: each one's answer is the host beam's for it alone."""
     model = get_model(switches, seed)
-    strings = [string(data.draw(st.lists(st.integers(3, VOCAB - 1), min_size=n, max_size=n))) for n in lengths]
+    lengths = [len(tokens) - 2 for tokens in strings]
     found = {}
     for surprisal in ("beam", "release"):
         engine = search(switches, seed, beam_size=beam, final_attachment=final, surprisal=surprisal,
@@ -231,15 +227,61 @@ def test_batched_engine_equals_the_host_beam_for_each_string(seed, switches, fin
             assert abs(result.token_surprisals.sum() + result.log_prob) < 1e-5
 
 
-def test_long_string_reads_the_memory_in_growing_sizes():
-    """35 tokens at capacity 48: the engine reads 32 cached positions, then 48 (two compiled sizes), and copies
-    caches by the size in use; the host beam (whole forward passes) agrees, and so do 3 strings at once."""
+@pytest.mark.parametrize("seed,switches,final,beam,batch,lengths", [
+    (0, "binary", "scored", 3, 3, [3, 1, 4]),      # one batch of three lengths; the wide beam too
+    (1, "release", "forced", 2, 2, [2, 5, 1, 3]),  # two batches of two
+])
+def test_batched_engine_equals_the_host_beam_for_each_string(seed, switches, final, beam, batch, lengths):
+    """Strings of different lengths searched `batch` at a time by the engine (one compiled loop per batch, sorted
+    by length, finished strings idling): each string's answer is the host beam's for it alone, both surprisals.
+    (Two cases, a compilation or two each; the paper's head is searched in a batch in
+    `test_long_string_reads_the_memory_in_growing_sizes`; `test_batched_engine_equals_the_host_beam_for_random_
+    strings`, slow, draws models, settings and strings.)"""
+    rng = np.random.default_rng(seed)
+    strings = [string(rng.integers(3, VOCAB, size=n).tolist()) for n in lengths]
+    check_batched_engine_against_the_host_beam(seed, switches, final, beam, batch, strings)
+
+
+@pytest.mark.slow
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 3), switches=st.sampled_from(["paper", "release", "binary"]),
+       final=st.sampled_from(["scored", "forced"]), beam=st.integers(1, 5), batch=st.integers(1, 3),
+       lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
+def test_batched_engine_equals_the_host_beam_for_random_strings(seed, switches, final, beam, batch, lengths, data):
+    """As `test_batched_engine_equals_the_host_beam_for_each_string`, on drawn models, settings and strings."""
+    strings = [string(data.draw(st.lists(st.integers(3, VOCAB - 1), min_size=n, max_size=n))) for n in lengths]
+    check_batched_engine_against_the_host_beam(seed, switches, final, beam, batch, strings)
+
+
+def long_string_searched_alone_and_with_others():
+    """(model, the 35 tokens, the engine's result for them alone, searched with 2 shorter strings), at capacity 48:
+    the engine reads 32 cached positions, then 48 (two compiled sizes), and copies caches by the size in use."""
     model = get_model("paper", 1)
     tokens = string(np.random.default_rng(5).integers(3, VOCAB, size=33).tolist())
-    host = oracle.host_beam(model, tokens, 3)
     engine = search("paper", 1, beam_size=3, batch_sentences=3, bucket=48)
     alone = engine.search_ids(tokens)
     together = engine.search([["w5"], [f"w{i}" for i in tokens[1:-1]], ["w7", "w8"]])[1]
+    return model, tokens, alone, together
+
+
+def test_long_string_reads_the_memory_in_growing_sizes():
+    """35 tokens at capacity 48 (`long_string_searched_alone_and_with_others`): the best parse's score is its
+    joint log-probability from one teacher-forced pass of the whole string, and 3 strings at once give the string
+    alone's search. (`test_long_string_equals_the_host_beam`, slow: every hypothesis and surprisal against the
+    host beam.)"""
+    model, tokens, alone, together = long_string_searched_alone_and_with_others()
+    assert alone.final_scores.size == 3
+    assert abs(alone.final_scores[0] - gold_joint_log_prob(model, tokens, alone.best_attach)) < TOL
+    np.testing.assert_array_equal(together.best_attach, alone.best_attach)
+    np.testing.assert_allclose(together.final_scores, alone.final_scores, atol=TOL)
+    np.testing.assert_allclose(together.token_surprisals, alone.token_surprisals, atol=TOL)
+
+
+@pytest.mark.slow
+def test_long_string_equals_the_host_beam():
+    """The host beam (whole forward passes) agrees with the engine on 35 tokens, alone and with 2 other strings."""
+    model, tokens, alone, together = long_string_searched_alone_and_with_others()
+    host = oracle.host_beam(model, tokens, 3)
     for result in (alone, together):
         np.testing.assert_array_equal(result.best_attach, host.final[0][0])
         np.testing.assert_allclose(result.final_scores, [s for _, s in host.final], atol=TOL)
@@ -268,12 +310,25 @@ def test_prefix_entry_point():
         np.testing.assert_allclose(result.log_probs[k - 1], expected, atol=TOL)
 
 
-@settings(max_examples=8, deadline=None)
-@given(st.lists(st.lists(st.integers(4, VOCAB - 1), min_size=0, max_size=9), min_size=1, max_size=5),
-       st.integers(1, 3))
+PREFIX_STRINGS = st.lists(st.lists(st.integers(4, VOCAB - 1), min_size=0, max_size=9), min_size=1, max_size=5)
+
+
+@settings(max_examples=4, deadline=None)
+@given(PREFIX_STRINGS, st.integers(1, 3))
 def test_prefixes_searched_together_are_each_searched_alone(words, num_parallel):
     """`prefix_attachments` (several strings per compiled loop, each stopping at its own length) finds what
     the host beam finds for each string alone, whatever the others in its group."""
+    check_prefixes_searched_together(words, num_parallel)
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None)
+@given(PREFIX_STRINGS, st.integers(1, 3))
+def test_prefixes_searched_together_are_each_searched_alone_more_examples(words, num_parallel):
+    check_prefixes_searched_together(words, num_parallel)
+
+
+def check_prefixes_searched_together(words, num_parallel):
     model = get_model("binary")
     strings = [np.asarray([BOS, *w], np.int32) for w in words]
     together = search("binary", beam_size=3).prefix_attachments(strings, num_parallel=num_parallel)

@@ -5,6 +5,7 @@ scorer's surprisals; `eval ppl`; and what `eval score` does by capability, with 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -56,11 +57,18 @@ def stack_workdir(tmp_path_factory):
     return workdir
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _logits(graphdef, state, ids):
+    """The model's logits, jitted: one compilation per length, not one per operation of an eager call."""
+    return nnx.merge(graphdef, state)(ids)
+
+
 def plain_log_prob(model, words: list[str], vocabulary: list[str]) -> float:
     """log p(words <eos> | <bos>): one unpadded forward of the sentence alone, log-softmax in float64."""
     index = {w: i for i, w in enumerate(vocabulary)}
     ids = [index.get(w, index["<unk>"]) for w in words]
-    logits = np.asarray(model(jax.numpy.asarray([[index["<bos>"], *ids]])), np.float64)[0]  # [n + 1, V]
+    inputs = jax.numpy.asarray([[index["<bos>"], *ids]])
+    logits = np.asarray(_logits(*nnx.split(model), inputs), np.float64)[0]  # [n + 1, V]
     top = logits.max(-1, keepdims=True)
     log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
     return float(sum(log_probs[t, target] for t, target in enumerate([*ids, index["<eos>"]])))

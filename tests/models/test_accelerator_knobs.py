@@ -45,14 +45,20 @@ def with_params_of(source: tlm.TransformerLM, **switches) -> tlm.TransformerLM:
     return model
 
 
-def loss_and_grads(model, batch, memory, *, deterministic=True):
-    """Mean NLL, the next memory and the gradient as a list-layout pure dict."""
+@nnx.jit(static_argnames="deterministic")
+def _value_and_grad(model, batch, memory, deterministic):
+    """One compiled program per model config (op by op, every op of a new shape compiles anew)."""
     def loss_fn(model):
         logits, new_memory = model(batch, memory, deterministic=deterministic)
         total, events = sequence_loss(logits, batch)
         return total / events, new_memory
 
-    (loss, new_memory), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    return nnx.value_and_grad(loss_fn, has_aux=True)(model)
+
+
+def loss_and_grads(model, batch, memory, *, deterministic=True):
+    """Mean NLL, the next memory and the gradient as a list-layout pure dict."""
+    (loss, new_memory), grads = _value_and_grad(model, batch, memory, deterministic)
     grads = nnx.to_pure_dict(grads)
     if model.config.scan_layers:
         grads = tlm.unstack_layer_params(grads, model.config.num_layers)
@@ -69,16 +75,18 @@ REMAT, SCAN, BOTH = dict(remat=True), dict(scan_layers=True), dict(scan_layers=T
 
 # The hybrids take the scanned path's per-layer / per-head mask selection; distinct_mha a second attention.
 # Each switch alone, and TXL (CC), with -m slow: "tg" with both switches composed covers them in CI.
+# SMALL's two layers (the layer hybrid: one TG layer under one unrestricted one): "tg"'s default model is the
+# one the half-precision tests compile too.
 @pytest.mark.parametrize("name, switches", [
     pytest.param("tg", REMAT, marks=pytest.mark.slow), pytest.param("tg", SCAN, marks=pytest.mark.slow),
     ("tg", BOTH), pytest.param("txl_cc", SCAN, marks=pytest.mark.slow), ("tg_layer_hybrid", BOTH),
     ("tg_head_hybrid", SCAN), ("tg_distinct_mha", SCAN),
 ], ids=lambda v: "+".join(v) if isinstance(v, dict) else v)
 def test_remat_and_scan_give_the_default_loss_memory_and_gradients(name, switches):
-    base = build_model(name, VOCAB, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8,
-                       **{**SMALL, "num_layers": 3})
+    base = build_model(name, VOCAB, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8, **SMALL)
     batch = batch_for(name, base.config)
-    memory = jax.random.normal(jax.random.key(1), (3, batch["inputs"].shape[0], 8, SMALL["d_model"]))
+    memory = jax.random.normal(jax.random.key(1), (SMALL["num_layers"], batch["inputs"].shape[0], 8,
+                                                   SMALL["d_model"]))
     loss, new_memory, grads = loss_and_grads(base, batch, memory)
     loss2, new_memory2, grads2 = loss_and_grads(with_params_of(base, **switches), batch, memory)
     np.testing.assert_allclose(float(loss2), float(loss), rtol=1e-6)
@@ -98,8 +106,9 @@ def test_remat_keeps_the_dropout_masks():
     nnx.reseed(remat, dropout=11)
     loss, _, grads = loss_and_grads(base, batch, memory, deterministic=False)
     loss2, _, grads2 = loss_and_grads(remat, batch, memory, deterministic=False)
-    no_dropout, _, _ = loss_and_grads(base, batch, memory)
-    assert abs(float(loss) - float(no_dropout)) > 1e-3  # dropout really is on
+    nnx.reseed(base, dropout=12)
+    other_masks, _, _ = loss_and_grads(base, batch, memory, deterministic=False)  # the same program, new masks
+    assert abs(float(loss) - float(other_masks)) > 1e-3  # dropout really is on
     np.testing.assert_allclose(float(loss2), float(loss), rtol=1e-6)
     assert_trees_close(grads2, grads, atol=1e-6)
 
@@ -115,8 +124,9 @@ def test_scanned_layers_draw_their_own_dropout_masks():
     assert not np.array_equal(np.asarray(data[0]), np.asarray(data[1]))
     batch = batch_for("tg", model.config)
     memory = model.init_memory(batch["inputs"].shape[0])
-    first, _ = model(batch, memory, deterministic=False)
-    second, _ = model(batch, memory, deterministic=False)  # the streams advanced: new masks
+    forward = nnx.jit(lambda model: model(batch, memory, deterministic=False)[0])
+    first = forward(model)
+    second = forward(model)  # the streams advanced: new masks
     assert float(jnp.abs(first - second).max()) > 1e-3
 
 
@@ -139,7 +149,7 @@ def test_half_precision_compute_keeps_float32_parameters_and_stays_close(compute
     memory = base.init_memory(batch["inputs"].shape[0])
     half = with_params_of(base, dtype=compute)
     assert {v.dtype for v in jax.tree.leaves(nnx.state(half, nnx.Param))} == {jnp.dtype(jnp.float32)}
-    logits, new_memory = half(batch, memory)
+    logits, new_memory = nnx.eval_shape(lambda model: model(batch, memory), half)  # dtypes: nothing compiled
     assert logits.dtype == jnp.dtype(compute) and new_memory.dtype == jnp.float32
     # Every matrix product of the forward pass (projections, scores, FFN, output) runs in the compute dtype.
     dots = list(equations(jax.make_jaxpr(lambda: half(batch, memory))().jaxpr, "dot_general"))
@@ -157,8 +167,8 @@ def test_half_precision_compute_keeps_float32_parameters_and_stays_close(compute
 
 
 def test_bfloat16_parameters():
-    model = build_model("tg", VOCAB, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8,
-                        **{**SMALL, "dtype": "bfloat16", "param_dtype": "bfloat16"})
+    model = nnx.eval_shape(lambda: build_model("tg", VOCAB, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8,
+                                               **{**SMALL, "dtype": "bfloat16", "param_dtype": "bfloat16"}))
     assert {v.dtype for v in jax.tree.leaves(nnx.state(model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
 
 

@@ -180,22 +180,25 @@ def test_activation_penalties_match_direct_formulas():
 
 def test_padding_at_the_end_keeps_the_state_of_the_last_real_step():
     model = OnLSTMLM(small_config(), rngs=nnx.Rngs(1))
+    # One compiled program per shape (op by op, every op of every shape compiles anew).
+    forward = nnx.jit(lambda model, tokens, state=None, mask=None: model(tokens, state, mask=mask)[:2])
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, V, (2, 9))
     lengths = [9, 5]
     mask = np.array([[1] * n + [0] * (9 - n) for n in lengths])
-    logits, state, _ = model(jnp.asarray(tokens), mask=jnp.asarray(mask))
-    for row, n in enumerate(lengths):
-        row_logits, row_state, _ = model(jnp.asarray(tokens[row:row + 1, :n]))
-        np.testing.assert_allclose(np.asarray(logits[row, :n]), np.asarray(row_logits[0]), rtol=1e-5, atol=1e-6)
+    logits, state = forward(model, jnp.asarray(tokens), mask=jnp.asarray(mask))
+    # Each row unpadded: the first 5 tokens (row 1's), then the rest from the carried state (row 0's 9).
+    first, mid_state = forward(model, jnp.asarray(tokens[:, :5]))
+    second, _ = forward(model, jnp.asarray(tokens[:, 5:]), mid_state)
+    whole, whole_state = forward(model, jnp.asarray(tokens))
+    for row, (row_logits, row_state) in enumerate([(whole, whole_state), (first, mid_state)]):
+        n = lengths[row]
+        np.testing.assert_allclose(np.asarray(logits[row, :n]), np.asarray(row_logits[row]), rtol=1e-5, atol=1e-6)
         for layer in range(L):
             for part in range(2):  # h and c
                 np.testing.assert_allclose(np.asarray(state[layer][part][row]),
-                                           np.asarray(row_state[layer][part][0]), rtol=1e-5, atol=1e-6)
+                                           np.asarray(row_state[layer][part][row]), rtol=1e-5, atol=1e-6)
     # A carried state continues the sequence: two halves equal the whole.
-    first, mid_state, _ = model(jnp.asarray(tokens[:, :4]))
-    second, _, _ = model(jnp.asarray(tokens[:, 4:]), mid_state)
-    whole, _, _ = model(jnp.asarray(tokens))
     np.testing.assert_allclose(np.asarray(jnp.concatenate([first, second], 1)), np.asarray(whole), rtol=1e-5,
                                atol=1e-6)
 

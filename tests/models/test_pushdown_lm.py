@@ -16,6 +16,18 @@ from tgjax.nn.attachment_head import slot_legality
 
 BRACKETINGS = [((0, 1), (2, 3)), (0, (1, 2)), (((0, 1), 2), (3, 4))]
 
+# The forward pass, and the loss with its gradients, as compiled programs (one per model config and batch
+# shape; op by op, every op of a new shape compiles anew). The dropout streams advance as in eager calls.
+forward = nnx.jit(lambda model, batch: model(batch))
+
+
+@nnx.jit(static_argnames="deterministic")
+def value_and_grads(model, batch, deterministic=True):
+    def loss_fn(model):
+        return pushdown_loss(model(batch, deterministic=deterministic), batch, model.config)[0]
+
+    return nnx.value_and_grad(loss_fn)(model)
+
 
 def text_batch(seq_len=8, dense=False):
     rng = np.random.default_rng(0)
@@ -36,9 +48,9 @@ def small(**kwargs):
 def test_forward_shapes_and_dense_tape_agree():
     config, model = small()
     batch = text_batch()
-    out = model(batch)
+    out = forward(model, batch)
     assert out["lm_logits"].shape == (3, 8, 20) and out["attach_logits"].shape == (3, 8, 9)
-    dense = model(text_batch(dense=True))
+    dense = forward(model, text_batch(dense=True))
     np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(dense["lm_logits"]), rtol=1e-5, atol=1e-5)
     loss, metrics = pushdown_loss(out, batch, config)
     assert np.isfinite(float(loss)) and int(metrics["clipped_depths"]) == 0
@@ -61,13 +73,13 @@ def test_causal_in_tokens_and_tape():
     """Position i sees tokens <= i (and the head token i + 1), tape rows <= i: later changes leave it alone."""
     _, model = small()
     batch = text_batch(dense=True)
-    base = model(batch)
+    base = forward(model, batch)
     changed = dict(batch)
     i = 2
     changed["inputs"] = batch["inputs"].at[:, i + 1:].set(7)
     changed["targets"] = batch["targets"].at[:, i + 1:].set(7)
     changed["tape"] = batch["tape"].at[:, i + 1:, :].set(3)
-    out = model(changed)
+    out = forward(model, changed)
     np.testing.assert_allclose(np.asarray(out["lm_logits"][:, : i + 1]), np.asarray(base["lm_logits"][:, : i + 1]),
                                rtol=1e-5, atol=1e-5)
     causal = np.tril(np.ones((i + 1, i + 2), bool), k=1)  # slot c exists at row r iff c <= r + 1
@@ -76,7 +88,7 @@ def test_causal_in_tokens_and_tape():
     assert not np.allclose(np.asarray(out["lm_logits"][:, i + 1]), np.asarray(base["lm_logits"][:, i + 1]))
     # The head at row i reads the embedding of the gold next token (targets[i]); the LM row i does not.
     nudged = dict(batch, targets=batch["targets"].at[:, i].set(11))
-    out = model(nudged)
+    out = forward(model, nudged)
     np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(base["lm_logits"]), rtol=1e-6, atol=1e-6)
     assert not np.allclose(np.asarray(out["attach_logits"][:, i, : i + 2]),
                            np.asarray(base["attach_logits"][:, i, : i + 2]))
@@ -86,7 +98,7 @@ def test_causal_in_tokens_and_tape():
 def test_clipped_depths_and_partial_pushdown_layers():
     config, model = small(num_depths=2)  # the (((0 1) 2) (3 4)) sentence reaches depth 3 (plus <s>/<eos> nodes)
     batch = text_batch()
-    out = model(batch)
+    out = forward(model, batch)
     tape = np.asarray(pd.tape_from_nodes(np.asarray(batch["node_start"][2]), np.asarray(batch["node_end"][2]), 8))
     w = np.asarray(batch["weights"][2]) > 0
     want = int((np.tril(tape) >= 2)[np.ix_(w, w)].sum())
@@ -107,7 +119,7 @@ def test_dyck_batch_learns():
     rows = dyck.encode_for_pushdown([["(a", "(b", "b)", "a)"], ["(c", "c)", "(a", "a)"]], dyck.dyck_vocabulary(3))
     batch, _ = pd.make_batch(rows, 6, binary_tape=True)
     batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    config = PushdownLMConfig(vocab_size=9, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
+    config = PushdownLMConfig(vocab_size=9, d_model=16, num_layers=1, num_heads=2, ffw_hidden_size=32,
                               sequence_length=6, num_depths=2, binary_tape=True, max_relative_position=8,
                               embedding_dropout=0.0, dropout=0.0)
     model = PushdownLM(config, rngs=nnx.Rngs(1))
@@ -136,16 +148,11 @@ def test_dyck_batch_learns():
 def test_remat_gives_the_same_loss_and_gradients(deterministic):
     """`remat` recomputes each layer in the backward pass: the same numbers, dropout masks included."""
     def loss_and_grads(remat):
-        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=3, num_heads=2, ffw_hidden_size=32,
+        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
                                   sequence_length=8, max_relative_position=16, num_depths=4, embedding_dropout=0.2,
                                   dropout=0.3, remat=remat)
         model = PushdownLM(config, rngs=nnx.Rngs(params=0, dropout=7))
-        batch = text_batch()
-
-        def loss_fn(model):
-            return pushdown_loss(model(batch, deterministic=deterministic), batch, config)[0]
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        loss, grads = value_and_grads(model, text_batch(), deterministic)
         return float(loss), jax.tree.leaves(nnx.to_pure_dict(grads))
 
     loss, grads = loss_and_grads(False)
@@ -163,16 +170,11 @@ def test_remat_gives_the_same_loss_and_gradients(deterministic):
 def test_scanned_layers_give_the_loops_loss_gradients_and_dropout(deterministic, remat):
     """`scan_layers` runs the same layers as one lax.scan: the loop's numbers, each layer's dropout stream too."""
     def run(scan_layers):
-        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=3, num_heads=2, ffw_hidden_size=32,
+        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
                                   sequence_length=8, max_relative_position=16, num_depths=4, embedding_dropout=0.2,
                                   dropout=0.3, remat=remat, scan_layers=scan_layers)
         model = PushdownLM(config, rngs=nnx.Rngs(params=0, dropout=7))
-        batch = text_batch()
-
-        def loss_fn(model):
-            return pushdown_loss(model(batch, deterministic=deterministic), batch, config)[0]
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        loss, grads = value_and_grads(model, text_batch(), deterministic)
         counts = [int(layer.dropout.rngs.count[...]) for layer in model.layers]
         return float(loss), jax.tree.leaves(nnx.to_pure_dict(grads)), counts
 
@@ -190,22 +192,25 @@ def test_scanned_layers_need_identical_layers():
     small(pushdown_layers=(0, 1), scan_layers=True)  # every layer pushdown: fine
 
 
-def test_head_depth_chunk_gives_the_table_heads_loss_and_gradients():
+# Chunks of 1 (the default) in CI; of 3 (4 = 3 + 1: padded) too with -m slow (a program of its own; the head's
+# padded chunks against its table path are checked in CI by tests/nn/test_attachment_head_chunked.py).
+@pytest.mark.parametrize("chunks", [(1,), pytest.param((1, 3), marks=pytest.mark.slow)])
+def test_head_depth_chunk_gives_the_table_heads_loss_and_gradients(chunks):
     """`head_depth_chunk` (for the head's memory) changes how the head scores, not what: the table path's
-    (None) loss and gradients for chunks of 1 (the default) and 3 of the 4 depth values."""
+    (None) loss and gradients for chunks of 1 (the default) and 3 of the 4 depth values. One layer under the
+    head: the head is what the chunk changes."""
     def loss_and_grads(chunk):
-        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=2, num_heads=2, ffw_hidden_size=32,
+        config = PushdownLMConfig(vocab_size=20, d_model=16, num_layers=1, num_heads=2, ffw_hidden_size=32,
                                   sequence_length=8, max_relative_position=16, num_depths=4, dropout=0.0,
                                   embedding_dropout=0.0, head_depth_chunk=chunk)
         model = PushdownLM(config, rngs=nnx.Rngs(0))
         assert model.head.depth_chunk == chunk
-        batch = text_batch()
-        loss, grads = nnx.value_and_grad(lambda m: pushdown_loss(m(batch), batch, config)[0])(model)
+        loss, grads = value_and_grads(model, text_batch())
         return float(loss), jax.tree.leaves(nnx.to_pure_dict(grads))
 
     assert PushdownLMConfig(vocab_size=20).head_depth_chunk == 1
     table_loss, table_grads = loss_and_grads(None)
-    for chunk in (1, 3):
+    for chunk in chunks:
         loss, grads = loss_and_grads(chunk)
         assert loss == pytest.approx(table_loss, rel=1e-6)
         for got, want in zip(grads, table_grads, strict=True):

@@ -192,7 +192,7 @@ def test_nd_num_blocks_changes_no_logit_and_is_checked(monkeypatch):
         cfg = stack_cfl_config("dyck", "tf+nd", vocab, num_layers=1, nd_num_blocks=blocks)
         model = StackTransformerLM(cfg, rngs=nnx.Rngs(params=5, dropout=0))
         model.eval()
-        logits[blocks] = np.asarray(model(tokens))
+        logits[blocks] = np.asarray(nnx.jit(lambda model: model(tokens))(model))  # one program, not op by op
     assert set(seen) == {nd.default_num_blocks(n), 1} and nd.default_num_blocks(n) > 1, seen
     np.testing.assert_allclose(logits[1], logits[None], rtol=1e-5, atol=1e-5)
     for bad in (0, -1, 1.5, True):

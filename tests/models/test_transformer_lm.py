@@ -25,6 +25,9 @@ from ..syntax.test_masks import fig2_sequence
 SMALL = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64, embedding_dropout=0.0,
              core_dropout=0.0, final_dropout=0.0)
 
+# The model's forward pass as one compiled program (op by op, each new shape compiles every op anew).
+forward = nnx.jit(lambda model, batch, memory: model(batch, memory))
+
 
 def as_batch(compact, rows=None):
     """A `CompactChunk` with a leading axis -> the dict of device arrays the model reads."""
@@ -101,11 +104,11 @@ def test_figure2_outputs_only_change_where_the_mask_lets_them_see(num_layers):
     (dense,) = rule.chunks(*fig2_sequence())
     batch = as_batch(masks.stack_batch([compact]))
     memory = model.init_memory(1)
-    logits, _ = model(batch, memory)
+    logits, _ = forward(model, batch, memory)
     perturbed_position = 3  # "the"
     changed = dict(batch)
     changed["inputs"] = batch["inputs"].at[0, perturbed_position].set(39)
-    logits2, _ = model(changed, memory)
+    logits2, _ = forward(model, changed, memory)
     delta = np.abs(np.asarray(logits2 - logits)).max(-1)[0, :14]
     sees = reachable(dense.attn_mask[:14, :14], num_layers)[:, perturbed_position]
     assert sees.sum() < 14 and sees[3:7].all()
@@ -125,13 +128,13 @@ def test_segments_with_memory_equal_one_long_segment(name):
     long_model = build_model(name, 60, rngs=nnx.Rngs(3), **long_config)
     short_model = build_model(name, 60, rngs=nnx.Rngs(3), **short_config)
     (whole,) = rule_for(name, long_model.config).compact_chunks(*seq)
-    long_logits, _ = long_model(as_batch(masks.stack_batch([whole])), long_model.init_memory(1))
+    long_logits, _ = forward(long_model, as_batch(masks.stack_batch([whole])), long_model.init_memory(1))
     segments = rule_for(name, short_model.config).compact_chunks(*seq)
     assert len(segments) == -(-n // T) >= 3
     memory = short_model.init_memory(1)
     pieces = []
     for segment in segments:
-        logits, memory = short_model(as_batch(masks.stack_batch([segment])), memory)
+        logits, memory = forward(short_model, as_batch(masks.stack_batch([segment])), memory)
         pieces.append(logits[0])
     np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), atol=2e-5, rtol=2e-5)
 
@@ -178,7 +181,7 @@ def test_short_memory_segments_equal_one_segment_with_the_equivalent_mask(name, 
     memory, pieces, short_loss = short_model.init_memory(1), [], 0.0
     for segment in segments:
         batch = as_batch(masks.stack_batch([segment]))
-        logits, memory = short_model(batch, memory)
+        logits, memory = forward(short_model, batch, memory)
         pieces.append(logits[0])
         short_loss += float(sequence_loss(logits, batch)[0])
 
@@ -206,7 +209,9 @@ def test_short_memory_segments_equal_one_segment_with_the_equivalent_mask(name, 
     monkeypatch.setattr(transformer_lm, "attention_inputs", fixed_attention)
     (long_segment,) = long_rule.compact_chunks(*seq)
     long_batch = as_batch(masks.stack_batch([long_segment]))
-    long_logits, _ = long_model(long_batch, long_model.init_memory(1))
+    # A compiled program of its own: traced under the patch (`forward`'s cache would not see it).
+    long_logits, _ = nnx.jit(lambda model, batch, memory: model(batch, memory))(long_model, long_batch,
+                                                                                long_model.init_memory(1))
     np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(short_loss, float(sequence_loss(long_logits, long_batch)[0]), rtol=1e-4)
 
@@ -223,9 +228,14 @@ def test_loss_counts_prediction_events_only():
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_every_registered_model_runs_and_learns_a_repeated_batch(name):
-    """A few Adam steps on one batch (first segments, empty memory) lower its loss: the gradients point downhill."""
-    config = model_config(name, 30, sequence_length=8, memory_length=8, **SMALL)
-    model = build_model(name, 30, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8, **SMALL)
+    """A few Adam steps on one batch (first segments, empty memory) lower its loss: the gradients point downhill.
+
+    One layer (each model's own attention rule is in every layer; the stacking of layers and their memories is
+    checked by the segment tests above and tests/models/test_accelerator_knobs.py): half the compilation.
+    """
+    sizes = {**SMALL, "num_layers": 1}
+    config = model_config(name, 30, sequence_length=8, memory_length=8, **sizes)
+    model = build_model(name, 30, rngs=nnx.Rngs(0), sequence_length=8, memory_length=8, **sizes)
     rng = np.random.default_rng(0)
     sequences = [random_sequence(rng, 4, 30) for _ in range(3)]
     if model_spec(name).pipeline["rule"] == "txl_terminals":
@@ -257,7 +267,7 @@ def test_every_registered_model_runs_and_learns_a_repeated_batch(name):
             assert all(np.isfinite(norms)) and max(norms) > 0
     assert np.isfinite(losses).all()
     assert losses[0] > np.log(30) - 1  # a fresh model: about uniform over the 30 ids, or worse
-    assert (np.diff(losses) < 0).all() and losses[-1] < losses[0] / 2, losses  # measured: ~4.4 -> ~1.2
+    assert (np.diff(losses) < 0).all() and losses[-1] < losses[0] / 2, losses  # measured: ~4.8 -> ~1.75
 
 
 def test_bad_model_configs():

@@ -60,25 +60,50 @@ def oracle_ocn(options: dict, controller: dict, h_c0: np.ndarray, h_o0: np.ndarr
     return np.array(pis), np.array(es), np.array(ps)
 
 
+# One compiled program per policy config and shape, shared by the tests (a fresh jit per call compiles anew).
+_sequence = nnx.jit(lambda policy, obs, task_ids: policy(obs, task_ids))
+_step = nnx.jit(lambda policy, carry, obs: policy.step(carry, obs))
+
+
+def oracle_config(kind: str, num_options: int = 3, depth: int = 2) -> CraftPolicyConfig:
+    """The policies of the oracle test (and of test_done_probability_one_restarts_controller, which shares their
+    compiled programs)."""
+    return CraftPolicyConfig(kind=kind, num_tasks=3, num_options=num_options, hidden_size=5, depth=depth,
+                             controller_temperature=10.0, num_actions=4, live_inputs=False)
+
+
 def _bank_params(bank: CellBank) -> dict:
     return {name: np.asarray(getattr(bank, name)[...], np.float64)
             for name in ("w_x", "w_h", "b_in", "w_deep", "b_deep", "w_pi", "w_e", "b_e")}
 
 
+# CI: three options, two layers, four steps (the first step's restart and three of the recursion), each kind
+# twice: two compiled programs. Every option count (one included), depth (one: no deep layers) and length with
+# -m slow.
+@pytest.mark.parametrize("kind", ["ocn", "moe"])
+@settings(max_examples=2, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.sampled_from([0.3, 1.0, 3.0]))
+def test_ocn_matches_oracle(kind, seed, scale):
+    check_ocn_against_oracle(seed, 3, 2, 4, kind, scale)
+
+
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None)  # each example compiles its own shapes
 @given(seed=st.integers(0, 10_000), num_options=st.integers(1, 4), depth=st.integers(1, 3),
        steps=st.integers(1, 5), kind=st.sampled_from(["ocn", "moe"]), scale=st.sampled_from([0.3, 1.0, 3.0]))
-def test_ocn_matches_oracle(seed, num_options, depth, steps, kind, scale):
-    config = CraftPolicyConfig(kind=kind, num_tasks=3, num_options=num_options, hidden_size=5, depth=depth,
-                               controller_temperature=10.0, num_actions=4, live_inputs=False)
-    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(seed))
+def test_ocn_matches_oracle_every_shape(seed, num_options, depth, steps, kind, scale):
+    check_ocn_against_oracle(seed, num_options, depth, steps, kind, scale)
+
+
+def check_ocn_against_oracle(seed, num_options, depth, steps, kind, scale):
+    policy = OptionControllerPolicy(oracle_config(kind, num_options, depth), rngs=nnx.Rngs(seed))
     randomise_params(policy, seed + 1, scale)
     rng = np.random.default_rng(seed)
     batch = 2
     obs = rng.integers(0, 2, size=(batch, steps, 1075)).astype(np.float32) * rng.normal(size=(1, 1, 1075)).astype(
         np.float32) * 0.05
     task_ids = np.array([2, 0], np.int32)
-    out = nnx.jit(lambda m, o, t: m(o, t))(policy, jnp.asarray(obs), jnp.asarray(task_ids))
+    out = _sequence(policy, jnp.asarray(obs), jnp.asarray(task_ids))
     opts, ctl = _bank_params(policy.options), _bank_params(policy.controller)
     h_c0 = np.asarray(policy.h_c_init[...], np.float64)
     h_o0 = np.asarray(policy.h_o_init[...], np.float64)
@@ -97,25 +122,24 @@ def test_step_by_step_equals_sequence():
     randomise_params(policy, 3, 0.5)
     obs = jax.random.bernoulli(jax.random.key(1), 0.1, (2, 5, 1075)).astype(jnp.float32)
     task_ids = jnp.array([1, 0])
-    whole = nnx.jit(lambda m, o, t: m(o, t))(policy, obs, task_ids)
+    whole = _sequence(policy, obs, task_ids)
     carry = policy.init_carry(task_ids)
-    step = nnx.jit(lambda m, c, o: m.step(c, o))
     for t in range(5):
-        carry, out = step(policy, carry, obs[:, t])
+        carry, out = _step(policy, carry, obs[:, t])
         np.testing.assert_allclose(out.log_pi, whole.log_pi[:, t], atol=1e-5)
 
 
 def test_done_probability_one_restarts_controller():
     """With done probabilities forced to 1 (large b_e) OCN is MoE: every step is the "done" branch."""
-    config = CraftPolicyConfig(num_tasks=1, num_options=2, hidden_size=6, live_inputs=False)
+    config = oracle_config("ocn")
     ocn = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
     randomise_params(ocn, 5, 0.7)
-    ocn.options.b_e[...] = jnp.full((2,), 50.0)
-    moe = OptionControllerPolicy(CraftPolicyConfig(**{**config.__dict__, "kind": "moe"}), rngs=nnx.Rngs(0))
+    ocn.options.b_e[...] = jnp.full((config.num_options,), 50.0)
+    moe = OptionControllerPolicy(oracle_config("moe"), rngs=nnx.Rngs(0))
     nnx.update(moe, nnx.state(ocn, nnx.Param))
-    obs = jax.random.normal(jax.random.key(2), (1, 4, 1075)) * 0.1
-    run = nnx.jit(lambda m, o: m(o, jnp.zeros(1, jnp.int32)).log_pi)
-    np.testing.assert_allclose(run(ocn, obs), run(moe, obs), atol=1e-5)
+    obs = jax.random.normal(jax.random.key(2), (2, 4, 1075)) * 0.1
+    task_ids = jnp.zeros(2, jnp.int32)
+    np.testing.assert_allclose(_sequence(ocn, obs, task_ids).log_pi, _sequence(moe, obs, task_ids).log_pi, atol=1e-5)
 
 
 def test_live_inputs_are_the_only_nonzero_features():

@@ -6,6 +6,7 @@ phat = [0, 1, 0, ...], stick-breaking's phat is a distribution."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -128,6 +129,13 @@ def _policy(seed=0, scale=0.5, **kwargs) -> OrderedMemoryPolicy:
     return policy
 
 
+# One compiled program per policy config and shape, shared by the tests (a fresh jit per call compiles anew).
+_sequence = nnx.jit(lambda policy, obs, task_ids: policy(obs, task_ids))
+_cell_step = nnx.jit(lambda policy, carry, obs: policy.cell(carry, policy._encode(obs)))
+_step = nnx.jit(lambda policy, carry, obs: policy.step(carry, obs))
+_pointer_log_distribution = jax.jit(pointer_log_distribution, static_argnums=(1, 2))
+
+
 def _observations(seed, batch, steps):
     rng = np.random.default_rng(seed)
     return (rng.integers(0, 2, size=(batch, steps, 1075)) * rng.normal(size=(1, 1, 1075)) * 0.2).astype(np.float32)
@@ -135,27 +143,39 @@ def _observations(seed, batch, steps):
 
 def _run_steps(policy, obs, task_ids):
     """The cell's own outputs (pi, pi~, phat, memory) step by step, through `step`'s encoder."""
-    step = nnx.jit(lambda m, c, o: m.cell(c, m._encode(o)))
     carry = policy.init_carry(jnp.asarray(task_ids))
     outs, memories = [], []
     for t in range(obs.shape[1]):
-        carry, out = step(policy, carry, jnp.asarray(obs[:, t]))
+        carry, out = _cell_step(policy, carry, jnp.asarray(obs[:, t]))
         outs.append(out)
         memories.append(np.asarray(carry.memory))
     return outs, memories
 
 
-# The default pointer (the release's stick-breaking) in CI; the softmax switch with -m slow (its pointer
-# distribution alone is checked in CI by test_properties_over_a_long_episode).
-@pytest.mark.parametrize("pointer", [POINTERS[0], *(pytest.param(p, marks=pytest.mark.slow) for p in POINTERS[1:])])
+# The default pointer (the release's stick-breaking) in CI, one slot and three (the edge case and the general one),
+# twice each, over four steps: two compiled shapes. Every slot count and episode length, and the softmax switch,
+# with -m slow (the softmax pointer's distribution alone is checked in CI by test_properties_over_a_long_episode).
+@pytest.mark.parametrize("num_slots", [1, 3])
+@settings(max_examples=2, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.sampled_from([0.3, 1.0]))
+def test_ompn_matches_oracle(num_slots, seed, scale):
+    check_ompn_against_oracle(POINTERS[0], seed, num_slots, 4, scale)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pointer", POINTERS)
 @settings(max_examples=4, deadline=None)  # each example compiles its own shapes
 @given(seed=st.integers(0, 10_000), num_slots=st.integers(1, 4), steps=st.integers(2, 5),
        scale=st.sampled_from([0.3, 1.0]))
-def test_ompn_matches_oracle(pointer, seed, num_slots, steps, scale):
+def test_ompn_matches_oracle_every_shape(pointer, seed, num_slots, steps, scale):
+    check_ompn_against_oracle(pointer, seed, num_slots, steps, scale)
+
+
+def check_ompn_against_oracle(pointer, seed, num_slots, steps, scale):
     policy = _policy(seed, scale, num_slots=num_slots, ompn_pointer=pointer)
     obs = _observations(seed, 2, steps)
     task_ids = np.array([2, 0], np.int32)
-    whole = nnx.jit(lambda m, o, t: m(o, t))(policy, jnp.asarray(obs), jnp.asarray(task_ids))
+    whole = _sequence(policy, jnp.asarray(obs), jnp.asarray(task_ids))
     outs, memories = _run_steps(policy, obs, task_ids)
     P = {name: np.asarray(value, np.float64) for name, value in nnx.to_pure_dict(nnx.state(policy.cell)).items()}
     w_obs, b_obs = np.asarray(policy.w_obs[...], np.float64), np.asarray(policy.b_obs[...], np.float64)
@@ -176,8 +196,9 @@ def test_ompn_matches_oracle(pointer, seed, num_slots, steps, scale):
 @pytest.mark.parametrize("pointer", POINTERS)
 def test_properties_over_a_long_episode(pointer):
     """The pointer sums to 1, pi is nondecreasing with pi_{n-1} = 1 and pi~ nonincreasing with pi~_0 = 1,
-    pi + pi~ - p = 1, log pi is normalised and finite, over 65 steps."""
-    policy = _policy(3, 0.7, num_slots=4, hidden_size=8, num_actions=6, ompn_pointer=pointer)
+    pi + pi~ - p = 1, log pi is normalised and finite, over 65 steps (the sizes of test_ompn_matches_oracle's
+    three slots: the same compiled step)."""
+    policy = _policy(3, 0.7, ompn_pointer=pointer)
     obs = _observations(4, 3, 65)
     outs, _ = _run_steps(policy, obs, np.array([0, 1, 2], np.int32))
     for out in outs:
@@ -219,11 +240,10 @@ def test_step_by_step_equals_sequence():
     policy = _policy(7, 0.5, num_actions=6)
     obs = _observations(8, 2, 5)
     task_ids = jnp.array([1, 0])
-    whole = nnx.jit(lambda m, o, t: m(o, t))(policy, jnp.asarray(obs), task_ids)
+    whole = _sequence(policy, jnp.asarray(obs), task_ids)
     carry = policy.init_carry(task_ids)
-    step = nnx.jit(lambda m, c, o: m.step(c, o))
     for t in range(5):
-        carry, out = step(policy, carry, jnp.asarray(obs[:, t]))
+        carry, out = _step(policy, carry, jnp.asarray(obs[:, t]))
         for name in ("log_pi", "log_done", "log_p"):
             np.testing.assert_allclose(getattr(out, name), getattr(whole, name)[:, t], atol=1e-5)
 
@@ -245,7 +265,7 @@ def test_stick_breaking_is_a_distribution(beta):
     """Stick-breaking's phat over "end" and the n slots is finite in log space, each entry in [0, 1], the
     whole summing to 1, and equal to the release's process restated (the oracle), for any scores, saturated
     sigmoids included."""
-    log_p_hat = np.asarray(pointer_log_distribution(jnp.asarray(beta), "stickbreaking", 8), np.float64)
+    log_p_hat = np.asarray(_pointer_log_distribution(jnp.asarray(beta), "stickbreaking", 8), np.float64)
     assert log_p_hat.shape == (beta.shape[0], beta.shape[1] + 1)
     assert np.all(np.isfinite(log_p_hat)) and np.all(log_p_hat <= 1e-6)
     np.testing.assert_allclose(np.exp(log_p_hat).sum(-1), 1.0, atol=1e-5)

@@ -61,6 +61,10 @@ def oracle(module: PushdownAttention, x, tape, valid=None) -> np.ndarray:
     return out
 
 
+# The module's forward pass as one compiled program per config and shape (op by op, every op compiles anew).
+forward = nnx.jit(lambda module, x, tape: module(x, tape))
+
+
 def make(d=16, heads=2, depths=5, max_rel=6, seed=0, space="head"):
     return PushdownAttention(d, heads, num_depths=depths, max_relative_position=max_rel, depth_space=space,
                              rngs=nnx.Rngs(seed))
@@ -80,7 +84,7 @@ def test_matches_3d_key_oracle(seed, T, heads, depths):
     module.depth_embedding[...] = jnp.asarray(rng.normal(size=(depths, module.head_dim)), jnp.float32)
     x = rng.normal(size=(2, T, 16)).astype(np.float32)
     tape = random_tape(rng, 2, T, depths + 3)  # some entries beyond the table: clipped
-    got = np.asarray(module(jnp.asarray(x), jnp.asarray(tape)))
+    got = np.asarray(forward(module, jnp.asarray(x), jnp.asarray(tape)))
     np.testing.assert_allclose(got, oracle(module, x, tape), rtol=2e-4, atol=2e-4)
 
 
@@ -90,7 +94,7 @@ def test_eq6_model_space_depth_matches_oracle():
     assert module.depth_embedding.shape == (4, 16)
     x = rng.normal(size=(2, 6, 16)).astype(np.float32)
     tape = random_tape(rng, 2, 6, 5)
-    np.testing.assert_allclose(np.asarray(module(jnp.asarray(x), jnp.asarray(tape))), oracle(module, x, tape),
+    np.testing.assert_allclose(np.asarray(forward(module, jnp.asarray(x), jnp.asarray(tape))), oracle(module, x, tape),
                                rtol=2e-4, atol=2e-4)
     with pytest.raises(ValueError, match="depth_space"):
         make(space="both")
@@ -107,7 +111,7 @@ def test_padding_and_no_depth_variant():
     assert (got[1, 4:] == 0).all()
     plain = make(depths=0)
     assert plain.depth_embedding is None
-    np.testing.assert_allclose(np.asarray(plain(jnp.asarray(x), jnp.asarray(tape))), oracle(plain, x, tape),
+    np.testing.assert_allclose(np.asarray(forward(plain, jnp.asarray(x), jnp.asarray(tape))), oracle(plain, x, tape),
                                rtol=2e-4, atol=2e-4)
 
 
@@ -117,17 +121,17 @@ def test_causal_future_tokens_and_tape_entries_do_not_leak():
     module.depth_embedding[...] = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
     x = rng.normal(size=(1, 7, 16)).astype(np.float32)
     tape = random_tape(rng, 1, 7, 5)
-    base = np.asarray(module(jnp.asarray(x), jnp.asarray(tape)))
+    base = np.asarray(forward(module, jnp.asarray(x), jnp.asarray(tape)))
     x2, tape2 = x.copy(), tape.copy()
     x2[:, 4:] = rng.normal(size=(1, 3, 16))
     tape2[:, :, 4:] = 3  # future keys (and their tape columns) change
     tape2[:, 5:, :] = 1  # later rows change
-    changed = np.asarray(module(jnp.asarray(x2), jnp.asarray(tape2)))
+    changed = np.asarray(forward(module, jnp.asarray(x2), jnp.asarray(tape2)))
     np.testing.assert_allclose(changed[:, :4], base[:, :4], rtol=1e-5, atol=1e-6)
     # ... whereas a past tape entry seen by query 3 does change its output.
     tape3 = tape.copy()
     tape3[0, 3, 1] = (tape3[0, 3, 1] + 1) % 5
-    assert not np.allclose(np.asarray(module(jnp.asarray(x), jnp.asarray(tape3)))[0, 3], base[0, 3])
+    assert not np.allclose(np.asarray(forward(module, jnp.asarray(x), jnp.asarray(tape3)))[0, 3], base[0, 3])
 
 
 def test_clip_count():
@@ -143,7 +147,8 @@ def test_clip_count():
     module.depth_embedding[...] = jnp.asarray(rng.normal(size=(3, 8)), jnp.float32)
     x = jnp.asarray(rng.normal(size=(1, 3, 16)).astype(np.float32))
     clipped = np.minimum(tape, 2)
-    np.testing.assert_allclose(np.asarray(module(x, jnp.asarray(tape))), np.asarray(module(x, jnp.asarray(clipped))))
+    np.testing.assert_allclose(np.asarray(forward(module, x, jnp.asarray(tape))),
+                               np.asarray(forward(module, x, jnp.asarray(clipped))))
 
 
 def test_layer_runs_and_depth_matters():
@@ -169,8 +174,13 @@ def test_one_query_against_cached_keys_equals_the_full_row():
     tape = jnp.asarray(random_tape(rng, 2, 6, 4))
     full = np.asarray(module(x, tape))
     q, k, v = module.project(x)
+
+    @nnx.jit
+    def one_query(module, q, k, v, tape_row, distance):  # one program per t (op by op: every op, every t)
+        scores = module.scores(q, k, tape_row, distance)
+        return module.attend(scores, jnp.ones((1, 1, k.shape[1]), bool), v)
+
     for t in range(6):
         distance = (t - jnp.arange(t + 1))[None, None, :]
-        scores = module.scores(q[:, t:t + 1], k[:, : t + 1], tape[:, t:t + 1, : t + 1], distance)
-        out = module.attend(scores, jnp.ones((1, 1, t + 1), bool), v[:, : t + 1])
+        out = one_query(module, q[:, t:t + 1], k[:, : t + 1], v[:, : t + 1], tape[:, t:t + 1, : t + 1], distance)
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], rtol=1e-5, atol=1e-5)

@@ -6,11 +6,18 @@ enumerating every run of the vector PDA. Values are compared on NumPy (no
 compilation), gradients through `jax.grad` of the oracle at a few small
 shapes that stay fixed so the compiled functions are reused. float64 runs
 inside `jax.enable_x64(True)`, so the rest of the test session is unaffected.
+
+Compilation is most of this file's time, so the tests that need the kernel's
+readings and gradients share `kernel_and_grads` (one cached, jitted function per
+configuration) and, where they can, a few shapes: `_PROP_SHAPE` and
+`SHARED_SHAPE` are each compiled once for all the tests that use them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +30,58 @@ from tests.ops.nd_oracle import brute_force_readings, nondeterministic_oracle
 from tgjax.ops import nondeterministic_stack, superposition_stack
 
 stack = jax.jit(nondeterministic_stack, static_argnames="num_blocks")
+superposition = jax.jit(superposition_stack)
 ARGNUMS = (0, 1, 2, 3, 4)
+
+
+def _readings_and_grads(fn, patches=contextlib.nullcontext):
+    """jit((weights, push, repl, pop, pushed, bottom) -> (readings, the gradients of sum(readings * weights))).
+
+    `patches()` is entered while the function is traced, the backward pass (a custom VJP, traced when the
+    gradients are taken) included.
+    """
+
+    def readings_and_grads(weights, *args):
+        with patches():
+            readings, vjp = jax.vjp(fn, *args)
+            return readings, vjp(weights.astype(readings.dtype))
+
+    return jax.jit(readings_and_grads)
+
+
+@functools.cache
+def kernel_and_grads(num_blocks=None, *, fold=False, chunk_terms=None):
+    """The kernel's readings and gradients (`_readings_and_grads`), one cached function per configuration, so
+    that tests using one configuration at one shape share one compiled program.
+
+    `fold`: the chart folded at every size (by default only from T = 129 on), so that small cases test it;
+    `chunk_terms`: the pop sum's chunk budget. Both are set while the function is traced (the kernel reads
+    them at trace time), never by monkeypatching around a call, which a cached program would not see.
+    """
+    import tgjax.ops.nondeterministic as nd
+
+    @contextlib.contextmanager
+    def patches():
+        with contextlib.ExitStack() as stack:
+            if fold:
+                stack.enter_context(mock.patch.object(nd, "_FOLD_FROM_T", 1))
+            if chunk_terms is not None:
+                stack.enter_context(mock.patch.object(nd, "_POP_CHUNK_TERMS", chunk_terms))
+            yield
+
+    return _readings_and_grads(functools.partial(nondeterministic_stack, num_blocks=num_blocks), patches)
+
+
+@functools.cache
+def oracle_and_grads():
+    """The oracle's readings and gradients through `jax.grad` (jitted: tens of ops per chart cell)."""
+    return _readings_and_grads(nondeterministic_oracle)
+
+
+def loss_value(readings, weights):
+    """sum(readings * weights), the scalar whose gradients `kernel_and_grads` returns, in the readings' dtype."""
+    readings = np.asarray(readings)
+    return np.sum(readings * weights.astype(readings.dtype))
 
 
 def random_inputs(rng, B, n, Q, S, m, *, scale=1.0, p_neg_inf=0.0, dtype=np.float64):
@@ -73,7 +131,8 @@ def test_oracle_matches_run_enumeration(n, Q, S, m, p_neg_inf):
 SHAPES = [(1, 1, 1), (2, 1, 2), (1, 2, 3), (3, 2, 2), (2, 3, 1), (3, 3, 2)]
 
 
-@pytest.mark.parametrize("n", range(1, 13))
+# n = 1..6 (every shape of SHAPES once) in CI; n = 7..12 (each shape again, longer) with -m slow.
+@pytest.mark.parametrize("n", [n if n <= 6 else pytest.param(n, marks=pytest.mark.slow) for n in range(1, 13)])
 def test_readings_match_oracle_float64(n):
     Q, S, m = SHAPES[n % len(SHAPES)]
     rng = np.random.default_rng(n)
@@ -85,31 +144,37 @@ def test_readings_match_oracle_float64(n):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
+_PROP_SHAPE = (2, 4, 3, 2, 3)  # B, n, Q, S, m: fixed so that the compiled functions are reused
+# B, n, Q, S, m of the tests of num_blocks, row chunks, the folded chart and float32: one shape, shared programs.
+SHARED_SHAPE = (2, 21, 2, 3, 2)
+
+
 def test_shared_and_per_sequence_bottom():
     """bottom [m] is the same as bottom broadcast to [B, m]; its gradient sums over the batch."""
+    B, n, Q, S, m = _PROP_SHAPE
     rng = np.random.default_rng(7)
     with jax.enable_x64(True):
-        push, repl, pop, pushed, bottom = random_inputs(rng, 3, 5, 2, 2, 2)
-        per_seq = np.broadcast_to(bottom, (3, 2)).copy()
-        shared = (push, repl, pop, pushed, bottom)
-        np.testing.assert_allclose(stack(*shared), stack(push, repl, pop, pushed, per_seq))
-        grad_bottom = jax.grad(loss_fn(nondeterministic_stack, rng.normal(size=(3, 5, 2, 2, 2))), argnums=4)
-        g_shared = grad_bottom(*shared)
-        g_per_seq = grad_bottom(push, repl, pop, pushed, per_seq)
-    np.testing.assert_allclose(g_shared, np.asarray(g_per_seq).sum(0), rtol=1e-12)
+        push, repl, pop, pushed, bottom = random_inputs(rng, B, n, Q, S, m)
+        per_seq = np.broadcast_to(bottom, (B, m)).copy()
+        weights = rng.normal(size=(B, n, Q, S, m))
+        r_shared, g_shared = kernel_and_grads()(weights, push, repl, pop, pushed, bottom)
+        r_per_seq, g_per_seq = kernel_and_grads()(weights, push, repl, pop, pushed, per_seq)
+    np.testing.assert_allclose(r_shared, r_per_seq)
+    np.testing.assert_allclose(g_shared[4], np.asarray(g_per_seq[4]).sum(0), rtol=1e-12)
 
 
-def test_num_blocks_changes_nothing():
+# One block against three in CI (the three-block program is shared with the float32 and folded-chart tests; the
+# kernel's other block counts are checked against the oracle by test_several_blocks_match_oracle); with seven
+# too with -m slow (each count is a program of its own).
+@pytest.mark.parametrize("counts", [(1, 3), pytest.param((1, 3, 7), marks=pytest.mark.slow)])
+def test_num_blocks_changes_nothing(counts):
     rng = np.random.default_rng(11)
     with jax.enable_x64(True):
-        args = random_inputs(rng, 2, 20, 2, 2, 3, scale=3.0, p_neg_inf=0.2)
-        weights = rng.normal(size=(2, 20, 2, 2, 3))
-        results = []
-        for k in (1, 3, 7):
-            f = loss_fn(lambda *a, k=k: nondeterministic_stack(*a, num_blocks=k), weights)
-            results.append(jax.jit(jax.value_and_grad(f, argnums=ARGNUMS))(*args))
-    for value, grads in results[1:]:
-        np.testing.assert_allclose(value, results[0][0], rtol=1e-12)
+        args = random_inputs(rng, *SHARED_SHAPE, scale=3.0, p_neg_inf=0.2)
+        weights = rng.normal(size=SHARED_SHAPE)
+        results = [kernel_and_grads(k)(weights, *args) for k in counts]
+    for readings, grads in results[1:]:
+        np.testing.assert_allclose(loss_value(readings, weights), loss_value(results[0][0], weights), rtol=1e-12)
         assert_grads_close(grads, results[0][1], rtol=1e-10, atol=1e-12)
 
 
@@ -120,29 +185,31 @@ def _fold_always(monkeypatch):
     monkeypatch.setattr(nd, "_FOLD_FROM_T", 1)
 
 
-@pytest.mark.parametrize("num_blocks, folded", [(None, False), (5, True)])
-def test_several_blocks_match_oracle(num_blocks, folded, monkeypatch):
-    """n = 26 cut into 3 (the default) or 5 blocks: values, and a directional derivative, against the oracle.
+@pytest.mark.parametrize("n, num_blocks, folded", [(23, None, False), (14, 5, True)])
+def test_several_blocks_match_oracle(n, num_blocks, folded, monkeypatch):
+    """n = 23 cut into 3 blocks (the default; the shortest n with 3), or n = 14 into 5: values, and a
+    directional derivative, against the oracle.
 
     The gradient is checked against central differences of the NumPy oracle
     (no compilation of the oracle at this size). `folded`: the chart in its
     folded layout (lengths past T/2 in the short lengths' rows; a sixth block
-    starts at the fold).
+    starts at the fold; T = 15 odd, where the folded chart of
+    test_folded_chart_equals_the_square_one has T even).
     """
     from tgjax.ops.nondeterministic import _blocks, default_num_blocks
 
     if folded:
-        _fold_always(monkeypatch)
+        _fold_always(monkeypatch)  # for the count of blocks below; the kernel folds its chart itself
+        assert len(_blocks(n + 1, num_blocks)) == 6
 
-    n, Q, S, m = 26, 2, 2, 2
+    Q, S, m = 2, 2, 2
     assert len(_blocks(n + 1, num_blocks or default_num_blocks(n))) >= 3
-    rng = np.random.default_rng(26)
+    rng = np.random.default_rng(n)
     with jax.enable_x64(True):
         args = random_inputs(rng, 2, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
         weights = rng.normal(size=(2, n, Q, S, m))
-        kernel = functools.partial(nondeterministic_stack, num_blocks=num_blocks)
-        got = np.asarray(jax.jit(kernel)(*args))
-        grads = jax.jit(jax.grad(loss_fn(kernel, weights), argnums=ARGNUMS))(*args)
+        got, grads = kernel_and_grads(num_blocks, fold=folded)(weights, *args)
+        got = np.asarray(got)
     np.testing.assert_allclose(got, nondeterministic_oracle(*args, xp=np), rtol=1e-10, atol=1e-10)
     # d/de loss(args + e * direction) at e = 0; -inf entries stay -inf (no direction there).
     direction = [np.where(np.isfinite(x), rng.normal(size=x.shape), 0.0) for x in args]
@@ -157,7 +224,9 @@ def test_several_blocks_match_oracle(num_blocks, folded, monkeypatch):
     np.testing.assert_allclose(have, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("folded", [False, True])
+# The folded chart in CI: its blocks below the fold read and write the chart as the square chart's blocks do,
+# and those above read a second box (`_left_box`), so it runs every chunked path; the square chart with -m slow.
+@pytest.mark.parametrize("folded", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_row_chunks_change_nothing(monkeypatch, folded):
     """The pop sum worked through span starts in chunks (forward and backward) equals one chunk.
 
@@ -167,28 +236,26 @@ def test_row_chunks_change_nothing(monkeypatch, folded):
     """
     import tgjax.ops.nondeterministic as nd
 
-    n, Q, S, m, B, num_blocks = 20, 2, 2, 2, 2, 3
-    if folded:
-        _fold_always(monkeypatch)
+    B, n, Q, S, m = SHARED_SHAPE
+    num_blocks = 3
+    budget = 4 * B * Q * S * S * Q * Q * 8  # ~4 rows at 8 splits
     rng = np.random.default_rng(7)
     with jax.enable_x64(True):
         args = random_inputs(rng, B, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
         weights = rng.normal(size=(B, n, Q, S, m))
-
-        def value_and_grads():
-            kernel = functools.partial(nondeterministic_stack, num_blocks=num_blocks)
-            return jax.jit(jax.value_and_grad(loss_fn(kernel, weights), argnums=ARGNUMS))(*args)
-
-        whole = value_and_grads()
-        monkeypatch.setattr(nd, "_POP_CHUNK_TERMS", 3 * B * Q * S * S * Q * Q * 8)  # ~3 rows at 8 splits
-        chunkings = []
-        for L0, L1 in nd._blocks(n + 1, num_blocks):
-            rows, splits = nd._block_sizes(n + 1, L0, L1)
-            chunkings.append((rows,) + nd._row_chunks(rows, B * Q * S * S * Q * Q * splits))
-        assert all(count > 1 for _, _, count in chunkings), chunkings
-        assert any(size * count > rows for rows, size, count in chunkings), chunkings  # an overlap
-        chunked = value_and_grads()
-    np.testing.assert_allclose(chunked[0], whole[0], rtol=1e-12)
+        whole = kernel_and_grads(num_blocks, fold=folded)(weights, *args)
+        chunked = kernel_and_grads(num_blocks, fold=folded, chunk_terms=budget)(weights, *args)
+    # The chunks the kernel was traced with, recomputed (the kernels above set fold and budget themselves).
+    if folded:
+        _fold_always(monkeypatch)
+    monkeypatch.setattr(nd, "_POP_CHUNK_TERMS", budget)
+    chunkings = []
+    for L0, L1 in nd._blocks(n + 1, num_blocks):
+        rows, splits = nd._block_sizes(n + 1, L0, L1)
+        chunkings.append((rows,) + nd._row_chunks(rows, B * Q * S * S * Q * Q * splits))
+    assert all(count > 1 for _, _, count in chunkings), chunkings
+    assert any(size * count > rows for rows, size, count in chunkings), chunkings  # an overlap
+    np.testing.assert_allclose(loss_value(chunked[0], weights), loss_value(whole[0], weights), rtol=1e-12)
     assert_grads_close(chunked[1], whole[1], rtol=1e-10, atol=1e-12)
 
 
@@ -207,7 +274,10 @@ def test_row_chunks_cover_every_row_within_budget():
 # --------------------------------------------------------------------------- gradients
 
 
-GRAD_SHAPES = [(3, 2, 2, 2), (5, 1, 3, 2), (4, 3, 2, 3)]  # (n, Q, S, m)
+# (n, Q, S, m). Each shape compiles the oracle's gradient (seconds): in CI, the property test's shape (Q > S,
+# m > S; compiled once for both tests) and a short one with Q = 1 < S; Q = S = m and a longer Q = 1 with -m slow.
+GRAD_SHAPES = [_PROP_SHAPE[1:], (3, 1, 3, 2), pytest.param(3, 2, 2, 2, marks=pytest.mark.slow),
+               pytest.param(5, 1, 3, 2, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("n, Q, S, m", GRAD_SHAPES)
@@ -216,22 +286,9 @@ def test_gradients_match_oracle_autodiff(n, Q, S, m):
     with jax.enable_x64(True):
         args = random_inputs(rng, 2, n, Q, S, m, scale=2.0)
         weights = rng.normal(size=(2, n, Q, S, m))
-        got = jax.jit(jax.grad(loss_fn(nondeterministic_stack, weights), argnums=ARGNUMS))(*args)
-        want = jax.jit(jax.grad(loss_fn(nondeterministic_oracle, weights), argnums=ARGNUMS))(*args)
+        _, got = kernel_and_grads()(weights, *args)
+        _, want = oracle_and_grads()(weights, *args)
     assert_grads_close(got, want, rtol=1e-9, atol=1e-11)
-
-
-_PROP_SHAPE = (2, 4, 2, 2, 2)  # B, n, Q, S, m: fixed so that the compiled functions are reused
-_prop_cache = {}
-
-
-def _prop_functions():
-    if not _prop_cache:
-        B, n, Q, S, m = _PROP_SHAPE
-        weights = np.linspace(-1.0, 1.0, B * n * Q * S * m).reshape(B, n, Q, S, m)
-        for name, fn in (("kernel", nondeterministic_stack), ("oracle", nondeterministic_oracle)):
-            _prop_cache[name] = jax.jit(jax.value_and_grad(loss_fn(fn, weights), argnums=ARGNUMS))
-    return _prop_cache
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -242,11 +299,13 @@ def _prop_functions():
 )
 def test_property_values_and_gradients(seed, scale, p_neg_inf):
     """Random weights, impossible transitions and |w| up to ~150: kernel == oracle, all finite."""
+    B, n, Q, S, m = _PROP_SHAPE
+    weights = np.linspace(-1.0, 1.0, B * n * Q * S * m).reshape(B, n, Q, S, m)
     with jax.enable_x64(True):
         args = random_inputs(np.random.default_rng(seed), *_PROP_SHAPE, scale=scale, p_neg_inf=p_neg_inf)
-        fns = _prop_functions()
-        value, grads = fns["kernel"](*args)
-        want_value, want_grads = fns["oracle"](*args)
+        readings, grads = kernel_and_grads()(weights, *args)
+        want_readings, want_grads = oracle_and_grads()(weights, *args)
+    value, want_value = loss_value(readings, weights), loss_value(want_readings, weights)
     assert np.isfinite(value) and all(np.isfinite(g).all() for g in grads)
     np.testing.assert_allclose(value, want_value, rtol=1e-9, atol=1e-10)
     assert_grads_close(grads, want_grads, rtol=1e-8, atol=1e-10)
@@ -256,7 +315,7 @@ def test_property_values_and_gradients(seed, scale, p_neg_inf):
 
 
 def _extreme_inputs(rng, dtype):
-    B, n, Q, S, m = 4, 12, 3, 3, 3
+    B, n, Q, S, m = SHARED_SHAPE
     push, repl, pop, pushed, bottom = random_inputs(rng, B, n, Q, S, m, scale=50.0, p_neg_inf=0.3)
     repl[:, 3, 1, 2, 0, 1] = 150.0
     pop[:, 5] = -150.0
@@ -268,14 +327,12 @@ def _extreme_inputs(rng, dtype):
 def test_no_nan_or_inf_with_impossible_and_huge_weights():
     """|w| ~ 50-150 and -inf weights: finite values and gradients, float32 close to float64."""
     rng = np.random.default_rng(5)
-    weights = rng.normal(size=(4, 12, 3, 3, 3))
+    weights = rng.normal(size=SHARED_SHAPE)
     results = {}
     for dtype in (np.float32, np.float64):
         with jax.enable_x64(dtype == np.float64):
             args = _extreme_inputs(np.random.default_rng(6), dtype)
-            readings = stack(*args)
-            loss = loss_fn(nondeterministic_stack, weights.astype(dtype))
-            grads = jax.jit(jax.grad(loss, argnums=ARGNUMS))(*args)
+            readings, grads = kernel_and_grads(3)(weights.astype(dtype), *args)
             assert readings.dtype == dtype and all(g.dtype == dtype for g in grads)
             assert np.isfinite(readings).all()
             for g in grads:
@@ -294,29 +351,28 @@ def test_no_nan_or_inf_with_impossible_and_huge_weights():
 def test_no_surviving_run_gives_zero_readings():
     """If every transition at some step is impossible, all runs die: readings 0, gradients finite."""
     rng = np.random.default_rng(9)
-    push, repl, pop, pushed, bottom = random_inputs(rng, 1, 4, 2, 2, 2)
+    push, repl, pop, pushed, bottom = random_inputs(rng, *SHARED_SHAPE)
     push[:, 2], repl[:, 2], pop[:, 2] = -np.inf, -np.inf, -np.inf
     args = tuple(x.astype(np.float32) for x in (push, repl, pop, pushed, bottom))
-    readings = np.asarray(stack(*args))
+    readings, grads = kernel_and_grads(3)(np.ones(SHARED_SHAPE, np.float32), *args)  # of readings.sum()
+    readings = np.asarray(readings)
     assert np.isfinite(readings[:, :2]).all() and readings[:, :2].any()
     np.testing.assert_array_equal(readings[:, 2:], 0.0)
-    grads = jax.grad(lambda *a: stack(*a).sum(), argnums=ARGNUMS)(*args)
     assert all(np.isfinite(g).all() for g in grads)
 
 
 def test_float32_matches_float64():
     rng = np.random.default_rng(21)
-    weights = rng.normal(size=(2, 16, 3, 3, 4))
+    weights = rng.normal(size=SHARED_SHAPE)
     with jax.enable_x64(True):
-        args = random_inputs(rng, 2, 16, 3, 3, 4, scale=3.0, p_neg_inf=0.1)
-        f = jax.jit(jax.value_and_grad(loss_fn(nondeterministic_stack, weights), argnums=ARGNUMS))
-        v64, g64 = f(*args)
-        r64 = stack(*args)
+        args = random_inputs(rng, *SHARED_SHAPE, scale=3.0, p_neg_inf=0.1)
+        r64, g64 = kernel_and_grads(3)(weights, *args)
+    v64 = loss_value(r64, weights)
     args32 = tuple(x.astype(np.float32) for x in args)
-    loss32 = loss_fn(nondeterministic_stack, weights.astype(np.float32))
-    v32, g32 = jax.jit(jax.value_and_grad(loss32, argnums=ARGNUMS))(*args32)
-    assert stack(*args32).dtype == jnp.float32
-    np.testing.assert_allclose(stack(*args32), r64, rtol=2e-5, atol=1e-5)
+    r32, g32 = kernel_and_grads(3)(weights.astype(np.float32), *args32)
+    v32 = loss_value(r32, weights)
+    assert r32.dtype == jnp.float32
+    np.testing.assert_allclose(r32, r64, rtol=2e-5, atol=1e-5)
     np.testing.assert_allclose(v32, v64, rtol=1e-5)
     for a, b in zip(g32, g64):
         np.testing.assert_allclose(a, b, atol=1e-4 * max(1.0, np.abs(b).max()))
@@ -402,7 +458,7 @@ def test_superposition_is_a_dvpda_with_q_s_1_when_nothing_pops():
         push, noop = (np.log(actions[..., k]).reshape(2, 9, 1, 1, 1, 1) for k in (0, 2))
         pop = np.full((2, 9, 1, 1, 1), -np.inf)
         nd = stack(push, noop, pop, np.log(np.abs(pushed)), np.full(4, -np.inf))
-        sup = superposition_stack(actions, np.abs(pushed))
+        sup = superposition(actions, np.abs(pushed))
     np.testing.assert_allclose(nd[:, :, 0, 0], sup, rtol=1e-12, atol=1e-14)
 
 
@@ -429,7 +485,7 @@ def test_superposition_is_a_dvpda_special_case():
         pop[..., 0, 1, 0] = log_a[..., 1]  # pop A
         vecs = np.abs(pushed)  # the dVPDA takes log vectors, so keep them positive
         nd = stack(push, repl, pop, np.log(vecs), np.full(m, -np.inf))
-        sup = superposition_stack(actions, vecs)
+        sup = superposition(actions, vecs)
     np.testing.assert_allclose(np.asarray(nd)[:, :, 0].sum(axis=2), sup, rtol=1e-12, atol=1e-14)
 
 
@@ -441,7 +497,7 @@ def test_bottom_pops_are_dropped_and_renormalised():
     with jax.enable_x64(True):
         nd = stack(log(p), log(a), log(o).reshape(1, 2, 1, 1, 1), np.log(v)[None], np.full(1, -np.inf))
         nd = np.asarray(nd)
-        sup = np.asarray(superposition_stack(np.stack([p, o, a], -1)[None], v[None]))
+        sup = np.asarray(superposition(np.stack([p, o, a], -1)[None], v[None]))
     # Surviving runs at t = 2: (push, push/no-op/pop), (no-op, push/no-op); the pop runs of t = 1 die.
     survivors = p[0] * (p[1] + a[1] + o[1]) + a[0] * (p[1] + a[1])
     top = (p[0] * p[1] + a[0] * p[1]) * v[1] + p[0] * a[1] * v[0]
@@ -576,20 +632,15 @@ def test_chart_is_folded_to_half_a_square():
     assert np.prod(chart.shape) <= 0.55 * square
 
 
-def test_folded_chart_equals_the_square_one(monkeypatch):
+def test_folded_chart_equals_the_square_one():
     """Values and gradients with the folded chart equal the square layout's (float64, n = 21, 3 blocks)."""
     rng = np.random.default_rng(21)
-    n, B, Q, S, m = 21, 2, 2, 3, 2
+    B, n, Q, S, m = SHARED_SHAPE
+    assert (n, Q, S) == (21, 2, 3)  # T = 22, even (test_several_blocks_match_oracle folds an odd T)
     with jax.enable_x64(True):
         args = random_inputs(rng, B, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
         weights = rng.normal(size=(B, n, Q, S, m))
-
-        def value_and_grads():
-            kernel = functools.partial(nondeterministic_stack, num_blocks=3)
-            return jax.jit(jax.value_and_grad(loss_fn(kernel, weights), argnums=ARGNUMS))(*args)
-
-        square = value_and_grads()
-        _fold_always(monkeypatch)
-        folded = value_and_grads()
-    np.testing.assert_allclose(folded[0], square[0], rtol=1e-12)
+        square = kernel_and_grads(3)(weights, *args)
+        folded = kernel_and_grads(3, fold=True)(weights, *args)
+    np.testing.assert_allclose(loss_value(folded[0], weights), loss_value(square[0], weights), rtol=1e-12)
     assert_grads_close(folded[1], square[1], rtol=1e-10, atol=1e-12)

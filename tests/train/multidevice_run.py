@@ -2,8 +2,8 @@
 
     python -m tests.train.multidevice_run WORKDIR LAYOUT [LAYOUT ...]     LAYOUT = DATAxMODEL[:scan|:fsdp], e.g. 4x2
 
-Trains the test-sized model for 5 steps on the first data*model devices for
-each layout, and prints one JSON line: {layout: {"losses": [...], "specs": {...},
+Trains the test-sized model (with one layer; two for ":scan") for 5 steps on
+the first data*model devices for each layout, and prints one JSON line: {layout: {"losses": [...], "specs": {...},
 "device_bytes": n}}, with the partition specs the parameters actually got (and of
 the first Adam moment of `w_in`), and the most bytes of parameters and optimiser
 state any one device holds (from the arrays' shards). ":scan" trains with
@@ -35,8 +35,9 @@ def main(workdir: str, layouts: list[str]) -> None:
     for layout in layouts:
         sizes, _, variant = layout.partition(":")
         data, model = (int(x) for x in sizes.split("x"))
-        knobs = {"scan": ["model.scan_layers=true", "model.remat=true"], "fsdp": ["mesh.fsdp=true"]}.get(variant, [])
-        config = small_config("training.num_steps=5", f"mesh.data={data}", f"mesh.model={model}",
+        knobs = {"scan": ["model.num_layers=2", "model.scan_layers=true", "model.remat=true"],
+                 "fsdp": ["mesh.fsdp=true"]}.get(variant, [])
+        config = small_config("model.num_layers=1", "training.num_steps=5", f"mesh.data={data}", f"mesh.model={model}",
                               "evaluation.interval_steps=0", "data.valid_path=", "checkpointing.interval_steps=100",
                               *knobs)
         specs = {}

@@ -3,8 +3,8 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=2 \
         python -m tests.train.multihost_run WORKDIR [STOP_AFTER_STEP] PORT PROCESS_ID
 
-Trains (or resumes training) the test-sized model up to step 5 on a data 2 x
-model 2 mesh spread over both processes, stopping after STOP_AFTER_STEP when
+Trains (or resumes training) the test-sized model, with one layer, up to step 5
+on a data 2 x model 2 mesh spread over both processes, stopping after STOP_AFTER_STEP when
 given (with a checkpoint, as a preemption would); each process reads its own
 half of every batch (the pipeline's host sharding) and `global_batch`
 assembles the global arrays. Each process prints one JSON line a run (process
@@ -20,7 +20,7 @@ the runs to do one after another in these processes (one line each, in order),
 each in WORKDIR/SUBDIR, with process 0 sending itself SIGTERM after step A and
 process 1 after step B (an empty entry: never), stopping after step S when
 given (else after STOP_AFTER_STEP, if given). Several runs in one pair of
-processes start JAX and compile once. Default: one run in WORKDIR, no signal.
+processes start Python and JAX once. Default: one run in WORKDIR, no signal.
 """
 
 import hashlib
@@ -73,8 +73,8 @@ def main(workdir: str, stop_after_step: str | None, port: str, process_id: str) 
     num_steps = int(os.environ.get("MULTIHOST_NUM_STEPS", "5"))
     check_every = int(os.environ.get("MULTIHOST_PREEMPTION_CHECK_STEPS", "1"))
     config = small_config(
-        f"training.num_steps={num_steps}", "mesh.data=2", "mesh.model=2", "evaluation.interval_steps=0",
-        "data.valid_path=", f"checkpointing.interval_steps={num_steps}",
+        "model.num_layers=1", f"training.num_steps={num_steps}", "mesh.data=2", "mesh.model=2",
+        "evaluation.interval_steps=0", "data.valid_path=", f"checkpointing.interval_steps={num_steps}",
         f"checkpointing.preemption_check_steps={check_every}",
         "distributed.initialize=true", f"distributed.coordinator_address=localhost:{port}",
         "distributed.num_processes=2", f"distributed.process_id={process_id}",

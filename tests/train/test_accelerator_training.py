@@ -1,5 +1,8 @@
 """The accelerator knobs through the trainer: a scanned bf16 run checkpoints, resumes and loads for inference."""
 
+import shutil
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,45 +20,54 @@ from .helpers import small_config
 KNOBS = ("model.scan_layers=true", "model.remat=true", "model.dtype=bfloat16")
 
 
-def test_scanned_bf16_checkpoint_loads_unstacked_and_scores_as_the_scanned_model(tmp_path):
+@pytest.fixture(scope="module")
+def scanned_bf16_run(tmp_path_factory):
+    """(result, the parameters after the last step) of a 4-step run with KNOBS, checkpointed and validated at 4."""
     final = {}
     config = small_config("training.num_steps=4", "checkpointing.interval_steps=4", "evaluation.interval_steps=4",
                           *KNOBS)
-    result = train(config, tmp_path, quiet=True, callback=lambda step, state, metrics: final.update(
-        params=jax.device_get(state.params)))
+    result = train(config, tmp_path_factory.mktemp("scanned_bf16"), quiet=True,
+                   callback=lambda step, state, metrics: final.update(params=jax.device_get(state.params)))
+    return result, final
+
+
+def test_scanned_bf16_checkpoint_loads_unstacked_and_scores_as_the_scanned_model(scanned_bf16_run):
+    result, final = scanned_bf16_run
     assert np.isfinite(list(result.losses.values())).all() and np.isfinite(result.valid_losses[4])
     assert final["params"]["layers"]["feed_forward"]["w_in"].shape[0] == 2  # stacked [K, ...]
     assert final["params"]["layers"]["feed_forward"]["w_in"].dtype == np.float32  # fp32 parameters under bf16
 
-    loaded = tgjax.load(tmp_path, step="latest").restore()
+    loaded = tgjax.load(result.workdir, step="latest").restore()
     assert not loaded.model_config.scan_layers and loaded.model_config.dtype == "float32"
     assert len(loaded.model.layers) == 2
 
     # The oracle: the scanned model of the run's config holding the trained (stacked) parameters, in float32.
-    scanned = tlm.TransformerLM(tlm.dataclasses.replace(loaded.model_config, scan_layers=True),
-                                rngs=nnx.Rngs(params=0, dropout=0))
+    # (Built and run under nnx.jit, as the loaded model is run: one program each, not an eager op at a time.)
+    scanned_config = tlm.dataclasses.replace(loaded.model_config, scan_layers=True)
+    scanned = nnx.jit(lambda: tlm.TransformerLM(scanned_config, rngs=nnx.Rngs(params=0, dropout=0)))()
     params = nnx.state(scanned, nnx.Param)
     nnx.replace_by_pure_dict(params, final["params"])
     nnx.update(scanned, params)
     batch = batch_for("tg", scanned.config)
     memory = scanned.init_memory(batch["inputs"].shape[0])
-    expected, _ = scanned(batch, memory)
-    got, _ = loaded.model(batch, memory)
+    forward = nnx.jit(lambda model, batch, memory: model(batch, memory)[0])
+    expected = forward(scanned, batch, memory)
+    got = forward(loaded.model, batch, memory)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-5)
     assert float(jnp.abs(expected).max()) > 0
 
 
-def test_resume_may_change_dtype_and_remat_but_not_the_layer_layout(tmp_path):
-    train(small_config("training.num_steps=2", "checkpointing.interval_steps=2", "evaluation.interval_steps=0",
-                       "model.scan_layers=true"), tmp_path, quiet=True)
+def test_resume_may_change_dtype_and_remat_but_not_the_layer_layout(tmp_path, scanned_bf16_run):
+    # A copy of the scanned bf16 run with remat (checkpoint 4), resumed in float32 without remat.
+    workdir = Path(shutil.copytree(scanned_bf16_run[0].workdir, tmp_path / "run"))
     # dtype and remat change no array: the run resumes.
-    resumed = train(small_config("training.num_steps=3", "checkpointing.interval_steps=2",
-                                 "evaluation.interval_steps=0", "model.scan_layers=true", "model.remat=true",
-                                 "model.dtype=bfloat16"), tmp_path, quiet=True)
-    assert resumed.start_step == 2 and resumed.final_step == 3
+    resumed = train(small_config("training.num_steps=5", "checkpointing.interval_steps=4",
+                                 "evaluation.interval_steps=0", "model.scan_layers=true", "model.remat=none",
+                                 "model.dtype=float32"), workdir, quiet=True)
+    assert resumed.start_step == 4 and resumed.final_step == 5
     # scan_layers changes the parameters' layout: refused, naming the key.
     with pytest.raises(ConfigError, match=r"model.scan_layers: True in the checkpoint, False now"):
-        train(small_config("training.num_steps=4", "evaluation.interval_steps=0"), tmp_path, quiet=True)
+        train(small_config("training.num_steps=6", "evaluation.interval_steps=0"), workdir, quiet=True)
 
 
 @pytest.mark.parametrize("config, family, knob", [("onlstm_tiny", "onlstm_lm", "scan_layers=true"),

@@ -9,7 +9,7 @@ from tgjax import cli
 
 from .helpers import TEST_OVERRIDES, read_metrics
 
-SMALL = [f"--config.{o}" for o in TEST_OVERRIDES]
+SMALL = [f"--config.{o}" for o in TEST_OVERRIDES] + ["--config.model.num_layers=1"]  # one layer: compiles faster
 
 
 def test_info_counts_the_paper_bllip_model(capsys):

@@ -65,8 +65,12 @@ def run_train(workdir, *overrides):
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("override", ["model.sequence_length=0", "model.memory_length=-1", "model.name=tgx",
-                                      "model.d_model=30"])
+REFUSED = ["model.sequence_length=0", "model.memory_length=-1", "model.name=tgx", "model.d_model=30"]
+
+
+# A fresh process each (its exit is where the checkpoint manager's threads printed): the first in CI, every one with
+# -m slow; test_tgjax_train_refuses_in_this_process runs the command for each in CI.
+@pytest.mark.parametrize("override", [REFUSED[0], *(pytest.param(o, marks=pytest.mark.slow) for o in REFUSED[1:])])
 def test_tgjax_train_refuses_before_starting(tmp_path, override):
     """Through the command: one error line, status 2, no traceback, and nothing written to the workdir."""
     workdir = tmp_path / "run"
@@ -75,5 +79,20 @@ def test_tgjax_train_refuses_before_starting(tmp_path, override):
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tgjax: error: "), result.stderr
+    assert BAD_VALUES[override] in lines[0]
+    assert not workdir.exists()  # no checkpoint manager was opened
+
+
+@pytest.mark.parametrize("override", REFUSED)
+def test_tgjax_train_refuses_in_this_process(tmp_path, capsys, override):
+    """`tgjax train` (`tgjax.cli.main`, in this process): status 2, one error line, nothing written to the workdir."""
+    from tgjax import cli
+
+    workdir = tmp_path / "run"
+    code = cli.main(["train", "--workdir", str(workdir), *(f"--config.{o}" for o in [*TEST_OVERRIDES, override])])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tgjax: error: "), err
     assert BAD_VALUES[override] in lines[0]
     assert not workdir.exists()  # no checkpoint manager was opened

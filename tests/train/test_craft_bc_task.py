@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -26,9 +28,13 @@ def small_config(demo_dir, *overrides):
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    """Bot demonstrations of AC and CD (10 each), made once by the task's own generation path."""
+    """Bot demonstrations of AC and CD (10 each), made once by the task's own generation path (what its setup
+    calls; nothing trained)."""
+    from tgjax.train.tasks.craft_bc import load_task_demos
+
     directory = tmp_path_factory.mktemp("demos")
-    train(small_config(directory, "training.num_steps=1"), tmp_path_factory.mktemp("gen"), quiet=True)
+    demos = load_task_demos(small_config(directory), tmp_path_factory.mktemp("gen"), say=lambda text: None)
+    assert sorted(demos) == ["AC", "CD"] and (directory / "AC.npz").is_file()
     return directory
 
 
@@ -42,13 +48,18 @@ def _losses(workdir):
 @pytest.mark.parametrize("kind", ["ocn", pytest.param("ompn", marks=pytest.mark.slow),
                                   pytest.param("lstm", marks=pytest.mark.slow)])
 def test_stop_and_resume_is_bit_identical(tmp_path, demo_dir, kind):
+    """Resumed from step 4's checkpoint, steps 5-8 are the uninterrupted run's. The checkpoint is the whole run's
+    (interval 2), its later ones removed: what a stop after step 4 leaves (the trainer's `stop_after_step`,
+    tests/train/test_resume.py), without training the first half again."""
     whole = tmp_path / "whole"
     train(small_config(demo_dir, f"model.kind={kind}"), whole, quiet=True)
     parts = tmp_path / "parts"
-    first = train(small_config(demo_dir, f"model.kind={kind}"), parts, stop_after_step=4, quiet=True)
-    assert first.final_step == 4
+    shutil.copytree(whole, parts)
+    for step in (6, 8):
+        shutil.rmtree(parts / "checkpoints" / str(step))
     resumed = train(small_config(demo_dir, f"model.kind={kind}"), parts, quiet=True)
     assert resumed.start_step == 4 and not resumed.checkpoint_problems
+    assert sorted(resumed.losses) == [5, 6, 7, 8]
     losses_whole, valid_whole = _losses(whole)
     losses_parts, _ = _losses(parts)
     assert losses_whole == losses_parts and len(losses_whole) == 8
@@ -129,6 +140,15 @@ def test_checkpoint_of_before_num_slots_is_the_same_model(demo_dir, tmp_path):
         task.check_checkpoint({**meta, "model": {**old, "num_slots": 5}}, 2, tmp_path)
 
 
+@functools.cache
+def jitted_sequence_nll():
+    import jax
+
+    from tgjax.train.tasks.craft_bc import sequence_nll
+
+    return jax.jit(sequence_nll, static_argnums=0)
+
+
 @pytest.mark.parametrize("imitate_done", [False, True])
 def test_the_loss_targets_done_only_under_the_release_switch(demo_dir, tmp_path, imitate_done):
     """The thesis' actions (default): no batch of an epoch has a DONE target, and the loss is the one with every
@@ -137,7 +157,7 @@ def test_the_loss_targets_done_only_under_the_release_switch(demo_dir, tmp_path,
     from tgjax.envs.craft_rules import DONE
     from tgjax.train import sharding as shd
     from tgjax.train.task import RunContext
-    from tgjax.train.tasks.craft_bc import CraftBCTask, sequence_nll
+    from tgjax.train.tasks.craft_bc import CraftBCTask
 
     overrides = ["data.train_final_done=true"] if imitate_done else []
     task = CraftBCTask(small_config(demo_dir, *overrides))
@@ -155,8 +175,9 @@ def test_the_loss_targets_done_only_under_the_release_switch(demo_dir, tmp_path,
     state, _ = task.init_state()
     batch = task.train_episodes.rows(np.arange(len(task.train_episodes)))
     without_done = {**batch, "mask": batch["mask"] * (batch["actions"] != DONE)}
-    loss = float(sequence_nll(task.graphdef, state.params, batch)[0])
-    loss_without_done = float(sequence_nll(task.graphdef, state.params, without_done)[0])
+    nll = jitted_sequence_nll()  # one program for both calls and both cases, not op by op
+    loss = float(nll(task.graphdef, state.params, batch)[0])
+    loss_without_done = float(nll(task.graphdef, state.params, without_done)[0])
     assert (loss == loss_without_done) != imitate_done
 
 

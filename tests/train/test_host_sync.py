@@ -12,11 +12,12 @@ from tgjax.train.loop import TrainingDiverged, train
 
 from .helpers import read_metrics, small_config
 
-# 10 steps, a train record every 5, no validation, checkpoints at 5 and 10.
-BATCHED = ("training.num_steps=10", "logging.interval_steps=5", "checkpointing.interval_steps=5",
-           "evaluation.interval_steps=0", "data.valid_path=")
-EXPLODING = ("training.lr_schedule.kwargs.start_lr=0.001", "training.lr_schedule.kwargs.max_lr=1e35",
-             "training.lr_schedule.kwargs.warmup_steps=4", "training.clip_grad_norm=0.0")
+# One layer, 10 steps, a train record every 5, no validation, checkpoints at 5 and 10.
+BATCHED = ("model.num_layers=1", "training.num_steps=10", "logging.interval_steps=5",
+           "checkpointing.interval_steps=5", "evaluation.interval_steps=0", "data.valid_path=")
+EXPLODING = ("model.num_layers=1", "training.lr_schedule.kwargs.start_lr=0.001",
+             "training.lr_schedule.kwargs.max_lr=1e35", "training.lr_schedule.kwargs.warmup_steps=4",
+             "training.clip_grad_norm=0.0")
 
 
 @pytest.fixture

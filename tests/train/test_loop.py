@@ -17,12 +17,27 @@ from tgjax.workdir import VocabularyMismatch
 from .helpers import read_metrics, small_config
 
 
-def test_a_short_run_writes_metrics_tensorboard_vocabulary_and_checkpoints(tmp_path):
+def config(*overrides: str):
+    """The test-sized config with one layer: what these tests check does not depend on the depth."""
+    return small_config("model.num_layers=1", *overrides)
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """(result, printed output) of one 6-step run of the test-sized config (64 training sentences, memory 16),
+    validating every 3 steps, with TensorBoard events; the tests only read its workdir."""
     stream = io.StringIO()
-    result = train(small_config("training.num_steps=6", "evaluation.interval_steps=3", "logging.tensorboard=true"),
-                   tmp_path, stream=stream)
+    workdir = tmp_path_factory.mktemp("short_run")
+    result = train(config("training.num_steps=6", "evaluation.interval_steps=3", "logging.tensorboard=true"),
+                   workdir, stream=stream)
+    return result, stream.getvalue()
+
+
+def test_a_short_run_writes_metrics_tensorboard_vocabulary_and_checkpoints(short_run):
+    result, out = short_run
+    workdir = result.workdir
     assert result.final_step == 6 and result.start_step == 0
-    records = read_metrics(tmp_path)
+    records = read_metrics(workdir)
     train_records = [r for r in records if r["split"] == "train"]
     assert [r["step"] for r in train_records] == [1, 2, 3, 4, 5, 6]
     for record in train_records:
@@ -39,14 +54,13 @@ def test_a_short_run_writes_metrics_tensorboard_vocabulary_and_checkpoints(tmp_p
     assert [r["step"] for r in valid] == [3, 6]
     assert valid[1]["loss"] == result.valid_losses[6] and valid[1]["unigram_loss"] == result.facts["unigram_loss"]
     assert valid[1]["loss"] < valid[0]["loss"]
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    assert load_vocabulary(tmp_path / "vocab.json").size == result.facts["vocab_size"]
-    assert {p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()} == {"2", "3", "4", "6"}
-    out = stream.getvalue()
+    assert list((workdir / "tensorboard").glob("events.out.tfevents.*"))
+    assert load_vocabulary(workdir / "vocab.json").size == result.facts["vocab_size"]
+    assert {p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()} == {"2", "3", "4", "6"}
     assert "unigram baseline on validation" in out
     assert "validation loss (nats per prediction event): model" in out and "| unigram" in out
     # Re-running a finished run changes nothing.
-    again = train(small_config("training.num_steps=6"), tmp_path, quiet=True)
+    again = train(config("training.num_steps=6"), workdir, quiet=True)
     assert again.start_step == 6 and again.losses == {}
 
 
@@ -69,14 +83,13 @@ def read_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
     return scalars
 
 
-def test_tensorboard_events_hold_train_and_valid_loss(tmp_path):
-    result = train(small_config("training.num_steps=4", "evaluation.interval_steps=2", "logging.tensorboard=true"),
-                   tmp_path, quiet=True)
-    scalars = read_scalars(tmp_path / "tensorboard")
+def test_tensorboard_events_hold_train_and_valid_loss(short_run):
+    result, _ = short_run
+    scalars = read_scalars(result.workdir / "tensorboard")
     assert {"train/loss", "train/learning_rate", "train/tokens_per_second", "valid/loss"} <= set(scalars)
-    assert [step for step, _ in scalars["train/loss"]] == [1, 2, 3, 4]
-    assert [step for step, _ in scalars["valid/loss"]] == [2, 4]
-    assert scalars["valid/loss"][1][1] == pytest.approx(result.valid_losses[4], rel=1e-6)
+    assert [step for step, _ in scalars["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    assert [step for step, _ in scalars["valid/loss"]] == [3, 6]
+    assert scalars["valid/loss"][1][1] == pytest.approx(result.valid_losses[6], rel=1e-6)
 
 
 def test_unigram_baseline_by_hand():
@@ -92,12 +105,12 @@ def test_unigram_baseline_by_hand():
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_good_checkpoints(tmp_path):
     # The learning rate explodes after the first updates: the loss becomes NaN a few steps in.
-    config = small_config("training.lr_schedule.kwargs.start_lr=0.001", "training.lr_schedule.kwargs.max_lr=1e35",
-                          "training.lr_schedule.kwargs.warmup_steps=4", "training.clip_grad_norm=0.0",
-                          "checkpointing.interval_steps=1")
+    exploding = config("training.lr_schedule.kwargs.start_lr=0.001", "training.lr_schedule.kwargs.max_lr=1e35",
+                       "training.lr_schedule.kwargs.warmup_steps=4", "training.clip_grad_norm=0.0",
+                       "checkpointing.interval_steps=1")
     with pytest.raises(TrainingDiverged, match=r"training loss is (nan|inf) at step (\d+); stopped, and the last "
                                                r"good checkpoint is step (\d+)") as caught:
-        train(config, tmp_path, quiet=True)
+        train(exploding, tmp_path, quiet=True)
     message = str(caught.value)
     bad_step = int(message.split(" at step ")[1].split(";")[0])
     saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
@@ -106,31 +119,32 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_good_checkpoints(tmp_path)
     assert max(r["step"] for r in read_metrics(tmp_path)) == bad_step - 1
 
 
-def test_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
-    train(small_config("training.num_steps=2"), tmp_path, quiet=True)
+def test_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path, short_run):
+    forty = "data.num_train_sentences=40"
+    train(config("training.num_steps=2", forty), tmp_path, quiet=True)
     # Other training sentences give another word dictionary.
     with pytest.raises(VocabularyMismatch, match=r"does not match .*vocab\.json .* the vocabulary the "
                                                         r"checkpoints in .* were trained with"):
-        train(small_config("training.num_steps=4", "data.num_train_sentences=80"), tmp_path, quiet=True)
-    # So does an explicit vocabulary file.
-    other = tmp_path / "other"
-    train(small_config("training.num_steps=1", "data.num_train_sentences=40"), other, quiet=True)
+        train(config("training.num_steps=4", "data.num_train_sentences=80"), tmp_path, quiet=True)
+    # So does an explicit vocabulary file: the short run's, of the test-sized config's 64 training sentences.
+    other = short_run[0].workdir
     with pytest.raises(VocabularyMismatch, match=r"data.vocab_path="):
-        train(small_config("training.num_steps=4", f"data.vocab_path={other / 'vocab.json'}"), tmp_path, quiet=True)
-    # A replaced vocabulary file in the workdir is caught by the checkpoint's fingerprint.
+        train(config("training.num_steps=4", forty, f"data.vocab_path={other / 'vocab.json'}"), tmp_path,
+              quiet=True)
+    # A replaced vocabulary file in the workdir (the one the data gives) is caught by the checkpoint's fingerprint.
     (tmp_path / "vocab.json").write_bytes((other / "vocab.json").read_bytes())
-    with pytest.raises(VocabularyMismatch):
-        train(small_config("training.num_steps=4", "data.num_train_sentences=40"), tmp_path, quiet=True)
+    with pytest.raises(VocabularyMismatch, match=r"fingerprints differ"):
+        train(config("training.num_steps=4"), tmp_path, quiet=True)
 
 
 def test_missing_and_empty_data_files_are_named(tmp_path):
     missing = tmp_path / "nope.txt"
     with pytest.raises(FileNotFoundError, match=rf"data.train_path: no such treebank file '{missing}'"):
-        train(small_config(f"data.train_path={missing}"), tmp_path / "run", quiet=True)
+        train(config(f"data.train_path={missing}"), tmp_path / "run", quiet=True)
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     with pytest.raises(ValueError, match=rf"data.valid_path: treebank file '{empty}' is empty"):
-        train(small_config(f"data.valid_path={empty}"), tmp_path / "run", quiet=True)
+        train(config(f"data.valid_path={empty}"), tmp_path / "run", quiet=True)
 
 
 def test_treebank_files_train(tmp_path):
@@ -138,23 +152,24 @@ def test_treebank_files_train(tmp_path):
 
     for split, n in (("train", 40), ("valid", 10)):
         corpora.write_treebank(tmp_path / f"{split}.txt", corpora.get_corpus("builtin", split, num_sentences=n))
-    result = train(small_config("training.num_steps=2", f"data.train_path={tmp_path / 'train.txt'}",
-                                f"data.valid_path={tmp_path / 'valid.txt'}"), tmp_path / "run", quiet=True)
+    result = train(config("training.num_steps=2", f"data.train_path={tmp_path / 'train.txt'}",
+                          f"data.valid_path={tmp_path / 'valid.txt'}"), tmp_path / "run", quiet=True)
     assert math.isfinite(result.valid_losses[2])
 
 
-def test_memory_shorter_than_the_stack_is_counted_and_reported(tmp_path):
-    stream = io.StringIO()
-    result = train(small_config("training.num_steps=1", "model.memory_length=3"), tmp_path / "warn", stream=stream)
+def test_memory_shorter_than_the_stack_is_counted_and_reported(tmp_path, short_run):
+    # The test-sized config's memory (16 rows) is shorter than a few of its training sentences' stacks.
+    result, out = short_run
+    memory = config().model.memory_length
     train_report = result.facts["dropped_stack"][0]
     assert train_report.split == "train" and train_report.dropped_stack_entries > 0
     assert 0 < train_report.sequences_with_dropped_entries <= train_report.sequences == 64
     assert (f"warning: memory too short: train: {train_report.dropped_stack_entries} stack entries in "
-            f"{train_report.sequences_with_dropped_entries} of 64 sequences did not fit in model.memory_length=3"
-            in stream.getvalue())
+            f"{train_report.sequences_with_dropped_entries} of 64 sequences did not fit in "
+            f"model.memory_length={memory}" in out)
     with pytest.raises(ValueError, match=r"memory too short: train: \d+ stack entries .* "
                                          r"\(data.on_dropped_stack_entries='error'"):
-        train(small_config("training.num_steps=1", "model.memory_length=3", "data.on_dropped_stack_entries=error"),
+        train(config("training.num_steps=1", "model.memory_length=3", "data.on_dropped_stack_entries=error"),
               tmp_path / "error", quiet=True)
-    roomy = train(small_config("training.num_steps=1", "model.memory_length=64"), tmp_path / "roomy", quiet=True)
+    roomy = train(config("training.num_steps=1", "model.memory_length=64"), tmp_path / "roomy", quiet=True)
     assert all(r.dropped_stack_entries == 0 for r in roomy.facts["dropped_stack"])

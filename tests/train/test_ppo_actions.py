@@ -5,6 +5,7 @@ errors named, and a run through the trainer (stop / resume bit-identical) fine-t
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +94,13 @@ def test_gae_with_truncation_matches_the_equations(seed):
                                rtol=1e-5, atol=1e-5)
 
 
+def _rerun(module, carry, obs, first):
+    """`rerun`, jitted: one compiled program rather than each operation compiled on its own."""
+    from flax import nnx
+
+    return nnx.jit(rerun)(module, carry, obs, first)
+
+
 def _module(kind: str):
     from flax import nnx
 
@@ -128,7 +136,7 @@ def test_value_head_and_policy_receive_gradients(kind):
         return ppo_loss(nnx.merge(graphdef, state), carry, rec, advantages, targets, clip_epsilon=0.2,
                         value_coef=0.5, entropy_coef=0.01)[0]
 
-    grads = nnx.to_pure_dict(jax.grad(loss)(state))
+    grads = nnx.to_pure_dict(jax.jit(jax.grad(loss))(state))  # one compiled program, not op by op
     norm = lambda tree: float(sum(jnp.abs(g).sum() for g in jax.tree.leaves(tree)))  # noqa: E731
     assert norm(grads["w_v"]) > 0 and norm(grads["b_v"]) > 0
     assert norm(grads["policy"]) > 0
@@ -142,9 +150,9 @@ def test_carry_restarts_at_an_episode_start(kind):
     """From an episode's first step on, the re-run does not depend on the carry it came with."""
     module = _module(kind)
     rec = _records(module)
-    log_pi, value = rerun(module, module.init_carry(3), rec["obs"], rec["first"])
+    log_pi, value = _rerun(module, module.init_carry(3), rec["obs"], rec["first"])
     garbage = jax.tree.map(lambda a: a + 3.0 if a.dtype != bool else a, module.init_carry(3))
-    log_pi_late, value_late = rerun(module, garbage, rec["obs"][3:], rec["first"][3:].at[0].set(True))
+    log_pi_late, value_late = _rerun(module, garbage, rec["obs"][3:], rec["first"][3:].at[0].set(True))
     np.testing.assert_allclose(log_pi[3:, 1], log_pi_late[:, 1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(value[3:, 1], value_late[:, 1], rtol=1e-5, atol=1e-6)
     assert not np.allclose(log_pi[3:, 0], log_pi_late[:, 0], atol=1e-4)  # row 0 did carry its state on
@@ -163,66 +171,82 @@ def _task(tmp_path, overrides):
     return task
 
 
-def test_rollout_is_what_the_loss_reruns(tmp_path):
+# One fresh LSTM's task for the rollout and evaluation tests below (its rollout and reset compiled once): 4
+# environments, rollouts of 12 steps, episodes of at most 8 (a rollout ends inside episodes), 64 episodes a
+# validation.
+FRESH = ["rl.policy_workdir=", "model.hidden_size=8", "rl.num_envs=4", "rl.rollout_steps=12", "rl.max_steps=8",
+         "rl.num_minibatches=1", "evaluation.episodes=64"]
+
+
+@pytest.fixture(scope="module")
+def fresh_task(tmp_path_factory):
+    return _task(tmp_path_factory.mktemp("fresh_ppo"), FRESH)
+
+
+@functools.cache
+def _reset_envs(task):
+    """`task.reset_envs`, jitted once per task (not op by op)."""
+    return jax.jit(task.reset_envs, static_argnums=1)
+
+
+def test_rollout_is_what_the_loss_reruns(fresh_task):
     """The rollout's log-probabilities and values are those the loss's re-run computes from the saved carry, over
     several episodes (the carry restarted at each one's first step in both)."""
     from flax import nnx
 
-    task = _task(tmp_path, ["model.hidden_size=8", "rl.num_envs=3", "rl.rollout_steps=10", "rl.max_steps=4",
-                            "rl.num_minibatches=1"])
+    task = fresh_task
     state, _ = task.init_state()
-    # a state in the middle of episodes, with a carry that is not the initial one
-    state, _ = task._iteration(state)
+    # a state in the middle of episodes, with a carry that is not the initial one: where a first rollout left it
+    (env, obs, carry, first), _ = task._rollout(state)
+    state = dataclasses.replace(state, env=env, obs=obs, carry=carry, first=first, step=state.step + 1)
     assert not bool(state.first.all())
     (_, _, _, _), rec = task._rollout(state)
     assert int(rec["first"][1:].sum()) >= 3
-    log_pi, value = rerun(nnx.merge(task.graphdef, state.params), state.carry, rec["obs"], rec["first"])
+    log_pi, value = _rerun(nnx.merge(task.graphdef, state.params), state.carry, rec["obs"], rec["first"])
     taken = jnp.take_along_axis(log_pi, rec["action"][..., None], axis=-1)[..., 0]
     np.testing.assert_allclose(taken, rec["log_pi_old"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(value, rec["value"], rtol=1e-5, atol=1e-5)
 
 
-def _uniform_policy_rollouts(tmp_path, *overrides, num_seeds=6):
-    """The actions [seeds, T, N] of rollouts of a fresh LSTM whose action head is zero (every action equally likely
-    before any mask), from random seeds (the rollout's key and its environments)."""
-    task = _task(tmp_path, ["rl.policy_workdir=", "model.hidden_size=8", "rl.num_envs=4", "rl.rollout_steps=16",
-                            "rl.max_steps=8", "rl.num_minibatches=1", *overrides])
+def _uniform_policy_rollouts(task, num_seeds=6):
+    """The actions [seeds, T, N] of rollouts of a fresh LSTM (`task`, FRESH's sizes) whose action head is zero
+    (every action equally likely before any mask), from random seeds (the rollout's key and its environments)."""
     state, _ = task.init_state()
     state.params["policy"]["w_out"] = jnp.zeros_like(state.params["policy"]["w_out"])
     state.params["policy"]["b_out"] = jnp.zeros_like(state.params["policy"]["b_out"])
     actions = []
     for seed in np.random.default_rng(0).integers(0, 2**31, num_seeds):
         key = jax.random.key(int(seed))
-        obs, env = task.reset_envs(key, 4)
+        obs, env = _reset_envs(task)(key, 4)
         start = dataclasses.replace(state, rng=jax.random.key_data(jax.random.fold_in(key, 1)), obs=obs, env=env)
         _, rec = task._rollout(start)
         actions.append(np.asarray(rec["action"]))
     return np.stack(actions)
 
 
-def test_rollouts_never_take_done_under_the_thesis_actions(tmp_path):
+def test_rollouts_never_take_done_under_the_thesis_actions(tmp_path, fresh_task):
     """Over random seeds: the thesis' action set (default) never takes DONE; `rl.ompn_done_action=True` (OMPN's
     release) keeps it a choice, and a uniform policy then takes it about once in six steps."""
     from tgjax.envs.craft_rules import DONE
 
-    thesis = _uniform_policy_rollouts(tmp_path / "thesis")
+    assert not fresh_task.config.rl.ompn_done_action  # the default
+    thesis = _uniform_policy_rollouts(fresh_task)
     assert not np.any(thesis == DONE)
     assert set(np.unique(thesis)) == {0, 1, 2, 3, 4}
-    release = _uniform_policy_rollouts(tmp_path / "release", "rl.ompn_done_action=true")
+    release = _uniform_policy_rollouts(_task(tmp_path, [*FRESH, "rl.ompn_done_action=true"]))
     assert 0.08 < np.mean(release == DONE) < 0.3
 
 
-def test_selection_and_report_episodes_are_disjoint(tmp_path):
+def test_selection_and_report_episodes_are_disjoint(fresh_task):
     """The episodes that select the best checkpoint and the held-out ones reported are different maps, and a
     validation records both."""
     from tgjax.train.tasks.craft_ppo import evaluation_keys
 
-    task = _task(tmp_path, ["rl.policy_workdir=", "model.hidden_size=8", "rl.num_envs=2", "rl.max_steps=4",
-                            "rl.num_minibatches=1", "evaluation.episodes=64"])
+    task = fresh_task
     select_key, heldout_key = evaluation_keys(task.config.training.seed)
 
     def starts(key):
-        _, env = task.reset_envs(key, 64)
+        _, env = _reset_envs(task)(key, 64)
         return {(np.asarray(env.grid[i]).tobytes(), tuple(np.asarray(env.pos[i])), int(env.direction[i]))
                 for i in range(64)}
 
@@ -325,13 +349,13 @@ def test_logged_learning_rate_is_the_schedules(tmp_path):
     from tgjax.train.loop import train
     from tgjax.train.tasks import ppo_actions
 
-    num_steps, rate = 4, 1e-3
+    num_steps, rate = 5, 1e-3
     config = apply_overrides(ppo_actions.default_config(), [
         "rl.policy_workdir=", "model.hidden_size=8", "rl.task=AC", "rl.num_envs=2", "rl.rollout_steps=4",
         "rl.num_minibatches=2", "rl.num_epochs=3", "rl.max_steps=8", f"training.num_steps={num_steps}",
         f"training.learning_rate={rate}", f"evaluation.interval_steps={num_steps}", "evaluation.episodes=2",
         f"checkpointing.interval_steps={num_steps}", "logging.interval_steps=1", "logging.tensorboard=false"])
-    train(config, tmp_path, quiet=True)
+    train(config, tmp_path, quiet=True, stop_after_step=4)  # stopped before the end: nothing to validate
     logged = {r["step"]: r["learning_rate"] for r in read_metrics(tmp_path) if r["split"] == "train"}
     assert sorted(logged) == [1, 2, 3, 4]
     for step, value in logged.items():

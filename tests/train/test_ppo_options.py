@@ -46,6 +46,8 @@ def _policy(num_options: int, seed: int, hidden_size: int = 8):
 
 def test_pooled_options_are_each_runs_options():
     """Setting S2: pooling runs of 2 and 1 options gives 3 options that act exactly as the runs' own."""
+    from flax import nnx
+
     from tgjax.models.ocn import pool_options
 
     first, second = _policy(2, seed=1), _policy(1, seed=2)
@@ -54,9 +56,10 @@ def test_pooled_options_are_each_runs_options():
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(5, first.config.input_size)), jnp.float32)
     h = jnp.asarray(rng.normal(size=(5, 3, 8)), jnp.float32)
-    pooled_out = pooled.options(pooled.options.project_observation(x), h)
+    options = nnx.jit(lambda policy, x, h: policy.options(policy.options.project_observation(x), h))  # not op by op
+    pooled_out = options(pooled, x, h)
     for run, cells in ((first, slice(0, 2)), (second, slice(2, 3))):
-        run_out = run.options(run.options.project_observation(x), h[:, cells])
+        run_out = options(run, x, h[:, cells])
         for got, want in zip(pooled_out, run_out):
             np.testing.assert_allclose(got[:, cells], want, rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(pooled.h_o_init[...][cells], run.h_o_init[...])
@@ -140,6 +143,13 @@ def test_smdp_advantage_of_an_option_cut_by_the_time_limit():
     np.testing.assert_allclose(advantages, [1.5, 3.0], atol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def default_options_task(tmp_path_factory):
+    """`_options_task` with the default settings, set up once for the module."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return _options_task(tmp_path_factory.mktemp("default_options"), monkeypatch)
+
+
 def _options_task(tmp_path, monkeypatch, *overrides):
     """A PPOOptionsTask over 3 fresh options (no BC run: the loader is replaced) whose action heads are zero, so
     every action is equally likely before any mask."""
@@ -175,9 +185,10 @@ def _option_rollout_actions(task, steps=16, num_seeds=6):
         return task._act(nnx.merge(options_graphdef, options_state), _merge(task.graphdef, params), carry, key)
 
     actions = []
+    reset_envs = jax.jit(task.reset_envs, static_argnums=1)  # compiled once, not op by op
     for seed in np.random.default_rng(0).integers(0, 2**31, num_seeds):
         key = jax.random.key(int(seed))
-        obs, env = task.reset_envs(key, 4)
+        obs, env = reset_envs(key, 4)
         carry = (env, obs, state.h_c, state.h_o, state.option, state.first)
         for t in range(steps):
             carry, rec = act(state.params, task.options_state, carry, jax.random.fold_in(key, t + 1))
@@ -185,18 +196,18 @@ def _option_rollout_actions(task, steps=16, num_seeds=6):
     return np.stack(actions)
 
 
-def test_option_rollouts_never_take_done_under_the_thesis_actions(tmp_path, monkeypatch):
+def test_option_rollouts_never_take_done_under_the_thesis_actions(tmp_path, monkeypatch, default_options_task):
     """Over random seeds: with the thesis' actions (default) the running option never takes DONE; with
     `rl.ompn_done_action=True` (OMPN's release) a uniform option takes it about once in six steps."""
     from tgjax.envs.craft_rules import DONE
 
-    thesis = _option_rollout_actions(_options_task(tmp_path / "thesis", monkeypatch))
+    thesis = _option_rollout_actions(default_options_task)
     assert not np.any(thesis == DONE) and set(np.unique(thesis)) == {0, 1, 2, 3, 4}
     release = _option_rollout_actions(_options_task(tmp_path / "release", monkeypatch, "rl.ompn_done_action=true"))
     assert 0.08 < np.mean(release == DONE) < 0.3
 
 
-def test_controller_temperature_is_a_switch(tmp_path, monkeypatch):
+def test_controller_temperature_is_a_switch(tmp_path, monkeypatch, default_options_task):
     """The fresh controller's tau: the thesis' 10 by default (imitation's), 1 when asked; the controller's
     option probabilities are its logits over tau."""
     import jax
@@ -204,7 +215,7 @@ def test_controller_temperature_is_a_switch(tmp_path, monkeypatch):
 
     from tgjax.models.actor_critic import Controller
 
-    default = _options_task(tmp_path / "ten", monkeypatch)
+    default = default_options_task
     one = _options_task(tmp_path / "one", monkeypatch, "rl.controller_temperature=1.0")
     assert default.controller_args[-1] == 10.0 and one.controller_args[-1] == 1.0
     cold = Controller(*one.controller_args, rngs=nnx.Rngs(0))

@@ -8,30 +8,9 @@ hangs), exit cleanly within the timeout, and the resumed run must end with the
 parameters and losses of an uninterrupted two-host run, bit for bit.
 """
 
-import json
-
 import pytest
 
-from tests.train.processes import TWO_DEVICES, run_pair
-
-
-def _pair(workdir, env: dict, num_steps: int, runs: str, check_every: int = 1) -> list[list[dict]]:
-    """One pair of processes doing `runs` (MULTIHOST_RUNS), combining SIGTERM flags every `check_every` steps
-    (without the preemption service); per run, both processes' results (process 0 first)."""
-    done = run_pair(["-m", "tests.train.multihost_run", str(workdir)],
-                    {**env, **TWO_DEVICES, "MULTIHOST_NUM_STEPS": str(num_steps), "MULTIHOST_RUNS": runs,
-                     "MULTIHOST_PREEMPTION_CHECK_STEPS": str(check_every)},
-                    timeout=240)
-    per_process = []
-    for process, (code, out, err) in enumerate(done):
-        assert code == 0, f"process {process}: {err[-3000:]}"
-        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        assert len(lines) == len(runs.split(";"))
-        for line in lines:
-            assert line["process"] == process and line["processes"] == 2
-            line["losses"] = {int(step): loss for step, loss in line["losses"].items()}
-        per_process.append(lines)
-    return [list(pair) for pair in zip(*per_process)]
+from tests.train.conftest import TWO_HOST_STEPS, run_on_two_hosts
 
 
 def _check_uninterrupted(reference: list[dict], num_steps: int) -> dict:
@@ -62,20 +41,18 @@ def _check_resumed(resumed: list[dict], stopped: int, uninterrupted: dict, num_s
         assert run["params_sha256"] == uninterrupted["params_sha256"]
 
 
-def test_sigterm_at_different_steps_stops_both_hosts_after_the_first_signal_by_the_collective_flag(
-        tmp_path, two_host_env):
+def test_sigterm_at_different_steps_stops_both_hosts_after_the_first_signal_by_the_collective_flag(two_host_runs):
     """Without JAX's preemption service the hosts combine their flags every K steps
     (checkpointing.preemption_check_steps=2 here): signalled after steps 3 and 5, both stop after step 4,
     the first check after the first signal.
 
-    One pair of processes does the three runs (uninterrupted, preempted, resumed) to start JAX once.
+    One pair of processes does the three runs (uninterrupted, preempted, resumed) to start JAX once
+    (tests/train/conftest.py's `two_host_runs`, which test_sharding.py reads too).
     """
-    env = {**two_host_env, "JAX_ENABLE_PREEMPTION_SERVICE": "false"}
-    num_steps = 6
-    reference, preempted, resumed = _pair(tmp_path, env, num_steps, "uninterrupted:;run:3,5;run:", check_every=2)
-    uninterrupted = _check_uninterrupted(reference, num_steps)
-    assert _check_preempted(preempted, tmp_path / "run", num_steps) == 4
-    _check_resumed(resumed, 4, uninterrupted, num_steps)
+    workdir, (reference, preempted, resumed) = two_host_runs
+    uninterrupted = _check_uninterrupted(reference, TWO_HOST_STEPS)
+    assert _check_preempted(preempted, workdir / "run", TWO_HOST_STEPS) == 4
+    _check_resumed(resumed, 4, uninterrupted, TWO_HOST_STEPS)
 
 
 @pytest.mark.slow
@@ -87,8 +64,8 @@ def test_sigterm_at_different_steps_stops_both_hosts_at_jax_preemption_sync_poin
     """
     env = {**two_host_env, "JAX_ENABLE_PREEMPTION_SERVICE": "true"}
     num_steps = 30
-    reference, preempted = _pair(tmp_path, env, num_steps, "uninterrupted:;run:3,5")
+    reference, preempted = run_on_two_hosts(tmp_path, env, num_steps, "uninterrupted:;run:3,5")
     uninterrupted = _check_uninterrupted(reference, num_steps)
     stopped = _check_preempted(preempted, tmp_path / "run", num_steps)
-    [resumed] = _pair(tmp_path, env, num_steps, "run:")
+    [resumed] = run_on_two_hosts(tmp_path, env, num_steps, "run:")
     _check_resumed(resumed, stopped, uninterrupted, num_steps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 
 import jax
 import numpy as np
@@ -88,6 +89,18 @@ def oracle_loss(outputs, batch, attachment_weight, normalise="legal"):
     return np.mean(lm) + attachment_weight * np.mean(attach), np.mean(lm), np.mean(attach)
 
 
+def forward_and_loss(model, batch, model_cfg, attachment_weight):
+    """(the model's deterministic outputs, `pd.loss_and_metrics` of them) on a NumPy batch, in one compiled
+    program (run eagerly, each operation would be compiled on its own)."""
+
+    @nnx.jit
+    def run(model, batch):
+        outputs = model(batch, deterministic=True)
+        return outputs, pd.loss_and_metrics(outputs, batch, model_cfg, attachment_weight)
+
+    return run(model, {k: jax.numpy.asarray(v) for k, v in batch.items()})
+
+
 @pytest.mark.parametrize("normalise", ["legal", "causal"])
 def test_the_loss_is_lm_plus_weighted_attachment_cross_entropy(normalise):
     config = tiny_config(f"model.attachment_normalise={normalise}")
@@ -97,8 +110,7 @@ def test_the_loss_is_lm_plus_weighted_attachment_cross_entropy(normalise):
     batch, _ = make_batch([*sentences, None], 32)  # an idle row must not count
     model_cfg = pd.model_config(config, vocab.size)
     model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=1, dropout=0))
-    outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
-    loss, metrics = pd.loss_and_metrics(outputs, batch, model_cfg, 0.5)
+    outputs, (loss, metrics) = forward_and_loss(model, batch, model_cfg, 0.5)
     expected, lm, attach = oracle_loss(outputs, batch, 0.5, normalise)
     assert float(metrics["lm_loss"]) == pytest.approx(lm, rel=1e-5)
     assert float(metrics["attach_loss"]) == pytest.approx(attach, rel=1e-5)
@@ -119,8 +131,7 @@ def test_the_dyck_loss_skips_the_end_tokens_attachment_and_reads_the_binary_tape
     model_cfg = pd.model_config(config, dyck.dyck_vocabulary().size)
     assert model_cfg.binary_tape and model_cfg.num_depths == 2
     model = PushdownLM(model_cfg, rngs=nnx.Rngs(params=2, dropout=0))
-    outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
-    loss, _ = pd.loss_and_metrics(outputs, batch, model_cfg, 1.0)
+    outputs, (loss, _) = forward_and_loss(model, batch, model_cfg, 1.0)
     # The release's head (Table 1's recipe): the softmax over every causal slot.
     assert config.model.attachment_normalise == "causal"
     assert float(loss) == pytest.approx(oracle_loss(outputs, batch, 1.0, "causal")[0], rel=1e-5)
@@ -155,22 +166,44 @@ def test_a_short_run_lowers_the_lm_and_attachment_losses(uninterrupted):
     assert uninterrupted.valid_losses[24] == pytest.approx(valid[-1]["loss"])  # the selection is the LM loss
 
 
-def test_stop_and_resume_is_bit_identical(tmp_path, uninterrupted):
-    first = train(tiny_config(), tmp_path, stop_after_step=12, quiet=True)
-    assert first.final_step == 12
-    second = train(tiny_config(), tmp_path, quiet=True)
+def resumable_at_step_12(uninterrupted, workdir):
+    """A copy of the uninterrupted run's workdir as a run stopped after step 12 leaves it: its checkpoint of step 24
+    removed (its metrics of steps 13-24 are dropped by the resumed run's writer)."""
+    shutil.copytree(uninterrupted.workdir, workdir, dirs_exist_ok=True)
+    shutil.rmtree(workdir / "checkpoints" / str(NUM_STEPS))
+    assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == [12]
+    return workdir
+
+
+def test_resume_from_a_checkpoint_is_bit_identical(tmp_path, uninterrupted):
+    """Resumed from the checkpoint of step 12 (the one a stop there writes: `stop_after_step` is the trainer's,
+    tests/train/test_resume.py), steps 13-24 are the uninterrupted run's, bit for bit."""
+    workdir = resumable_at_step_12(uninterrupted, tmp_path)
+    second = train(tiny_config(), workdir, quiet=True)
     assert second.start_step == 12 and second.final_step == NUM_STEPS
-    for step in range(1, 13):
-        assert first.losses[step] == uninterrupted.losses[step], step
     for step in range(13, NUM_STEPS + 1):
         assert second.losses[step] == uninterrupted.losses[step], step  # exact float equality
     assert second.valid_losses[NUM_STEPS] == uninterrupted.valid_losses[NUM_STEPS]
+    records = [(r["split"], r["step"]) for r in read_metrics(workdir)]
+    assert records == [(r["split"], r["step"]) for r in read_metrics(uninterrupted.workdir)]  # once each
     with pytest.raises(ConfigError, match="model.d_model: 32 in the checkpoint, 16 now"):
-        train(tiny_config("model.d_model=16", f"training.num_steps={NUM_STEPS + 4}"), tmp_path, quiet=True)
-    # remat changes how the numbers are computed, not which: a run may resume with it switched on
-    third = train(tiny_config("model.remat=true", f"training.num_steps={NUM_STEPS + 2}"), tmp_path, quiet=True)
-    assert third.start_step == NUM_STEPS and third.final_step == NUM_STEPS + 2
-    assert all(math.isfinite(third.losses[step]) for step in (NUM_STEPS + 1, NUM_STEPS + 2))
+        train(tiny_config("model.d_model=16", f"training.num_steps={NUM_STEPS + 4}"), workdir, quiet=True)
+
+
+def test_a_run_may_resume_with_remat_switched_on(tmp_path, uninterrupted):
+    """remat changes how the numbers are computed, not which: the checkpoint is accepted and restored into the
+    remat model (a run with nothing left to train restores it and stops; -m slow trains on)."""
+    workdir = resumable_at_step_12(uninterrupted, tmp_path)
+    again = train(tiny_config("model.remat=true", "training.num_steps=12"), workdir, quiet=True)
+    assert again.start_step == again.final_step == 12 and again.losses == {}
+
+
+@pytest.mark.slow
+def test_a_run_resumed_with_remat_trains_on(tmp_path, uninterrupted):
+    workdir = resumable_at_step_12(uninterrupted, tmp_path)
+    third = train(tiny_config("model.remat=true", "training.num_steps=14"), workdir, quiet=True)
+    assert third.start_step == 12 and third.final_step == 14
+    assert all(math.isfinite(third.losses[step]) for step in (13, 14))
 
 
 def test_the_batch_iterator_resumes_from_its_position():
@@ -268,8 +301,7 @@ def test_the_loss_does_not_depend_on_the_padded_width():
     assert narrow < 96  # otherwise the two widths below are one
     for width in (narrow, 96):
         batch, _ = make_batch(sentences, width)
-        outputs = model({k: jax.numpy.asarray(v) for k, v in batch.items()}, deterministic=True)
-        results.append(pd.loss_and_metrics(outputs, batch, model_cfg, 1.0)[1])
+        results.append(forward_and_loss(model, batch, model_cfg, 1.0)[1][1])
     for key in ("lm_loss", "attach_loss", "attach_correct", "num_tokens", "clipped_depths"):
         assert float(results[0][key]) == pytest.approx(float(results[1][key]), rel=1e-5), key
 
@@ -381,14 +413,21 @@ def test_missing_files_name_the_key(tmp_path):
 def test_too_long_sentences_are_refused_or_counted(tmp_path):
     with pytest.raises(ValueError, match="do not fit model.sequence_length=8"):
         train(tiny_config("model.sequence_length=8", "data.on_too_long=error"), tmp_path / "a", quiet=True)
-    config = tiny_config("model.sequence_length=12", "training.num_steps=1", "evaluation.interval_steps=1")
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+
+    config = tiny_config("model.sequence_length=12")
     task = pd.PushdownLMTask(config)
+    task.validate_config(config)
     trees = builtin_treebank("train", 160)
     expected = sum(len(t.leaves()) + 1 > 12 for t in trees)
-    result = train(config, tmp_path / "b", task=task, quiet=True)
-    assert result.final_step == 1
+    (tmp_path / "b").mkdir()
+    task.setup(RunContext(tmp_path / "b", shd.make_mesh(), False, 0, 1, lambda text: None))
     assert task.train_data.report.num_skipped_too_long == expected > 0
     assert len(task.train_data.sentences) == 160 - expected
+    # The rest make the batches of a run (what a train step is given: a row fits the model's 12 positions).
+    batch = next(task.batches(None))
+    assert batch["inputs"].shape == (8, 12) and batch["weights"].sum() > 0
 
 
 def test_the_unigram_baseline_by_hand():
@@ -419,13 +458,34 @@ def test_bucket_widths_are_the_powers_of_two_below_the_row_then_the_row():
         assert {bucket_width([row], seq_len) for row in rows} == set(bucket_widths(seq_len))
 
 
-def test_windowed_rows_and_dyck_strings_train_through_the_trainer(tmp_path, caplog):
+def test_windowed_rows_hold_every_sentence_and_give_a_finite_loss(tmp_path):
+    """data.windows: the task packs the sentences into rows, and the model's loss on a batch of them is finite
+    (-m slow: a run trains and validates on them)."""
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+
+    windowed = pd.PushdownLMTask(tiny_config("data.windows=true"))
+    windowed.setup(RunContext(tmp_path, shd.make_mesh(), False, 0, 1, lambda text: None))
+    rows = windowed.train_data.sentences
+    assert len(rows) < 160 and sum(int((r.tokens == r.tokens[0]).sum()) for r in rows) == 160  # a ROOT each
+    batch = next(windowed.batches(None))
+    assert (batch["inputs"] == batch["inputs"][0, 0]).sum(axis=1).max() > 1  # a row of several sentences
+    model = PushdownLM(windowed.model_config, rngs=nnx.Rngs(params=0, dropout=0))
+    _, (loss, metrics) = forward_and_loss(model, batch, windowed.model_config, 1.0)
+    assert math.isfinite(float(loss)) and float(metrics["num_attach"]) > 0
+
+
+@pytest.mark.slow
+def test_windowed_rows_train_through_the_trainer(tmp_path):
     windowed = pd.PushdownLMTask(tiny_config("data.windows=true", "training.num_steps=2",
                                              "evaluation.interval_steps=2"))
     result = train(windowed.config, tmp_path / "windows", task=windowed, quiet=True)
     rows = windowed.train_data.sentences
     assert len(rows) < 160 and sum(int((r.tokens == r.tokens[0]).sum()) for r in rows) == 160  # a ROOT each
     assert math.isfinite(result.valid_losses[2])
+
+
+def test_dyck_strings_train_through_the_trainer(tmp_path, caplog):
     dyck_config = load_config("configs/pushdown_dyck.py", [
         "model.d_model=16", "model.num_layers=1", "model.num_heads=2", "model.ffw_hidden_size=32",
         "model.sequence_length=32", "data.dyck_max_length=30", "data.dyck_num_train=40", "data.dyck_num_valid=8",

@@ -18,7 +18,8 @@ from tgjax.train.tasks import make_task
 
 from .helpers import small_config
 
-TWO_STEPS = ("training.num_steps=2", "evaluation.interval_steps=0", "data.valid_path=",
+# One layer (rematerialised like every layer), two steps, no validation: each policy's run compiles its own step.
+TWO_STEPS = ("model.num_layers=1", "training.num_steps=2", "evaluation.interval_steps=0", "data.valid_path=",
              "checkpointing.interval_steps=100")
 
 
@@ -40,7 +41,8 @@ def _remat_policies_in_forward(remat) -> list:
     from tests.models.test_transformer_lm import SMALL
 
     config = model_config("tg", VOCAB, **SMALL, remat=remat)
-    graphdef, state = nnx.split(tlm.TransformerLM(config, rngs=nnx.Rngs(0)))
+    # Abstract parameters (nnx.eval_shape): the jaxpr depends on their shapes only, and nothing is initialised.
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: tlm.TransformerLM(config, rngs=nnx.Rngs(0))))
     memory = np.zeros((config.num_layers, 3, config.memory_length, config.d_model), np.float32)
     forward = lambda state, batch: nnx.merge(graphdef, state)(batch, memory, deterministic=True)[0]
     closed = jax.make_jaxpr(forward)(state, batch_for("tg", config))

@@ -4,13 +4,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from tests.train.processes import EIGHT_DEVICES, REPO, TWO_DEVICES, run_pair
+from tests.train.conftest import TWO_HOST_STEPS
+from tests.train.processes import EIGHT_DEVICES, REPO
 from tgjax.train.config import DEFAULT_LOGICAL_AXIS_RULES
 from tgjax.train.sharding import logical_to_spec, make_mesh
 
@@ -75,41 +75,30 @@ def test_4x2_mesh_shards_scanned_layers_as_the_list(tmp_path, compilation_cache)
     assert sharded["specs"]["w_in_mu"] == "P(None, None, 'model')"
 
 
-def _run_two_hosts(workdir: Path, env: dict, runs: str) -> list[dict]:
-    """Both processes of two-host runs (tests/train/multihost_run.py, MULTIHOST_RUNS=`runs`, one after another in
-    one pair of processes); process 0's JSON line of each run."""
-    done = run_pair(["-m", "tests.train.multihost_run", str(workdir)],
-                    {**env, **TWO_DEVICES, "MULTIHOST_RUNS": runs}, timeout=300)
-    for code, _, err in done:
-        assert code == 0, err[-3000:]
-    results = [json.loads(line) for line in done[0][1].splitlines() if line.startswith("{")]
-    assert len(results) == len(runs.split(";"))
-    for run in results:
-        assert run["processes"] == 2 and run["devices"] == 4
-        run["losses"] = {int(step): loss for step, loss in run["losses"].items()}
-    return results
-
-
-def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(tmp_path, two_host_env, eight_device_runs):
+def test_two_processes_over_jax_distributed_give_the_losses_of_one_device(two_host_runs, eight_device_runs):
     """Multi-host on one machine: two processes, `jax.distributed.initialize` over localhost, 2 CPU devices each.
 
     Each process reads only its half of every batch (the pipeline's host
     sharding), `global_batch` assembles global arrays, and the 2 x 2 mesh spans
     both processes; the losses must be those of one device reading whole
-    batches (tests/train/conftest.py's "1x1" run). Then a two-host run stopped
-    after step 3 and resumed: both hosts restore their shards of the checkpoint
-    and their data position, and steps 4-5 give the same losses again.
+    batches (tests/train/conftest.py's "1x1" run, 5 steps). Then a two-host run
+    stopped (after step 4, by SIGTERM) and resumed: both hosts restore their
+    shards of the checkpoint and their data position, and the steps after give
+    the same losses again. The runs are tests/train/conftest.py's `two_host_runs`
+    (test_preemption.py checks how they stopped).
     """
-    one = dict(enumerate(eight_device_runs["1x1"]["losses"], start=1))
+    one = eight_device_runs["1x1"]["losses"]
+    workdir, (uninterrupted, stopped, resumed) = two_host_runs
+    for run in uninterrupted + stopped + resumed:
+        assert run["processes"] == 2 and run["devices"] == 4
+    run = uninterrupted[0]
+    assert sorted(run["losses"]) == list(range(1, TWO_HOST_STEPS + 1))
+    np.testing.assert_allclose([run["losses"][s] for s in range(1, len(one) + 1)], one, rtol=1e-4)
+    assert (workdir / "uninterrupted" / "checkpoints" / str(TWO_HOST_STEPS)).is_dir()  # both hosts wrote one
 
-    # The three runs in one pair of processes (JAX started and the step compiled once); the resume reads the
-    # checkpoint and the data position back from the workdir as a fresh process would.
-    run, first, second = _run_two_hosts(tmp_path, two_host_env, "two:;resumed::3;resumed:")
-    assert sorted(run["losses"]) == [1, 2, 3, 4, 5]
-    np.testing.assert_allclose([run["losses"][s] for s in range(1, 6)], [one[s] for s in range(1, 6)], rtol=1e-4)
-    assert (tmp_path / "two" / "checkpoints" / "5").is_dir()  # both hosts wrote one checkpoint
-
-    assert sorted(first["losses"]) == [1, 2, 3]
-    assert second["start_step"] == 3 and sorted(second["losses"]) == [4, 5]
-    for step in (4, 5):
+    stop = stopped[0]["final_step"]
+    assert sorted(stopped[0]["losses"]) == list(range(1, stop + 1)) and stop < TWO_HOST_STEPS
+    second = resumed[0]
+    assert second["start_step"] == stop and sorted(second["losses"]) == list(range(stop + 1, TWO_HOST_STEPS + 1))
+    for step in second["losses"]:
         assert second["losses"][step] == run["losses"][step], step  # the same two-host program: bit-identical

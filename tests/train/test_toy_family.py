@@ -42,13 +42,31 @@ def package(tmp_path_factory) -> Path:
     return site
 
 
-def tgjax(site: Path, *args: str, devices: int = 1) -> subprocess.CompletedProcess:
+# `tgjax ARGS` for each ARGS in turn in one process (starting Python, JAX and tgjax once), as `python -m tgjax.cli`
+# would run each; stops at the first that fails. A line MARK ends each command's output on stdout and on stderr.
+MARK = "-- end of a tgjax command --"
+DRIVER = f"""
+import json, sys
+from tgjax import cli
+for args in json.loads(sys.argv[1]):
+    code = cli.main(args)
+    print({MARK!r}, flush=True)
+    print({MARK!r}, file=sys.stderr, flush=True)
+    if code:
+        sys.exit(code)
+"""
+
+
+def tgjax(site: Path, *commands: list[str], devices: int = 1) -> list[tuple[str, str]]:
+    """(stdout, stderr) of each command (`tgjax ARGS`), run one after another in one subprocess."""
     env = {**os.environ, "PYTHONPATH": str(site), "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": xla_flags(f"--xla_force_host_platform_device_count={devices}")}
-    done = subprocess.run([sys.executable, "-m", "tgjax.cli", *args], cwd=site, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(commands)], cwd=site, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done
+    outs, errs = done.stdout.split(MARK + "\n"), done.stderr.split(MARK + "\n")
+    assert len(outs) == len(errs) == len(commands) + 1, done.stderr[-3000:]
+    return list(zip(outs, errs))
 
 
 def records(workdir: Path, split: str) -> dict[int, dict]:
@@ -57,8 +75,17 @@ def records(workdir: Path, split: str) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(package) -> Path:
-    tgjax(package, "train", "--config", "toy_config.py", "--workdir", "whole", "--quiet")
+def one_device_runs(package) -> list[tuple[str, str]]:
+    """On one device, in one process: the whole run (in `whole`), then the same run in two calls, stopped after
+    step 4 and resumed (in `halves`)."""
+    train = ["train", "--config", "toy_config.py"]
+    return tgjax(package, [*train, "--workdir", "whole", "--quiet"],
+                 [*train, "--workdir", "halves", "--config.training.num_steps=4", "--quiet"],
+                 [*train, "--workdir", "halves"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(package, one_device_runs) -> Path:
     return package / "whole"
 
 
@@ -69,11 +96,9 @@ def test_tgjax_train_trains_an_outside_family(uninterrupted):
     assert sorted(records(uninterrupted, "train")) == list(range(1, STEPS + 1))
 
 
-def test_it_resumes_bit_exactly(package, uninterrupted):
-    tgjax(package, "train", "--config", "toy_config.py", "--workdir", "halves", "--config.training.num_steps=4",
-          "--quiet")
-    resumed = tgjax(package, "train", "--config", "toy_config.py", "--workdir", "halves")
-    assert "resuming from step 4" in resumed.stderr
+def test_it_resumes_bit_exactly(package, uninterrupted, one_device_runs):
+    _, resumed_err = one_device_runs[2]
+    assert "resuming from step 4" in resumed_err
     whole, halves = records(uninterrupted, "train"), records(package / "halves", "train")
     assert [halves[s]["loss"] for s in range(1, STEPS + 1)] == [whole[s]["loss"] for s in range(1, STEPS + 1)]
     assert records(package / "halves", "valid")[STEPS]["valid_loss"] == records(uninterrupted, "valid")[STEPS][
@@ -81,12 +106,12 @@ def test_it_resumes_bit_exactly(package, uninterrupted):
 
 
 def test_it_is_split_over_model_on_eight_devices_and_trains_as_on_one(package, uninterrupted):
-    info = json.loads(tgjax(package, "info", "--config", "toy_config.py", "--config.mesh.model=2", "--json",
-                            devices=8).stdout)
+    (info_out, _), _ = tgjax(package, ["info", "--config", "toy_config.py", "--config.mesh.model=2", "--json"],
+                             ["train", "--config", "toy_config.py", "--workdir", "sharded", "--config.mesh.model=2",
+                              "--quiet"], devices=8)[:2]
+    info = json.loads(info_out)
     assert info["mesh"] == {"data": 4, "model": 2}
     assert info["partition_specs"]["w_hidden"]["spec"] == "P(None, 'model')"
-    tgjax(package, "train", "--config", "toy_config.py", "--workdir", "sharded", "--config.mesh.model=2", "--quiet",
-          devices=8)
     whole, sharded = records(uninterrupted, "train"), records(package / "sharded", "train")
     np.testing.assert_allclose([sharded[s]["loss"] for s in range(1, STEPS + 1)],
                                [whole[s]["loss"] for s in range(1, STEPS + 1)], rtol=1e-5, atol=1e-6)
