@@ -1,0 +1,56 @@
+"""An in-process memo of XLA executables, keyed as JAX's persistent compilation cache keys them.
+
+The suite traces many programs that are the same program: every test that
+builds a fresh model and jits its step (or a fresh lambda around the same
+call) lowers a module whose text equals one compiled before, and JAX, which
+keys its in-memory caches on the Python function, compiles it again. Here
+`jax._src.compiler.compile_or_get_cached` first looks the module up by the
+persistent cache's key (the module's bytes, the devices, the compile options,
+the backend and the XLA flags), so an identical module reuses the executable
+already loaded; nothing is serialised or written to disk (the persistent
+cache's write path is what crashed a worker, see `tests/conftest.py`).
+
+Modules with host callbacks (`jax.debug.print`, `io_callback`) and
+profile-guided compilation always compile: their callbacks are per trace.
+The memo holds the most recent `MAX_EXECUTABLES` executables.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+MAX_EXECUTABLES = 4096
+
+
+def install() -> dict[str, int]:
+    """Wraps JAX's compile entry point once per process; returns live counters ({"hits", "misses"})."""
+    from jax._src import cache_key, compiler
+
+    if hasattr(compiler.compile_or_get_cached, "memo_counts"):
+        return compiler.compile_or_get_cached.memo_counts
+    original = compiler.compile_or_get_cached
+    executables: collections.OrderedDict[str, object] = collections.OrderedDict()
+    counts = {"hits": 0, "misses": 0}
+
+    @functools.wraps(original)
+    def compile_or_get_cached(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs):
+        pgle_profiler = kwargs.get("pgle_profiler", args[1] if len(args) > 1 else None)
+        if host_callbacks or pgle_profiler is not None:
+            return original(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs)
+        key = cache_key.get(computation, devices, compile_options, backend)
+        executable = executables.get(key)
+        if executable is not None:
+            executables.move_to_end(key)
+            counts["hits"] += 1
+            return executable
+        executable = original(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs)
+        executables[key] = executable
+        if len(executables) > MAX_EXECUTABLES:
+            executables.popitem(last=False)
+        counts["misses"] += 1
+        return executable
+
+    compile_or_get_cached.memo_counts = counts
+    compiler.compile_or_get_cached = compile_or_get_cached
+    return counts
