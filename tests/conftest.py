@@ -21,7 +21,7 @@ from tests.xla_flags import CHEAP_CODEGEN
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # before any JAX backend starts
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *CHEAP_CODEGEN]).strip()
 
-if os.environ.get("TGJAX_TEST_COMPILE_MEMO", "1") != "0":  # identical modules compile once per process
+if os.environ.get("TGJAX_TEST_COMPILE_MEMO") == "1":  # opt-in: identical modules compile once per process
     from tests.compile_memo import install as install_compile_memo
 
     install_compile_memo()

@@ -18,18 +18,21 @@ from tgjax.infer.craft import option_subtask_success, rollout, scripted_controll
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy  # noqa: E402
 
 
-def scripted_ocn(action: int, done_bias: float) -> OptionControllerPolicy:
-    """Every option always takes `action` (its hidden units saturate at tanh(1) and only `action` has weight)
-    and reports done with probability sigmoid(done_bias)."""
-    policy = OptionControllerPolicy(CraftPolicyConfig(num_tasks=1, hidden_size=4), rngs=nnx.Rngs(0))
-    state = nnx.state(policy, nnx.Param)
-    nnx.update(policy, jax.tree.map(jnp.zeros_like, state))
-    for bank in (policy.options, policy.controller):
-        bank.b_in[...] = jnp.ones_like(bank.b_in[...])
-        bank.b_deep[...] = jnp.ones_like(bank.b_deep[...])
-    policy.options.w_pi[...] = jnp.zeros_like(policy.options.w_pi[...]).at[..., action].set(100.0)
-    policy.options.b_e[...] = jnp.full_like(policy.options.b_e[...], done_bias)
-    return policy
+def scripted_ocn(action: int, done_bias: float, uniform: tuple[int, ...] = ()) -> OptionControllerPolicy:
+    """Every option always takes `action` (its hidden units saturate at tanh(1) and only `action` has weight), or
+    acts uniformly at random if listed in `uniform` (no action weight), and reports done with probability
+    sigmoid(done_bias). Its parameters are written in NumPy (no operation compiled to build it)."""
+    config = CraftPolicyConfig(num_tasks=1, hidden_size=4)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: OptionControllerPolicy(config, rngs=nnx.Rngs(0))))
+    params = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), nnx.to_pure_dict(state))
+    for bank in ("options", "controller"):
+        params[bank]["b_in"][...] = 1.0
+        params[bank]["b_deep"][...] = 1.0
+    params["options"]["w_pi"][..., action] = 100.0
+    params["options"]["w_pi"][list(uniform)] = 0.0
+    params["options"]["b_e"][...] = done_bias
+    nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, params))
+    return nnx.merge(graphdef, state)
 
 
 def test_a_policy_that_only_says_done_never_succeeds_and_runs_to_the_limit():
@@ -47,12 +50,11 @@ def test_an_option_chosen_again_at_each_done_acts_as_if_it_never_said_done():
     # uniformly random actions whatever the state (no policy weights): a done that fires at every step changes
     # nothing when the option is chosen again, and ends every run after its first step when it stops it
     def table(done_bias, on_done):
-        policy = scripted_ocn(rules.USE, done_bias)
-        policy.options.w_pi[...] = jnp.zeros_like(policy.options.w_pi[...])
-        return option_subtask_success(policy, jax.random.key(3), 64, "AD", max_steps=64, on_done=on_done)
+        policy = scripted_ocn(rules.USE, done_bias, uniform=(0, 1, 2))
+        return option_subtask_success(policy, jax.random.key(3), 32, "AD", max_steps=32, on_done=on_done)
 
     never = table(-50.0, "reselect")
-    assert never.min() > 0  # a random walk with USE finds a lone wood or grass within 64 steps now and then
+    assert never.min() > 0  # a random walk with USE finds a lone wood or grass within 32 steps now and then
     np.testing.assert_array_equal(table(50.0, "reselect"), never)
     np.testing.assert_array_equal(table(-50.0, "stop"), never)
     assert np.all(table(50.0, "stop") < never)
@@ -61,7 +63,8 @@ def test_an_option_chosen_again_at_each_done_acts_as_if_it_never_said_done():
 def test_a_scripted_controller_on_one_subtask_is_the_option_table_cell():
     # two implementations of "the option chosen again whenever its done fires", on an untrained OCN whose
     # options act and say done at random: on a one-subtask task they agree episode by episode
-    policy = OptionControllerPolicy(CraftPolicyConfig(num_tasks=1, hidden_size=8), rngs=nnx.Rngs(5))
+    config = CraftPolicyConfig(num_tasks=1, hidden_size=8)
+    policy = nnx.jit(lambda: OptionControllerPolicy(config, rngs=nnx.Rngs(5)))()  # one program, not op by op
     policy.options.b_e[...] = jnp.full_like(policy.options.b_e[...], -1.0)  # done fires about a quarter of steps
     key = jax.random.key(7)
     table = option_subtask_success(policy, key, 64, "A", max_steps=40)
@@ -77,12 +80,11 @@ def test_a_scripted_controller_switches_options_only_when_done_fires():
     # whose done fires at every step hands over after wood and no episode finishes; one whose done never fires
     # keeps running option 1 (Algorithm 4 asks the controller only at done), which finishes the same episodes as
     # giving C option 1
-    env, key = Craft(("AC",)), jax.random.key(2)
+    env, key = Craft(("AC",)), jax.random.key(22)  # 2 of this key's 64 random episodes get wood, then iron
 
     def returns(done_bias, option_of_subtask):
-        policy = scripted_ocn(rules.DONE, done_bias)
-        policy.options.w_pi[...] = policy.options.w_pi[...].at[1].set(0.0)
-        return scripted_controller_rollout(policy, env, "AC", option_of_subtask, key, 512).returns
+        policy = scripted_ocn(rules.DONE, done_bias, uniform=(1,))
+        return scripted_controller_rollout(policy, env, "AC", option_of_subtask, key, 64).returns
 
     assert np.all(returns(50.0, {"A": 0, "C": 1}) == 0)
     assert returns(50.0, {"A": 1, "C": 0}).max() == 1 and returns(50.0, {"A": 1, "C": 1}).max() == 2

@@ -101,12 +101,16 @@ def _rerun(module, carry, obs, first):
     return nnx.jit(rerun)(module, carry, obs, first)
 
 
+@functools.cache
 def _module(kind: str):
+    """A fresh ActorCritic of `kind` (hidden size 8), built once per kind in one compiled program (not op by op);
+    the tests only read it."""
     from flax import nnx
 
     from tgjax.models.ocn import CraftPolicyConfig
 
-    return ActorCritic(CraftPolicyConfig(kind=kind, num_tasks=1, hidden_size=8), rngs=nnx.Rngs(0))
+    config = CraftPolicyConfig(kind=kind, num_tasks=1, hidden_size=8)
+    return nnx.jit(lambda: ActorCritic(config, rngs=nnx.Rngs(0)))()
 
 
 def _records(module, T: int = 5, B: int = 3, seed: int = 0):
@@ -184,6 +188,17 @@ def fresh_task(tmp_path_factory):
 
 
 @functools.cache
+def _fresh_state_program(task):
+    """`task.init_state()` as one compiled program (not op by op), placed as the task places it."""
+    return jax.jit(task._fresh_state, out_shardings=task.state_shardings)
+
+
+def _init_state(task):
+    """A fresh `task.init_state()` state (new arrays at each call: a rollout may donate them)."""
+    return _fresh_state_program(task)()
+
+
+@functools.cache
 def _reset_envs(task):
     """`task.reset_envs`, jitted once per task (not op by op)."""
     return jax.jit(task.reset_envs, static_argnums=1)
@@ -195,7 +210,7 @@ def test_rollout_is_what_the_loss_reruns(fresh_task):
     from flax import nnx
 
     task = fresh_task
-    state, _ = task.init_state()
+    state = _init_state(task)
     # a state in the middle of episodes, with a carry that is not the initial one: where a first rollout left it
     (env, obs, carry, first), _ = task._rollout(state)
     state = dataclasses.replace(state, env=env, obs=obs, carry=carry, first=first, step=state.step + 1)
@@ -211,7 +226,7 @@ def test_rollout_is_what_the_loss_reruns(fresh_task):
 def _uniform_policy_rollouts(task, num_seeds=6):
     """The actions [seeds, T, N] of rollouts of a fresh LSTM (`task`, FRESH's sizes) whose action head is zero
     (every action equally likely before any mask), from random seeds (the rollout's key and its environments)."""
-    state, _ = task.init_state()
+    state = _init_state(task)
     state.params["policy"]["w_out"] = jnp.zeros_like(state.params["policy"]["w_out"])
     state.params["policy"]["b_out"] = jnp.zeros_like(state.params["policy"]["b_out"])
     actions = []
@@ -253,7 +268,7 @@ def test_selection_and_report_episodes_are_disjoint(fresh_task):
     selection, heldout = starts(select_key), starts(heldout_key)
     assert len(selection) == len(heldout) == 64
     assert not selection & heldout
-    state, _ = task.init_state()
+    state = _init_state(task)
     evaluation = task.evaluate(state, None)
     assert evaluation.values["valid_return"] == evaluation.record["return"]
     assert {"return", "success_rate", "heldout_return", "heldout_success_rate"} <= set(evaluation.record)

@@ -177,7 +177,8 @@ def _option_rollout_actions(task, steps=16, num_seeds=6):
 
     from tgjax.train.tasks.ppo_options import _merge
 
-    state, _ = task.init_state()
+    # `task.init_state()` as one compiled program (not op by op), placed as the task places it
+    state = jax.jit(task._fresh_state, out_shardings=task.state_shardings)()
     options_graphdef = nnx.graphdef(task.options_policy)
 
     @jax.jit
