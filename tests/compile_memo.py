@@ -45,20 +45,22 @@ def install() -> dict[str, int]:
 
     @functools.wraps(original)
     def compile_or_get_cached(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs):
+        def compile_as_jax():
+            return original(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs)
+
         pgle_profiler = kwargs.get("pgle_profiler", args[1] if len(args) > 1 else None)
         if host_callbacks or pgle_profiler is not None:
-            return original(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs)
+            return compile_as_jax()
         try:
             key = cache_key.get(computation, devices, compile_options, backend)
         except Exception:  # noqa: BLE001  (a JAX whose key function differs: compile as JAX would)
-            return original(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs)
+            return compile_as_jax()
         executable = executables.get(key)
         if executable is not None:
             executables.move_to_end(key)
             counts["hits"] += 1
             return executable
-        executable = original(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs)
-        executables[key] = executable
+        executable = executables[key] = compile_as_jax()
         if len(executables) > MAX_EXECUTABLES:
             executables.popitem(last=False)
         counts["misses"] += 1
