@@ -3,9 +3,11 @@
 The suite compiles thousands of small programs and runs each a few times, so
 the quality of the generated code costs more than it saves: the tests run with
 `tests.xla_flags.CHEAP_CODEGEN` (no LLVM optimisation, XLA's classic fusion
-emitter; XLA's own HLO passes stay on, so every program computes what it
-computes in production, up to the rounding of the generated loops). A test
-that sets XLA_FLAGS for a subprocess builds them with `tests.xla_flags.xla_flags`.
+emitter) and without Python tracebacks in the lowered programs' source
+locations (`CHEAP_LOCATIONS`). XLA's own HLO passes stay on, so every program
+computes what it computes in production, up to the rounding of the generated
+loops. A test that sets XLA_FLAGS for a subprocess builds them with
+`tests.xla_flags.xla_flags`.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.xla_flags import CHEAP_CODEGEN
+from tests.xla_flags import CHEAP_CODEGEN, CHEAP_LOCATIONS
 
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # before any JAX backend starts
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *CHEAP_CODEGEN]).strip()
+for name, value in CHEAP_LOCATIONS.items():  # before JAX is imported; subprocesses inherit them
+    os.environ.setdefault(name, value)
 
 if os.environ.get("TGJAX_TEST_COMPILE_MEMO") == "1":  # opt-in: identical modules compile once per process
     from tests.compile_memo import install as install_compile_memo
@@ -125,7 +129,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def compile_stats() -> Iterator[None]:
     """With `TGJAX_TEST_COMPILE_STATS=DIR`, each worker writes DIR/<worker>.json at the end: the seconds JAX spent
     tracing, lowering and compiling (its own duration events), so that the suite's time can be split into
-    compilation and the rest. Off by default: it changes nothing a test computes."""
+    compilation and the rest, and each test's XLA compile seconds and program count. Off by default: it changes
+    nothing a test computes."""
     directory = os.environ.get("TGJAX_TEST_COMPILE_STATS")
     if not directory:
         yield
@@ -137,15 +142,21 @@ def compile_stats() -> Iterator[None]:
 
     totals: dict[str, float] = {}
     counts: dict[str, int] = {}
+    by_test: dict[str, list[float]] = {}  # test id -> [compile seconds, programs compiled]
 
     def listen(event: str, duration: float, **_) -> None:
         totals[event] = totals.get(event, 0.0) + duration
         counts[event] = counts.get(event, 0) + 1
+        if event.endswith("backend_compile_duration"):
+            test = os.environ.get("PYTEST_CURRENT_TEST", "(outside a test)").rsplit(" (", 1)[0]
+            entry = by_test.setdefault(test, [0.0, 0])
+            entry[0] += duration
+            entry[1] += 1
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     start = time.perf_counter()
     yield
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     Path(directory).mkdir(parents=True, exist_ok=True)
-    stats = {"wall": time.perf_counter() - start, "seconds": totals, "counts": counts}
+    stats = {"wall": time.perf_counter() - start, "seconds": totals, "counts": counts, "compile_by_test": by_test}
     (Path(directory) / f"{worker}.json").write_text(json.dumps(stats, indent=1))

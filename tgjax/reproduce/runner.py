@@ -5,7 +5,8 @@ one `Trainer.run(stop_after_step=...)`: the trainer saves a checkpoint (paramete
 where it stops, and the next chunk (here, or after the work folder was packed and unpacked elsewhere) resumes
 from it. Chunk ends fall on logging steps, so a resumed run writes the same metrics.jsonl records as an
 uninterrupted one. A run's first chunk in an invocation is a short calibration (setup and compilation
-included); later chunks are sized from its measured speed to fill the budget, less what scoring needs.
+included); later chunks are sized from its measured speed to fill the budget, less what scoring needs (for
+a recipe that scores a run in the chunk that finishes it, kept only by a chunk that would finish its run).
 At least one chunk runs per invocation, so every call moves the claim forward.
 """
 
@@ -76,14 +77,21 @@ def run_workdir(work: Path, spec: RunSpec) -> Path:
     return work / RUNS_DIR / spec.name
 
 
-def _aligned_stop(step: int, steps: int, align: int) -> int:
-    """The step to stop after: `step + steps` rounded down to a multiple of `align`, at least the next one."""
+def chunk_stop(step: int, steps: int, align: int, num_steps: int, *, may_finish: bool = True) -> int | None:
+    """The step a chunk of about `steps` from `step` stops after: `step + steps` rounded down to a multiple of
+    `align`, at least the next one; when the chunk may not finish the run, the last such step before `num_steps`
+    (None when there is none after `step`)."""
     stop = (step + max(steps, 1)) // align * align
-    return stop if stop > step else (step // align + 1) * align
+    stop = stop if stop > step else (step // align + 1) * align
+    if not may_finish and stop >= num_steps:
+        stop = (num_steps - 1) // align * align
+        return stop if stop > step else None
+    return stop
 
 
-def _train_chunk(spec: RunSpec, workdir: Path, steps: int, *, stream: TextIO, quiet: bool):
-    """One chunk of one run: (steps in the whole run, TrainResult)."""
+def _train_chunk(spec: RunSpec, workdir: Path, steps: int, *, may_finish: bool, stream: TextIO, quiet: bool):
+    """One chunk of one run: (steps in the whole run, TrainResult), or (steps in the whole run, None) when the run
+    may not finish in this chunk and no logging step is left short of its last one."""
     from tgjax.train.config import load_config
     from tgjax.train.loop import Trainer
 
@@ -92,11 +100,23 @@ def _train_chunk(spec: RunSpec, workdir: Path, steps: int, *, stream: TextIO, qu
     try:
         num_steps = trainer.task.num_steps
         step = trainer.store.latest_step() or 0
-        stop = _aligned_stop(step, steps, int(config.logging.interval_steps))
+        stop = chunk_stop(step, steps, int(config.logging.interval_steps), num_steps, may_finish=may_finish)
+        if stop is None:
+            return num_steps, None
         result = trainer.run(stop_after_step=stop)
     finally:
         trainer.close()
     return num_steps, result
+
+
+def _may_finish(recipe: Recipe, spec: RunSpec, run: RunProgress, steps: int, rate: float | None, share_s: float,
+                tiny: bool) -> bool:
+    """Whether a chunk of `steps` may reach the run's last step: always, unless the recipe scores a run in the chunk
+    that finishes it; then only when the rest of the training and that scoring fit in the run's share of the time."""
+    if not recipe.scored_when_finishing or run.num_steps is None or run.step + steps < run.num_steps:
+        return True
+    training_s = (run.num_steps - run.step) / rate if rate else 0.0
+    return training_s + recipe.reserve_s(spec, tiny) <= share_s
 
 
 def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bool, stream: TextIO = sys.stderr,
@@ -107,8 +127,9 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
     state = ClaimState.load_or_new(work, recipe, tiny, specs)
     state.invocations += 1
     unfinished = [s for s in specs if not state.runs[s.name].finished]
-    reserve = sum(recipe.reserve_s(spec, tiny) for spec in specs) + PACK_RESERVE_S
-    train_until = started + budget_s - reserve
+    # Scoring after training needs every run's reserve; scoring inside a finishing chunk is kept per chunk.
+    scoring = 0.0 if recipe.scored_when_finishing else sum(recipe.reserve_s(spec, tiny) for spec in specs)
+    train_until = started + budget_s - scoring - PACK_RESERVE_S
     rates: dict[str, float] = {}  # steps per second of wall time, setup included, measured in this invocation
     known_total = lambda: sum(state.runs[s.name].num_steps or 0 for s in specs)  # noqa: E731
     done_total = lambda: sum(state.runs[s.name].step for s in specs)  # noqa: E731
@@ -117,18 +138,22 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
     chunks = 0
     while unfinished:
         this_pass = list(unfinished)  # `unfinished` shrinks as runs finish within the pass
+        chunks_before = chunks
         for index, spec in enumerate(this_pass):
             left = train_until - time.monotonic()
-            if spec.name in rates:  # an equal share of what is left for each run still to come in this pass
-                steps = int(rates[spec.name] * left / (len(this_pass) - index))
-            else:
-                steps = recipe.calibration_steps(tiny)
+            share = left / (len(this_pass) - index)  # an equal share of what is left for each run still to come
+            rate = rates.get(spec.name)
+            steps = int(rate * share) if rate else recipe.calibration_steps(tiny)
             if chunks and (left <= 0 or steps < 1):
                 break
             run = state.runs[spec.name]
+            may_finish = _may_finish(recipe, spec, run, steps, rate, share, tiny)
             began = time.monotonic()
-            num_steps, result = _train_chunk(spec, run_workdir(work, spec), steps, stream=stream, quiet=True)
+            num_steps, result = _train_chunk(spec, run_workdir(work, spec), steps, may_finish=may_finish,
+                                             stream=stream, quiet=True)
             seconds = time.monotonic() - began
+            if result is None:  # nothing left to train short of the end, and no time to finish and score it
+                continue
             chunks += 1
             moved = result.final_step - run.step
             run.chunks.append([result.start_step, result.final_step])
@@ -142,7 +167,9 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
             budget_left = format_duration(max(0.0, train_until - time.monotonic()))
             progress.update(done_total(), fields=[f"{spec.name} {run.step}/{num_steps}", f"budget left {budget_left}"])
         else:
-            continue
+            if chunks > chunks_before:
+                continue
+            break  # no run could move without finishing, and none had the time to finish
         break  # the budget ended inside the pass
     progress.close()
     return state

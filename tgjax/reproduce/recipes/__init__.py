@@ -60,6 +60,10 @@ class Recipe:
     eval_reserve_s: Callable[[bool], float]  # seconds to keep for scoring one run (tiny or not)
     calibration_steps: Callable[[bool], int]  # the first chunk of a run, before its speed is known
     baseline_eval_reserve_s: Callable[[bool], float] | None = None  # for a baseline run, if not eval_reserve_s
+    # True when a run is scored by the training chunk that reaches its last step (the trainer tests its best
+    # parameters there) and `evaluate` only reads what that chunk wrote: then only a chunk that would finish a
+    # run needs that run's reserve, and a call too short to finish a run spends its whole budget on training.
+    scored_when_finishing: bool = False
 
     def reserve_s(self, spec: RunSpec, tiny: bool) -> float:
         """Seconds to keep for scoring `spec`'s run."""

@@ -1,0 +1,102 @@
+"""tgjax reproduce's budget: the time a call keeps for scoring, on a simulated clock and trainer.
+
+A recipe that scores each run in the chunk that finishes it (`scored_when_finishing`, the ListOps recipe) keeps a
+run's scoring reserve only for a chunk that would finish that run: a call too short to finish anything trains for
+its whole budget, a run near its end stops one logging step short unless the rest and its scoring fit, and no call
+runs past its budget."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tgjax.reproduce import runner
+from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
+
+NUM_STEPS, ALIGN, STEPS_PER_S, RESERVE_S = 1000, 10, 1.0, 100.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@dataclasses.dataclass
+class FakeResult:
+    start_step: int
+    final_step: int
+    stop_reason: str | None
+
+
+def _recipe(scored_when_finishing: bool) -> Recipe:
+    specs = [RunSpec(name=f"run{i}", role="model", config="unused.py", overrides=(), seed=i) for i in range(2)]
+    return Recipe(claim_id="fake", description="two simulated runs", runs=lambda tiny: specs,
+                  evaluate=lambda *_: {}, comparison=Comparison(model_metric="m", baseline_metric="m", label="m"),
+                  eval_reserve_s=lambda tiny: RESERVE_S, calibration_steps=lambda tiny: 10,
+                  scored_when_finishing=scored_when_finishing)
+
+
+@pytest.fixture
+def simulated(monkeypatch, tmp_path):
+    """(clock, steps reached per run, run a call): each step costs 1/STEPS_PER_S s, a finishing chunk RESERVE_S more."""
+    clock = Clock()
+    reached: dict[str, int] = {}
+
+    def train_chunk(spec, workdir, steps, *, may_finish, stream, quiet):
+        step = reached.get(spec.name, 0)
+        stop = runner.chunk_stop(step, steps, ALIGN, NUM_STEPS, may_finish=may_finish)
+        if stop is None:
+            return NUM_STEPS, None
+        stop = min(stop, NUM_STEPS)
+        clock.now += (stop - step) / STEPS_PER_S + (RESERVE_S if stop == NUM_STEPS else 0.0)
+        reached[spec.name] = stop
+        return NUM_STEPS, FakeResult(step, stop, "schedule" if stop == NUM_STEPS else "stop_after_step")
+
+    monkeypatch.setattr(runner, "time", clock)
+    monkeypatch.setattr(runner, "_train_chunk", train_chunk)
+
+    def call(recipe: Recipe, budget_s: float):
+        started = clock.now
+        state = runner.train_within_budget(recipe, tmp_path, budget_s=budget_s, tiny=False, quiet=True)
+        return state, clock.now - started
+
+    return clock, reached, call
+
+
+def test_a_call_too_short_to_finish_trains_for_its_whole_budget(simulated):
+    _, reached, call = simulated
+    state, spent = call(_recipe(scored_when_finishing=True), budget_s=300.0)
+    assert spent <= 300.0
+    # Both runs share the budget less the pack's reserve; chunk ends round down to logging steps.
+    assert sum(reached.values()) >= 300.0 - runner.PACK_RESERVE_S - 2 * ALIGN * 3
+    assert not any(run.finished for run in state.runs.values())
+
+
+def test_scoring_after_training_keeps_every_runs_reserve(simulated):
+    _, reached, call = simulated
+    _, spent = call(_recipe(scored_when_finishing=False), budget_s=300.0)
+    assert spent <= 300.0 - 2 * RESERVE_S
+    assert sum(reached.values()) <= 300.0 - 2 * RESERVE_S - runner.PACK_RESERVE_S + ALIGN
+
+
+def test_a_run_near_its_end_finishes_only_when_its_scoring_fits(simulated, tmp_path):
+    _, reached, call = simulated
+    recipe = _recipe(scored_when_finishing=True)
+    state, _ = call(recipe, budget_s=200.0)  # starts both runs and records their length
+    for name, run in state.runs.items():  # then both at step 950 of 1,000
+        run.step = reached[name] = 950
+    state.save(tmp_path)
+    # 120 s: each run's share (60 s) is less than its last 50 steps and its scoring (150 s): both stop at 990.
+    state, spent = call(recipe, budget_s=120.0)
+    assert spent <= 120.0
+    assert reached == {"run0": 990, "run1": 990}
+    assert not any(run.finished for run in state.runs.values())
+    # 400 s: 10 steps and 100 s of scoring each fit: both finish, inside the budget.
+    state, spent = call(recipe, budget_s=400.0)
+    assert spent <= 400.0
+    assert reached == {"run0": NUM_STEPS, "run1": NUM_STEPS}
+    assert all(run.finished for run in state.runs.values())
