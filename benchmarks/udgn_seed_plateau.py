@@ -8,7 +8,12 @@ seeds' perplexity and their trees move above the chain. This trains the given se
 scores each exactly as the recipe does (the best validation checkpoint, `tgjax eval dependency` on the built-in
 test split), printing per seed: steps, MLM perplexity, tree / argmax UAS and the right chain.
 
+With `--head-stats` it trains nothing and describes the Chu-Liu/Edmonds trees of the runs already in OUT beside
+the gold's: the share of heads to the right of their word, of adjacent heads, the mean head distance, and where
+the root sits (what a parser settles on, when its UAS does not follow its perplexity).
+
     python benchmarks/udgn_seed_plateau.py --seeds 3333 4444 5555 --steps 1800 --out OUT
+    python benchmarks/udgn_seed_plateau.py --seeds 3333 4444 5555 --out OUT --head-stats
 """
 
 from __future__ import annotations
@@ -18,8 +23,44 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+
 from tgjax.reproduce.recipes import udgn_uas
 from tgjax.reproduce.recipes.common import seeded_runs
+
+
+def head_statistics(heads: list[np.ndarray]) -> dict:
+    """Shape of dependency trees (heads[i] = i marks the root): shares over the non-root words, in %."""
+    right = adjacent = words = roots_last = roots_first = 0
+    distance = 0.0
+    for sentence in heads:
+        index = np.arange(len(sentence))
+        dependents = sentence != index
+        right += int(np.sum(sentence[dependents] > index[dependents]))
+        adjacent += int(np.sum(np.abs(sentence[dependents] - index[dependents]) == 1))
+        distance += float(np.sum(np.abs(sentence[dependents] - index[dependents])))
+        words += int(np.sum(dependents))
+        root = int(np.flatnonzero(~dependents)[0])
+        roots_last += root == len(sentence) - 1 and len(sentence) > 1
+        roots_first += root == 0 and len(sentence) > 1
+    return {"head_right": 100.0 * right / words, "adjacent": 100.0 * adjacent / words,
+            "mean_distance": distance / words, "root_last": 100.0 * roots_last / len(heads),
+            "root_first": 100.0 * roots_first / len(heads)}
+
+
+def print_head_statistics(out: Path, seeds: list[int]) -> None:
+    from tgjax.eval.dependency import _head_parser, read_gold, tree_heads
+
+    gold = read_gold(["builtin"], split="test")
+    rows = [("gold (builtin heads)", head_statistics(gold.heads))]
+    for spec in seeded_runs("udgn", udgn_uas.CONFIG, seeds, (), (), tiny=False):
+        parser = _head_parser(str(out / spec.name), "best", batch_size=64)
+        rows.append((f"seed {spec.seed} tree", head_statistics([tree_heads(p) for p in parser.head_probs(gold.words)])))
+    print("| heads of | to the right, % | adjacent, % | mean distance | root last, % | root first, % |")
+    print("|---|---|---|---|---|---|")
+    for name, st in rows:
+        print(f"| {name} | {st['head_right']:.1f} | {st['adjacent']:.1f} | {st['mean_distance']:.2f} | "
+              f"{st['root_last']:.1f} | {st['root_first']:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[3333, 4444, 5555])
     parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--out", type=Path, required=True, help="one workdir per seed, and results.jsonl")
+    parser.add_argument("--head-stats", action="store_true", help="describe the trees of the runs in --out")
     args = parser.parse_args(argv)
+    if args.head_stats:
+        print_head_statistics(args.out, args.seeds)
+        return 0
 
     from tgjax.train.config import load_config
     from tgjax.train.loop import train
