@@ -100,3 +100,16 @@ def test_a_run_near_its_end_finishes_only_when_its_scoring_fits(simulated, tmp_p
     assert spent <= 400.0
     assert reached == {"run0": NUM_STEPS, "run1": NUM_STEPS}
     assert all(run.finished for run in state.runs.values())
+
+
+def test_a_work_folder_started_under_another_config_is_refused_naming_the_run(simulated, tmp_path):
+    _, _, call = simulated
+    call(_recipe(scored_when_finishing=True), budget_s=100.0)
+    changed = _recipe(scored_when_finishing=True)
+    specs = [dataclasses.replace(spec, overrides=("model.release_switches=false",)) if spec.name == "run1" else spec
+             for spec in changed.runs(False)]
+    with pytest.raises(runner.StateMismatch, match=r"run run1 was started as unused\.py, but the recipe now trains "
+                                                   r"unused\.py model\.release_switches=false"):
+        runner.ClaimState.load_or_new(tmp_path, changed, False, specs)
+    # The same recipe resumes.
+    assert runner.ClaimState.load_or_new(tmp_path, changed, False, changed.runs(False)).runs["run1"].step > 0

@@ -38,6 +38,9 @@ class RunProgress:
 
     step: int = 0
     num_steps: int | None = None
+    # The config and overrides the run was started with: a recipe that changed since must not resume its
+    # checkpoints under another model (None in work folders written before it was kept).
+    trains: list[str] | None = None
     finished: bool = False
     train_seconds: float = 0.0
     chunks: list[list[int]] = dataclasses.field(default_factory=list)  # [first step, last step] of every chunk
@@ -54,7 +57,7 @@ class ClaimState:
     def load_or_new(cls, work: Path, recipe: Recipe, tiny: bool, specs: list[RunSpec]) -> ClaimState:
         path = work / STATE_FILE
         if not path.exists():
-            return cls(recipe.claim_id, tiny, {s.name: RunProgress() for s in specs})
+            return cls(recipe.claim_id, tiny, {s.name: RunProgress(trains=_trains(s)) for s in specs})
         saved = json.loads(path.read_text())
         if saved["claim"] != recipe.claim_id or saved["tiny"] != tiny:
             scale = lambda t: "--tiny" if t else "full scale"  # noqa: E731
@@ -62,7 +65,11 @@ class ClaimState:
                                 f"{scale(tiny)}")
         runs = {name: RunProgress(**fields) for name, fields in saved["runs"].items()}
         for spec in specs:
-            runs.setdefault(spec.name, RunProgress())
+            run = runs.setdefault(spec.name, RunProgress(trains=_trains(spec)))
+            if run.trains is not None and run.trains != _trains(spec):
+                raise StateMismatch(f"{path}: run {spec.name} was started as {' '.join(run.trains)}, but the "
+                                    f"recipe now trains {' '.join(_trains(spec))}; start a new --output without "
+                                    "--resume-from")
         return cls(saved["claim"], saved["tiny"], runs, saved.get("invocations", 0))
 
     def save(self, work: Path) -> None:
@@ -71,6 +78,10 @@ class ClaimState:
         temporary = work / f".{STATE_FILE}.partial"
         temporary.write_text(json.dumps(data, indent=2) + "\n")
         temporary.replace(work / STATE_FILE)
+
+
+def _trains(spec: RunSpec) -> list[str]:
+    return [spec.config, *spec.overrides]
 
 
 def run_workdir(work: Path, spec: RunSpec) -> Path:
