@@ -45,3 +45,11 @@ def run_eval_command(main: Callable[[Sequence[str]], int], argv: list[str], outp
     if status != 0:
         raise RuntimeError(f"{' '.join(argv)} failed (exit {status}); see the message above")
     return json.loads(output.read_text())
+
+
+NO_TREES = "no parse F1: a baseline has no pointers to read trees from"
+
+
+def parse_f1_or_note(result: dict) -> dict:
+    """An Ordered Memory's parse F1, or (a baseline) a note saying there is none: never a made-up number."""
+    return {"parse_f1": result["parse_f1"]} if "parse_f1" in result else {"parse_note": NO_TREES}

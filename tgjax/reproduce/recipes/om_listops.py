@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import metrics_records, seeded_runs
+from tgjax.reproduce.recipes.common import metrics_records, parse_f1_or_note, seeded_runs
 
 CONFIG = "configs/om_listops.py:cpu"  # the release switches: its published numbers came from that code
 SEEDS = (1111, 2222, 3333)
@@ -59,22 +59,14 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
 
         scores = {"split": "test", "accuracy": 100.0 * test["accuracy"],
                   "majority": majority_percent(DEFAULT_LISTOPS_TEST), "best_step": report["best_step"]}
-        return {**scores, **_parse_f1(test)}
+        return {**scores, **parse_f1_or_note(test)}
     valid = [r for r in metrics_records(workdir) if r.get("split") == "valid"]
     if not valid:
         return {"split": "none", "note": "no validation yet"}
     best = max(valid, key=lambda r: r["accuracy"])
     scores = {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
               "note": "test set not scored: " + ("a tiny run has none" if tiny else "the run has not finished")}
-    return {**scores, **_parse_f1(best)}
-
-
-NO_TREES = "no parse F1: a baseline has no pointers to read trees from"
-
-
-def _parse_f1(result: dict) -> dict:
-    """Ordered Memory's parse F1, or (a baseline) a note saying there is none: never a made-up number."""
-    return {"parse_f1": result["parse_f1"]} if "parse_f1" in result else {"parse_note": NO_TREES}
+    return {**scores, **parse_f1_or_note(best)}
 
 
 RECIPE = Recipe(
