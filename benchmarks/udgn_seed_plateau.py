@@ -49,12 +49,14 @@ def head_statistics(heads: list[np.ndarray]) -> dict:
 
 
 def print_head_statistics(out: Path, seeds: list[int]) -> None:
-    from tgjax.eval.dependency import _head_parser, read_gold, tree_heads
+    from tgjax.eval.dependency import read_gold, tree_heads
+    from tgjax.infer.api import load
 
     gold = read_gold(["builtin"], split="test")
     rows = [("gold (builtin heads)", head_statistics(gold.heads))]
     for spec in seeded_runs("udgn", udgn_uas.CONFIG, seeds, (), (), tiny=False):
-        parser = _head_parser(str(out / spec.name), "best", batch_size=64)
+        parser = load(str(out / spec.name), "best").parser(command="udgn_seed_plateau.py", parses="heads",
+                                                            batch_size=64)
         rows.append((f"seed {spec.seed} tree", head_statistics([tree_heads(p) for p in parser.head_probs(gold.words)])))
     print("| heads of | to the right, % | adjacent, % | mean distance | root last, % | root first, % |")
     print("|---|---|---|---|---|---|")

@@ -45,11 +45,13 @@ def simulated(monkeypatch, tmp_path):
     """(clock, steps reached per run, run a call): each step costs 1/STEPS_PER_S s, a finishing chunk RESERVE_S more."""
     clock = Clock()
     reached: dict[str, int] = {}
+    idle_chunks: list[str] = []  # chunks built (a Trainer, in the real runner) with nothing to train
 
     def train_chunk(spec, workdir, steps, *, may_finish, stream, quiet):
         step = reached.get(spec.name, 0)
         stop = runner.chunk_stop(step, steps, ALIGN, NUM_STEPS, may_finish=may_finish)
         if stop is None:
+            idle_chunks.append(spec.name)
             return NUM_STEPS, None
         stop = min(stop, NUM_STEPS)
         clock.now += (stop - step) / STEPS_PER_S + (RESERVE_S if stop == NUM_STEPS else 0.0)
@@ -58,10 +60,12 @@ def simulated(monkeypatch, tmp_path):
 
     monkeypatch.setattr(runner, "time", clock)
     monkeypatch.setattr(runner, "_train_chunk", train_chunk)
+    monkeypatch.setattr(runner, "_logging_interval", lambda spec: ALIGN)
 
     def call(recipe: Recipe, budget_s: float):
         started = clock.now
         state = runner.train_within_budget(recipe, tmp_path, budget_s=budget_s, tiny=False, quiet=True)
+        assert not idle_chunks, "a chunk was started with nothing to train short of the end"
         return state, clock.now - started
 
     return clock, reached, call

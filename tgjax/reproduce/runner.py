@@ -120,6 +120,12 @@ def _train_chunk(spec: RunSpec, workdir: Path, steps: int, *, may_finish: bool, 
     return num_steps, result
 
 
+def _logging_interval(spec: RunSpec) -> int:
+    from tgjax.train.config import load_config
+
+    return int(load_config(spec.config, list(spec.overrides)).logging.interval_steps)
+
+
 def _may_finish(recipe: Recipe, spec: RunSpec, run: RunProgress, steps: int, rate: float | None, share_s: float,
                 tiny: bool) -> bool:
     """Whether a chunk of `steps` may reach the run's last step: always, unless the recipe scores a run in the chunk
@@ -159,11 +165,14 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
                 break
             run = state.runs[spec.name]
             may_finish = _may_finish(recipe, spec, run, steps, rate, share, tiny)
+            if not may_finish and chunk_stop(run.step, steps, _logging_interval(spec), run.num_steps,
+                                             may_finish=False) is None:
+                continue  # nothing left short of the end, and no time to finish and score it: no Trainer built
             began = time.monotonic()
             num_steps, result = _train_chunk(spec, run_workdir(work, spec), steps, may_finish=may_finish,
                                              stream=stream, quiet=True)
             seconds = time.monotonic() - began
-            if result is None:  # nothing left to train short of the end, and no time to finish and score it
+            if result is None:  # the checkpoint was further on than the state said: nothing left short of the end
                 continue
             chunks += 1
             moved = result.final_step - run.step

@@ -53,3 +53,23 @@ NO_TREES = "no parse F1: a baseline has no pointers to read trees from"
 def parse_f1_or_note(result: dict) -> dict:
     """An Ordered Memory's parse F1, or (a baseline) a note saying there is none: never a made-up number."""
     return {"parse_f1": result["parse_f1"]} if "parse_f1" in result else {"parse_note": NO_TREES}
+
+
+def encoder_runs(config: str, seeds: Sequence[int], common: Sequence[str], tiny_overrides: Sequence[str],
+                 tiny: bool) -> list:
+    """An Ordered Memory claim's runs: `seeded_runs` of `config` ("om-seedN"), then the same seeds of each
+    same-size baseline encoder ("lstm-seedN", "transformer-seedN"; role "baseline", grouped by encoder)."""
+    from tgjax.models.sequence_encoders import BASELINES  # here, not at import: `tgjax --help` stays fast
+
+    specs = seeded_runs("om", config, seeds, common, tiny_overrides, tiny)
+    for encoder in BASELINES:
+        specs += seeded_runs(encoder, config, seeds, (*common, f"model.encoder={encoder}"), tiny_overrides, tiny,
+                             role="baseline", group=encoder)
+    return specs
+
+
+def best_validation(workdir: Path) -> dict | None:
+    """The metrics.jsonl validation record of highest accuracy, or None before the first validation."""
+    valid = [r for r in metrics_records(workdir) if r.get("split") == "valid"]
+    return max(valid, key=lambda r: r["accuracy"]) if valid else None
+

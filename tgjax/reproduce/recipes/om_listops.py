@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import metrics_records, parse_f1_or_note, seeded_runs
+from tgjax.reproduce.recipes.common import best_validation, encoder_runs, parse_f1_or_note
 
 CONFIG = "configs/om_listops.py:cpu"  # the release switches: its published numbers came from that code
 SEEDS = (1111, 2222, 3333)
@@ -32,15 +32,8 @@ TINY = ("data.train_size=200", "data.valid_size=40", "model.embedding_size=8", "
         "evaluation.batch_size=40", "data.test_path=")
 
 
-BASELINES = ("lstm", "transformer")  # model.encoder of the baseline runs
-
-
 def runs(tiny: bool) -> list[RunSpec]:
-    specs = seeded_runs("om", CONFIG, SEEDS, COMMON, TINY, tiny)
-    for encoder in BASELINES:
-        specs += seeded_runs(encoder, CONFIG, SEEDS, (*COMMON, f"model.encoder={encoder}"), TINY, tiny,
-                             role="baseline", group=encoder)
-    return specs
+    return encoder_runs(CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def majority_percent(test_path: str) -> float:
@@ -60,10 +53,9 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
         scores = {"split": "test", "accuracy": 100.0 * test["accuracy"],
                   "majority": majority_percent(DEFAULT_LISTOPS_TEST), "best_step": report["best_step"]}
         return {**scores, **parse_f1_or_note(test)}
-    valid = [r for r in metrics_records(workdir) if r.get("split") == "valid"]
-    if not valid:
+    best = best_validation(workdir)
+    if best is None:
         return {"split": "none", "note": "no validation yet"}
-    best = max(valid, key=lambda r: r["accuracy"])
     scores = {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
               "note": "test set not scored: " + ("a tiny run has none" if tiny else "the run has not finished")}
     return {**scores, **parse_f1_or_note(best)}

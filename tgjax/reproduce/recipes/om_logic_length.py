@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import metrics_records, seeded_runs
+from tgjax.reproduce.recipes.common import best_validation, encoder_runs
 
 CONFIG = "configs/om_logic.py:cpu_long"  # the release switches: its published numbers came from that code
 SEEDS = (1111, 2222, 3333)
@@ -32,15 +32,10 @@ TINY = ("data.max_train_examples=200", "data.max_valid_examples=40", "model.embe
         "evaluation.interval_steps=6", "checkpointing.interval_steps=6", "logging.interval_steps=1",
         "evaluation.batch_size=256")
 TEST_COUNTS = range(7, 13)  # the operator counts of the test files
-BASELINES = ("lstm", "transformer")  # model.encoder of the baseline runs
 
 
 def runs(tiny: bool) -> list[RunSpec]:
-    specs = seeded_runs("om", CONFIG, SEEDS, COMMON, TINY, tiny)
-    for encoder in BASELINES:
-        specs += seeded_runs(encoder, CONFIG, SEEDS, (*COMMON, f"model.encoder={encoder}"), TINY, tiny,
-                             role="baseline", group=encoder)
-    return specs
+    return encoder_runs(CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def majority_percent(logic_dir: str) -> float:
@@ -64,10 +59,9 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
         return {"split": "test 7-12", "accuracy": 100.0 * test["all"]["accuracy"],
                 **{f"ops{n}": 100.0 * test[f"ops{n}"]["accuracy"] for n in TEST_COUNTS},
                 "majority": majority_percent(logic_dir), "best_step": report["best_step"]}
-    valid = [r for r in metrics_records(workdir) if r.get("split") == "valid"]
-    if not valid:
+    best = best_validation(workdir)
+    if best is None:
         return {"split": "none", "note": "no validation yet"}
-    best = max(valid, key=lambda r: r["accuracy"])
     return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
             "note": "test not scored: the run has not finished"}
 
