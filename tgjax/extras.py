@@ -3,12 +3,14 @@
 `pip install tgjax` brings what training and evaluation need; drawing
 (matplotlib, the `plots` extra) and TensorBoard events (tensorboardX, the
 `tensorboard` extra) are extras. `require_extra` imports one and, when it is
-missing, raises an error that names the extra to install.
+missing, raises an error that names the extra to install. `rl_library`
+imports distrax or rlax (the `rl` extra) without TensorFlow.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
 
@@ -25,4 +27,22 @@ def require_extra(module: str, *, extra: str, purpose: str) -> ModuleType:
                            f"install it with: pip install 'tgjax[{extra}]'") from e
 
 
-__all__ = ["MissingExtra", "require_extra"]
+def rl_library(module: str) -> ModuleType:
+    """Imports distrax or rlax (the `rl` extra), keeping TensorFlow out of the process.
+
+    Both reach TensorFlow Probability's JAX substrate, which imports TensorFlow, when it is installed (the
+    `seqio` extra brings it), only to copy TensorFlow's docstrings onto its functions: 5-9 s of start-up for
+    every PPO run and Craft evaluation, and nothing it computes. While `module` is imported, `import tensorflow`
+    fails as if TensorFlow were absent, the case TFP handles by skipping the docstrings; afterwards TensorFlow
+    imports as usual. A process that already holds TensorFlow imports `module` as it is."""
+    if "tensorflow" in sys.modules:
+        return require_extra(module, extra="rl", purpose="Craft reinforcement learning")
+    sys.modules["tensorflow"] = None  # type: ignore[assignment]  # Python's "import blocked" sentinel
+    try:
+        return require_extra(module, extra="rl", purpose="Craft reinforcement learning")
+    finally:
+        if sys.modules.get("tensorflow", ...) is None:
+            del sys.modules["tensorflow"]
+
+
+__all__ = ["MissingExtra", "require_extra", "rl_library"]

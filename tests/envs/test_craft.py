@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("gymnax")
+from tests.needs import skip_module_without  # noqa: E402
+
+skip_module_without("gymnax")
 
 from tgjax.envs import craft_rules as rules  # noqa: E402
 from tgjax.envs.craft import Craft, CraftParams, CraftState  # noqa: E402

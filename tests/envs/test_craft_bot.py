@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("gymnax")
+from tests.needs import skip_module_without  # noqa: E402
+
+skip_module_without("gymnax")
 
 from tgjax.envs import craft_rules as rules  # noqa: E402
 from tgjax.envs.craft import Craft, CraftState  # noqa: E402

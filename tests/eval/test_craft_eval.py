@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-pytest.importorskip("gymnax")
+from tests.needs import skip_module_without  # noqa: E402
+
+skip_module_without("gymnax")
 
 from tgjax.envs import craft_rules as rules  # noqa: E402
 from tgjax.envs.craft import Craft  # noqa: E402

@@ -9,12 +9,14 @@ import shutil
 import numpy as np
 import pytest
 
-pytest.importorskip("gymnax")
+from tests.needs import skip_module_without  # noqa: E402
 
-from tgjax.data.craft_demos import CraftDemoError, read_craft_demos, write_craft_demos
-from tgjax.train.config import ConfigError, apply_overrides
-from tgjax.train.loop import train
-from tgjax.train.tasks.craft_bc import default_config
+skip_module_without("gymnax")
+
+from tgjax.data.craft_demos import CraftDemoError, read_craft_demos, write_craft_demos  # noqa: E402
+from tgjax.train.config import ConfigError, apply_overrides  # noqa: E402
+from tgjax.train.loop import train  # noqa: E402
+from tgjax.train.tasks.craft_bc import default_config  # noqa: E402
 
 SMALL = ["data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
          "evaluation.batch_size=4", "training.num_steps=8", "evaluation.interval_steps=4",

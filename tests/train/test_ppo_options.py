@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("rlax")
-pytest.importorskip("distrax")
-pytest.importorskip("gymnax")
+from tests.needs import skip_module_without  # noqa: E402
+
+skip_module_without("rlax", "distrax", "gymnax")
 
 from tests.train.helpers import assert_resumes_bit_identically, train_losses  # noqa: E402
 from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages  # noqa: E402

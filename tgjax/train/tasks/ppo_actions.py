@@ -60,6 +60,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from tgjax.extras import rl_library
 from tgjax.models.actor_critic import FLAT_KINDS, ActorCritic
 from tgjax.models.ocn import CraftPolicyConfig
 from tgjax.models.parts import count_parameters
@@ -123,7 +124,7 @@ def ppo_loss(module: ActorCritic, carry, rec: dict, advantages: jax.Array, targe
              clip_epsilon: float, value_coef: float, entropy_coef: float):
     """The PPO loss of one minibatch of environments (rec's arrays [T, B, ...], advantages / targets [T, B]):
     (loss, (policy loss, value loss, entropy)); every step is a decision (mask 1)."""
-    import distrax
+    distrax = rl_library("distrax")
 
     log_pi, value = rerun(module, carry, rec["obs"], rec["first"])
     dist = distrax.Categorical(logits=log_pi)

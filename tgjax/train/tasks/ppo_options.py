@@ -66,6 +66,7 @@ import ml_collections
 from flax import nnx
 
 from tgjax.envs import craft_rules as rules
+from tgjax.extras import rl_library
 from tgjax.models.actor_critic import Controller, without_done
 from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy, pool_options
 from tgjax.models.parts import count_parameters
@@ -121,7 +122,7 @@ def smdp_advantages(rewards, discounts, decisions_next, values, gae_lambda):
     rewards, discounts [T] (reward and discount of the transition out of step t), decisions_next [T] (whether
     step t + 1 is a decision), values [T + 1] -> advantages [T].
     """
-    import rlax
+    rlax = rl_library("rlax")
 
     lambdas = jnp.where(decisions_next, gae_lambda, 1.0)
     return rlax.truncated_generalized_advantage_estimation(rewards, discounts, lambdas, values)
@@ -129,7 +130,7 @@ def smdp_advantages(rewards, discounts, decisions_next, values, gae_lambda):
 
 def masked_clipped_loss(log_ratio, advantages, mask, epsilon):
     """The clipped surrogate loss averaged over the steps where `mask` is 1 (the decisions). [N] arrays."""
-    import rlax
+    rlax = rl_library("rlax")
 
     count = jnp.maximum(jnp.sum(mask), 1.0)
     ratio = jnp.where(mask > 0, jnp.exp(log_ratio), 1.0)
@@ -257,7 +258,7 @@ class PPOOptionsTask(CraftPPOTask):
         return (env_state, obs_next, h_c, h_o, new_option, done), record
 
     def _make_iteration(self):
-        import distrax
+        distrax = rl_library("distrax")
 
         r = self.config.rl
         options_graphdef = nnx.graphdef(self.options_policy)
