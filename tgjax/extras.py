@@ -28,21 +28,23 @@ def require_extra(module: str, *, extra: str, purpose: str) -> ModuleType:
 
 
 def rl_library(module: str) -> ModuleType:
-    """Imports distrax or rlax (the `rl` extra), keeping TensorFlow out of the process.
+    """Imports distrax or rlax (the `rl` extra) with TensorFlow hidden.
 
-    Both reach TensorFlow Probability's JAX substrate, which imports TensorFlow, when it is installed (the
-    `seqio` extra brings it), only to copy TensorFlow's docstrings onto its functions: 5-9 s of start-up for
-    every PPO run and Craft evaluation, and nothing it computes. While `module` is imported, `import tensorflow`
-    fails as if TensorFlow were absent, the case TFP handles by skipping the docstrings; afterwards TensorFlow
-    imports as usual. A process that already holds TensorFlow imports `module` as it is."""
-    if "tensorflow" in sys.modules:
-        return require_extra(module, extra="rl", purpose="Craft reinforcement learning")
+    Both reach TensorFlow Probability's JAX substrate. Where TensorFlow is installed (the `seqio` extra brings
+    it), that substrate imports it only to copy TensorFlow's docstrings onto its functions: 5-9 s of start-up
+    for every PPO run, and nothing it computes. Where TensorFlow is already loaded (a seqio pipeline in the same
+    process), TFP also loads its Keras layers, which fail without the separate `tf_keras` package. So while
+    `module` is imported, `import tensorflow` fails as if TensorFlow were absent, the case TFP handles by
+    skipping both; afterwards `sys.modules` holds what it held before (TensorFlow imports, or is, as usual)."""
+    hidden = sys.modules.get("tensorflow")
     sys.modules["tensorflow"] = None  # type: ignore[assignment]  # Python's "import blocked" sentinel
     try:
         return require_extra(module, extra="rl", purpose="Craft reinforcement learning")
     finally:
-        if sys.modules.get("tensorflow", ...) is None:
+        if hidden is None:
             del sys.modules["tensorflow"]
+        else:
+            sys.modules["tensorflow"] = hidden
 
 
 __all__ = ["MissingExtra", "require_extra", "rl_library"]
