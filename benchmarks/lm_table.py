@@ -8,7 +8,9 @@ training sentences:
   d = 64 (the demo's models, `tgjax.demo`), warm-up then cosine over the steps;
 * Pushdown-LM: `configs/pushdown_tiny.py` with 3 layers of d = 48, FFN 192
   (the attachment head's per-depth key MLP makes d = 64 about 1.7x the TG's
-  parameters) and 24 depths, the same schedule;
+  parameters) and 24 depths, the same schedule; its Base-LM (`base_lm`, the
+  paper's §4.1 baseline): the same with `model.pushdown_layers=none`, no layer
+  reading the stack tape, the attachment head still trained beside it;
 * ON-LSTM: `configs/onlstm_tiny.py` with embeddings 64, 2 layers of 128
   (chunk 8), trained for the same steps instead of epochs (SGD, NT-ASGD);
 * Tf+Sup, a transformer with a superposition stack in its middle layer:
@@ -68,8 +70,8 @@ sys.path.insert(0, str(REPO))
 
 from tgjax import demo  # noqa: E402
 
-MODELS = ("tg", "txl_cc", "txl_terminals", "pushdown_lm", "onlstm_lm", "stack_lm")
-TITLES = {**demo.TITLES, "onlstm_lm": "ON-LSTM", "stack_lm": "Tf+Sup"}
+MODELS = ("tg", "txl_cc", "txl_terminals", "pushdown_lm", "base_lm", "onlstm_lm", "stack_lm")
+TITLES = {**demo.TITLES, "base_lm": "Base-LM", "onlstm_lm": "ON-LSTM", "stack_lm": "Tf+Sup"}
 DEPTHS = (0, 1, 2, 3)  # embeddings between the subject's head and its verb
 WARMUP_STEPS = 100  # TG / TXL / Pushdown-LM: linear warm-up, then cosine over the remaining steps
 TRAIN_SENTENCES, VALID_SENTENCES = 5000, 500  # the built-in treebank's default splits, for every family
@@ -84,6 +86,8 @@ SIZES = {
 
 
 def family(name: str) -> str:
+    if name == "base_lm":  # the Pushdown paper's Base-LM: the Pushdown-LM without the depth term (§4.1)
+        return "pushdown_lm"
     return name if name in ("pushdown_lm", "onlstm_lm", "stack_lm") else "lm"
 
 
@@ -102,6 +106,8 @@ def model_config(name: str, steps: int, seed_offset: int = 0):
         common.append(f"evaluation.interval_steps={interval}")
     if name in ("tg", "txl_cc", "txl_terminals"):
         common.append(f"model.name={name}")
+    if name == "base_lm":
+        common.append("model.pushdown_layers=none")
     config = load_config(config_name, common)
     if family(name) == "onlstm_lm":
         config.training.num_epochs = None  # steps, not epochs (an override cannot set None over an int)

@@ -67,3 +67,6 @@ def test_configs_match_the_steps_and_move_the_seed(lm_table):
         config = lm_table.model_config(name, 400)
         assert config.data.num_train_sentences == lm_table.TRAIN_SENTENCES
     assert lm_table.model_config("stack_lm", 400).model.stack == "superposition"
+    pushdown, base = (lm_table.model_config(name, 400).to_dict() for name in ("pushdown_lm", "base_lm"))
+    assert (pushdown["model"].pop("pushdown_layers"), base["model"].pop("pushdown_layers")) == ("all", "none")
+    assert pushdown == base  # the Base-LM is the Pushdown-LM without the depth term, nothing else
