@@ -29,8 +29,9 @@ for name, value in CHEAP_LOCATIONS.items():  # before JAX is imported; subproces
 # Fewer, cheaper garbage collections. Tracing and lowering allocate millions of short-lived objects, so with
 # Python's default thresholds (700, 10, 10) a worker collects thousands of times, and every full collection walks
 # every object that JAX, Flax and the test modules created at import (tests/models/test_transformer_lm.py and
-# tests/nn/test_ompn.py in one process: 3.3-5.2 s of about 50 s in 2,237 collections; with these settings 0.7-1.2 s
-# in 33). Objects alive once the tests are collected are frozen: never collected, never walked.
+# tests/nn/test_ompn.py in one process: 5.0-13.5 s in about 1,450 collections; with these settings 0.5-4.1 s in 48,
+# the same programs compiled and the same peak memory). Objects alive once the tests are collected are frozen:
+# never collected, never walked.
 gc.set_threshold(20_000, 20, 20)
 
 
