@@ -36,15 +36,16 @@ def rl_library(module: str) -> ModuleType:
     process), TFP also loads its Keras layers, which fail without the separate `tf_keras` package. So while
     `module` is imported, `import tensorflow` fails as if TensorFlow were absent, the case TFP handles by
     skipping both; afterwards `sys.modules` holds what it held before (TensorFlow imports, or is, as usual)."""
+    absent = "tensorflow" not in sys.modules
     hidden = sys.modules.get("tensorflow")
     sys.modules["tensorflow"] = None  # type: ignore[assignment]  # Python's "import blocked" sentinel
     try:
         return require_extra(module, extra="rl", purpose="Craft reinforcement learning")
     finally:
-        if hidden is None:
+        if absent:
             del sys.modules["tensorflow"]
         else:
-            sys.modules["tensorflow"] = hidden
+            sys.modules["tensorflow"] = hidden  # type: ignore[assignment]
 
 
 __all__ = ["MissingExtra", "require_extra", "rl_library"]
