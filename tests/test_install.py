@@ -81,7 +81,6 @@ def test_a_missing_extra_is_named(monkeypatch):
         viz.draw_mask(trees.parse("(S (NP the dog) (VP barks))"), "unused.png", pos_tags=False)
 
 
-
 def _fake_tfp_user(tmp_path, monkeypatch, name: str) -> None:
     """A package that, like TFP's JAX substrate, imports TensorFlow when it can and records whether it did."""
     (tmp_path / f"{name}.py").write_text(

@@ -36,6 +36,8 @@ def rl_library(module: str) -> ModuleType:
     process), TFP also loads its Keras layers, which fail without the separate `tf_keras` package. So while
     `module` is imported, `import tensorflow` fails as if TensorFlow were absent, the case TFP handles by
     skipping both; afterwards `sys.modules` holds what it held before (TensorFlow imports, or is, as usual)."""
+    if sys.modules.get(module) is not None:  # imported already: nothing to hide TensorFlow from
+        return sys.modules[module]
     absent = "tensorflow" not in sys.modules
     hidden = sys.modules.get("tensorflow")
     sys.modules["tensorflow"] = None  # type: ignore[assignment]  # Python's "import blocked" sentinel

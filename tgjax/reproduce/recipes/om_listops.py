@@ -15,6 +15,7 @@ The baselines have no parse F1 (no pointers, so no trees).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -36,6 +37,7 @@ def runs(tiny: bool) -> list[RunSpec]:
     return encoder_runs(CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
+@functools.cache  # every finished run of a call asks for the same file's
 def majority_percent(test_path: str) -> float:
     from tgjax.data import listops
 
