@@ -115,9 +115,12 @@ def test_vectorised_tape_update_is_algorithm_1(n, seed):
 def test_paper_example_the_dog_is_happy():
     """Fig. 2: [[The dog] [is happy]]: "happy" attaches to "dog"; the tape becomes [2, 2, 2, 2]."""
     attach = np.asarray([0, 1, 1, 3, 2, 0])  # <s> The dog is happy <eos>
-    state = (np.zeros(6, np.int32), np.zeros(6, np.int32), np.zeros(6, bool))
+    # The tape of 16 positions and the jitted update of test_vectorised_tape_update_is_algorithm_1: one compiled
+    # program for both (op by op, each of the update's operations compiles a program of its own).
+    state = (np.zeros(16, np.int32), np.zeros(16, np.int32), np.zeros(16, bool))
+    step = jax.jit(apply_attachment)
     for k, r in enumerate(attach[:5]):
-        state = apply_attachment(*state, k, r)
+        state = step(*state, k, int(r))
     np.testing.assert_array_equal(np.asarray(state[1])[1:5], [2, 2, 2, 2])
     tree = PushdownSearch.word_tree(attach, np.arange(4))
     assert tree.to_string() == "(X (X 0 1) (X 2 3))"

@@ -116,6 +116,13 @@ def _score_words(workdir, sentences: list[str], path) -> list[float]:
     return [json.loads(line)["logp"] for line in output.read_text().splitlines()]
 
 
+def _score_pairs(workdir, good: list[str], bad: list[str], path) -> tuple[list[float], list[float]]:
+    """`_score_words` of the good sentences followed by the bad ones, in one call: (good log p, bad log p)."""
+    scores = _score_words(workdir, good + bad, path)
+    assert len(scores) == len(good) + len(bad)
+    return scores[:len(good)], scores[len(good):]
+
+
 @pytest.mark.parametrize("family", ["stack_lm", "onlstm_lm"])
 def test_blimp_verdicts_are_the_signs_of_eval_score_log_probs(family, stack_workdir, onlstm_workdir,  # noqa: F811
                                                                tmp_path, capsys):
@@ -126,8 +133,8 @@ def test_blimp_verdicts_are_the_signs_of_eval_score_log_probs(family, stack_work
     printed = capsys.readouterr().out
     assert "exact log p(x)" in printed
     records = [json.loads(line) for line in output.read_text().splitlines()]
-    good = _score_words(workdir, [g for g, _ in PAIRS], tmp_path / "good.txt")  # every good sentence, one call
-    bad = _score_words(workdir, [b for _, b in PAIRS], tmp_path / "bad.txt")  # every bad one, another
+    # Every good sentence, then every bad one, in one call (one scorer loaded and compiled), each scored alone.
+    good, bad = _score_pairs(workdir, [g for g, _ in PAIRS], [b for _, b in PAIRS], tmp_path / "sentences.txt")
     verdicts = [record["log_prob_good"] > record["log_prob_bad"] for record in records]
     assert verdicts == [g > b for g, b in zip(good, bad)]
     np.testing.assert_allclose([r["log_prob_good"] for r in records], good, atol=1e-5)
@@ -235,8 +242,7 @@ def test_the_shared_blimp_and_syntaxgym_suites_run_on_both(family, stack_workdir
     assert len(records) == len(pairs) == 6
     # eval score reads words split at blanks: give it BLiMP's words (Penn Treebank tokenisation, `words_of`)
     tokenised = {key: [" ".join(words_of(p[key])) for p in pairs] for key in ("sentence_good", "sentence_bad")}
-    good = _score_words(workdir, tokenised["sentence_good"], tmp_path / "good.txt")
-    bad = _score_words(workdir, tokenised["sentence_bad"], tmp_path / "bad.txt")
+    good, bad = _score_pairs(workdir, tokenised["sentence_good"], tokenised["sentence_bad"], tmp_path / "sentences.txt")
     assert [r["log_prob_good"] > r["log_prob_bad"] for r in records] == [g > b for g, b in zip(good, bad)]
     np.testing.assert_allclose([r["log_prob_good"] for r in records], good, atol=1e-5)
     capsys.readouterr()

@@ -19,6 +19,8 @@ BRACKETINGS = [((0, 1), (2, 3)), (0, (1, 2)), (((0, 1), 2), (3, 4))]
 # The forward pass, and the loss with its gradients, as compiled programs (one per model config and batch
 # shape; op by op, every op of a new shape compiles anew). The dropout streams advance as in eager calls.
 forward = nnx.jit(lambda model, batch: model(batch))
+loss_of = jax.jit(pushdown_loss, static_argnums=2)
+legal_slots = jax.jit(slot_legality)
 
 
 @nnx.jit(static_argnames="deterministic")
@@ -52,15 +54,18 @@ def test_forward_shapes_and_dense_tape_agree():
     assert out["lm_logits"].shape == (3, 8, 20) and out["attach_logits"].shape == (3, 8, 9)
     dense = forward(model, text_batch(dense=True))
     np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(dense["lm_logits"]), rtol=1e-5, atol=1e-5)
-    loss, metrics = pushdown_loss(out, batch, config)
+    loss, metrics = loss_of(out, batch, config)
     assert np.isfinite(float(loss)) and int(metrics["clipped_depths"]) == 0
-    # The loss by hand: mean −log p(target) over real positions, plus the attachment term over legal slots.
-    lm = jax.nn.log_softmax(out["lm_logits"], -1)
+    # The loss by hand (NumPy, float64): mean −log p(target) over real positions, plus the attachment term over
+    # legal slots.
+    lm_logits = np.asarray(out["lm_logits"], np.float64)
+    top = lm_logits.max(-1, keepdims=True)
+    lm = lm_logits - top - np.log(np.exp(lm_logits - top).sum(-1, keepdims=True))
     w = np.asarray(batch["weights"])
-    picked = np.take_along_axis(np.asarray(lm), np.asarray(batch["targets"])[..., None], -1)[..., 0]
+    picked = np.take_along_axis(lm, np.asarray(batch["targets"])[..., None], -1)[..., 0]
     np.testing.assert_allclose(float(metrics["lm_loss"]), -(picked * w).sum() / w.sum(), rtol=1e-5)
     logits = np.asarray(out["attach_logits"], np.float64)
-    legal = np.asarray(slot_legality(batch["attach"]))
+    legal = np.asarray(legal_slots(batch["attach"]))
     total = 0.0
     for b, i in zip(*np.nonzero(np.asarray(batch["attach_weights"]))):
         row = logits[b, i][legal[b, i]]
@@ -73,13 +78,14 @@ def test_causal_in_tokens_and_tape():
     """Position i sees tokens <= i (and the head token i + 1), tape rows <= i: later changes leave it alone."""
     _, model = small()
     batch = text_batch(dense=True)
-    base = forward(model, batch)
-    changed = dict(batch)
+    numpy_forward = lambda batch: {k: np.asarray(v) for k, v in forward(model, batch).items()}  # noqa: E731
+    base = numpy_forward(batch)  # outputs sliced in NumPy: no eager program per slice
     i = 2
-    changed["inputs"] = batch["inputs"].at[:, i + 1:].set(7)
-    changed["targets"] = batch["targets"].at[:, i + 1:].set(7)
-    changed["tape"] = batch["tape"].at[:, i + 1:, :].set(3)
-    out = forward(model, changed)
+    changed = {k: np.array(v) for k, v in batch.items()}  # edited in NumPy: no eager program per edit
+    changed["inputs"][:, i + 1:] = 7
+    changed["targets"][:, i + 1:] = 7
+    changed["tape"][:, i + 1:, :] = 3
+    out = numpy_forward({k: jnp.asarray(v) for k, v in changed.items()})
     np.testing.assert_allclose(np.asarray(out["lm_logits"][:, : i + 1]), np.asarray(base["lm_logits"][:, : i + 1]),
                                rtol=1e-5, atol=1e-5)
     causal = np.tril(np.ones((i + 1, i + 2), bool), k=1)  # slot c exists at row r iff c <= r + 1
@@ -87,8 +93,10 @@ def test_causal_in_tokens_and_tape():
                                np.asarray(base["attach_logits"][:, : i + 1, : i + 2])[:, causal], rtol=1e-5, atol=1e-5)
     assert not np.allclose(np.asarray(out["lm_logits"][:, i + 1]), np.asarray(base["lm_logits"][:, i + 1]))
     # The head at row i reads the embedding of the gold next token (targets[i]); the LM row i does not.
-    nudged = dict(batch, targets=batch["targets"].at[:, i].set(11))
-    out = forward(model, nudged)
+    targets = np.array(batch["targets"])
+    targets[:, i] = 11
+    nudged = dict(batch, targets=jnp.asarray(targets))
+    out = numpy_forward(nudged)
     np.testing.assert_allclose(np.asarray(out["lm_logits"]), np.asarray(base["lm_logits"]), rtol=1e-6, atol=1e-6)
     assert not np.allclose(np.asarray(out["attach_logits"][:, i, : i + 2]),
                            np.asarray(base["attach_logits"][:, i, : i + 2]))
@@ -99,8 +107,8 @@ def test_clipped_depths_and_partial_pushdown_layers():
     config, model = small(num_depths=2)  # the (((0 1) 2) (3 4)) sentence reaches depth 3 (plus <s>/<eos> nodes)
     batch = text_batch()
     out = forward(model, batch)
-    tape = np.asarray(pd.tape_from_nodes(np.asarray(batch["node_start"][2]), np.asarray(batch["node_end"][2]), 8))
-    w = np.asarray(batch["weights"][2]) > 0
+    tape = np.asarray(pd.tape_from_nodes(np.asarray(batch["node_start"])[2], np.asarray(batch["node_end"])[2], 8))
+    w = np.asarray(batch["weights"])[2] > 0
     want = int((np.tril(tape) >= 2)[np.ix_(w, w)].sum())
     assert want > 0 and int(out["clipped_depths"]) >= want
     _, eq6 = small(depth_space="model")

@@ -22,6 +22,7 @@ from tgjax.models.stack_lm import (
     EXCLUDED_LOGIT,
     StackLMConfig,
     StackTransformerLM,
+    sinusoidal_positions,
     stack_cfl_config,
 )
 from tgjax.train.cfl import resolve_model_config
@@ -60,18 +61,34 @@ def test_special_ids_agree_with_the_cfl_vocabulary():
 @pytest.fixture(scope="module")
 def small_model():
     cfg = stack_cfl_config("dyck", "tf", cfl_task("dyck").vocabulary.size, num_layers=2)
+    # eager, not jitted: the models built later share its parameter shapes, so its small programs are reused
     model = StackTransformerLM(cfg, rngs=nnx.Rngs(params=3, dropout=0))
     model.eval()
     return model
 
 
+# The model's pieces run jitted: one compiled program per shape, not each operation compiled on its own.
+_logits = nnx.jit(lambda model, tokens: model(tokens))
+_positions = jax.jit(sinusoidal_positions, static_argnums=(0, 1))
+
+
+@nnx.jit
+def _layers_from_embedding(model, x):
+    """The layers, the final layer norm and the output layer over the embedded input x [B, T, d]: (the last
+    layer's output, the final layer norm's output, the output layer's logits)."""
+    for layer in model.layers:
+        x = layer(x)
+    normed = model.final_norm(x)
+    return x, normed, model.output(normed)
+
+
 def test_softmax_covers_eos_and_symbols_only(small_model):
     cfg = small_model.config
     tokens = jnp.array([[BOS_ID, 3, 4, 5, 6, 3]])
-    logits = np.asarray(small_model(tokens), np.float64)
+    logits = np.asarray(_logits(small_model, tokens), np.float64)
     assert logits.shape == (1, 6, cfg.input_vocab_size)
     # By hand: the output layer's |Σ| + 1 logits, from the final layer norm's output.
-    hidden = jax.lax.stop_gradient(small_model.final_norm(_hidden(small_model, tokens)))
+    hidden = _hidden(small_model, tokens)
     kernel = np.asarray(small_model.output.kernel[...], np.float64)
     bias = np.asarray(small_model.output.bias[...], np.float64)
     assert kernel.shape[1] == len(cfg.output_ids) == cfg.input_vocab_size - 2
@@ -87,15 +104,12 @@ def test_softmax_covers_eos_and_symbols_only(small_model):
 
 
 def _hidden(model, tokens):
-    """The last layer's output, recomputed from the model's parts (embedding rows by hand)."""
+    """The final layer norm's output, recomputed from the model's parts (embedding rows by hand, in NumPy)."""
     cfg = model.config
-    rows = jnp.asarray([cfg.input_ids.index(int(t)) for t in np.asarray(tokens).ravel()]).reshape(tokens.shape)
-    from tgjax.models.stack_lm import sinusoidal_positions
-
-    x = model.embedding(rows) * np.sqrt(cfg.d_model) + sinusoidal_positions(tokens.shape[1], cfg.d_model)[None]
-    for layer in model.layers:
-        x = layer(x)
-    return x
+    rows = np.asarray([cfg.input_ids.index(int(t)) for t in np.asarray(tokens).ravel()]).reshape(tokens.shape)
+    x = (np.asarray(model.embedding.embedding[...])[rows] * np.sqrt(cfg.d_model)
+         + np.asarray(_positions(tokens.shape[1], cfg.d_model))[None])
+    return _layers_from_embedding(model, jnp.asarray(x, jnp.float32))[1]
 
 
 def test_pad_embeds_as_zero_and_only_bos_and_symbols_have_rows(small_model):
@@ -103,20 +117,17 @@ def test_pad_embeds_as_zero_and_only_bos_and_symbols_have_rows(small_model):
     base = jnp.array([[BOS_ID, 3, 4, PAD_ID]])
     as_eos = base.at[0, 3].set(EOS_ID)  # another id without a row: the same zero vector
     as_symbol = base.at[0, 3].set(5)
-    out = [np.asarray(small_model(t)) for t in (base, as_eos, as_symbol)]
+    out = [np.asarray(_logits(small_model, t)) for t in (base, as_eos, as_symbol)]
     np.testing.assert_array_equal(out[0], out[1])
     np.testing.assert_array_equal(out[0][:, :3], out[2][:, :3])  # causal: earlier positions unchanged
     assert not np.allclose(out[0][:, 3], out[2][:, 3])
     # Zero embedding: the PAD position's input is the positional encoding alone.
     cfg = small_model.config
-    from tgjax.models.stack_lm import sinusoidal_positions
-
-    rows = jnp.asarray([[0, cfg.input_ids.index(3), cfg.input_ids.index(4), 0]])
-    x = small_model.embedding(rows) * np.sqrt(cfg.d_model)
-    x = x.at[0, 3].set(0.0) + sinusoidal_positions(4, cfg.d_model)[None]
-    for layer in small_model.layers:
-        x = layer(x)
-    want = small_model.output(small_model.final_norm(x))
+    rows = np.asarray([[0, cfg.input_ids.index(3), cfg.input_ids.index(4), 0]])
+    x = np.asarray(small_model.embedding.embedding[...])[rows] * np.sqrt(cfg.d_model)  # the rows by hand, in NumPy
+    x[0, 3] = 0.0
+    x = x + np.asarray(_positions(4, cfg.d_model))[None]
+    want = _layers_from_embedding(small_model, jnp.asarray(x, jnp.float32))[2]
     np.testing.assert_allclose(out[0][..., list(cfg.output_ids)], want, rtol=1e-5, atol=1e-5)
 
 

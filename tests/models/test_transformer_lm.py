@@ -27,6 +27,8 @@ SMALL = dict(d_model=32, num_layers=2, num_heads=4, ffw_hidden_size=64, embeddin
 
 # The model's forward pass as one compiled program (op by op, each new shape compiles every op anew).
 forward = nnx.jit(lambda model, batch, memory: model(batch, memory))
+# The loss as one compiled program too.
+loss_of = jax.jit(sequence_loss)
 
 
 def as_batch(compact, rows=None):
@@ -106,10 +108,10 @@ def test_figure2_outputs_only_change_where_the_mask_lets_them_see(num_layers):
     memory = model.init_memory(1)
     logits, _ = forward(model, batch, memory)
     perturbed_position = 3  # "the"
-    changed = dict(batch)
-    changed["inputs"] = batch["inputs"].at[0, perturbed_position].set(39)
-    logits2, _ = forward(model, changed, memory)
-    delta = np.abs(np.asarray(logits2 - logits)).max(-1)[0, :14]
+    inputs = np.array(batch["inputs"])  # edited and compared in NumPy: no eager program per operation
+    inputs[0, perturbed_position] = 39
+    logits2, _ = forward(model, dict(batch, inputs=jnp.asarray(inputs)), memory)
+    delta = np.abs(np.asarray(logits2) - np.asarray(logits)).max(-1)[0, :14]
     sees = reachable(dense.attn_mask[:14, :14], num_layers)[:, perturbed_position]
     assert sees.sum() < 14 and sees[3:7].all()
     np.testing.assert_array_equal(delta[~sees], 0.0)
@@ -135,8 +137,8 @@ def test_segments_with_memory_equal_one_long_segment(name):
     pieces = []
     for segment in segments:
         logits, memory = forward(short_model, as_batch(masks.stack_batch([segment])), memory)
-        pieces.append(logits[0])
-    np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), atol=2e-5, rtol=2e-5)
+        pieces.append(np.asarray(logits)[0])
+    np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits)[0, :n], atol=2e-5, rtol=2e-5)
 
 
 def one_segment_equivalent(chunks: list, T: int, L: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,8 +184,8 @@ def test_short_memory_segments_equal_one_segment_with_the_equivalent_mask(name, 
     for segment in segments:
         batch = as_batch(masks.stack_batch([segment]))
         logits, memory = forward(short_model, batch, memory)
-        pieces.append(logits[0])
-        short_loss += float(sequence_loss(logits, batch)[0])
+        pieces.append(np.asarray(logits)[0])
+        short_loss += float(loss_of(logits, batch)[0])
 
     # The same pattern as one segment: the dense host chunks, re-expressed over sequence positions.
     mask, relpos = one_segment_equivalent(short_rule.chunks(*seq), T, L)
@@ -212,8 +214,8 @@ def test_short_memory_segments_equal_one_segment_with_the_equivalent_mask(name, 
     # A compiled program of its own: traced under the patch (`forward`'s cache would not see it).
     long_logits, _ = nnx.jit(lambda model, batch, memory: model(batch, memory))(long_model, long_batch,
                                                                                 long_model.init_memory(1))
-    np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits[0, :n]), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(short_loss, float(sequence_loss(long_logits, long_batch)[0]), rtol=1e-4)
+    np.testing.assert_allclose(np.concatenate(pieces)[:n], np.asarray(long_logits)[0, :n], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(short_loss, float(loss_of(long_logits, long_batch)[0]), rtol=1e-4)
 
 
 def test_loss_counts_prediction_events_only():
@@ -221,7 +223,7 @@ def test_loss_counts_prediction_events_only():
     (compact,) = rule_for("tg", config).compact_chunks(*fig2_sequence())
     batch = as_batch(masks.stack_batch([compact]))
     logits = jnp.zeros((1, 16, 40))
-    total, events = sequence_loss(logits, batch)
+    total, events = loss_of(logits, batch)
     assert int(events) == 10  # the 10 original actions; none at CNT1, none after S)
     np.testing.assert_allclose(float(total), 10 * np.log(40), rtol=1e-6)
 

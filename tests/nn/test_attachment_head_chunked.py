@@ -97,6 +97,13 @@ def check_chunked_path(B, T, num_depths, key_dim, chunk, self_key_input, relativ
     np.testing.assert_allclose(np.asarray(got)[defined], oracle[defined], rtol=1e-5, atol=1e-5)
 
 
+@functools.partial(nnx.jit, static_argnames="deterministic")
+def forward(head, hidden, nxt, tape, deterministic=True):
+    """The head's logits as one compiled program (op by op, each operation compiles a program of its own); its
+    dropout stream advances as in an eager call."""
+    return head(hidden, nxt, tape, deterministic=deterministic)
+
+
 def dropout_inputs(B=2, T=5, seed=3):
     rng = np.random.default_rng(seed)
     return (jnp.asarray(rng.normal(size=(B, T, D_MODEL)), jnp.float32),
@@ -115,7 +122,7 @@ def test_dropout_masks_do_not_depend_on_the_chunk_size():
         np.testing.assert_allclose(np.asarray(logits), np.asarray(results[0][0]), rtol=1e-5, atol=1e-5)
         for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(results[0][1]), strict=True):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
-    deterministic = make(4, 12, 1, dropout=0.5)(hidden, nxt, tape)
+    deterministic = forward(make(4, 12, 1, dropout=0.5), hidden, nxt, tape)
     assert not np.allclose(np.asarray(results[0][0]), np.asarray(deterministic))
 
 
@@ -125,7 +132,7 @@ def test_dropout_is_mlp_c_hidden_dropout_with_per_depth_masks():
     num_depths, kd, rate = 4, 12, 0.5
     head = make(num_depths, kd, 2, dropout=rate)
     twin = nnx.clone(head)  # the same dropout streams, to replay the draws
-    got = np.asarray(head(hidden, nxt, tape, deterministic=False))
+    got = np.asarray(forward(head, hidden, nxt, tape, deterministic=False))
     projected_q = hidden @ twin.query_proj[...]
     query = twin.query_mlp(jnp.concatenate([projected_q, nxt], -1), False)
     mlp = twin.key_depth_mlp

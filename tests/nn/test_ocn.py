@@ -3,6 +3,8 @@ one option at a time), on random parameters and observations; and the MoE / firs
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,6 +74,25 @@ def oracle_config(kind: str, num_options: int = 3, depth: int = 2) -> CraftPolic
                              controller_temperature=10.0, num_actions=4, live_inputs=False)
 
 
+@functools.cache
+def _builder(config: CraftPolicyConfig):
+    """Builds a policy of `config` and redraws its parameters (`randomise_params`) in one compiled program per
+    config, the seeds and the scale traced (in eager mode every parameter shape compiles its own small programs)."""
+
+    def build(key, seed, scale):
+        policy = OptionControllerPolicy(config, rngs=nnx.Rngs(key))
+        randomise_params(policy, seed, scale)
+        return policy
+
+    return nnx.jit(build)
+
+
+def randomised_policy(config: CraftPolicyConfig, seed: int, randomise_seed: int, scale: float):
+    """`OptionControllerPolicy(config, rngs=nnx.Rngs(seed))` with `randomise_params(policy, randomise_seed, scale)`,
+    built by `_builder`."""
+    return _builder(config)(jax.random.key(seed), randomise_seed, scale)
+
+
 def _bank_params(bank: CellBank) -> dict:
     return {name: np.asarray(getattr(bank, name)[...], np.float64)
             for name in ("w_x", "w_h", "b_in", "w_deep", "b_deep", "w_pi", "w_e", "b_e")}
@@ -96,14 +117,13 @@ def test_ocn_matches_oracle_every_shape(seed, num_options, depth, steps, kind, s
 
 
 def check_ocn_against_oracle(seed, num_options, depth, steps, kind, scale):
-    policy = OptionControllerPolicy(oracle_config(kind, num_options, depth), rngs=nnx.Rngs(seed))
-    randomise_params(policy, seed + 1, scale)
+    policy = randomised_policy(oracle_config(kind, num_options, depth), seed, seed + 1, scale)
     rng = np.random.default_rng(seed)
     batch = 2
     obs = rng.integers(0, 2, size=(batch, steps, 1075)).astype(np.float32) * rng.normal(size=(1, 1, 1075)).astype(
         np.float32) * 0.05
     task_ids = np.array([2, 0], np.int32)
-    out = _sequence(policy, jnp.asarray(obs), jnp.asarray(task_ids))
+    out = jax.tree.map(np.asarray, _sequence(policy, jnp.asarray(obs), jnp.asarray(task_ids)))  # read in NumPy
     opts, ctl = _bank_params(policy.options), _bank_params(policy.controller)
     h_c0 = np.asarray(policy.h_c_init[...], np.float64)
     h_o0 = np.asarray(policy.h_o_init[...], np.float64)
@@ -118,12 +138,11 @@ def check_ocn_against_oracle(seed, num_options, depth, steps, kind, scale):
 def test_step_by_step_equals_sequence():
     """`step` from `init_carry`, one observation at a time, is the scanned `__call__` (what rollouts use)."""
     config = CraftPolicyConfig(num_tasks=2, num_options=3, hidden_size=8)
-    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
-    randomise_params(policy, 3, 0.5)
-    obs = jax.random.bernoulli(jax.random.key(1), 0.1, (2, 5, 1075)).astype(jnp.float32)
+    policy = randomised_policy(config, 0, 3, 0.5)
+    obs = jnp.asarray(np.random.default_rng(1).random((2, 5, 1075)) < 0.1, jnp.float32)
     task_ids = jnp.array([1, 0])
     whole = _sequence(policy, obs, task_ids)
-    carry = policy.init_carry(task_ids)
+    carry = nnx.jit(lambda policy, task_ids: policy.init_carry(task_ids))(policy, task_ids)  # not op by op
     for t in range(5):
         carry, out = _step(policy, carry, obs[:, t])
         np.testing.assert_allclose(out.log_pi, whole.log_pi[:, t], atol=1e-5)
@@ -132,10 +151,10 @@ def test_step_by_step_equals_sequence():
 def test_done_probability_one_restarts_controller():
     """With done probabilities forced to 1 (large b_e) OCN is MoE: every step is the "done" branch."""
     config = oracle_config("ocn")
-    ocn = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
-    randomise_params(ocn, 5, 0.7)
+    ocn = randomised_policy(config, 0, 5, 0.7)
     ocn.options.b_e[...] = jnp.full((config.num_options,), 50.0)
-    moe = OptionControllerPolicy(oracle_config("moe"), rngs=nnx.Rngs(0))
+    # every parameter is the OCN's: the MoE's own draws are never read (shapes only, nothing compiled)
+    moe = nnx.eval_shape(lambda: OptionControllerPolicy(oracle_config("moe"), rngs=nnx.Rngs(0)))
     nnx.update(moe, nnx.state(ocn, nnx.Param))
     obs = jax.random.normal(jax.random.key(2), (2, 4, 1075)) * 0.1
     task_ids = jnp.zeros(2, jnp.int32)
@@ -172,10 +191,15 @@ def test_option_mixture_stays_normalised_over_long_episodes():
     """sum_i p_{t,i} = 1 at every step of a 65-step episode (the exact recursion's fixed point is unstable in
     floating point: without renormalising, the sum overflowed after ~50 steps)."""
     config = CraftPolicyConfig(num_tasks=1, num_options=3, hidden_size=8)
-    policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
-    obs = jnp.zeros((2, 65, 1075)).at[:, :10].set(
-        jax.random.bernoulli(jax.random.key(0), 0.2, (2, 10, 1075)).astype(jnp.float32))
-    out = nnx.jit(lambda m, o: m(o, jnp.zeros(2, jnp.int32)))(policy, obs)
+
+    @jax.jit
+    def run(key):  # the fresh policy built, the observations drawn and the episode run in one compiled program
+        policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
+        obs = jnp.zeros((2, 65, 1075)).at[:, :10].set(
+            jax.random.bernoulli(key, 0.2, (2, 10, 1075)).astype(jnp.float32))
+        return policy(obs, jnp.zeros(2, jnp.int32))
+
+    out = run(jax.random.key(0))
     assert np.all(np.isfinite(np.asarray(out.log_pi)))
     np.testing.assert_allclose(np.exp(np.asarray(out.log_p)).sum(-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(np.exp(np.asarray(out.log_pi)).sum(-1), 1.0, atol=1e-5)
@@ -185,10 +209,11 @@ def test_follow_option_restarts_where_chosen_and_reads_the_picked_option():
     # distinct values per (row, option) so that a wrong row, option or branch shows
     B, K, H, A = 3, 2, 4, 5
     rng = np.random.default_rng(0)
-    branches = OptionBranches(*(jnp.asarray(rng.normal(size=shape)) for shape in
-                                ((B, K, H), (B, K, A), (B, K), (B, K, H), (B, K, A))))
+    branches = OptionBranches(*(rng.normal(size=shape).astype(np.float32) for shape in
+                                ((B, K, H), (B, K, A), (B, K), (B, K, H), (B, K, A))))  # NumPy: read by NumPy
     option, chosen = jnp.array([1, 0, 1]), jnp.array([True, False, False])
-    h_o, log_pi = follow_option(branches, option, chosen)
+    h_o, log_pi = (np.asarray(a) for a in jax.jit(follow_option)(jax.tree.map(jnp.asarray, branches), option,
+                                                                  chosen))  # one compiled program, not op by op
     np.testing.assert_array_equal(h_o[0], branches.h_restart[0])          # every option restarts at a choice
     np.testing.assert_array_equal(h_o[1:], branches.h_cont[1:])
     np.testing.assert_array_equal(log_pi[0], branches.log_pi_restart[0, 1])
@@ -196,27 +221,53 @@ def test_follow_option_restarts_where_chosen_and_reads_the_picked_option():
     np.testing.assert_array_equal(log_pi[2], branches.log_pi_cont[2, 1])
 
 
+@functools.cache
+def _initial_task_states() -> dict:
+    """h_c_init of fresh policies of each std below, built in one compiled program (not op by op)."""
+    configs = {std: CraftPolicyConfig(num_tasks=64, hidden_size=64, task_state_init_std=std) for std in (0.1, 1.0)}
+    build = nnx.jit(lambda: {std: OptionControllerPolicy(config, rngs=nnx.Rngs(0)).h_c_init[...]
+                             for std, config in configs.items()})
+    return build()
+
+
 @pytest.mark.parametrize("std", [0.1, 1.0])
 def test_per_task_controller_states_start_at_the_configured_scale(std):
-    policy = OptionControllerPolicy(CraftPolicyConfig(num_tasks=64, hidden_size=64, task_state_init_std=std),
-                                    rngs=nnx.Rngs(0))
-    rows = np.asarray(policy.h_c_init[...])                 # 4096 draws of N(0, std^2)
+    rows = np.asarray(_initial_task_states()[std])          # 4096 draws of N(0, std^2)
     assert abs(rows.std() / std - 1.0) < 0.05 and abs(rows.mean()) < 0.05 * std
+
+
+@functools.cache
+def _fresh_done_heads() -> dict:
+    """For each bias below: (b_e, log done probabilities [8, 12]) of a fresh craft_bc policy (3 tasks) built with
+    `model.option_done_bias_init` = bias, on the same observations; every policy built and run in one compiled
+    program (not op by op)."""
+    from tgjax.train.tasks.craft_bc import default_config, policy_config
+
+    configs = {}
+    for bias in (0.0, -4.0):
+        config = default_config()
+        config.model.option_done_bias_init = bias
+        configs[bias] = policy_config(config, num_tasks=3)
+    obs = jax.random.bernoulli(jax.random.key(1), 0.1, (8, 12, 1075)).astype(jnp.float32)
+
+    @jax.jit
+    def run(obs):
+        heads = {}
+        for bias, config in configs.items():
+            policy = OptionControllerPolicy(config, rngs=nnx.Rngs(0))
+            heads[bias] = (policy.options.b_e[...], policy(obs, jnp.zeros(8, jnp.int32)).log_done)
+        return heads
+
+    return run(obs)
 
 
 @pytest.mark.parametrize("bias", [0.0, -4.0])
 def test_options_done_bias_starts_at_the_configured_value(bias):
     """`option_done_bias_init` sets b_e of every option at the start: the done probability of a fresh policy on
     real-scale observations is sigma(b_e + w_e . hbar), about 1/2 at 0 and below sigma(-4 + |w_e . hbar|) at -4."""
-    from tgjax.train.tasks.craft_bc import default_config, policy_config
-
-    config = default_config()
-    config.model.option_done_bias_init = bias
-    policy = OptionControllerPolicy(policy_config(config, num_tasks=3), rngs=nnx.Rngs(0))
-    np.testing.assert_array_equal(np.asarray(policy.options.b_e[...]), bias)
-    obs = jax.random.bernoulli(jax.random.key(1), 0.1, (8, 12, 1075)).astype(jnp.float32)
-    out = nnx.jit(lambda m, o: m(o, jnp.zeros(8, jnp.int32)))(policy, obs)
-    done = np.exp(np.asarray(out.log_done)[:, 1:])          # step 1 is the "done" branch by definition
+    b_e, log_done = _fresh_done_heads()[bias]
+    np.testing.assert_array_equal(np.asarray(b_e), bias)
+    done = np.exp(np.asarray(log_done)[:, 1:])              # step 1 is the "done" branch by definition
     if bias == 0.0:
         assert 0.3 < np.median(done) < 0.7
     else:

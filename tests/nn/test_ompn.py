@@ -6,6 +6,8 @@ phat = [0, 1, 0, ...], stick-breaking's phat is a distribution."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,16 +125,29 @@ def oracle_ompn(P, task, obs_enc_seq, pointer="stickbreaking"):
 def _policy(seed=0, scale=0.5, **kwargs) -> OrderedMemoryPolicy:
     config = CraftPolicyConfig(**{"kind": "ompn", "num_tasks": 3, "num_slots": 3, "hidden_size": 6,
                                   "num_actions": 4, "live_inputs": False, **kwargs})
-    policy = build_policy(config, nnx.Rngs(seed))
+    policy = _builder(config)(jax.random.key(seed), seed + 1, scale)
     assert isinstance(policy, OrderedMemoryPolicy)
-    randomise_params(policy, seed + 1, scale)
     return policy
+
+
+@functools.cache
+def _builder(config: CraftPolicyConfig):
+    """`build_policy(config, nnx.Rngs(key))` and `randomise_params(policy, seed, scale)` in one compiled program
+    per config, the key, seed and scale traced (in eager mode every parameter shape compiles its own programs)."""
+
+    def build(key, seed, scale):
+        policy = build_policy(config, nnx.Rngs(key))
+        randomise_params(policy, seed, scale)
+        return policy
+
+    return nnx.jit(build)
 
 
 # One compiled program per policy config and shape, shared by the tests (a fresh jit per call compiles anew).
 _sequence = nnx.jit(lambda policy, obs, task_ids: policy(obs, task_ids))
 _cell_step = nnx.jit(lambda policy, carry, obs: policy.cell(carry, policy._encode(obs)))
 _step = nnx.jit(lambda policy, carry, obs: policy.step(carry, obs))
+_init_carry = nnx.jit(lambda policy, task_ids: policy.init_carry(task_ids))
 _pointer_log_distribution = jax.jit(pointer_log_distribution, static_argnums=(1, 2))
 
 
@@ -143,11 +158,11 @@ def _observations(seed, batch, steps):
 
 def _run_steps(policy, obs, task_ids):
     """The cell's own outputs (pi, pi~, phat, memory) step by step, through `step`'s encoder."""
-    carry = policy.init_carry(jnp.asarray(task_ids))
+    carry = _init_carry(policy, jnp.asarray(task_ids))
     outs, memories = [], []
     for t in range(obs.shape[1]):
         carry, out = _cell_step(policy, carry, jnp.asarray(obs[:, t]))
-        outs.append(out)
+        outs.append(jax.tree.map(np.asarray, out))  # read in NumPy: indexing JAX arrays compiles op by op
         memories.append(np.asarray(carry.memory))
     return outs, memories
 
@@ -175,7 +190,7 @@ def check_ompn_against_oracle(pointer, seed, num_slots, steps, scale):
     policy = _policy(seed, scale, num_slots=num_slots, ompn_pointer=pointer)
     obs = _observations(seed, 2, steps)
     task_ids = np.array([2, 0], np.int32)
-    whole = _sequence(policy, jnp.asarray(obs), jnp.asarray(task_ids))
+    whole = jax.tree.map(np.asarray, _sequence(policy, jnp.asarray(obs), jnp.asarray(task_ids)))
     outs, memories = _run_steps(policy, obs, task_ids)
     P = {name: np.asarray(value, np.float64) for name, value in nnx.to_pure_dict(nnx.state(policy.cell)).items()}
     w_obs, b_obs = np.asarray(policy.w_obs[...], np.float64), np.asarray(policy.b_obs[...], np.float64)
@@ -241,7 +256,7 @@ def test_step_by_step_equals_sequence():
     obs = _observations(8, 2, 5)
     task_ids = jnp.array([1, 0])
     whole = _sequence(policy, jnp.asarray(obs), task_ids)
-    carry = policy.init_carry(task_ids)
+    carry = _init_carry(policy, task_ids)
     for t in range(5):
         carry, out = _step(policy, carry, jnp.asarray(obs[:, t]))
         for name in ("log_pi", "log_done", "log_p"):
@@ -253,7 +268,7 @@ def test_boundary_score_orders_like_the_expected_position():
     rng = np.random.default_rng(0)
     phat = rng.dirichlet(np.ones(4), size=50)
     position = (np.arange(4) * phat).sum(-1)
-    score = np.exp(np.asarray(boundary_log_score(jnp.log(jnp.asarray(phat, jnp.float32)))))
+    score = np.exp(np.asarray(jax.jit(boundary_log_score)(jnp.asarray(np.log(phat), jnp.float32))))  # not op by op
     np.testing.assert_allclose(score, 1 - position / 3, atol=1e-6)
     np.testing.assert_array_equal(np.argsort(-score)[:10], np.argsort(position)[:10])
 

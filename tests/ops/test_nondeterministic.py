@@ -49,15 +49,20 @@ def _readings_and_grads(fn, patches=contextlib.nullcontext):
     return jax.jit(readings_and_grads)
 
 
-@functools.cache
 def kernel_and_grads(num_blocks=None, *, fold=False, chunk_terms=None):
     """The kernel's readings and gradients (`_readings_and_grads`), one cached function per configuration, so
-    that tests using one configuration at one shape share one compiled program.
+    that tests using one configuration at one shape share one compiled program (`kernel_and_grads(3)` and
+    `kernel_and_grads(3, fold=False)` included: the cache is keyed on the configuration, not on how it is spelt).
 
     `fold`: the chart folded at every size (by default only from T = 129 on), so that small cases test it;
     `chunk_terms`: the pop sum's chunk budget. Both are set while the function is traced (the kernel reads
     them at trace time), never by monkeypatching around a call, which a cached program would not see.
     """
+    return _kernel_and_grads(num_blocks, fold, chunk_terms)
+
+
+@functools.cache
+def _kernel_and_grads(num_blocks, fold, chunk_terms):
     import tgjax.ops.nondeterministic as nd
 
     @contextlib.contextmanager
@@ -163,9 +168,9 @@ def test_shared_and_per_sequence_bottom():
     np.testing.assert_allclose(g_shared[4], np.asarray(g_per_seq[4]).sum(0), rtol=1e-12)
 
 
-# One block against three in CI (the three-block program is shared with the float32 and folded-chart tests; the
-# kernel's other block counts are checked against the oracle by test_several_blocks_match_oracle); with seven
-# too with -m slow (each count is a program of its own).
+# One block against three in CI (the three-block program is shared with the float32, folded-chart and oracle
+# (test_several_blocks_match_oracle, which checks five blocks too) tests); with seven too with -m slow (each count
+# is a program of its own).
 @pytest.mark.parametrize("counts", [(1, 3), pytest.param((1, 3, 7), marks=pytest.mark.slow)])
 def test_num_blocks_changes_nothing(counts):
     rng = np.random.default_rng(11)
@@ -185,10 +190,10 @@ def _fold_always(monkeypatch):
     monkeypatch.setattr(nd, "_FOLD_FROM_T", 1)
 
 
-@pytest.mark.parametrize("n, num_blocks, folded", [(23, None, False), (14, 5, True)])
-def test_several_blocks_match_oracle(n, num_blocks, folded, monkeypatch):
-    """n = 23 cut into 3 blocks (the default; the shortest n with 3), or n = 14 into 5: values, and a
-    directional derivative, against the oracle.
+@pytest.mark.parametrize("shape, num_blocks, folded", [(SHARED_SHAPE, 3, False), ((2, 14, 2, 2, 2), 5, True)])
+def test_several_blocks_match_oracle(shape, num_blocks, folded, monkeypatch):
+    """n = 21 (`SHARED_SHAPE`: the three-block program of the tests above, compiled once for all) cut into 3
+    blocks, or n = 14 into 5: values, and a directional derivative, against the oracle.
 
     The gradient is checked against central differences of the NumPy oracle
     (no compilation of the oracle at this size). `folded`: the chart in its
@@ -196,18 +201,18 @@ def test_several_blocks_match_oracle(n, num_blocks, folded, monkeypatch):
     starts at the fold; T = 15 odd, where the folded chart of
     test_folded_chart_equals_the_square_one has T even).
     """
-    from tgjax.ops.nondeterministic import _blocks, default_num_blocks
+    from tgjax.ops.nondeterministic import _blocks
 
+    B, n, Q, S, m = shape
     if folded:
         _fold_always(monkeypatch)  # for the count of blocks below; the kernel folds its chart itself
         assert len(_blocks(n + 1, num_blocks)) == 6
 
-    Q, S, m = 2, 2, 2
-    assert len(_blocks(n + 1, num_blocks or default_num_blocks(n))) >= 3
+    assert len(_blocks(n + 1, num_blocks)) >= 3
     rng = np.random.default_rng(n)
     with jax.enable_x64(True):
-        args = random_inputs(rng, 2, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
-        weights = rng.normal(size=(2, n, Q, S, m))
+        args = random_inputs(rng, B, n, Q, S, m, scale=2.0, p_neg_inf=0.1)
+        weights = rng.normal(size=(B, n, Q, S, m))
         got, grads = kernel_and_grads(num_blocks, fold=folded)(weights, *args)
         got = np.asarray(got)
     np.testing.assert_allclose(got, nondeterministic_oracle(*args, xp=np), rtol=1e-10, atol=1e-10)
@@ -490,14 +495,21 @@ def test_superposition_is_a_dvpda_special_case():
 
 
 def test_bottom_pops_are_dropped_and_renormalised():
-    """n = 2, |Q| = |Γ| = 1, v_0 = 0: the dVPDA reading by hand, next to the superposition stack's."""
+    """n = 2, |Q| = |Γ| = 1, v_0 = 0: the dVPDA reading by hand, next to the superposition stack's.
+
+    The two steps are the first two of a batch of the previous test's shapes (its compiled programs): the
+    readings at t = 2 read no later step and no other sequence; v_t is the first entry of the pushed vectors.
+    """
     p, o, a = np.array([0.5, 0.3]), np.array([0.2, 0.3]), np.array([0.3, 0.4])  # push, pop, no-op
     v = np.array([[2.0], [3.0]])
-    log = lambda x: np.log(x).reshape(1, 2, 1, 1, 1, 1)  # noqa: E731
+    actions, pushed = _superposition_inputs(np.random.default_rng(5), 2, 9, 4)
+    actions[0, :2] = np.stack([p, o, a], -1)
+    pushed = np.abs(pushed)  # the dVPDA takes log vectors
+    pushed[0, :2, :1] = v
+    log = lambda k, *shape: np.log(actions[..., k]).reshape(2, 9, 1, 1, 1, *shape)  # noqa: E731
     with jax.enable_x64(True):
-        nd = stack(log(p), log(a), log(o).reshape(1, 2, 1, 1, 1), np.log(v)[None], np.full(1, -np.inf))
-        nd = np.asarray(nd)
-        sup = np.asarray(superposition(np.stack([p, o, a], -1)[None], v[None]))
+        nd = np.asarray(stack(log(0, 1), log(2, 1), log(1), np.log(pushed), np.full(4, -np.inf)))[:, :, :, :, :1]
+        sup = np.asarray(superposition(actions, pushed))[:, :, :1]
     # Surviving runs at t = 2: (push, push/no-op/pop), (no-op, push/no-op); the pop runs of t = 1 die.
     survivors = p[0] * (p[1] + a[1] + o[1]) + a[0] * (p[1] + a[1])
     top = (p[0] * p[1] + a[0] * p[1]) * v[1] + p[0] * a[1] * v[0]

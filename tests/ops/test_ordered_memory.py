@@ -27,6 +27,7 @@ from tgjax.ops.ordered_memory import (
 
 OPTIONS = ("n_slots", "query_key_norm", "mask_floor", "padding")
 scan = jax.jit(ordered_memory_scan, static_argnames=OPTIONS + ("attention_dropout", "cell_dropout"))
+project = jax.jit(project_inputs)
 
 
 def random_params(rng, D_in, D, scale=1.0):
@@ -130,7 +131,8 @@ def test_pointer_is_a_distribution_that_moves_at_most_one_slot_up(options):
 
 
 def test_commits_are_cumulative_sums():
-    (_, _, pointer, cumulative, reverse, *_), _, _ = run(seed=2, B=3, T=10, N=6)
+    # The shapes of test_pointer_is_a_distribution_that_moves_at_most_one_slot_up[thesis]: its compiled scan.
+    (_, _, pointer, cumulative, reverse, *_), _, _ = run(seed=2, B=4, T=12, N=6)
     np.testing.assert_allclose(cumulative, np.cumsum(pointer, -1), atol=1e-12)
     np.testing.assert_allclose(reverse[:, 1:], np.cumsum(pointer[:, 1:, ::-1], -1)[..., ::-1], atol=1e-12)
     assert np.all(np.diff(cumulative, axis=-1) >= -1e-12)  # rises towards the root
@@ -192,17 +194,18 @@ def test_steps_by_hand_equal_the_scan(options):
         whole = scan(x, valid, params, n_slots=5, **options)
         state = initial_state(2, 5, 4, jnp.float64)
         step = jax.jit(functools.partial(ordered_memory_step, **options))  # one program, not op by op
+        outputs, pointers = np.asarray(whole.outputs), np.asarray(whole.pointer)  # sliced in NumPy
         for t in range(6):
-            state, (output, pointer, *_) = step(params, state, project_inputs(params, x[:, t]), valid[:, t])
-            np.testing.assert_allclose(np.asarray(output), np.asarray(whole.outputs[:, t]), rtol=1e-12)
-            np.testing.assert_allclose(np.asarray(pointer), np.asarray(whole.pointer[:, t]), atol=1e-14)
+            state, (output, pointer, *_) = step(params, state, project(params, x[:, t]), valid[:, t])
+            np.testing.assert_allclose(np.asarray(output), outputs[:, t], rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(pointer), pointers[:, t], atol=1e-14)
     np.testing.assert_allclose(np.asarray(state.last_output), np.asarray(whole.final_output), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(state.memory), np.asarray(whole.memory), rtol=1e-12)
 
 
 def test_first_output_is_the_projected_input():
     """Step 1 commits nothing and every candidate is x~_1, so o_1 = LN(x_1 W_in + b_in)."""
-    (outputs, *_), x, params = run(seed=3, B=2, T=3, N=4)
+    (outputs, *_), x, params = run(seed=3, B=4, T=12, N=6)  # test_commits_are_cumulative_sums' compiled scan
     z = x[:, 0] @ params["w_in"] + params["b_in"]
     z = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(outputs[:, 0], z * params["ln_scale"] + params["ln_bias"], rtol=1e-10)

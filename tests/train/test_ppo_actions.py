@@ -20,13 +20,16 @@ from tests.train.helpers import assert_resumes_bit_identically  # noqa: E402
 from tgjax.models.actor_critic import ActorCritic  # noqa: E402
 from tgjax.train.tasks.ppo_actions import plain_gae, ppo_loss, rerun  # noqa: E402
 
+# GAE jitted: one compiled program per length rather than each of its operations compiled on its own.
+_plain_gae = jax.jit(plain_gae)
+
 
 def test_plain_gae_by_hand():
     # gamma 0.5, lambda 0.5, the episode ends after step 1 (discount 0). deltas: 0 + 0.5 * 2 - 1 = 0,
     # 0 + 0 * 3 - 2 = -2, 1 + 0.5 * 4 - 3 = 0. A2 = 0; A1 = -2 (nothing flows across the episode end);
     # A0 = 0 + 0.5 * 0.5 * -2 = -0.5 (lambda 1, as between an option's steps, would give -1).
-    advantages = plain_gae(jnp.array([0.0, 0.0, 1.0]), jnp.array([0.5, 0.0, 0.5]), jnp.array([1.0, 2.0, 3.0, 4.0]),
-                           0.5)
+    advantages = _plain_gae(jnp.array([0.0, 0.0, 1.0]), jnp.array([0.5, 0.0, 0.5]), jnp.array([1.0, 2.0, 3.0, 4.0]),
+                            0.5)
     np.testing.assert_allclose(advantages, [-0.5, -2.0, 0.0], atol=1e-6)
 
 
@@ -38,8 +41,8 @@ def test_plain_gae_matches_the_recursion():
     for t in reversed(range(9)):
         running = rewards[t] + discounts[t] * values[t + 1] - values[t] + discounts[t] * 0.8 * running
         expected[t] = running
-    got = plain_gae(jnp.asarray(rewards, jnp.float32), jnp.asarray(discounts, jnp.float32),
-                    jnp.asarray(values, jnp.float32), 0.8)
+    got = _plain_gae(jnp.asarray(rewards, jnp.float32), jnp.asarray(discounts, jnp.float32),
+                     jnp.asarray(values, jnp.float32), 0.8)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -62,12 +65,22 @@ def gae_by_the_equations(rewards, terminated, truncated, values, final_values, g
 
 
 def _gae_with_truncation(rewards, terminated, truncated, values, final_values, gamma, lam):
+    as_f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    folded, discounts = _fold_truncation(as_f32(rewards), jnp.asarray(terminated), jnp.asarray(truncated),
+                                         as_f32(final_values), gamma)
+    return np.asarray(_plain_gae(folded, discounts, as_f32(values), lam))
+
+
+@functools.cache
+def _jitted_fold_truncation():
     from tgjax.train.tasks.craft_ppo import fold_truncation
 
-    as_f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
-    folded, discounts = fold_truncation(as_f32(rewards), jnp.asarray(terminated), jnp.asarray(truncated),
-                                        as_f32(final_values), gamma)
-    return np.asarray(plain_gae(folded, discounts, as_f32(values), lam))
+    return jax.jit(fold_truncation)
+
+
+def _fold_truncation(*args):
+    """`fold_truncation`, jitted once for the module (one program per length, not op by op)."""
+    return _jitted_fold_truncation()(*args)
 
 
 def test_truncated_step_bootstraps_from_the_final_value_by_hand():
@@ -94,11 +107,17 @@ def test_gae_with_truncation_matches_the_equations(seed):
                                rtol=1e-5, atol=1e-5)
 
 
-def _rerun(module, carry, obs, first):
-    """`rerun`, jitted: one compiled program rather than each operation compiled on its own."""
+@functools.cache
+def _jitted_rerun():
     from flax import nnx
 
-    return nnx.jit(rerun)(module, carry, obs, first)
+    return nnx.jit(rerun)
+
+
+def _rerun(module, carry, obs, first):
+    """`rerun`, jitted once for the module: one compiled program per shape rather than each operation compiled on
+    its own."""
+    return _jitted_rerun()(module, carry, obs, first)
 
 
 @functools.cache
@@ -141,7 +160,8 @@ def test_value_head_and_policy_receive_gradients(kind):
                         value_coef=0.5, entropy_coef=0.01)[0]
 
     grads = nnx.to_pure_dict(jax.jit(jax.grad(loss))(state))  # one compiled program, not op by op
-    norm = lambda tree: float(sum(jnp.abs(g).sum() for g in jax.tree.leaves(tree)))  # noqa: E731
+    # the norms in NumPy: in JAX each gradient's shape would compile its own abs and sum
+    norm = lambda tree: float(sum(np.abs(np.asarray(g)).sum() for g in jax.tree.leaves(tree)))  # noqa: E731
     assert norm(grads["w_v"]) > 0 and norm(grads["b_v"]) > 0
     assert norm(grads["policy"]) > 0
     # the initial-state table (the RL task's row) and the action head are trained
@@ -155,8 +175,12 @@ def test_carry_restarts_at_an_episode_start(kind):
     module = _module(kind)
     rec = _records(module)
     log_pi, value = _rerun(module, module.init_carry(3), rec["obs"], rec["first"])
-    garbage = jax.tree.map(lambda a: a + 3.0 if a.dtype != bool else a, module.init_carry(3))
-    log_pi_late, value_late = _rerun(module, garbage, rec["obs"][3:], rec["first"][3:].at[0].set(True))
+    # the garbage carry and the late records made in NumPy (in JAX each would compile its own small program)
+    garbage = jax.tree.map(lambda a: jnp.asarray(np.asarray(a) + 3.0) if a.dtype != bool else a,
+                           module.init_carry(3))
+    late_first = np.array(rec["first"])[3:]
+    late_first[0] = True
+    log_pi_late, value_late = _rerun(module, garbage, jnp.asarray(np.asarray(rec["obs"])[3:]), jnp.asarray(late_first))
     np.testing.assert_allclose(log_pi[3:, 1], log_pi_late[:, 1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(value[3:, 1], value_late[:, 1], rtol=1e-5, atol=1e-6)
     assert not np.allclose(log_pi[3:, 0], log_pi_late[:, 0], atol=1e-4)  # row 0 did carry its state on

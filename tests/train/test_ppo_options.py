@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,22 +15,26 @@ skip_module_without("rlax", "distrax", "gymnax")
 from tests.train.helpers import assert_resumes_bit_identically, train_losses  # noqa: E402
 from tgjax.train.tasks.ppo_options import masked_clipped_loss, smdp_advantages  # noqa: E402
 
+# The functions under test jitted: one compiled program per shape rather than each operation compiled on its own.
+_smdp_advantages = jax.jit(smdp_advantages)
+_masked_clipped_loss = jax.jit(masked_clipped_loss, static_argnums=3)
+
 
 def test_smdp_advantage_by_hand():
     # gamma 0.5, lambda 0.5; an option decided at step 0 runs steps 0-1, the next decision is at step 2.
     # values 1, 2, 3, 4: deltas 0, -0.5, 0. A2 = 0; A1 = -0.5 + 0.5 * 0.5 * 0 = -0.5 (step 2 is a decision: lambda);
     # A0 = 0 + 0.5 * 1 * A1 = -0.25 (step 1 is not: lambda 1), the semi-MDP advantage
     # r0 + g r1 + g^2 V(s2) - V(s0) = 0.25 * 3 - 1 = -0.25.
-    advantages = smdp_advantages(jnp.array([0.0, 0.0, 1.0]), jnp.full(3, 0.5), jnp.array([False, True, True]),
-                                 jnp.array([1.0, 2.0, 3.0, 4.0]), 0.5)
+    advantages = _smdp_advantages(jnp.array([0.0, 0.0, 1.0]), jnp.full(3, 0.5), jnp.array([False, True, True]),
+                                  jnp.array([1.0, 2.0, 3.0, 4.0]), 0.5)
     np.testing.assert_allclose(advantages, [-0.25, -0.5, 0.0], atol=1e-6)
 
 
 def test_masked_clipped_loss_by_hand():
     # decisions at 0 and 2: min(2 * 1, 1.2 * 1) = 1.2 and min(0.5 * -1, 0.8 * -1) = -0.8; the middle step
     # (advantage 5) is not a decision and must not count: loss = -(1.2 - 0.8) / 2
-    loss = masked_clipped_loss(jnp.log(jnp.array([2.0, 1.0, 0.5])), jnp.array([1.0, 5.0, -1.0]),
-                               jnp.array([1.0, 0.0, 1.0]), 0.2)
+    loss = _masked_clipped_loss(jnp.asarray(np.log([2.0, 1.0, 0.5]), jnp.float32), jnp.array([1.0, 5.0, -1.0]),
+                                jnp.array([1.0, 0.0, 1.0]), 0.2)
     assert float(loss) == pytest.approx(-0.2, abs=1e-6)
 
 
@@ -71,7 +76,18 @@ def test_options_that_differ_are_not_pooled():
 
     assert split_workdirs(" runs/a, runs/b ,") == ["runs/a", "runs/b"]
     with pytest.raises(ValueError, match=r"runs/a and runs/b cannot be pooled: hidden_size 8 against 16"):
-        pool_options([_policy(2, 1), _policy(2, 2, hidden_size=16)], ["runs/a", "runs/b"])
+        pool_options([_abstract_policy(2), _abstract_policy(2, hidden_size=16)], ["runs/a", "runs/b"])
+
+
+def _abstract_policy(num_options: int, hidden_size: int = 8):
+    """`_policy`'s config, its parameters shapes only (`nnx.eval_shape`: nothing compiled); enough for the
+    configs that `pool_options` compares before it reads any parameter."""
+    from flax import nnx
+
+    from tgjax.models.ocn import CraftPolicyConfig, OptionControllerPolicy
+
+    config = CraftPolicyConfig(kind="ocn", num_tasks=2, num_options=num_options, hidden_size=hidden_size)
+    return nnx.eval_shape(lambda: OptionControllerPolicy(config, rngs=nnx.Rngs(0)))
 
 
 @pytest.mark.slow
@@ -137,9 +153,9 @@ def test_smdp_advantage_of_an_option_cut_by_the_time_limit():
     # advantage r0 + g r1 + g^2 V(final) - V(s0) = 0 + 0.5 + 0.25 * 8 - 1 = 1.5; A1 = 1 + 0.5 * 8 - 2 = 3.
     from tgjax.train.tasks.craft_ppo import fold_truncation
 
-    rewards, discounts = fold_truncation(jnp.array([0.0, 1.0]), jnp.array([False, False]), jnp.array([False, True]),
-                                         jnp.array([0.0, 8.0]), 0.5)
-    advantages = smdp_advantages(rewards, discounts, jnp.array([False, True]), jnp.array([1.0, 2.0, 100.0]), 0.5)
+    rewards, discounts = jax.jit(fold_truncation)(jnp.array([0.0, 1.0]), jnp.array([False, False]),
+                                                  jnp.array([False, True]), jnp.array([0.0, 8.0]), 0.5)
+    advantages = _smdp_advantages(rewards, discounts, jnp.array([False, True]), jnp.array([1.0, 2.0, 100.0]), 0.5)
     np.testing.assert_allclose(advantages, [1.5, 3.0], atol=1e-6)
 
 
@@ -219,11 +235,10 @@ def test_controller_temperature_is_a_switch(tmp_path, monkeypatch, default_optio
     default = default_options_task
     one = _options_task(tmp_path / "one", monkeypatch, "rl.controller_temperature=1.0")
     assert default.controller_args[-1] == 10.0 and one.controller_args[-1] == 1.0
-    cold = Controller(*one.controller_args, rngs=nnx.Rngs(0))
-    hot = Controller(*default.controller_args, rngs=nnx.Rngs(0))
+    # both controllers built in one compiled program, and run in another (not op by op)
+    cold, hot = nnx.jit(lambda: tuple(Controller(*task.controller_args, rngs=nnx.Rngs(0)) for task in (one, default)))()
     assert cold.cell.temperature == 1.0 and hot.cell.temperature == 10.0
     x = jnp.asarray(np.random.default_rng(0).random((2, one.controller_args[0])) < 0.2, jnp.float32)
     h = jnp.zeros((2, one.controller_args[1]))
-    _, log_cold, _ = cold(x, h)
-    _, log_hot, _ = hot(x, h)
+    log_cold, log_hot = nnx.jit(lambda cold, hot: (cold(x, h)[1], hot(x, h)[1]))(cold, hot)
     np.testing.assert_allclose(jax.nn.log_softmax(log_cold / 10.0), log_hot, atol=1e-5)

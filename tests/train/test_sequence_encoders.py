@@ -129,17 +129,25 @@ def transformer_oracle(encoder: TransformerEncoder, x: np.ndarray) -> np.ndarray
     return _layer_norm(h, encoder.final_norm).mean(0)
 
 
+@functools.cache
+def _transformer_encoder() -> TransformerEncoder:
+    """The Transformer tests' one encoder (2 blocks of width 8, 2 heads, feed-forward 12), built once: its forward
+    is compiled once per input shape for the module (the oracle test's sentence is as long as a padded batch's
+    row alone)."""
+    return TransformerEncoder(5, 8, 2, 2, 12, rngs=nnx.Rngs(2))
+
+
 def test_transformer_encoder_is_the_pre_ln_stack_written_out():
     rng = np.random.default_rng(1)
-    encoder = TransformerEncoder(5, 8, 2, 2, 12, rngs=nnx.Rngs(2))
-    x = rng.normal(size=(1, 6, 5)).astype(np.float32)
-    got = np.asarray(run_encoder(encoder, jnp.asarray(x), jnp.ones((1, 6), bool)))
+    encoder = _transformer_encoder()
+    x = rng.normal(size=(1, 5, 5)).astype(np.float32)
+    got = np.asarray(run_encoder(encoder, jnp.asarray(x), jnp.ones((1, 5), bool)))
     np.testing.assert_allclose(got[0], transformer_oracle(encoder, x[0]), atol=1e-5, rtol=1e-5)
 
 
 def test_transformer_encoder_ignores_padded_positions_and_equals_each_row_alone():
     rng = np.random.default_rng(2)
-    encoder = TransformerEncoder(5, 8, 2, 2, 12, rngs=nnx.Rngs(3))
+    encoder = _transformer_encoder()
     lengths = [7, 3, 5, 1]
     x, valid = _padded_batch(rng, lengths, width=7, features=5)
     got = np.asarray(run_encoder(encoder, jnp.asarray(x), jnp.asarray(valid)))
@@ -181,11 +189,15 @@ def test_a_baseline_classifier_uses_the_siamese_head_and_has_no_pointers():
 # -- sizes ------------------------------------------------------------------------------------------
 
 
+_parameter_count_once = functools.cache(parameter_count)  # the module's counts, each config's once
+
+
 @pytest.fixture
 def counted_once(monkeypatch):
-    """`parameter_count` (each call an abstract build of the model: ~0.1 s) remembered per config for the test,
-    for `matched_hidden_size`'s search and the test's own counts alike."""
-    monkeypatch.setattr(sequence_encoders, "parameter_count", functools.cache(parameter_count))
+    """`parameter_count` (each call an abstract build of the model: ~0.1 s) remembered per config for the module,
+    for `matched_hidden_size`'s search and the tests' own counts alike (Ordered Memory's count is every encoder's
+    target)."""
+    monkeypatch.setattr(sequence_encoders, "parameter_count", _parameter_count_once)
     return sequence_encoders.parameter_count
 
 
