@@ -124,6 +124,8 @@ def test_dropout_masks_do_not_depend_on_the_chunk_size():
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
     deterministic = forward(make(4, 12, 1, dropout=0.5), hidden, nxt, tape)
     assert not np.allclose(np.asarray(results[0][0]), np.asarray(deterministic))
+    # and a deterministic call drops nothing: it is the head without dropout (the same parameters)
+    np.testing.assert_array_equal(np.asarray(deterministic), np.asarray(forward(make(4, 12, 1), hidden, nxt, tape)))
 
 
 def test_dropout_is_mlp_c_hidden_dropout_with_per_depth_masks():
