@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.executables import release_executables_if_many
 from tests.xla_flags import CHEAP_CODEGEN, CHEAP_LOCATIONS
 
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # before any JAX backend starts
@@ -68,6 +69,14 @@ def compilation_cache() -> Iterator[dict[str, str]]:
     yield {"JAX_COMPILATION_CACHE_DIR": directory}
     jax.config.update("jax_compilation_cache_dir", previous[0])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def executables_within_the_mapping_limit() -> Iterator[None]:
+    """After each module, JAX's caches are dropped if the worker holds too many memory mappings
+    (`tests/executables.py`: each loaded executable holds about 8, and the kernel's limit is 65,530)."""
+    yield
+    release_executables_if_many()
 
 
 def shared_data_dir() -> Path | None:
