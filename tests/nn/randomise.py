@@ -1,9 +1,12 @@
 """Redraw every parameter of an NNX module, for oracle tests that need biases and norms away from their init.
 
-    from tests.nn.randomise import randomise_params
+    from tests.nn.randomise import randomise_params, randomised_module
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import jax
 from flax import nnx
@@ -17,3 +20,20 @@ def randomise_params(module: nnx.Module, seed: int, scale: float) -> None:
     keys = jax.random.split(jax.random.key(seed), len(leaves))
     nnx.update(module, jax.tree.unflatten(treedef, [scale * jax.random.normal(k, leaf.shape)
                                                     for k, leaf in zip(keys, leaves, strict=True)]))
+
+
+def randomised_module(constructor: Callable, config, seed: int, randomise_seed: int, scale: float) -> nnx.Module:
+    """`constructor(config, nnx.Rngs(seed))` with `randomise_params(module, randomise_seed, scale)`, built in one
+    compiled program per (constructor, config), the seeds and the scale traced (in eager mode every parameter shape
+    compiles its own small programs)."""
+    return _compiled_builder(constructor, config)(jax.random.key(seed), randomise_seed, scale)
+
+
+@functools.cache
+def _compiled_builder(constructor: Callable, config):
+    def build(key, randomise_seed, scale):
+        module = constructor(config, nnx.Rngs(key))
+        randomise_params(module, randomise_seed, scale)
+        return module
+
+    return nnx.jit(build)

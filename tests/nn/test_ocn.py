@@ -13,10 +13,11 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.nn.randomise import randomise_params
+from tests.nn.randomise import randomised_module
 from tgjax.models.ocn import (
     CraftPolicyConfig,
     OptionControllerPolicy,
+    build_policy,
     live_observation_indices,
 )
 from tgjax.nn.ocn import CellBank, OptionBranches, follow_option
@@ -74,23 +75,10 @@ def oracle_config(kind: str, num_options: int = 3, depth: int = 2) -> CraftPolic
                              controller_temperature=10.0, num_actions=4, live_inputs=False)
 
 
-@functools.cache
-def _builder(config: CraftPolicyConfig):
-    """Builds a policy of `config` and redraws its parameters (`randomise_params`) in one compiled program per
-    config, the seeds and the scale traced (in eager mode every parameter shape compiles its own small programs)."""
-
-    def build(key, seed, scale):
-        policy = OptionControllerPolicy(config, rngs=nnx.Rngs(key))
-        randomise_params(policy, seed, scale)
-        return policy
-
-    return nnx.jit(build)
-
-
 def randomised_policy(config: CraftPolicyConfig, seed: int, randomise_seed: int, scale: float):
-    """`OptionControllerPolicy(config, rngs=nnx.Rngs(seed))` with `randomise_params(policy, randomise_seed, scale)`,
-    built by `_builder`."""
-    return _builder(config)(jax.random.key(seed), randomise_seed, scale)
+    """The policy of `config` (`build_policy`: OCN or MoE here) with `randomise_params(policy, randomise_seed, scale)`,
+    built in one compiled program per config (`randomised_module`)."""
+    return randomised_module(build_policy, config, seed, randomise_seed, scale)
 
 
 def _bank_params(bank: CellBank) -> dict:

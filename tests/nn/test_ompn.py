@@ -6,8 +6,6 @@ phat = [0, 1, 0, ...], stick-breaking's phat is a distribution."""
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tests.nn.randomise import randomise_params
+from tests.nn.randomise import randomised_module
 from tgjax.models.ocn import CraftPolicyConfig, OrderedMemoryPolicy, build_policy
 from tgjax.nn.ompn import POINTERS, boundary_log_score, pointer_log_distribution
 
@@ -125,22 +123,11 @@ def oracle_ompn(P, task, obs_enc_seq, pointer="stickbreaking"):
 def _policy(seed=0, scale=0.5, **kwargs) -> OrderedMemoryPolicy:
     config = CraftPolicyConfig(**{"kind": "ompn", "num_tasks": 3, "num_slots": 3, "hidden_size": 6,
                                   "num_actions": 4, "live_inputs": False, **kwargs})
-    policy = _builder(config)(jax.random.key(seed), seed + 1, scale)
+    policy = randomised_module(build_policy, config, seed, seed + 1, scale)  # one compiled program per config
     assert isinstance(policy, OrderedMemoryPolicy)
     return policy
 
 
-@functools.cache
-def _builder(config: CraftPolicyConfig):
-    """`build_policy(config, nnx.Rngs(key))` and `randomise_params(policy, seed, scale)` in one compiled program
-    per config, the key, seed and scale traced (in eager mode every parameter shape compiles its own programs)."""
-
-    def build(key, seed, scale):
-        policy = build_policy(config, nnx.Rngs(key))
-        randomise_params(policy, seed, scale)
-        return policy
-
-    return nnx.jit(build)
 
 
 # One compiled program per policy config and shape, shared by the tests (a fresh jit per call compiles anew).
