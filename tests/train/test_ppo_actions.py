@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from tests.needs import skip_module_without  # noqa: E402
 
@@ -18,10 +19,13 @@ skip_module_without("rlax", "distrax", "gymnax")
 
 from tests.train.helpers import assert_resumes_bit_identically  # noqa: E402
 from tgjax.models.actor_critic import ActorCritic  # noqa: E402
+from tgjax.train.tasks.craft_ppo import fold_truncation  # noqa: E402
 from tgjax.train.tasks.ppo_actions import plain_gae, ppo_loss, rerun  # noqa: E402
 
-# GAE jitted: one compiled program per length rather than each of its operations compiled on its own.
+# One compiled program per shape, shared by the tests (op by op, every operation compiles a program of its own).
 _plain_gae = jax.jit(plain_gae)
+_fold_truncation = jax.jit(fold_truncation)
+_rerun = nnx.jit(rerun)
 
 
 def test_plain_gae_by_hand():
@@ -71,18 +75,6 @@ def _gae_with_truncation(rewards, terminated, truncated, values, final_values, g
     return np.asarray(_plain_gae(folded, discounts, as_f32(values), lam))
 
 
-@functools.cache
-def _jitted_fold_truncation():
-    from tgjax.train.tasks.craft_ppo import fold_truncation
-
-    return jax.jit(fold_truncation)
-
-
-def _fold_truncation(*args):
-    """`fold_truncation`, jitted once for the module (one program per length, not op by op)."""
-    return _jitted_fold_truncation()(*args)
-
-
 def test_truncated_step_bootstraps_from_the_final_value_by_hand():
     # gamma 0.5, lambda 0.5, values 1, 2, 3 and V(s_3) = 4; step 1 hits the time limit, its final observation worth
     # 10 (step 2 starts the next episode). deltas: 0 + 0.5 * 2 - 1 = 0, 1 + 0.5 * 10 - 2 = 4, 0 + 0.5 * 4 - 3 = -1.
@@ -108,24 +100,9 @@ def test_gae_with_truncation_matches_the_equations(seed):
 
 
 @functools.cache
-def _jitted_rerun():
-    from flax import nnx
-
-    return nnx.jit(rerun)
-
-
-def _rerun(module, carry, obs, first):
-    """`rerun`, jitted once for the module: one compiled program per shape rather than each operation compiled on
-    its own."""
-    return _jitted_rerun()(module, carry, obs, first)
-
-
-@functools.cache
 def _module(kind: str):
     """A fresh ActorCritic of `kind` (hidden size 8), built once per kind in one compiled program (not op by op);
     the tests only read it."""
-    from flax import nnx
-
     from tgjax.models.ocn import CraftPolicyConfig
 
     config = CraftPolicyConfig(kind=kind, num_tasks=1, hidden_size=8)
@@ -146,8 +123,6 @@ def _records(module, T: int = 5, B: int = 3, seed: int = 0):
 
 @pytest.mark.parametrize("kind", ["lstm", "ompn"])
 def test_value_head_and_policy_receive_gradients(kind):
-    from flax import nnx
-
     module = _module(kind)
     rec = _records(module)
     rng = np.random.default_rng(1)
@@ -231,8 +206,6 @@ def _reset_envs(task):
 def test_rollout_is_what_the_loss_reruns(fresh_task):
     """The rollout's log-probabilities and values are those the loss's re-run computes from the saved carry, over
     several episodes (the carry restarted at each one's first step in both)."""
-    from flax import nnx
-
     task = fresh_task
     state = _init_state(task)
     # a state in the middle of episodes, with a carry that is not the initial one: where a first rollout left it
@@ -326,8 +299,6 @@ def test_config_file():
 
 @pytest.mark.slow
 def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
-    from flax import nnx
-
     from tgjax.train.config import ConfigError, apply_overrides
     from tgjax.train.loop import train
     from tgjax.train.tasks import craft_bc, ppo_actions
