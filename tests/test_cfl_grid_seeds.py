@@ -1,0 +1,97 @@
+"""benchmarks/cfl_grid_seeds.py: cells read from grid runs, the length ranges, the best-by-validation pick and the
+claims' verdicts over seeds, on made-up grids (nothing is trained)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "cfl_grid_seeds.py"
+
+
+@pytest.fixture(scope="module")
+def seeds_tool():
+    spec = importlib.util.spec_from_file_location("benchmarks_cfl_grid_seeds", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _result(within: float, past: float, valid: float, seconds: float) -> dict:
+    """A results.json with two bins at or under length 80 and one past it (symbol counts 100, 300, 200)."""
+    bins = {"60": {"cross_entropy_difference": within + 0.2, "num_symbols": 100, "max_length": 60},
+            "80": {"cross_entropy_difference": within - 0.2 / 3, "num_symbols": 300, "max_length": 80},
+            "90": {"cross_entropy_difference": past, "num_symbols": 200, "max_length": 90}}
+    return {"test": {"cross_entropy_difference": (within * 400 + past * 200) / 600, "bins": bins},
+            "valid_cross_entropy_difference": valid, "epochs_run": 12, "num_parameters": 1000,
+            "trials": [{"seconds": seconds, "stopped_by_budget": False}]}
+
+
+def _grid(tmp_path: Path, seed: int, cells: dict, name: str | None = None) -> Path:
+    """A cfl_grid.json of `cells` {(task, model): (within, past, valid, seconds)}; every other cell absent."""
+    jobs = [{"task": task, "model": model, "result": _result(*numbers)} for (task, model), numbers in cells.items()]
+    path = tmp_path / (name or f"seed{seed}") / "cfl_grid.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"args": {"seed": seed}, "scale": "made up", "jobs": jobs}))
+    return path.parent
+
+
+def test_a_cells_length_ranges_are_symbol_weighted_over_the_bins(seeds_tool, tmp_path):
+    seed = seeds_tool.seed_of_grid(_grid(tmp_path, 7, {("dyck", "tf"): (0.3, 0.5, 0.25, 90.0)}))
+    cell = seed["cells"]["dyck"]["tf"]
+    # (0.5 * 100 + (0.3 - 0.2/3) * 300) / 400 = 0.3
+    assert seed["seed"] == 7 and cell["within"] == pytest.approx(0.3) and cell["past"] == pytest.approx(0.5)
+    assert cell["test"] == pytest.approx((0.3 * 400 + 0.5 * 200) / 600) and cell["valid"] == 0.25
+    assert cell["seconds"] == 90.0 and cell["by_length"]["90"] == 0.5
+
+
+def test_claims_are_judged_by_the_ledgers_rule_and_the_best_trial_by_validation(seeds_tool, tmp_path):
+    rng = np.random.default_rng(0)
+    grids = []
+    for seed in (1, 2, 3):
+        noise = rng.normal(0.0, 0.005, size=3)
+        grids.append(_grid(tmp_path, seed, {
+            # Tf+Nd far below Tf on the Hardest CFL (0.10 vs 0.20, sd ~0.005): in direction; long trials (3 seeds do)
+            ("hardest_cfl", "tf"): (0.20 + noise[0], 0.25, 0.30 - 0.01 * seed, 600.0),
+            ("hardest_cfl", "tf_nd"): (0.10 + noise[1], 0.12, 0.10, 900.0),
+            # Tf+Sup above Tf on Dyck by 0.1: contradicted; but both short trials need 5 seeds, so "not yet"
+            ("dyck", "tf"): (0.10 + noise[2], 0.10, 0.2, 90.0),
+            ("dyck", "tf_sup"): (0.20 + noise[2], 0.20, 0.2, 90.0),
+            # Tf+Nd against Tf+Sup on the Hardest CFL within the spread: not yet
+            ("hardest_cfl", "tf_sup"): (0.10 + (0.05 if seed == 1 else -0.05), 0.12, 0.2, 900.0),
+        }))
+    seeds = seeds_tool.read_seeds(grids, [])
+    within = ("hardest_cfl", "tf_nd", "tf", "within")
+    assert seeds_tool.judge_comparison(seeds, within)[0] == "in direction"
+    assert seeds_tool.judge_comparison(seeds, ("hardest_cfl", "tf", "tf_nd", "within"))[0] == "contradicted"
+    assert seeds_tool.judge_comparison(seeds, ("dyck", "tf_sup", "tf", "test"))[0] == "not yet"  # 3 < 5 seeds
+    assert seeds_tool.judge_comparison(seeds, ("hardest_cfl", "tf_nd", "tf_sup", "within"))[0] == "not yet"
+    assert seeds_tool.claim_verdict(["in direction", "not yet"]) == "not yet"
+    assert seeds_tool.claim_verdict(["in direction", "contradicted"]) == "contradicted"
+    assert seeds_tool.claim_verdict(["in direction", "in direction"]) == "in direction"
+    # Tf's validation Δ falls with the seed (0.29, 0.28, 0.27): seed 3's trial is the one tested
+    cell, seed, trials = seeds_tool.best_by_validation(seeds, "hardest_cfl", "tf")
+    assert (seed, trials) == (3, 3) and cell is seeds[2]["cells"]["hardest_cfl"]["tf"]
+    text = seeds_tool.format_tables(seeds)
+    claim_4 = next(line for line in text.splitlines() if line.startswith("| 4 |"))
+    assert claim_4.endswith("| not yet |") and "in direction" in claim_4  # one part holds, the other is within
+    assert "Parameters on the Hardest CFL: Tf 1,000, Tf+Sup 1,000, Tf+Nd 1,000" in text
+    rise = seeds_tool.values(seeds, "hardest_cfl", "tf_nd", "rise")
+    np.testing.assert_allclose(rise, [0.12 - c for c in seeds_tool.values(seeds, "hardest_cfl", "tf_nd", "within")])
+
+
+def test_a_seed_given_twice_is_refused_and_a_record_reads_back(seeds_tool, tmp_path):
+    grid = _grid(tmp_path, 4, {("dyck", "tf"): (0.3, 0.5, 0.25, 90.0)})
+    out = tmp_path / "out"
+    assert seeds_tool.main(["--grid", str(grid), "--out", str(out)]) == 0
+    record = out / "cfl_seeds_cells.json"
+    assert seeds_tool.read_seeds([], [record]) == seeds_tool.read_seeds([grid], [])
+    with pytest.raises(SystemExit, match=r"seed\(s\) \[4\] given more than once"):
+        seeds_tool.read_seeds([grid], [record])
