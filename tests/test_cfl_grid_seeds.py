@@ -1,5 +1,6 @@
 """benchmarks/cfl_grid_seeds.py: cells read from grid runs, the length ranges, the best-by-validation pick and the
-claims' verdicts over seeds, on made-up grids (nothing is trained)."""
+claims' verdicts over seeds; benchmarks/cfl_grid.py's one-run table of the same claims; on made-up grids (nothing is
+trained)."""
 
 import importlib.util
 import json
@@ -12,9 +13,8 @@ import pytest
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "cfl_grid_seeds.py"
 
 
-@pytest.fixture(scope="module")
-def seeds_tool():
-    spec = importlib.util.spec_from_file_location("benchmarks_cfl_grid_seeds", _PATH)
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", _PATH.with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
@@ -22,6 +22,16 @@ def seeds_tool():
         yield module
     finally:
         sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="module")
+def seeds_tool():
+    yield from _load("cfl_grid_seeds")
+
+
+@pytest.fixture(scope="module")
+def grid_tool():
+    yield from _load("cfl_grid")
 
 
 def _result(within: float, past: float, valid: float, seconds: float) -> dict:
@@ -95,3 +105,23 @@ def test_a_seed_given_twice_is_refused_and_a_record_reads_back(seeds_tool, tmp_p
     assert seeds_tool.read_seeds([], [record]) == seeds_tool.read_seeds([grid], [])
     with pytest.raises(SystemExit, match=r"seed\(s\) \[4\] given more than once"):
         seeds_tool.read_seeds([grid], [record])
+
+
+def test_one_runs_table_states_each_task_claims_and_whether_this_trial_orders_so(grid_tool):
+    results = {  # (within, past): Tf+Nd lowest within; past 80 on Dyck it rises by 0.3, Tf by 0.05
+        ("dyck", "tf"): _result(0.20, 0.25, 0.2, 90.0), ("dyck", "tf_sup"): _result(0.10, 0.12, 0.1, 90.0),
+        ("dyck", "tf_nd"): _result(0.05, 0.35, 0.1, 400.0),
+        ("hardest_cfl", "tf"): _result(0.20, 0.22, 0.2, 90.0), ("hardest_cfl", "tf_sup"): _result(0.15, 0.1, 0.2, 90.0),
+        ("hardest_cfl", "tf_nd"): _result(0.12, 0.3, 0.1, 900.0)}
+    for result in results.values():
+        result["epochs_run"] = 12
+    args = grid_tool.argparse.Namespace(seed=1, lr=0.005, train_size=10, valid_size=5, epochs=12, budget_s=60.0,
+                                        test_per_length=1)
+    lines = grid_tool.format_table(results, args).splitlines()
+    dyck = next(line for line in lines if line.startswith("| Dyck |"))
+    hardest = next(line for line in lines if line.startswith("| Hardest CFL |"))
+    wwr = next(line for line in lines if line.startswith("| wwᴿ |"))
+    assert dyck.endswith("| Tf+Sup < Tf: yes; Tf+Nd rises more past 80 than Tf: yes |")
+    # whole range: Tf 0.207, Tf+Sup 0.133, Tf+Nd 0.18 (below Tf only); within: 0.12 against 0.20 and 0.15
+    assert hardest.endswith("| Tf+Nd < Tf, Tf+Sup: no; Tf+Nd < Tf, Tf+Sup (≤ 80): yes |")
+    assert "Tf+Nd < Tf, Tf+Sup: (missing runs)" in wwr and "Tf+Sup < Tf: (missing runs)" in wwr
