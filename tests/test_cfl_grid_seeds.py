@@ -89,6 +89,12 @@ def test_claims_are_judged_by_the_ledgers_rule_and_the_best_trial_by_validation(
     # Tf's validation Δ falls with the seed (0.29, 0.28, 0.27): seed 3's trial is the one tested
     cell, seed, trials = seeds_tool.best_by_validation(seeds, "hardest_cfl", "tf")
     assert (seed, trials) == (3, 3) and cell is seeds[2]["cells"]["hardest_cfl"]["tf"]
+    # Without seed 3's validation of Tf+Sup, every model of the task is chosen from seeds 1 and 2 only
+    seeds[2]["cells"]["hardest_cfl"]["tf_sup"]["valid"] = None
+    cell, seed, trials = seeds_tool.best_by_validation(seeds, "hardest_cfl", "tf")
+    assert (seed, trials) == (2, 2) and cell is seeds[1]["cells"]["hardest_cfl"]["tf"]
+    assert seeds_tool.best_by_validation(seeds, "dyck", "tf") is None  # no Tf+Nd on Dyck
+    seeds[2]["cells"]["hardest_cfl"]["tf_sup"]["valid"] = 0.2
     text = seeds_tool.format_tables(seeds)
     claim_4 = next(line for line in text.splitlines() if line.startswith("| 4 |"))
     assert claim_4.endswith("| not yet |") and "in direction" in claim_4  # one part holds, the other is within
