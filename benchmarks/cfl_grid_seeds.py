@@ -247,7 +247,8 @@ def plot_by_length(seeds: Sequence[dict], path: Path) -> bool:
                 at = [c[str(length)] for c in curves if str(length) in c]
                 means.append(sum(at) / len(at))
                 sds.append(spread(at).sd or 0.0)
-            line, = ax.plot(lengths, means, label=f"{MODEL_LABELS[model]} ({len(curves)} seeds)")
+            seeds_text = f"{len(curves)} seed" + ("s" if len(curves) > 1 else "")
+            line, = ax.plot(lengths, means, label=f"{MODEL_LABELS[model]} ({seeds_text})")
             ax.fill_between(lengths, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
         ax.axvline(MAX_TRAIN_LENGTH, linestyle="--", color="gray", linewidth=0.8)
