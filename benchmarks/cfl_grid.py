@@ -212,12 +212,16 @@ def format_table(results: dict, args) -> str:
     return "\n".join(lines)
 
 
+def range_delta(bins: dict, *, within: bool) -> float:
+    """Test Δ over the lengths <= MAX_TRAIN_LENGTH (`within`) or above it, symbol-weighted over the per-length
+    `bins` of a results.json's test split (NaN when the range has no bin)."""
+    chosen = [b for b in bins.values() if (b["max_length"] <= MAX_TRAIN_LENGTH) == within]
+    symbols = sum(b["num_symbols"] for b in chosen)
+    return sum(b["cross_entropy_difference"] * b["num_symbols"] for b in chosen) / symbols if symbols else math.nan
+
+
 def _length_range_delta(result: dict, *, within: bool) -> float:
-    """Test Δ over the lengths <= MAX_TRAIN_LENGTH (`within`) or above it, symbol-weighted over the
-    per-length bins (NaN when the range has no bin)."""
-    bins = [b for b in result["test"]["bins"].values() if (b["max_length"] <= MAX_TRAIN_LENGTH) == within]
-    symbols = sum(b["num_symbols"] for b in bins)
-    return sum(b["cross_entropy_difference"] * b["num_symbols"] for b in bins) / symbols if symbols else math.nan
+    return range_delta(result["test"]["bins"], within=within)
 
 
 def describe_scale(args) -> str:

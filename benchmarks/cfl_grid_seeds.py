@@ -29,16 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from cfl_grid import MAX_TRAIN_LENGTH, MODEL_LABELS, MODELS, TASK_LABELS, TASKS, range_delta  # noqa: E402
 
 from tgjax.reproduce.verdict import judge, spread  # noqa: E402
 
-TASKS = ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck", "hardest_cfl")
-TASK_LABELS = {"marked_reversal": "w#wᴿ", "unmarked_reversal": "wwᴿ", "padded_reversal": "waᵖwᴿ",
-               "dyck": "Dyck", "hardest_cfl": "Hardest CFL"}
-MODELS = ("tf", "tf_sup", "tf_nd")
-MODEL_LABELS = {"tf": "Tf", "tf_sup": "Tf+Sup", "tf_nd": "Tf+Nd"}
-MAX_TRAIN_LENGTH = 80
 DCFLS = ("marked_reversal", "dyck")
 NONDETERMINISTIC = ("unmarked_reversal", "padded_reversal", "hardest_cfl")
 
@@ -76,13 +72,6 @@ CLAIMS: tuple[tuple[str, str, tuple[Comparison, ...]], ...] = (
 NOT_MEASURED = ("LSTM outperforms Tf on all tasks except Dyck; LSTM+Sup generally outperforms Tf+Sup; LSTM+Nd "
                 "generalises better in length than Tf+Nd and outperforms it on wwᴿ, Tf+Nd is better in distribution "
                 "on the Hardest CFL (§6)")
-
-
-def range_delta(bins: dict, *, within: bool) -> float:
-    """Test Δ over lengths ≤ MAX_TRAIN_LENGTH (`within`) or above, weighted by each bin's symbols (NaN if none)."""
-    chosen = [b for b in bins.values() if (b["max_length"] <= MAX_TRAIN_LENGTH) == within]
-    symbols = sum(b["num_symbols"] for b in chosen)
-    return sum(b["cross_entropy_difference"] * b["num_symbols"] for b in chosen) / symbols if symbols else math.nan
 
 
 def cell_of_result(result: dict) -> dict:
