@@ -72,5 +72,6 @@ def install() -> dict[str, int]:
         return executable
 
     compile_or_get_cached.memo_counts = counts
+    compile_or_get_cached.memo_clear = executables.clear  # tests/executables.py drops these with JAX's caches
     compiler.compile_or_get_cached = compile_or_get_cached
     return counts

@@ -29,8 +29,8 @@ def memory_mappings() -> int | None:
 
 
 def release_executables_if_many(limit: int = MAX_MAPPINGS) -> bool:
-    """`jax.clear_caches()` and a garbage collection if this process holds more than `limit` mappings; whether it
-    did."""
+    """`jax.clear_caches()`, the executable memo emptied (when it is on) and a garbage collection if this process
+    holds more than `limit` mappings; whether it did."""
     held = memory_mappings()
     if held is None or held <= limit:
         return False
@@ -39,5 +39,10 @@ def release_executables_if_many(limit: int = MAX_MAPPINGS) -> bool:
     import jax
 
     jax.clear_caches()
+    try:
+        from jax._src import compiler
+    except ImportError:  # a JAX laid out otherwise has no memo either (tests/compile_memo.py)
+        compiler = None
+    getattr(getattr(compiler, "compile_or_get_cached", None), "memo_clear", lambda: None)()  # the memo's, when on
     gc.collect()  # the executables go with their last Python references
     return True

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.compile_memo import install
+from tests.executables import release_executables_if_many
 
 
 def test_an_identical_module_is_compiled_once_and_a_different_one_again(monkeypatch):
@@ -35,3 +36,8 @@ def test_an_identical_module_is_compiled_once_and_a_different_one_again(monkeypa
     assert len(compiled) - start == 3
     np.testing.assert_allclose(np.asarray(other_constant), np.sin(np.arange(5.0)) * 4.0 + 0.25, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(other_shape), np.sin(np.arange(6.0)) * 3.0 + 0.25, rtol=1e-6)
+    # The mapping guard empties the memo with JAX's caches: the same module compiles again
+    assert release_executables_if_many(limit=0)
+    again = jax.jit(lambda v: jnp.sin(v) * 3.0 + 0.25)(x)
+    assert len(compiled) - start == 4
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(first))
