@@ -152,28 +152,35 @@ def run_claim(recipe, args, argv: list[str]) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _number(found: dict | None) -> str:
+    if not found:
+        return "none judged"
+    return f"{found['mean']:.2f}" + ("" if found["sd"] is None else f" ± {found['sd']:.2f}") + f" (n={found['n']})"
+
+
+def _print_comparison(s: dict, indent: str = "  ") -> None:
+    """One comparison's lines: the model against the (best) baseline, the other baselines, the verdict."""
+    best = f" ({s['baseline_name']}, the best)" if s.get("baseline_name") else ""
+    print(f"{indent}{s['label']}: model {_number(s.get('model'))}, baseline{best} {_number(s.get('baseline'))}"
+          + (f", paper {s['paper']}" if s["paper"] is not None else ""))
+    for group, found in (s.get("baselines") or {}).items():
+        print(f"{indent}  baseline {group}: {_number(found)}")
+    if "reference" in s:
+        print(f"{indent}  {s.get('reference_label', 'reference')}: {_number(s['reference'])}")
+    print(f"{indent}verdict: {s['verdict']} ({s['why']})")
+
+
 def _print_row(record: dict, parts: list[Path]) -> None:
     s = record["summary"]
-
-    def number(found: dict | None) -> str:
-        if not found:
-            return "none judged"
-        return f"{found['mean']:.2f}" + ("" if found["sd"] is None else f" ± {found['sd']:.2f}") + f" (n={found['n']})"
-
-    def side(name: str) -> str:
-        return number(s.get(name))
-
     done = sum(r["finished"] for r in record["runs"])
     print(f"{record['claim']}: {done}/{len(record['runs'])} runs finished; "
           + "; ".join(f"{r['name']} step {r['step']}/{r['num_steps']}" for r in record["runs"]))
-    best = f" ({s['baseline_name']}, the best)" if s.get("baseline_name") else ""
-    print(f"  {s['label']}: model {side('model')}, baseline{best} {side('baseline')}"
-          + (f", paper {s['paper']}" if s["paper"] is not None else ""))
-    for group, found in (s.get("baselines") or {}).items():
-        print(f"    baseline {group}: {number(found)}")
-    if "reference" in s:
-        print(f"    {s.get('reference_label', 'reference')}: {number(s['reference'])}")
-    print(f"  verdict: {s['verdict']} ({s['why']})")
+    if "parts" in s:  # a claim on several parts: each judged on its own runs, then combined
+        for part_summary in s["parts"].values():
+            _print_comparison(part_summary, indent="    ")
+        print(f"  {s['label']}, every part: verdict {s['verdict']} ({s['why']})")
+    else:
+        _print_comparison(s)
     print(f"  {record['hardware']}, commit {record['commit']}, {record['wall_s']:.0f} s; record appended to "
           f"{'the results file'}; state packed into {len(parts) - 1} part(s) + manifest in {parts[-1].parent}"
           + ("" if record["complete"] else f"; continue with --resume-from {parts[-1].parent}"))

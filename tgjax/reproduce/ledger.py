@@ -53,6 +53,29 @@ def claim_row(claim: Claim, papers: dict[str, str]) -> str:
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
+def _number(s: dict | None) -> str:
+    if not s:
+        return "none judged"
+    sd = "no spread" if s["sd"] is None else f"± {s['sd']:.2f}"
+    return f"{s['mean']:.2f} {sd} (n = {s['n']})"
+
+
+def _side(summary: dict, name: str) -> str:
+    return _number(summary.get(name))
+
+
+def _baseline_cell(summary: dict) -> str:
+    """The judged baseline; with several, the best one named and the others beside; a reference after them."""
+    baseline = _side(summary, "baseline")
+    if summary.get("baselines"):
+        best = summary.get("baseline_name")
+        others = [f"{g} {_number(s)}" for g, s in summary["baselines"].items() if g != best]
+        baseline = (f"best, {best}: {baseline}" if best else baseline) + "".join(f"; {o}" for o in others)
+    if "reference" in summary:
+        baseline += f"; {summary.get('reference_label', 'reference')}: {_number(summary['reference'])}"
+    return baseline
+
+
 def _automated(claims: ClaimsFile, records: list[dict]) -> list[str]:
     latest: dict[str, dict] = {}
     counts: dict[str, int] = {}
@@ -72,25 +95,12 @@ def _automated(claims: ClaimsFile, records: list[dict]) -> list[str]:
                 f"{record['budget_s']:.0f}-s budget{' (tiny)' if record['tiny'] else ''}; {steps} "
                 f"({counts[claim.id]} record(s))")
         summary = record["summary"]
-
-        def number(s: dict | None) -> str:
-            if not s:
-                return "none judged"
-            sd = "no spread" if s["sd"] is None else f"± {s['sd']:.2f}"
-            return f"{s['mean']:.2f} {sd} (n = {s['n']})"
-
-        def side(name: str) -> str:
-            return number(summary.get(name))
-
-        baseline = side("baseline")
-        if summary.get("baselines"):  # several baselines: the best one judged, the others and a reference beside
-            best = summary.get("baseline_name")
-            others = [f"{g} {number(s)}" for g, s in summary["baselines"].items() if g != best]
-            baseline = (f"best, {best}: {baseline}" if best else baseline) + "".join(f"; {o}" for o in others)
-        if "reference" in summary:
-            baseline += f"; {summary.get('reference_label', 'reference')}: {number(summary['reference'])}"
-        cells = (f"`{claim.id}`", recipe, when, f"{summary['label']}: {side('model')}", baseline,
-                 f"**{summary['verdict']}**: {summary['why']}")
+        if "parts" in summary:  # each part judged on its own runs: its numbers in the same cells, part by part
+            model = "; ".join(f"{s['label']}: {_side(s, 'model')}" for s in summary["parts"].values())
+            baseline = "; ".join(f"{part}: {_baseline_cell(s)}" for part, s in summary["parts"].items())
+        else:
+            model, baseline = f"{summary['label']}: {_side(summary, 'model')}", _baseline_cell(summary)
+        cells = (f"`{claim.id}`", recipe, when, model, baseline, f"**{summary['verdict']}**: {summary['why']}")
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 

@@ -21,7 +21,7 @@ from typing import TextIO
 
 from tgjax.progress import Progress, format_duration
 from tgjax.reproduce.recipes import Recipe, RunSpec
-from tgjax.reproduce.verdict import judge, spread
+from tgjax.reproduce.verdict import combine, judge, spread
 
 STATE_FILE = "state.json"
 RUNS_DIR = "runs"
@@ -223,8 +223,20 @@ def summarise(recipe: Recipe, scored: list) -> dict:
     """The model's and the baseline's numbers over the judged runs, and the verdict.
 
     With baseline runs of several groups (several baselines), each group is summarised ("baselines") and the
-    model is judged against the one with the best mean ("baseline_name"): beating the best is the claim."""
-    c = recipe.comparison
+    model is judged against the one with the best mean ("baseline_name"): beating the best is the claim.
+    A recipe with parts is summarised part by part ("parts", each on its own runs) and its verdict is theirs
+    combined; it has no model or baseline number of its own."""
+    if not recipe.parts:
+        return _summarise(recipe.comparison, scored)
+    parts = {part: _summarise(recipe.comparison.for_part(part), [s for s in scored if s[0].part == part])
+             for part in recipe.parts}
+    verdict, why = combine({part: summary["verdict"] for part, summary in parts.items()})
+    return {"label": recipe.comparison.label, "verdict": verdict, "why": why, "paper": None, "model": None,
+            "baseline": None, "parts": parts}
+
+
+def _summarise(c, scored: list) -> dict:
+    """`summarise` for one comparison `c` (a `Comparison`) over the runs `scored`."""
 
     def values(role: str, metric: str, group: str | None = None) -> list[float]:
         return [scores[metric] for spec, run, scores in scored

@@ -76,6 +76,26 @@ def judge(model: Sequence[float], baseline: Sequence[float], *, higher_is_better
     return "not yet", margin + ": within the spread"
 
 
+def combine(verdicts: dict[str, str]) -> tuple[str, str]:
+    """(verdict, why) of a claim made on several parts at once ({part: its verdict}): contradicted when a part
+    is; reproduced or in direction only when every part is (the weaker of the two when they differ); otherwise
+    not yet."""
+    if not verdicts:
+        raise ValueError("no parts to combine")
+    for verdict in verdicts.values():
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict {verdict!r} is not one of {', '.join(VERDICTS)}")
+    listing = "; ".join(f"{part}: {verdict}" for part, verdict in verdicts.items())
+    found = set(verdicts.values())
+    if "contradicted" in found:
+        against = ", ".join(part for part, verdict in verdicts.items() if verdict == "contradicted")
+        return "contradicted", f"contradicted on {against} ({listing})"
+    if found <= {"reproduced", "in direction"}:
+        combined = "reproduced" if found == {"reproduced"} else "in direction"
+        return combined, f"every part {combined} ({listing})"
+    return "not yet", f"not every part shows it ({listing})"
+
+
 def check_curated(verdict: str, seeds: int | None) -> None:
     """Refuses a curated verdict the rule does not allow (a claimed direction on fewer than MIN_SEEDS seeds)."""
     if verdict not in VERDICTS:

@@ -5,6 +5,9 @@ the claim's model or its baseline) and scores one run's workdir (`evaluate`, par
 `comparison` says which number of the scores is the model's and which the baseline's, and which way is better:
 `tgjax.reproduce.verdict.judge` turns those into the verdict. Several baselines are baseline runs of several
 `group`s (one group per baseline model, its seeds): the model is judged against the group that scores best.
+A claim made on several settings at once (Ordered Memory's systematicity splits A / B / C) has `parts`: each
+run belongs to one (`RunSpec.part`), each part is judged on its own runs, and the claim's verdict is the
+parts' verdicts combined (`tgjax.reproduce.verdict.combine`).
 `tiny=True` gives the smallest runs that exercise the same path (the tests).
 """
 
@@ -26,6 +29,7 @@ class RunSpec:
     overrides: tuple[str, ...]  # "a.b=v"
     seed: int
     group: str = ""  # a baseline's name, when a claim compares with several (its runs are that baseline's seeds)
+    part: str = ""  # the part of the claim this run belongs to, when the recipe has `parts`
 
     def command(self, workdir: str | Path) -> str:
         """The `tgjax train` command that trains (or resumes) this run by hand."""
@@ -48,6 +52,13 @@ class Comparison:
     # A number measured beside each model run and reported, not judged (the majority class beside trained baselines).
     reference_metric: str | None = None
     reference_label: str = ""
+    # A claim with parts: the paper's number of each part ((part, number), ...), where the paper gives one.
+    paper_by_part: tuple[tuple[str, float], ...] = ()
+
+    def for_part(self, part: str) -> Comparison:
+        """The comparison one part of the claim is judged by: its own paper number, the part in the label."""
+        return dataclasses.replace(self, label=f"{self.label}, {part}", paper=dict(self.paper_by_part).get(part),
+                                   paper_by_part=())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +75,7 @@ class Recipe:
     # parameters there) and `evaluate` only reads what that chunk wrote: then only a chunk that would finish a
     # run needs that run's reserve, and a call too short to finish a run spends its whole budget on training.
     scored_when_finishing: bool = False
+    parts: tuple[str, ...] = ()  # the claim's parts, judged one by one (every run's `part` is one of them)
 
     def reserve_s(self, spec: RunSpec, tiny: bool) -> float:
         """Seconds to keep for scoring `spec`'s run."""
@@ -74,7 +86,8 @@ class Recipe:
 
 def recipes() -> dict[str, Recipe]:
     """Every runnable claim by id (imported here, not at module import: `tgjax --help` stays fast)."""
-    from tgjax.reproduce.recipes import om_listops, om_logic_length, onlstm_parse, stack_lm, udgn_uas
+    from tgjax.reproduce.recipes import om_listops, om_logic_length, om_systematicity, onlstm_parse, stack_lm, udgn_uas
 
-    found = [om_listops.RECIPE, om_logic_length.RECIPE, onlstm_parse.RECIPE, stack_lm.RECIPE, udgn_uas.RECIPE]
+    found = [om_listops.RECIPE, om_logic_length.RECIPE, om_systematicity.RECIPE, onlstm_parse.RECIPE,
+             stack_lm.RECIPE, udgn_uas.RECIPE]
     return {r.claim_id: r for r in found}
