@@ -210,10 +210,33 @@ def test_missing_craft_directory_is_named(tmp_path):
 
 @pytest.mark.parametrize("override, message", [("training.mask_rate=1.5", "mask_rate"),
                                                ("data.source='web'", "data.source"),
-                                               ("training.token_budget=0", "token_budget")])
+                                               ("training.token_budget=0", "token_budget"),
+                                               ("training.parser_hold_steps=-1", "parser_hold_steps")])
 def test_bad_config_values_are_named(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
         train(tiny_config(override), tmp_path, quiet=True)
+
+
+@pytest.mark.parametrize("hold", [0, 2])
+def test_a_held_parser_gets_no_update_for_its_first_steps_and_the_rest_trains_throughout(hold):
+    from flax import nnx
+
+    from tgjax.models.udgn import UDGN, UDGNConfig
+
+    model = UDGN(UDGNConfig(vocab_size=12, d_model=8, num_layers=1, num_channels=2, channel_size=4, parser_hidden=4,
+                            parser_layers=1), rngs=nnx.Rngs(params=0, dropout=0))
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    training = load_config("configs/udgn_tiny.py", [f"training.parser_hold_steps={hold}"]).training
+    tx = mlm.make_optimizer(training)
+    state = tx.init(params)
+    keys = iter(jax.random.split(jax.random.key(3), 1000))
+    for step in range(hold + 2):
+        grads = jax.tree_util.tree_map(lambda p: jax.random.normal(next(keys), p.shape), params)
+        updates, state = tx.update(grads, state, params)
+        moved = {name: float(sum(jnp.abs(u).sum() for u in jax.tree_util.tree_leaves(part)))
+                 for name, part in updates.items()}
+        assert all(v > 0 for name, v in moved.items() if name != "parser")
+        assert (moved["parser"] == 0) == (step < hold), (step, moved["parser"])
 
 
 def test_a_sentence_longer_than_the_budget_is_an_error():

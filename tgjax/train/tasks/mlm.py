@@ -44,7 +44,7 @@ import dataclasses
 import hashlib
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +71,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import (
     ConfigError,
     check_choice,
+    check_int,
     check_positive_int,
     check_range,
     family_config,
@@ -100,7 +101,42 @@ def make_optimizer(training) -> optax.GradientTransformation:
     if training.weight_decay:
         parts.append(optax.add_decayed_weights(training.weight_decay))
     parts.append(optax.scale_by_adam(b1=training.b1, b2=training.b2, eps=training.eps))
-    return plateau_optimizer(optax.chain(*parts), float(training.learning_rate))
+    tx = plateau_optimizer(optax.chain(*parts), float(training.learning_rate))
+    if training.parser_hold_steps:
+        tx = optax.chain(tx, hold_parser(int(training.parser_hold_steps)))
+    return tx
+
+
+class HoldState(NamedTuple):
+    count: jax.Array  # updates applied so far
+
+
+def hold_parser(steps: int) -> optax.GradientTransformation:
+    """Zeroes the parser's updates (parameters under `parser`) for the first `steps` updates; the rest of the model
+    trains from the start and Adam's moments of the parser keep accumulating.
+
+    Neither the thesis nor the release holds the parser: `training.parser_hold_steps` (0 = off, the default)
+    tests whether UDGN's end-rooted collapse comes from a parser that commits before the masked LM can use
+    structure (benchmarks/udgn_collapse.py)."""
+
+    def init(params):
+        del params
+        return HoldState(jnp.zeros([], jnp.int32))
+
+    def update(updates, state, params=None):
+        del params
+        held = state.count < steps
+
+        def hold(path, update):
+            return jnp.where(held, jnp.zeros_like(update), update) if _in_parser(path) else update
+
+        return jax.tree_util.tree_map_with_path(hold, updates), HoldState(state.count + 1)
+
+    return optax.GradientTransformation(init, update)
+
+
+def _in_parser(path) -> bool:
+    return bool(path) and getattr(path[0], "key", getattr(path[0], "name", None)) == "parser"
 
 
 def masked_lm_loss(mask_rate: float):
@@ -157,6 +193,7 @@ def check_config(config) -> None:
     check_range(config, "training.mask_rate", 0, 1, low_open=True, high_open=True)
     check_range(config, "training.learning_rate", low=0, low_open=True)
     check_range(config, "training.lr_decay", 0, 1, low_open=True)
+    check_int(config, "training.parser_hold_steps", minimum=0)
     check_choice(config, "training.schedule", ("plateau", "constant"))
 
 
@@ -380,6 +417,7 @@ def default_config() -> ml_collections.ConfigDict:
                   min_word_count=5, max_length=0),
         training=dict(num_steps=100_000, token_budget=4096, length_bucket=8, mask_rate=0.3, seed=1111,
                       learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-9, weight_decay=1.2e-6, clip=0.25,
-                      schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000),
+                      schedule="plateau", lr_decay=0.5, lr_patience=3, early_stopping_patience=1_000_000,
+                      parser_hold_steps=0),
         evaluation=dict(interval_steps=1000, runs=5, seed=0),
     ), checkpointing=dict(interval_steps=1000, max_to_keep=2), logging=dict(tensorboard=False))

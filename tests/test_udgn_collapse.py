@@ -1,0 +1,70 @@
+"""benchmarks/udgn_collapse.py: the shape of a set of dependency trees, the parser's normalised entropy, and the
+report's verdict on a collapsed run; hand-worked trees and made-up trajectories (nothing is trained)."""
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "udgn_collapse.py"
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("benchmarks_udgn_collapse", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def test_head_shape_counts_rightward_heads_and_last_word_roots_by_hand(tool):
+    # "a b c d": a->b, b->d, c->d, d root (rightward 3 of 3, root last); "x y z": y root, x->y (right), z->y (left).
+    trees = [np.array([1, 3, 3, 3]), np.array([1, 1, 1]), np.array([0])]  # the 1-word sentence counts for neither
+    shape = tool.head_shape(trees)
+    assert shape["head_right"] == pytest.approx(100 * 4 / 5)
+    assert shape["root_last"] == pytest.approx(50.0)
+
+
+def test_a_uniform_parser_has_entropy_one_and_a_certain_one_zero(tool):
+    uniform = [np.full((n, n), 1.0 / n) for n in (2, 5, 9)]
+    certain = [np.eye(4)[[1, 3, 3, 3]]]
+    assert tool.sharpness(uniform) == pytest.approx(1.0)
+    assert tool.sharpness(certain) == pytest.approx(0.0, abs=1e-9)
+    # Half the words certain, half uniform over 2 of 4 heads: (0 + 0 + log 2 / log 4 * 2) / 4 = 0.25.
+    mixed = np.array([[0, 1, 0, 0], [0, 0, 1, 0], [0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]])
+    assert tool.sharpness([mixed]) == pytest.approx(0.25)
+
+
+def _row(variant, seed, uas, path):
+    return {"variant": variant, "seed": seed, "test": {"tree_uas": uas, "mlm_perplexity": 50.0,
+                                                        "right_chain_uas": 44.54},
+            "trajectory": [{"step": s, "valid_tree_uas": u, "head_right": r, "root_last": last, "entropy": 0.5}
+                           for s, u, r, last in path]}
+
+
+def test_the_report_counts_a_run_collapsed_by_its_last_checkpoint_only(tool):
+    rows = [_row("tiny", 1, 60.0, [(100, 23, 99, 98), (200, 55, 70, 20)]),  # escaped: not collapsed at the end
+            _row("tiny", 2, 20.0, [(100, 23, 99, 98), (200, 23, 95, 90)]),  # stayed
+            _row("tiny", 3, 30.0, [(100, 23, 70, 20), (200, 25, 85, 60)])]  # right-heavy, but not rooted last
+    out = io.StringIO()
+    tool.report(rows, 80.0, 70.0, stream=out)
+    text = out.getvalue()
+    assert "| tiny | 3 | 36.67 ± 20.82 |" in text and "1 of 3 (2) |" in text
+    assert "23 / 95 / 90 / 0.50 *" in text and "25 / 85 / 60 / 0.50 |" in text
+
+
+def test_early_commitment_reads_only_the_first_collapsed_stretch(tool):
+    def point(right, last, entropy):
+        return {"head_right": right, "root_last": last, "entropy": entropy}
+
+    # Collapsed at 0.9 then 0.4, escapes, collapses again at 0.1: the first stretch's lowest is 0.4.
+    path = [point(10, 0, 1.0), point(99, 99, 0.9), point(95, 90, 0.4), point(60, 20, 0.6), point(99, 99, 0.1)]
+    assert tool.first_collapse_entropy(path, 80.0, 70.0) == pytest.approx(0.4)
+    assert tool.first_collapse_entropy(path[:1] + path[3:4], 80.0, 70.0) is None
