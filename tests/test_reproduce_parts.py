@@ -105,3 +105,23 @@ def test_a_finished_split_run_reports_the_unseen_7_to_12_figure_and_every_length
     assert scores["majority"] == pytest.approx(200 / 3)  # '<' in 2 of B's 3 pairs; the pattern-free pair left out
     with pytest.raises(ValueError, match="split A's pattern"):
         om_systematicity.majority_percent(str(logic_dir), "A")  # `( and ( not a ) )` is in none of them
+
+
+def test_the_ledger_shows_each_parts_numbers_and_the_combined_verdict(tmp_path):
+    from tgjax.reproduce.claims import load_claims
+    from tgjax.reproduce.ledger import render
+
+    comparison = Comparison("accuracy", "accuracy", "acc", paper_by_part=(("A", 90.0), ("B", 50.0)))
+    recipe = Recipe("om-systematicity", "", lambda tiny: [], lambda *a: {}, comparison, lambda tiny: 0.0,
+                    lambda tiny: 1, parts=("A", "B"))
+    scored = (_scored("A", "model", [90.0, 91.0, 89.5]) + _scored("A", "baseline", [60.0, 61.0, 62.0], "lstm")
+              + _scored("B", "model", [70.0, 71.0, 70.5]) + _scored("B", "baseline", [70.0, 70.5, 71.0], "lstm"))
+    record = {"claim": "om-systematicity", "date": "2026-11-30T00:00:00Z", "hardware": "cpu (2 cores)",
+              "commit": "abc", "wall_s": 10.0, "budget_s": 60.0, "tiny": False, "summary":
+              runner.summarise(recipe, scored),
+              "runs": [{"name": spec.name, "step": 10, "num_steps": 10} for spec, _, _ in scored]}
+    (row,) = [line for line in render(load_claims(), [record]).splitlines()
+              if line.startswith("| `om-systematicity` | runnable")]
+    assert "acc, A: 90.17 ± 0.76 (n = 3)" in row and "acc, B: 70.50 ± 0.50 (n = 3)" in row
+    assert "A: best, lstm: 61.00 ± 1.00 (n = 3)" in row and "B: best, lstm: 70.50 ± 0.50 (n = 3)" in row
+    assert "**not yet**: not every part shows it (A: reproduced; B: not yet)" in row

@@ -30,7 +30,6 @@ from tgjax.reproduce.recipes.common import best_validation, encoder_runs
 
 SPLITS = ("A", "B", "C")
 THESIS = (("A", 94.0), ("B", 91.0), ("C", 81.0))  # Table 3.4, 7..12 operators; no spread given
-UNSEEN_COUNTS = range(7, 13)  # the thesis' aggregate (tgjax.data.logic.THESIS_SYSTEMATICITY_COUNTS)
 
 
 def runs(tiny: bool) -> list[RunSpec]:
@@ -48,8 +47,8 @@ def majority_percent(logic_dir: str, split: str) -> float:
     """The share of the commonest label over the split's unseen test pairs of 7..12 operators."""
     from tgjax.data import logic
 
-    labels = Counter(example.label for n in UNSEEN_COUNTS for example in logic.read_bucket(logic_dir, "test", n)
-                     if logic.contains_pattern(example, split))
+    labels = Counter(example.label for n in logic.THESIS_SYSTEMATICITY_COUNTS
+                     for example in logic.read_bucket(logic_dir, "test", n) if logic.contains_pattern(example, split))
     if not labels:
         raise ValueError(f"{logic_dir}: no test pair of 7-12 operators contains split {split}'s pattern")
     return 100.0 * max(labels.values()) / sum(labels.values())
