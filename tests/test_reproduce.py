@@ -32,18 +32,20 @@ def test_budgeted_run_resumes_from_its_pack_as_one_uninterrupted_run(tmp_path, c
     # A 1-second budget: one calibration chunk, then scoring and packing.
     assert command.main([CLAIM, "--budget-s", "1", "--output", str(first), *common]) == 0
     stopped_at = packing.read_manifest(first)["meta"]["steps"]
-    (run,) = recipes()[CLAIM].runs(True)
+    run = next(spec for spec in recipes()[CLAIM].runs(True) if spec.role == "model")  # the first to train
     assert 0 < stopped_at[run.name]
     work = tmp_path / "work"
     assert command.main([CLAIM, "--budget-s", "600", "--resume-from", str(first), "--output", str(second),
                          "--workdir", str(work), *common]) == 0
     first_record, second_record = [json.loads(line) for line in results.read_text().splitlines()]
     assert not first_record["complete"] and second_record["complete"]
-    (resumed,) = second_record["runs"]
+    before = next(r for r in first_record["runs"] if r["name"] == run.name)
+    resumed = next(r for r in second_record["runs"] if r["name"] == run.name)
+    assert all(r["finished"] for r in second_record["runs"])  # the plain-LSTM baseline's run too
     # It continued: the second call's first chunk started where the first call stopped, not from step 0.
-    earlier = len(first_record["runs"][0]["chunks"])
-    assert resumed["chunks"][:earlier] == first_record["runs"][0]["chunks"]
-    assert resumed["chunks"][earlier][0] == stopped_at[run.name] == first_record["runs"][0]["step"]
+    earlier = len(before["chunks"])
+    assert resumed["chunks"][:earlier] == before["chunks"]
+    assert resumed["chunks"][earlier][0] == stopped_at[run.name] == before["step"]
     assert all(a[1] == b[0] for a, b in zip(resumed["chunks"], resumed["chunks"][1:]))
     assert resumed["finished"] and resumed["step"] == resumed["num_steps"]
 

@@ -125,3 +125,18 @@ def test_the_ledger_shows_each_parts_numbers_and_the_combined_verdict(tmp_path):
     assert "acc, A: 90.17 ± 0.76 (n = 3)" in row and "acc, B: 70.50 ± 0.50 (n = 3)" in row
     assert "A: best, lstm: 61.00 ± 1.00 (n = 3)" in row and "B: best, lstm: 70.50 ± 0.50 (n = 3)" in row
     assert "**not yet**: not every part shows it (A: reproduced; B: not yet)" in row
+
+
+def test_a_beside_group_is_measured_as_the_model_is_and_not_judged():
+    comparison = Comparison("f1", "right_branching", "f1", finished_only=True, beside_groups=("lstm",))
+    recipe = Recipe("c", "", lambda tiny: [], lambda *a: {}, comparison, lambda tiny: 0.0, lambda tiny: 1)
+    progress = runner.RunProgress(step=10, num_steps=10, finished=True, train_seconds=600.0)
+    scored = [(RunSpec(f"m{i}", "model", "c.py", (), i), progress, {"f1": v, "right_branching": 50.0})
+              for i, v in enumerate([60.0, 61.0, 62.0])]
+    # The plain baseline parses better than the model here: judged, it would contradict the claim.
+    scored += [(RunSpec(f"l{i}", "baseline", "c.py", (), i, "lstm"), progress, {"f1": v, "right_branching": 50.0})
+               for i, v in enumerate([70.0, 71.0, 72.0])]
+    summary = runner.summarise(recipe, scored)
+    assert summary["verdict"] == "in direction" and summary["baseline"]["mean"] == pytest.approx(50.0)
+    assert summary["beside"]["lstm"]["mean"] == pytest.approx(71.0) and summary["beside"]["lstm"]["n"] == 3
+    assert "baselines" not in summary

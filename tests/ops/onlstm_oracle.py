@@ -64,3 +64,28 @@ def onlstm_oracle(x, h0, c0, ih_weight, ih_bias, hh_weight, hh_bias, chunk_size)
             master_inputs[b, t] = master_input
         h_final[b], c_final[b] = h, c
     return hs, h_final, c_final, master_forgets, master_inputs
+
+
+def plain_lstm_oracle(x, h0, c0, ih_weight, ih_bias, hh_weight, hh_bias, chunk_size):
+    """A textbook LSTM in the ON-LSTM's gate layout, the master-gate columns ignored: c = f c + i tanh(c^),
+    h = o tanh(c). Returns (h [B, T, H], hT, cT, forget chunk means [B, T, K], input chunk means [B, T, K])."""
+    x = np.asarray(x, np.float64)
+    B, T, _ = x.shape
+    H = np.asarray(h0).shape[1]
+    K = H // chunk_size
+    hs, forget_means, input_means = np.zeros((B, T, H)), np.zeros((B, T, K)), np.zeros((B, T, K))
+    h_final, c_final = np.zeros((B, H)), np.zeros((B, H))
+    for b in range(B):
+        h, c = np.asarray(h0, np.float64)[b].copy(), np.asarray(c0, np.float64)[b].copy()
+        for t in range(T):
+            pre = (np.asarray(ih_weight, np.float64) @ x[b, t] + ih_bias + np.asarray(hh_weight, np.float64) @ h
+                   + hh_bias)
+            o, cand, i, f = (pre[2 * K + n * H:2 * K + (n + 1) * H] for n in range(4))
+            forget, inp = _sigmoid(f), _sigmoid(i)
+            c = forget * c + inp * np.tanh(cand)
+            h = _sigmoid(o) * np.tanh(c)
+            hs[b, t] = h
+            forget_means[b, t] = [forget[k * chunk_size:(k + 1) * chunk_size].mean() for k in range(K)]
+            input_means[b, t] = [inp[k * chunk_size:(k + 1) * chunk_size].mean() for k in range(K)]
+        h_final[b], c_final[b] = h, c
+    return hs, h_final, c_final, forget_means, input_means

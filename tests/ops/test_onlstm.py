@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.test_util import check_grads
 
-from tests.ops.onlstm_oracle import onlstm_oracle
+from tests.ops.onlstm_oracle import onlstm_oracle, plain_lstm_oracle
 from tgjax.ops import onlstm_scan
 from tgjax.ops.onlstm import cumax
 
@@ -206,3 +206,17 @@ def test_shape_mismatches_are_refused(name, shape, message):
     args[name] = np.zeros(shape)
     with pytest.raises(ValueError, match=message):
         onlstm_scan(**args, chunk_size=2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 5), D=st.integers(1, 4), n_chunks=st.integers(1, 3),
+       chunk_size=st.integers(1, 3), seed=st.integers(0, 2**31 - 1))
+def test_unordered_is_a_plain_lstm_with_its_gates_chunk_means_in_the_master_gates_place(B, T, D, n_chunks,
+                                                                                      chunk_size, seed):
+    layer = random_layer(np.random.default_rng(seed), B, T, D, n_chunks * chunk_size, chunk_size)
+    plain = functools.partial(jax.jit(onlstm_scan, static_argnames=("chunk_size", "ordered")), ordered=False)
+    with jax.enable_x64(True):
+        got = run_op({k: jnp.asarray(v, jnp.float64) for k, v in layer.items()}, chunk_size, op=plain)
+    want = plain_lstm_oracle(**layer, chunk_size=chunk_size)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-10, atol=1e-12)

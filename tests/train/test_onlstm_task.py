@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import math
+import shutil
 from pathlib import Path
 
 import jax
@@ -434,6 +435,16 @@ def test_resume_after_the_asgd_switch_is_bit_exact(tiny_run, resumed_twice):
 
 # -----------------------------------------------------------------------------
 # Configs and data.
+
+
+def test_a_plain_lstm_does_not_resume_an_onlstms_checkpoint(tiny_run, tmp_path):
+    config, reference = tiny_run
+    workdir = tmp_path / "copy"
+    shutil.copytree(reference.workdir, workdir)
+    plain = tiny_config(**{"training.num_epochs": 4, "training.nonmono": 1, "data.num_train_sentences": 80,
+                           "checkpointing.interval_steps": 1000, "model.ordered": False})
+    with pytest.raises(ConfigError, match="model.ordered: True there, False now"):
+        train(plain, workdir, quiet=True)
 
 
 def test_ptb_config_names_the_missing_files(tmp_path):

@@ -169,7 +169,8 @@ class OnLSTMParser:
         where = f"{self.workdir} step {self.step}" if self.step >= 0 else "a model in memory"
         unknown = (f"; {self.num_unknown} of {self.num_words_read} words not in the vocabulary, read as {UNKNOWN}"
                    if self.num_words_read else "")
-        return (f"ON-LSTM from {where} ({'ASGD-averaged' if self.averaged else 'raw'} parameters), layers "
+        kind = "ON-LSTM" if config.ordered else "plain LSTM (model.ordered=False; distances from its forget gates)"
+        return (f"{kind} from {where} ({'ASGD-averaged' if self.averaged else 'raw'} parameters), layers "
                 f"{config.layer_sizes()} chunk {config.chunk_size}{unknown}")
 
 

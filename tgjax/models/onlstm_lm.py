@@ -90,6 +90,9 @@ class OnLSTMLMConfig:
     dropout_input: float = 0.5  # dropouti: locked dropout on the embeddings
     dropout_embedding: float = 0.1  # dropoute: whole-word embedding dropout
     weight_drop: float = 0.45  # wdrop: DropConnect on W_hh
+    # False: a plain LSTM in the same layout, the parsing claim's same-budget baseline (`tgjax.ops.onlstm`); its
+    # aux "master_forget" then holds the forget gate's chunk means, which the same distance formula reads.
+    ordered: bool = True
 
     def __post_init__(self):
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers"):
@@ -100,6 +103,8 @@ class OnLSTMLMConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"OnLSTMLMConfig.{name} must be in [0, 1), got {value!r}")
+        if not isinstance(self.ordered, bool):
+            raise ValueError(f"OnLSTMLMConfig.ordered must be a bool, got {self.ordered!r}")
         for size in set(self.layer_sizes()):
             num_chunks(size, self.chunk_size)
 
@@ -164,7 +169,7 @@ def activation_penalties(last_output, mask=None):
     return ar, tar
 
 
-def _masked_scan(x, mask, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size: int):
+def _masked_scan(x, mask, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size: int, ordered: bool = True):
     """`onlstm_scan` where steps with mask 0 keep the carried state (padding at the end of a row).
 
     x [B, T, D], mask [B, T] -> (h [B, T, H], hT, cT, master_forget [B, T, nc], master_input [B, T, nc]).
@@ -175,7 +180,8 @@ def _masked_scan(x, mask, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size: int):
     def step(carry, inputs):
         h_prev, c_prev = carry
         x_t, m_t = inputs
-        _, h, c, mf, mi = onlstm_scan(x_t[:, None], h_prev, c_prev, w_ih, b_ih, w_hh, b_hh, chunk_size=chunk_size)
+        _, h, c, mf, mi = onlstm_scan(x_t[:, None], h_prev, c_prev, w_ih, b_ih, w_hh, b_hh, chunk_size=chunk_size,
+                                      ordered=ordered)
         keep = m_t[:, None] > 0
         h, c = jnp.where(keep, h, h_prev), jnp.where(keep, c, c_prev)
         return (h, c), (h, mf[:, 0], mi[:, 0])
@@ -257,7 +263,8 @@ class OnLSTMLM(nnx.Module):
             w_hh = weight_drop(w_hh, c.weight_drop, key=None if deterministic else next(keys),
                                deterministic=deterministic)
             h0, c0 = state[layer]
-            hs, h_last, c_last, mf, mi = _masked_scan(x, mask, h0, c0, w_ih, b_ih, w_hh, b_hh, c.chunk_size)
+            hs, h_last, c_last, mf, mi = _masked_scan(x, mask, h0, c0, w_ih, b_ih, w_hh, b_hh, c.chunk_size,
+                                                      c.ordered)
             new_state.append((h_last, c_last))
             master_forget.append(mf)
             master_input.append(mi)

@@ -35,6 +35,15 @@ cell never changes (c_T = c_0 there; from the release's zero state its h is
 0 forever). Here `cumax` pins its top entry to the constant 1, so those values
 are *exactly* 1 and 0 rather than 1 up to a float rounding as in the
 release's cumsum(softmax); the recurrence is the same function.
+
+`ordered=False` is a plain LSTM in the same layout, the same-budget baseline
+of the unsupervised-parsing claim (in neither the paper nor the release): the
+master gates are fixed at f~ = i~ = 1, so f^ = sigmoid(g[f]) and
+i^ = sigmoid(g[i]), and the 2 nc master-gate columns are read by nothing. In
+their place the scan returns, at chunk resolution, the forget and input
+gates' means over each chunk's units: 1 - mean(...) of the first is the plain
+LSTM's analogue of the release's distance (how much of the memory a word
+erases).
 """
 
 from __future__ import annotations
@@ -96,8 +105,8 @@ def _check_shapes(x, h0, c0, w_ih, b_ih, w_hh, b_hh, chunk_size):
     return n_chunks
 
 
-def _cell(gates, c_prev, n_chunks: int, chunk_size: int):
-    """One ON-LSTM step from the summed pre-activations.
+def _cell(gates, c_prev, n_chunks: int, chunk_size: int, ordered: bool = True):
+    """One ON-LSTM step from the summed pre-activations (`ordered=False`: a plain LSTM, module docstring).
 
     gates [B, G], c_prev [B, H] -> h [B, H], c [B, H], master_forget [B, nc], master_input [B, nc].
     """
@@ -110,6 +119,10 @@ def _cell(gates, c_prev, n_chunks: int, chunk_size: int):
     candidate = jnp.tanh(blocks[:, 1])
     input_gate = jax.nn.sigmoid(blocks[:, 2])
     forget_gate = jax.nn.sigmoid(blocks[:, 3])
+    if not ordered:
+        c = forget_gate * c_prev.reshape(B, n_chunks, chunk_size) + input_gate * candidate
+        h = output_gate * jnp.tanh(c)
+        return h.reshape(B, -1), c.reshape(B, -1), jnp.mean(forget_gate, -1), jnp.mean(input_gate, -1)
 
     master_forget = cumax(master_forget_logits)  # [B, nc], non-decreasing, last = 1
     master_input = 1.0 - cumax(master_input_logits)  # [B, nc], non-increasing, last = 0
@@ -124,7 +137,7 @@ def _cell(gates, c_prev, n_chunks: int, chunk_size: int):
     return h.reshape(B, -1), c.reshape(B, -1), master_forget, master_input
 
 
-def onlstm_scan(x, h0, c0, w_ih, b_ih, w_hh, b_hh, *, chunk_size: int):
+def onlstm_scan(x, h0, c0, w_ih, b_ih, w_hh, b_hh, *, chunk_size: int, ordered: bool = True):
     """Run an ON-LSTM layer over a batch of sequences.
 
     Args:
@@ -137,6 +150,9 @@ def onlstm_scan(x, h0, c0, w_ih, b_ih, w_hh, b_hh, *, chunk_size: int):
       w_hh: [H, G] recurrent weights (the transpose of `hh.weight`).
       b_hh: [G] recurrent bias (`hh.bias`).
       chunk_size: C, units per chunk; must divide H (nc = H / C).
+      ordered: False for a plain LSTM in the same layout (module docstring): the
+        master gates are not applied, and the chunk means of the forget and
+        input gates come back in their place.
 
     Returns:
       h [B, T, H] hidden states, hT [B, H], cT [B, H] final states, and the
@@ -163,7 +179,7 @@ def onlstm_scan(x, h0, c0, w_ih, b_ih, w_hh, b_hh, *, chunk_size: int):
     def step(carry, input_gates):
         h_prev, c_prev = carry
         gates = input_gates + h_prev @ w_hh
-        h, c, master_forget, master_input = _cell(gates, c_prev, n_chunks, chunk_size)
+        h, c, master_forget, master_input = _cell(gates, c_prev, n_chunks, chunk_size, ordered)
         return (h, c), (h, master_forget, master_input)
 
     (h_last, c_last), (hs, master_forget, master_input) = lax.scan(step, (h0, c0), gates_from_input)

@@ -165,6 +165,8 @@ def _print_comparison(s: dict, indent: str = "  ") -> None:
           + (f", paper {s['paper']}" if s["paper"] is not None else ""))
     for group, found in (s.get("baselines") or {}).items():
         print(f"{indent}  baseline {group}: {_number(found)}")
+    for group, found in (s.get("beside") or {}).items():
+        print(f"{indent}  {group}, beside (not judged): {_number(found)}")
     if "reference" in s:
         print(f"{indent}  {s.get('reference_label', 'reference')}: {_number(s['reference'])}")
     print(f"{indent}verdict: {s['verdict']} ({s['why']})")

@@ -71,6 +71,8 @@ def _baseline_cell(summary: dict) -> str:
         best = summary.get("baseline_name")
         others = [f"{g} {_number(s)}" for g, s in summary["baselines"].items() if g != best]
         baseline = (f"best, {best}: {baseline}" if best else baseline) + "".join(f"; {o}" for o in others)
+    for group, found in (summary.get("beside") or {}).items():
+        baseline += f"; beside, not judged: {group} {_number(found)}"
     if "reference" in summary:
         baseline += f"; {summary.get('reference_label', 'reference')}: {_number(summary['reference'])}"
     return baseline

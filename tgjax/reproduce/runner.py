@@ -244,7 +244,8 @@ def _summarise(c, scored: list) -> dict:
                 and (run.finished or not c.finished_only) and scores.get(metric) is not None]
 
     model = values("model", c.model_metric)
-    groups = list(dict.fromkeys(spec.group for spec, _, _ in scored if spec.role == "baseline" and spec.group))
+    groups = list(dict.fromkeys(spec.group for spec, _, _ in scored if spec.role == "baseline" and spec.group
+                                and spec.group not in c.beside_groups))
     by_group = {g: found for g in groups if (found := values("baseline", c.baseline_metric, g))}
     best = None
     if by_group:
@@ -268,6 +269,9 @@ def _summarise(c, scored: list) -> dict:
                                 for g in groups}
         if best is not None:
             summary["why"] += f" (the best of {len(groups)} baselines: {best})"
+    beside = {g: values("baseline", c.model_metric, g) for g in c.beside_groups}
+    if beside:  # baseline models measured as the model is and shown beside it, not judged
+        summary["beside"] = {g: dataclasses.asdict(spread(found)) if found else None for g, found in beside.items()}
     if c.reference_metric is not None:
         reference = values("model", c.reference_metric)
         summary["reference"] = dataclasses.asdict(spread(reference)) if reference else None

@@ -52,6 +52,9 @@ class Comparison:
     # A number measured beside each model run and reported, not judged (the majority class beside trained baselines).
     reference_metric: str | None = None
     reference_label: str = ""
+    # Baseline groups measured by `model_metric`, as the model is, and shown beside it without being judged (a
+    # same-budget baseline model where the paper's claim is against another baseline).
+    beside_groups: tuple[str, ...] = ()
     # A claim with parts: the paper's number of each part ((part, number), ...), where the paper gives one.
     paper_by_part: tuple[tuple[str, float], ...] = ()
 

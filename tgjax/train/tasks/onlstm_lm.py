@@ -429,6 +429,7 @@ def default_config() -> ml_collections.ConfigDict:
         model=dict(
             embedding_size=400, hidden_size=1150, num_layers=3, chunk_size=10,
             dropout=0.45, dropout_hidden=0.3, dropout_input=0.5, dropout_embedding=0.1, weight_drop=0.45,
+            ordered=True,  # False: a plain LSTM in the same layout (the parsing claim's same-budget baseline)
         ),
         data=dict(
             source="text", train_path="", valid_path="", craft_dir="",
@@ -448,7 +449,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 _MODEL_KEYS = ("embedding_size", "hidden_size", "num_layers", "chunk_size", "dropout", "dropout_hidden",
-               "dropout_input", "dropout_embedding", "weight_drop")
+               "dropout_input", "dropout_embedding", "weight_drop", "ordered")
 
 
 def model_config(config, vocab_size: int) -> OnLSTMLMConfig:
@@ -684,9 +685,10 @@ class OnLSTMLMTask:
         if meta.get("vocab_sha256") != self.vocab_fingerprint:
             changed.append(f"the vocabulary ({meta.get('vocab_size')} words there, {len(self.words)} now)")
         saved = meta.get("model", {})
+        saved = {"ordered": True, **saved}  # checkpoints written before the plain-LSTM switch are ON-LSTMs
         changed += [f"model.{k}: {saved.get(k)!r} there, {v!r} now"
                     for k, v in dataclasses.asdict(self.model_config).items()
-                    if k in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "chunk_size")
+                    if k in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "chunk_size", "ordered")
                     and saved.get(k) != v]
         if meta.get("batch_size") != self.config.training.batch_size:
             changed.append(f"training.batch_size: {meta.get('batch_size')} there, "
