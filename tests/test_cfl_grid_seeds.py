@@ -2,36 +2,23 @@
 claims' verdicts over seeds; benchmarks/cfl_grid.py's one-run table of the same claims; on made-up grids (nothing is
 trained)."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "cfl_grid_seeds.py"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", _PATH.with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def seeds_tool():
-    yield from _load("cfl_grid_seeds")
+    yield from load_benchmark("cfl_grid_seeds")
 
 
 @pytest.fixture(scope="module")
 def grid_tool():
-    yield from _load("cfl_grid")
+    yield from load_benchmark("cfl_grid")
 
 
 def _result(within: float, past: float, valid: float, seconds: float) -> dict:

@@ -1,24 +1,13 @@
 """benchmarks/lm_table.py: its configs and its table (mean ± sd over seeds), without training anything."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "lm_table.py"
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def lm_table():
-    spec = importlib.util.spec_from_file_location("benchmarks_lm_table", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    yield from load_benchmark("lm_table")
 
 
 def test_mean_sd_is_the_value_alone_or_the_mean_and_sample_sd(lm_table):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.train.test_classification_task import _nots
 from tgjax.reproduce import runner
-from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec, om_systematicity, recipes
+from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec, om_logic_length, om_systematicity, recipes
 from tgjax.reproduce.verdict import VERDICTS, combine
 
 
@@ -104,7 +104,7 @@ def test_a_finished_split_run_reports_the_unseen_7_to_12_figure_and_every_length
     assert scores["accuracy_all_lengths"] == pytest.approx(87.5) and scores["pairs_all_lengths"] == 8
     assert scores["majority"] == pytest.approx(200 / 3)  # '<' in 2 of B's 3 pairs; the pattern-free pair left out
     with pytest.raises(ValueError, match="split A's pattern"):
-        om_systematicity.majority_percent(str(logic_dir), "A")  # `( and ( not a ) )` is in none of them
+        om_logic_length.majority_percent(str(logic_dir), "A")  # `( and ( not a ) )` is in none of them
 
 
 def test_the_ledger_shows_each_parts_numbers_and_the_combined_verdict(tmp_path):

@@ -1,27 +1,17 @@
 """benchmarks/udgn_collapse.py: the shape of a set of dependency trees, the parser's normalised entropy, and the
 report's verdict on a collapsed run; hand-worked trees and made-up trajectories (nothing is trained)."""
 
-import importlib.util
 import io
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "udgn_collapse.py"
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("benchmarks_udgn_collapse", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    yield from load_benchmark("udgn_collapse")
 
 
 def test_head_shape_counts_rightward_heads_and_last_word_roots_by_hand(tool):

@@ -73,3 +73,12 @@ def best_validation(workdir: Path) -> dict | None:
     valid = [r for r in metrics_records(workdir) if r.get("split") == "valid"]
     return max(valid, key=lambda r: r["accuracy"]) if valid else None
 
+
+
+def validation_so_far(workdir: Path, note: str = "test not scored: the run has not finished") -> dict:
+    """A classification run the budget stopped: its best validation accuracy (%) and step, the test left unscored
+    (`note` says why); or a note that it has no validation yet."""
+    best = best_validation(workdir)
+    if best is None:
+        return {"split": "none", "note": "no validation yet"}
+    return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"], "note": note}

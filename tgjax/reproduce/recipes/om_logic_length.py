@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import best_validation, encoder_runs
+from tgjax.reproduce.recipes.common import encoder_runs, validation_so_far
 
 CONFIG = "configs/om_logic.py:cpu_long"  # the release switches: its published numbers came from that code
 SEEDS = (1111, 2222, 3333)
@@ -32,7 +32,7 @@ TINY = ("data.max_train_examples=200", "data.max_valid_examples=40", "model.embe
         "model.mlp_hidden_size=8", "model.n_slots=4", "training.batch_size=8", "training.num_steps=12",
         "evaluation.interval_steps=6", "checkpointing.interval_steps=6", "logging.interval_steps=1",
         "evaluation.batch_size=256")
-TEST_COUNTS = range(7, 13)  # the operator counts of the test files
+TEST_COUNTS = range(7, 13)  # the operator counts of the test files (the thesis' systematicity aggregate too)
 
 
 def runs(tiny: bool) -> list[RunSpec]:
@@ -40,31 +40,40 @@ def runs(tiny: bool) -> list[RunSpec]:
 
 
 @functools.cache  # every finished run of a call asks for the same directory's
-def majority_percent(logic_dir: str) -> float:
-    """The share of the commonest label over the pooled test pairs of 7..12 operators (only those files read)."""
+def majority_percent(logic_dir: str, pattern: str | None = None) -> float:
+    """The share of the commonest label over the pooled test pairs of 7..12 operators (only those files read);
+    with `pattern` (a systematicity split, "A" / "B" / "C"), over those that contain it."""
     from tgjax.data import logic
 
-    labels = Counter(example.label for n in TEST_COUNTS for example in logic.read_bucket(logic_dir, "test", n))
+    labels = Counter(example.label for n in TEST_COUNTS for example in logic.read_bucket(logic_dir, "test", n)
+                     if pattern is None or logic.contains_pattern(example, pattern))
+    if not labels:
+        raise ValueError(f"{logic_dir}: no test pair of 7-12 operators"
+                         + (f" contains split {pattern}'s pattern" if pattern else ""))
     return 100.0 * max(labels.values()) / sum(labels.values())
 
 
-def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
+def finished_report(run: RunSpec, workdir: Path, finished: bool) -> tuple[dict, str] | None:
+    """A finished run's test_results.json (the trainer wrote it at the last step) and the logic directory the run
+    read; None while the run has not finished."""
     results = workdir / "test_results.json"
-    if finished and results.exists():
-        report = json.loads(results.read_text())
-        test = report["test"]
-        from tgjax.train.config import load_config
+    if not (finished and results.exists()):
+        return None
+    from tgjax.train.config import load_config
 
-        logic_dir = load_config(run.config, list(run.overrides)).data.logic_dir
-        # The claim is about accuracy; Ordered Memory's parse F1 stays per length in test_results.json.
-        return {"split": "test 7-12", "accuracy": 100.0 * test["all"]["accuracy"],
-                **{f"ops{n}": 100.0 * test[f"ops{n}"]["accuracy"] for n in TEST_COUNTS},
-                "majority": majority_percent(logic_dir), "best_step": report["best_step"]}
-    best = best_validation(workdir)
-    if best is None:
-        return {"split": "none", "note": "no validation yet"}
-    return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
-            "note": "test not scored: the run has not finished"}
+    return json.loads(results.read_text()), load_config(run.config, list(run.overrides)).data.logic_dir
+
+
+def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
+    found = finished_report(run, workdir, finished)
+    if found is None:
+        return validation_so_far(workdir)
+    report, logic_dir = found
+    test = report["test"]
+    # The claim is about accuracy; Ordered Memory's parse F1 stays per length in test_results.json.
+    return {"split": "test 7-12", "accuracy": 100.0 * test["all"]["accuracy"],
+            **{f"ops{n}": 100.0 * test[f"ops{n}"]["accuracy"] for n in TEST_COUNTS},
+            "majority": majority_percent(logic_dir), "best_step": report["best_step"]}
 
 
 RECIPE = Recipe(

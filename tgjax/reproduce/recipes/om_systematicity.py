@@ -19,14 +19,11 @@ reported by its best validation accuracy so far and left out of the verdict. The
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
-from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
 from tgjax.reproduce.recipes import om_logic_length as length
-from tgjax.reproduce.recipes.common import best_validation, encoder_runs
+from tgjax.reproduce.recipes.common import encoder_runs, validation_so_far
 
 SPLITS = ("A", "B", "C")
 THESIS = (("A", 94.0), ("B", 91.0), ("C", 81.0))  # Table 3.4, 7..12 operators; no spread given
@@ -42,37 +39,18 @@ def runs(tiny: bool) -> list[RunSpec]:
     return specs
 
 
-@functools.cache  # every finished run of a split asks for the same files'
-def majority_percent(logic_dir: str, split: str) -> float:
-    """The share of the commonest label over the split's unseen test pairs of 7..12 operators."""
-    from tgjax.data import logic
-
-    labels = Counter(example.label for n in logic.THESIS_SYSTEMATICITY_COUNTS
-                     for example in logic.read_bucket(logic_dir, "test", n) if logic.contains_pattern(example, split))
-    if not labels:
-        raise ValueError(f"{logic_dir}: no test pair of 7-12 operators contains split {split}'s pattern")
-    return 100.0 * max(labels.values()) / sum(labels.values())
-
-
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
-    results = workdir / "test_results.json"
-    if finished and results.exists():
-        report = json.loads(results.read_text())
-        test = report["test"]
-        from tgjax.train.config import load_config
-        from tgjax.train.tasks.classification import ALL_LENGTHS, THESIS_LENGTHS
+    found = length.finished_report(run, workdir, finished)
+    if found is None:
+        return validation_so_far(workdir)
+    report, logic_dir = found
+    from tgjax.train.tasks.classification import ALL_LENGTHS, THESIS_LENGTHS
 
-        logic_dir = load_config(run.config, list(run.overrides)).data.logic_dir
-        unseen, every = test[f"{run.part}/{THESIS_LENGTHS}"], test[f"{run.part}/{ALL_LENGTHS}"]
-        return {"split": f"test {run.part} {THESIS_LENGTHS}", "accuracy": 100.0 * unseen["accuracy"],
-                "pairs": unseen["count"], "accuracy_all_lengths": 100.0 * every["accuracy"],
-                "pairs_all_lengths": every["count"], "majority": majority_percent(logic_dir, run.part),
-                "best_step": report["best_step"]}
-    best = best_validation(workdir)
-    if best is None:
-        return {"split": "none", "note": "no validation yet"}
-    return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
-            "note": "test not scored: the run has not finished"}
+    unseen, every = report["test"][f"{run.part}/{THESIS_LENGTHS}"], report["test"][f"{run.part}/{ALL_LENGTHS}"]
+    return {"split": f"test {run.part} {THESIS_LENGTHS}", "accuracy": 100.0 * unseen["accuracy"],
+            "pairs": unseen["count"], "accuracy_all_lengths": 100.0 * every["accuracy"],
+            "pairs_all_lengths": every["count"], "majority": length.majority_percent(logic_dir, run.part),
+            "best_step": report["best_step"]}
 
 
 RECIPE = Recipe(
