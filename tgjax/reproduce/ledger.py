@@ -130,7 +130,7 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "",
         "```bash",
         "tgjax reproduce --help                                                  # the claims, which ones run here",
-        "tgjax reproduce onlstm-parse-f1 --budget-s 1500 --output OUT            # 5 seeds of onlstm_tiny, ~20 min",
+        "tgjax reproduce onlstm-parse-f1 --budget-s 600 --output OUT             # ON-LSTM and LSTM, 5 seeds, ~3 min",
         "tgjax reproduce om-listops --budget-s 3600 --output OUT1                # stops, scores, packs at the budget",
         "tgjax reproduce om-listops --budget-s 3600 --resume-from OUT1 --output OUT2   # continues where OUT1 stopped",
         "tgjax reproduce --ledger                                                # rewrites this page",
