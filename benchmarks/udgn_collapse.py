@@ -148,16 +148,20 @@ def report(rows: list[dict], right_share: float, root_last: float, stream=sys.st
               f"({', '.join(map(str, collapsed)) or 'none'}) |", file=stream)
     print(f"\nEarly commitment: the parser's lowest entropy over its first stretch of collapsed checkpoints, "
           f"against how the run ends ({COMMITTED:g}: the line drawn)\n", file=stream)
-    print("| lowest entropy while first collapsed | runs | end collapsed |", file=stream)
-    print("|---|---|---|", file=stream)
-    groups = {"below": [], "above": [], "never collapsed": []}
+    print("| lowest entropy while first collapsed | runs | end collapsed | test tree UAS, lowest–highest | above "
+          "the right chain |", file=stream)
+    print("|---|---|---|---|---|", file=stream)
+    groups: dict[str, list[dict]] = {"below": [], "above": [], "never collapsed": []}
     for r in rows:
         low = first_collapse_entropy(r["trajectory"], right_share, root_last)
-        key = "never collapsed" if low is None else ("below" if low < COMMITTED else "above")
-        groups[key].append(is_collapsed(r["trajectory"][-1], right_share, root_last))
+        groups["never collapsed" if low is None else ("below" if low < COMMITTED else "above")].append(r)
     for key, label in (("below", f"< {COMMITTED:g}"), ("above", f">= {COMMITTED:g}"), ("never collapsed", "never")):
-        ends = groups[key]
-        print(f"| {label} | {len(ends)} | {sum(ends)} |", file=stream)
+        runs = groups[key]
+        ends = sum(is_collapsed(r["trajectory"][-1], right_share, root_last) for r in runs)
+        uas = [r["test"]["tree_uas"] for r in runs]
+        spread = f"{min(uas):.1f}–{max(uas):.1f}" if uas else "-"
+        above = sum(r["test"]["tree_uas"] > r["test"]["right_chain_uas"] for r in runs)
+        print(f"| {label} | {len(runs)} | {ends} | {spread} | {above} |", file=stream)
     print(f"\nValidation trajectories per checkpoint step: tree UAS / heads to the right % / root last % / the "
           f"parser's normalised entropy; * = collapsed (right >= {right_share:g} %, root last >= {root_last:g} %)",
           file=stream)
