@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tgjax.progress import Progress, format_duration
-from tgjax.reproduce.recipes import Recipe, RunSpec
+from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
 from tgjax.reproduce.verdict import combine, judge, spread
 
 STATE_FILE = "state.json"
@@ -235,8 +235,8 @@ def summarise(recipe: Recipe, scored: list) -> dict:
             "baseline": None, "parts": parts}
 
 
-def _summarise(c, scored: list) -> dict:
-    """`summarise` for one comparison `c` (a `Comparison`) over the runs `scored`."""
+def _summarise(c: Comparison, scored: list) -> dict:
+    """`summarise` for one comparison over the runs `scored`."""
 
     def values(role: str, metric: str, group: str | None = None) -> list[float]:
         return [scores[metric] for spec, run, scores in scored

@@ -74,11 +74,11 @@ def best_validation(workdir: Path) -> dict | None:
     return max(valid, key=lambda r: r["accuracy"]) if valid else None
 
 
-
-def validation_so_far(workdir: Path, note: str = "test not scored: the run has not finished") -> dict:
-    """A classification run the budget stopped: its best validation accuracy (%) and step, the test left unscored
-    (`note` says why); or a note that it has no validation yet."""
+def validation_so_far(workdir: Path) -> dict:
+    """A classification run the budget stopped: its best validation accuracy (%) and step, the test left unscored;
+    or a note that it has no validation yet."""
     best = best_validation(workdir)
     if best is None:
         return {"split": "none", "note": "no validation yet"}
-    return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"], "note": note}
+    return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
+            "note": "test not scored: the run has not finished"}

@@ -684,8 +684,7 @@ class OnLSTMLMTask:
         changed = []
         if meta.get("vocab_sha256") != self.vocab_fingerprint:
             changed.append(f"the vocabulary ({meta.get('vocab_size')} words there, {len(self.words)} now)")
-        saved = meta.get("model", {})
-        saved = {"ordered": True, **saved}  # checkpoints written before the plain-LSTM switch are ON-LSTMs
+        saved = {"ordered": True, **meta.get("model", {})}  # checkpoints from before the switch are ON-LSTMs
         changed += [f"model.{k}: {saved.get(k)!r} there, {v!r} now"
                     for k, v in dataclasses.asdict(self.model_config).items()
                     if k in ("vocab_size", "embedding_size", "hidden_size", "num_layers", "chunk_size", "ordered")
