@@ -224,32 +224,40 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
 
     `search`: the TG / TXL (CC) beam engine, "auto", "device" or "host" (`tgjax.infer.api.word_scorer`)."""
     import tgjax
-    from tgjax.eval.parse import parse_treebank
     from tgjax.infer.pushdown_search import PushdownBeamConfig
 
     start = time.perf_counter()
     model = tgjax.load(workdir)
     scorer = model.scorer(beam=beam_config, pushdown=PushdownBeamConfig(beam_size=PUSHDOWN_BEAM), search=search)
-    rule, title = model.rule, TITLES.get(model.model_name, model.model_name)
+    title = TITLES.get(model.model_name, model.model_name)
     num_pairs = len(simple_pairs) + len(pairs) + sum(map(len, deep_pairs.values()))
     print(f"== evaluating {title}: "
           f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)
-    if model.scores_exactly:  # the chain rule (TXL (terminals), and the word LMs of benchmarks/lm_table.py)
-        results = scorer.search([t.leaves() for t in valid_trees])  # exact and fast: no progress needed
-        words = sum(len(r.words) for r in results)
-        perplexity = math.exp(-sum(r.log_prob for r in results) / words)
-        f1s = (None, None, None, None)
-    else:
-        report = parse_treebank(scorer, valid_trees)
-        perplexity = report.perplexity_bound()
-        labeled = None if rule == "pushdown" else report.labeled_f1  # unlabelled parses
-        f1s = (labeled, report.unlabeled_f1, report.baseline_labeled_f1, report.baseline_unlabeled_f1)
+    perplexity, f1s = perplexity_and_f1(model, scorer, valid_trees)
     simple_accuracy, _ = _agreement(scorer, simple_pairs)
     accuracy, by_construction = _agreement(scorer, pairs)
     deep = {depth: _agreement(scorer, depth_pairs) for depth, depth_pairs in deep_pairs.items()}
     return Evaluation(perplexity, model.scores_exactly, f1s, simple_accuracy, accuracy, by_construction,
                       {d: a for d, (a, _) in deep.items()}, {d: by for d, (_, by) in deep.items()},
                       time.perf_counter() - start)
+
+
+def perplexity_and_f1(model, scorer, trees) -> tuple[float, tuple]:
+    """(word perplexity of `trees`' sentences, per word with the end of sentence, F1s) for a loaded model and its
+    scorer: exact by the chain rule where the model scores exactly (`LoadedModel.scores_exactly`; F1s all None),
+    else the upper bound from the beam's p(x) summed over the parses it keeps, with the F1s of those parses
+    (labelled, unlabelled, right-branching labelled, unlabelled; labelled None for the Pushdown-LM's binary
+    trees)."""
+    from tgjax.eval.parse import parse_treebank
+
+    if model.scores_exactly:  # the chain rule (TXL (terminals), and the word LMs of benchmarks/lm_table.py)
+        results = scorer.search([t.leaves() for t in trees])  # exact and fast: no progress needed
+        words = sum(len(r.words) for r in results)
+        return math.exp(-sum(r.log_prob for r in results) / words), (None, None, None, None)
+    report = parse_treebank(scorer, trees)
+    labeled = None if model.rule == "pushdown" else report.labeled_f1  # unlabelled parses
+    return report.perplexity_bound(), (labeled, report.unlabeled_f1, report.baseline_labeled_f1,
+                                       report.baseline_unlabeled_f1)
 
 
 def default_beam_config():

@@ -89,8 +89,16 @@ class Recipe:
 
 def recipes() -> dict[str, Recipe]:
     """Every runnable claim by id (imported here, not at module import: `tgjax --help` stays fast)."""
-    from tgjax.reproduce.recipes import om_listops, om_logic_length, om_systematicity, onlstm_parse, stack_lm, udgn_uas
+    from tgjax.reproduce.recipes import (
+        om_listops,
+        om_logic_length,
+        om_systematicity,
+        onlstm_parse,
+        stack_lm,
+        tg_ppl,
+        udgn_uas,
+    )
 
     found = [om_listops.RECIPE, om_logic_length.RECIPE, om_systematicity.RECIPE, onlstm_parse.RECIPE,
-             stack_lm.RECIPE, udgn_uas.RECIPE]
+             stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
     return {r.claim_id: r for r in found}
