@@ -29,7 +29,7 @@ def test_agreement_accuracy_counts_pairs_by_construction():
     for i, pair in enumerate(pairs):
         good, bad = (-10.0, -5.0) if i in wrong else (-5.0, -10.0)
         table[tuple(pair.good_words)], table[tuple(pair.bad_words)] = good, bad
-    accuracy, by_construction = demo._agreement(_ScoreByWords(table), pairs)
+    accuracy, by_construction = demo.agreement_accuracy(_ScoreByWords(table), pairs)
     assert accuracy == pytest.approx(4 / 6)
     assert [p.construction for p in pairs] == ["pp", "subject_relative", "object_relative"] * 2
     assert by_construction == pytest.approx({"pp": 1.0, "subject_relative": 0.5, "object_relative": 0.5})
@@ -51,15 +51,15 @@ OVERRIDES = ["training.num_steps=4", "evaluation.interval_steps=4", "checkpointi
 
 def run_and_check_demo(tmp_path, monkeypatch, models):
     """`demo.run_demo` of `models` on a few steps; checks each row and the table."""
-    scored = []  # (depths of the pairs, how many, the accuracy) of each _agreement call
+    scored = []  # (depths of the pairs, how many, the accuracy) of each agreement_accuracy call
 
     def recording_agreement(scorer, pairs):
         accuracy, by_construction = real_agreement(scorer, pairs)
         scored.append((sorted({p.depth for p in pairs}), len(pairs), accuracy))
         return accuracy, by_construction
 
-    real_agreement = demo._agreement
-    monkeypatch.setattr(demo, "_agreement", recording_agreement)
+    real_agreement = demo.agreement_accuracy
+    monkeypatch.setattr(demo, "agreement_accuracy", recording_agreement)
     report = demo.run_demo(tmp_path, models=models, overrides=OVERRIDES, num_valid=4, num_simple_pairs=2,
                            num_pairs=3, num_deep_pairs=3,
                            beam_config=BeamConfig(word_beam=4, action_beam=8, fast_track=1, batch_sentences=4))

@@ -186,7 +186,7 @@ def _has_key(config, dotted: str) -> bool:
     return True
 
 
-def _agreement(scorer, pairs) -> tuple[float, dict[str, float]]:
+def agreement_accuracy(scorer, pairs) -> tuple[float, dict[str, float]]:
     """Accuracy of log p(good) > log p(bad), overall and per construction."""
     from tgjax.eval.parse import search_with_progress
 
@@ -234,9 +234,9 @@ def evaluate_model(workdir: Path, valid_trees, simple_pairs, pairs, deep_pairs: 
     print(f"== evaluating {title}: "
           f"{len(valid_trees)} validation sentences, {num_pairs} minimal pairs", file=stream, flush=True)
     perplexity, f1s = perplexity_and_f1(model, scorer, valid_trees)
-    simple_accuracy, _ = _agreement(scorer, simple_pairs)
-    accuracy, by_construction = _agreement(scorer, pairs)
-    deep = {depth: _agreement(scorer, depth_pairs) for depth, depth_pairs in deep_pairs.items()}
+    simple_accuracy, _ = agreement_accuracy(scorer, simple_pairs)
+    accuracy, by_construction = agreement_accuracy(scorer, pairs)
+    deep = {depth: agreement_accuracy(scorer, depth_pairs) for depth, depth_pairs in deep_pairs.items()}
     return Evaluation(perplexity, model.scores_exactly, f1s, simple_accuracy, accuracy, by_construction,
                       {d: a for d, (a, _) in deep.items()}, {d: by for d, (_, by) in deep.items()},
                       time.perf_counter() - start)

@@ -23,7 +23,7 @@ Conventions: the terms are `tgjax.infer.pushdown_search.joint_log_prob_terms`
 (one teacher-forced pass), with the beam's `final_attachment`, the model's
 `attachment_normalise` and the ROOT rule shared by training and the search.
 A pair counts as right under a scoring when the good sentence scores strictly
-higher (ties are wrong, as in the demo's `_agreement`).
+higher (ties are wrong, as in the demo's `agreement_accuracy`).
 """
 
 from __future__ import annotations

@@ -94,11 +94,12 @@ def recipes() -> dict[str, Recipe]:
         om_logic_length,
         om_systematicity,
         onlstm_parse,
+        onlstm_syntax,
         stack_lm,
         tg_ppl,
         udgn_uas,
     )
 
     found = [om_listops.RECIPE, om_logic_length.RECIPE, om_systematicity.RECIPE, onlstm_parse.RECIPE,
-             stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
+             onlstm_syntax.RECIPE, stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
     return {r.claim_id: r for r in found}
