@@ -33,7 +33,7 @@ TINY = ("data.num_train_sentences=64", "data.num_valid_sentences=16", "model.emb
         "training.batch_size=8")
 # Pairs per set (the demo's sizes; `tiny`: a few of each): simple, across one embedding, 2 and 3 embeddings deep.
 NUM_SIMPLE, NUM_ACROSS, NUM_DEEP = 60, 120, 60
-TINY_PAIRS = 6
+TINY_PAIRS = (3, 6, 3)  # simple, across one embedding, each depth deeper
 DEEP = (2, 3)
 
 
@@ -47,7 +47,7 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     import tgjax
     from tgjax import demo
 
-    simple, across, deep = (TINY_PAIRS,) * 3 if tiny else (NUM_SIMPLE, NUM_ACROSS, NUM_DEEP)
+    simple, across, deep = TINY_PAIRS if tiny else (NUM_SIMPLE, NUM_ACROSS, NUM_DEEP)
     _, simple_pairs, across_pairs, deep_pairs = demo.evaluation_data(0, simple, across, deep, DEEP)
     step = "best" if has_validation(workdir) else "latest"
     model = tgjax.load(workdir, step)
