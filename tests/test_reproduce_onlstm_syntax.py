@@ -44,13 +44,17 @@ def test_the_judged_number_pools_the_three_constructions_one_embedding_deep(tmp_
 
     def fake_load(workdir, step="best"):
         loaded.append(step)
-        return type("Model", (), {"step": 9, "scorer": lambda self: _Scorer(table)})()
+        return type("Model", (), {"step": 6, "scorer": lambda self: _Scorer(table)})()
 
     monkeypatch.setattr(tgjax, "load", fake_load)
     (run,) = [s for s in onlstm_syntax.runs(tiny=True) if s.role == "model"]
-    (tmp_path / "metrics.jsonl").write_text(json.dumps({"split": "valid", "step": 9, "loss": 3.0}) + "\n")
+    records = [{"split": "valid", "step": 3, "loss": 3.5, "perplexity": 33.1},
+               {"split": "valid", "step": 6, "loss": 3.0, "perplexity": 20.1},
+               {"split": "valid", "step": 9, "loss": 3.1, "perplexity": 22.2}, {"step": 9, "loss": 2.9}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     scores = onlstm_syntax.evaluate(run, tmp_path, True, True)
     assert loaded == ["best"] and scores["pairs"] == n
+    assert scores["valid_perplexity"] == 20.1  # the scored checkpoint's, not the last or the first
     assert scores["across_accuracy"] == pytest.approx(100.0 / 3)  # 2 of the 6 pairs are object relatives
     assert (scores["across_pp"], scores["across_subject_relative"], scores["across_object_relative"]) == (0, 0, 100)
     assert (scores["simple_accuracy"], scores["depth2_accuracy"], scores["depth3_accuracy"]) == (0, 100, 0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, seeded_runs
+from tgjax.reproduce.recipes.common import has_validation, metrics_records, seeded_runs
 
 CONFIG = "configs/onlstm_tiny.py"
 SEEDS = (141, 142, 143, 144, 145)  # runs of under 5 minutes: 5 seeds (tgjax.reproduce.verdict)
@@ -59,6 +59,10 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
               "simple_accuracy": 100.0 * simple_accuracy, "pairs": len(across_pairs)}
     for depth, pairs in deep_pairs.items():
         scores[f"depth{depth}_accuracy"] = 100.0 * demo.agreement_accuracy(scorer, pairs)[0]
+    # How well the scored checkpoint fits the language (per token, `</s>` included): agreement may follow it.
+    at_step = [r for r in metrics_records(workdir) if r.get("split") == "valid" and r.get("step") == model.step]
+    if at_step:
+        scores["valid_perplexity"] = at_step[-1]["perplexity"]
     return scores
 
 
