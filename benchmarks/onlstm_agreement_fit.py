@@ -27,7 +27,7 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 from tgjax.reproduce.recipes import onlstm_syntax
-from tgjax.reproduce.recipes.common import seeded_runs
+from tgjax.reproduce.recipes.common import onlstm_and_lstm_runs
 
 COLUMNS = ("valid_perplexity", "across_accuracy", "across_pp", "across_subject_relative", "across_object_relative",
            "simple_accuracy", "depth2_accuracy", "depth3_accuracy")
@@ -36,11 +36,8 @@ COLUMNS = ("valid_perplexity", "across_accuracy", "across_pp", "across_subject_r
 def runs(models: list[str], seeds: list[int], epochs: int) -> list:
     """The recipe's runs of `models` ("onlstm", "lstm") and `seeds`, for `epochs` epochs."""
     common = (*onlstm_syntax.COMMON, f"training.num_epochs={epochs}")  # the later override wins
-    specs = []
-    for model in models:
-        extra = ("model.ordered=False",) if model == "lstm" else ()
-        specs += seeded_runs(f"{model}-e{epochs}", onlstm_syntax.CONFIG, seeds, (*common, *extra), (), tiny=False)
-    return specs
+    specs = onlstm_and_lstm_runs(onlstm_syntax.CONFIG, seeds, common, (), False, name_suffix=f"-e{epochs}")
+    return [spec for model in models for spec in specs if spec.name.startswith(f"{model}-e")]
 
 
 def summary(rows: list[dict]) -> str:

@@ -31,8 +31,10 @@ def metrics_records(workdir: Path) -> list[dict]:
     return records
 
 
-def has_validation(workdir: Path) -> bool:
-    return any(r.get("split") == "valid" for r in metrics_records(workdir))
+def checkpoint_to_score(workdir: Path) -> str:
+    """The step a recipe scores a run at, as `tgjax.load` takes it: "best" (by validation) once the run has a
+    validation record, else "latest"."""
+    return "best" if any(r.get("split") == "valid" for r in metrics_records(workdir)) else "latest"
 
 
 def run_eval_command(main: Callable[[Sequence[str]], int], argv: list[str], output: Path) -> dict:
@@ -66,6 +68,16 @@ def encoder_runs(config: str, seeds: Sequence[int], common: Sequence[str], tiny_
         specs += seeded_runs(encoder, config, seeds, (*common, f"model.encoder={encoder}"), tiny_overrides, tiny,
                              role="baseline", group=encoder)
     return specs
+
+
+def onlstm_and_lstm_runs(config: str, seeds: Sequence[int], common: Sequence[str], tiny_overrides: Sequence[str],
+                         tiny: bool, *, name_suffix: str = "") -> list:
+    """An ON-LSTM claim's runs: `seeded_runs` of `config` ("onlstm{name_suffix}-seedN"), then the same seeds of the
+    same config as a plain LSTM (`model.ordered=False`: the master gates fixed at 1; "lstm{name_suffix}-seedN",
+    role "baseline", group "lstm")."""
+    return (seeded_runs(f"onlstm{name_suffix}", config, seeds, common, tiny_overrides, tiny)
+            + seeded_runs(f"lstm{name_suffix}", config, seeds, (*common, "model.ordered=False"), tiny_overrides, tiny,
+                          role="baseline", group="lstm"))
 
 
 def best_validation(workdir: Path) -> dict | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, run_eval_command, seeded_runs
+from tgjax.reproduce.recipes.common import checkpoint_to_score, onlstm_and_lstm_runs, run_eval_command
 
 CONFIG = "configs/onlstm_tiny.py"
 SEEDS = (141, 142, 143, 144, 145)  # runs of under 5 minutes: 5 seeds (tgjax.reproduce.verdict)
@@ -27,15 +27,13 @@ TINY_EVAL_SENTENCES = 20
 
 
 def runs(tiny: bool) -> list[RunSpec]:
-    return (seeded_runs("onlstm", CONFIG, SEEDS, COMMON, TINY, tiny)
-            + seeded_runs("lstm", CONFIG, SEEDS, (*COMMON, "model.ordered=False"), TINY, tiny, role="baseline",
-                          group="lstm"))
+    return onlstm_and_lstm_runs(CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     from tgjax.eval.unsupervised import main_unsupervised_parse
 
-    step = "best" if has_validation(workdir) else "latest"
+    step = checkpoint_to_score(workdir)
     limit = ["--limit", str(TINY_EVAL_SENTENCES)] if tiny else []
 
     def layer_f1(split: str) -> tuple[dict, dict]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, metrics_records, seeded_runs
+from tgjax.reproduce.recipes.common import checkpoint_to_score, metrics_records, onlstm_and_lstm_runs
 
 CONFIG = "configs/onlstm_tiny.py"
 SEEDS = (141, 142, 143, 144, 145)  # runs of under 5 minutes: 5 seeds (tgjax.reproduce.verdict)
@@ -38,9 +38,7 @@ DEEP = (2, 3)
 
 
 def runs(tiny: bool) -> list[RunSpec]:
-    return (seeded_runs("onlstm", CONFIG, SEEDS, COMMON, TINY, tiny)
-            + seeded_runs("lstm", CONFIG, SEEDS, (*COMMON, "model.ordered=False"), TINY, tiny, role="baseline",
-                          group="lstm"))
+    return onlstm_and_lstm_runs(CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
@@ -49,7 +47,7 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
 
     simple, across, deep = TINY_PAIRS if tiny else (NUM_SIMPLE, NUM_ACROSS, NUM_DEEP)
     _, simple_pairs, across_pairs, deep_pairs = demo.evaluation_data(0, simple, across, deep, DEEP)
-    step = "best" if has_validation(workdir) else "latest"
+    step = checkpoint_to_score(workdir)
     model = tgjax.load(workdir, step)
     scorer = model.scorer()  # the chain rule: exact log p(words </s>)
     accuracy, by_construction = demo.agreement_accuracy(scorer, across_pairs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation
+from tgjax.reproduce.recipes.common import checkpoint_to_score
 
 CONFIG = "configs/stack_lm_tiny.py"
 SEEDS = (11, 12, 13, 14, 15)  # runs of under 5 minutes: 5 seeds
@@ -39,7 +39,7 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     import tgjax
     from tgjax.data.corpora import builtin_treebank
 
-    step = "best" if has_validation(workdir) else "latest"
+    step = checkpoint_to_score(workdir)
     model = tgjax.load(workdir, step)
     sentences = [tree.leaves() for tree in builtin_treebank("test", 20 if tiny else TEST_SENTENCES)]
     results = model.scorer().search(sentences)

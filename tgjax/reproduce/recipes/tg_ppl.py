@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, seeded_runs
+from tgjax.reproduce.recipes.common import checkpoint_to_score, seeded_runs
 
 CONFIG = "configs/tiny.py"
 FIRST_SEED = 1  # configs/tiny.py's training.seed: lm_table.py's seed 0 run
@@ -57,7 +57,7 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     import tgjax
     from tgjax import demo
 
-    step = "best" if has_validation(workdir) else "latest"
+    step = checkpoint_to_score(workdir)
     model = tgjax.load(workdir, step)
     scorer = model.scorer(beam=demo.default_beam_config(), search="auto")
     trees = test_trees(tiny)

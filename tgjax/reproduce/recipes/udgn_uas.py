@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import has_validation, run_eval_command, seeded_runs
+from tgjax.reproduce.recipes.common import checkpoint_to_score, run_eval_command, seeded_runs
 
 CONFIG = "configs/udgn_tiny.py"
 SEEDS = (1111, 2222, 3333, 4444, 5555)  # runs of under 5 minutes: 5 seeds (tgjax.reproduce.verdict)
@@ -29,7 +29,7 @@ def runs(tiny: bool) -> list[RunSpec]:
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     from tgjax.eval.dependency import main_dependency
 
-    step = "best" if has_validation(workdir) else "latest"
+    step = checkpoint_to_score(workdir)
     argv = ["--workdir", str(workdir), "--step", step, "--treebank", "builtin", "--mlm-runs", "1"]
     if tiny:
         argv += ["--limit", "20"]
