@@ -66,20 +66,6 @@ COMMITTED = 0.5  # a parser below this normalised entropy has committed to its h
 GOLD_HEAD_RIGHT = 69.4  # % of the built-in validation split's gold heads to the right of their word
 
 
-def head_shape(heads: list[np.ndarray]) -> dict:
-    """% of non-root words headed to their right, and % of sentences (of > 1 word) rooted at the last word."""
-    right = words = rooted_last = longer = 0
-    for sentence in heads:
-        index = np.arange(len(sentence))
-        dependents = sentence != index
-        right += int(np.sum(sentence[dependents] > index[dependents]))
-        words += int(np.sum(dependents))
-        if len(sentence) > 1:
-            longer += 1
-            rooted_last += int(sentence[-1] == len(sentence) - 1)
-    return {"head_right": 100.0 * right / max(words, 1), "root_last": 100.0 * rooted_last / max(longer, 1)}
-
-
 def sharpness(head_probs: list[np.ndarray]) -> float:
     """Mean over words of the head distribution's entropy over log(n), sentences of > 1 word: 1 for a uniform
     parser, 0 for one certain of every head."""
@@ -94,7 +80,7 @@ def is_collapsed(shape: dict, right_share: float, root_last: float) -> bool:
 def trajectory(workdir: Path, gold) -> list[dict]:
     """Every committed checkpoint of a run, read on `gold` (the validation split): step, tree UAS, head shape, and
     the parser's normalised entropy (`sharpness`)."""
-    from tgjax.eval.dependency import attachment_scores, tree_heads
+    from tgjax.eval.dependency import attachment_scores, tree_heads, tree_shape
     from tgjax.infer.api import load
     from tgjax.workdir import committed_steps, workdir_path
 
@@ -104,7 +90,7 @@ def trajectory(workdir: Path, gold) -> list[dict]:
         probs = parser.head_probs(gold.words)
         heads = [tree_heads(p) for p in probs]
         uas, _ = attachment_scores(heads, gold.heads)
-        rows.append({"step": step, "valid_tree_uas": uas, **head_shape(heads), "entropy": sharpness(probs)})
+        rows.append({"step": step, "valid_tree_uas": uas, **tree_shape(heads), "entropy": sharpness(probs)})
     return rows
 
 

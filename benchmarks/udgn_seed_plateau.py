@@ -23,41 +23,20 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from tgjax.reproduce.recipes import udgn_uas
 from tgjax.reproduce.recipes.common import seeded_runs
 
 
-def head_statistics(heads: list[np.ndarray]) -> dict:
-    """Shape of dependency trees (heads[i] = i marks the root): shares over the non-root words, in %."""
-    right = adjacent = words = roots_last = roots_first = 0
-    distance = 0.0
-    for sentence in heads:
-        index = np.arange(len(sentence))
-        dependents = sentence != index
-        right += int(np.sum(sentence[dependents] > index[dependents]))
-        adjacent += int(np.sum(np.abs(sentence[dependents] - index[dependents]) == 1))
-        distance += float(np.sum(np.abs(sentence[dependents] - index[dependents])))
-        words += int(np.sum(dependents))
-        root = int(np.flatnonzero(~dependents)[0])
-        roots_last += root == len(sentence) - 1 and len(sentence) > 1
-        roots_first += root == 0 and len(sentence) > 1
-    return {"head_right": 100.0 * right / words, "adjacent": 100.0 * adjacent / words,
-            "mean_distance": distance / words, "root_last": 100.0 * roots_last / len(heads),
-            "root_first": 100.0 * roots_first / len(heads)}
-
-
 def print_head_statistics(out: Path, seeds: list[int]) -> None:
-    from tgjax.eval.dependency import read_gold, tree_heads
+    from tgjax.eval.dependency import read_gold, tree_heads, tree_shape
     from tgjax.infer.api import load
 
     gold = read_gold(["builtin"], split="test")
-    rows = [("gold (builtin heads)", head_statistics(gold.heads))]
+    rows = [("gold (builtin heads)", tree_shape(gold.heads))]
     for spec in seeded_runs("udgn", udgn_uas.CONFIG, seeds, (), (), tiny=False):
         parser = load(str(out / spec.name), "best").parser(command="udgn_seed_plateau.py", parses="heads",
                                                             batch_size=64)
-        rows.append((f"seed {spec.seed} tree", head_statistics([tree_heads(p) for p in parser.head_probs(gold.words)])))
+        rows.append((f"seed {spec.seed} tree", tree_shape([tree_heads(p) for p in parser.head_probs(gold.words)])))
     print("| heads of | to the right, % | adjacent, % | mean distance | root last, % | root first, % |")
     print("|---|---|---|---|---|---|")
     for name, st in rows:

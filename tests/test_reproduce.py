@@ -3,6 +3,7 @@ row per claim; an oversized pack is refused in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -12,7 +13,7 @@ from tgjax.reproduce import command, packing
 from tgjax.reproduce.claims import load_claims
 from tgjax.reproduce.ledger import COLUMNS, write_ledger
 from tgjax.reproduce.recipes import recipes
-from tgjax.reproduce.verdict import VERDICTS, judge
+from tgjax.reproduce.verdict import VERDICTS, judge, record_text, spread
 
 CLAIM = "onlstm-parse-f1"  # the cheapest runnable recipe
 
@@ -112,6 +113,13 @@ def test_verdict_needs_three_seeds_and_a_difference_beyond_the_spread():
     assert judge([60.0, 61.0, 59.0], [50.0] * 3, paper=60.5, tolerance=1.0)[0] == "reproduced"
     assert judge([51.0, 45.0, 57.0], [50.0] * 3)[0] == "not yet"
     assert judge([40.0, 41.0, 39.0], [50.0] * 3)[0] == "contradicted"
+
+
+def test_a_recorded_spread_reads_as_mean_sd_and_seeds():
+    """The phrase the CLI and the ledger print for a stored summary: sample sd (n - 1), and no sd for one seed."""
+    assert record_text(dataclasses.asdict(spread([60.0, 61.0, 59.0]))) == "60.00 ± 1.00 (n = 3)"
+    assert record_text(dataclasses.asdict(spread([33.25]))) == "33.25 no spread (n = 1)"
+    assert record_text(None) == "none judged"
 
 
 def test_runs_of_under_five_minutes_need_five_seeds():

@@ -14,14 +14,6 @@ def tool():
     yield from load_benchmark("udgn_collapse")
 
 
-def test_head_shape_counts_rightward_heads_and_last_word_roots_by_hand(tool):
-    # "a b c d": a->b, b->d, c->d, d root (rightward 3 of 3, root last); "x y z": y root, x->y (right), z->y (left).
-    trees = [np.array([1, 3, 3, 3]), np.array([1, 1, 1]), np.array([0])]  # the 1-word sentence counts for neither
-    shape = tool.head_shape(trees)
-    assert shape["head_right"] == pytest.approx(100 * 4 / 5)
-    assert shape["root_last"] == pytest.approx(50.0)
-
-
 def test_a_uniform_parser_has_entropy_one_and_a_certain_one_zero(tool):
     uniform = [np.full((n, n), 1.0 / n) for n in (2, 5, 9)]
     certain = [np.eye(4)[[1, 3, 3, 3]]]

@@ -300,3 +300,16 @@ def test_a_gold_file_that_does_not_match_the_treebank_is_refused_in_one_line(tmp
 def test_gold_file_excludes_head_rule_options(tmp_path):
     with pytest.raises(SystemExit):
         dep.main_dependency(["--baselines-only", "--treebank", "builtin", "--gold", "x.conllu", "--heads", "collins"])
+
+
+def test_tree_shape_by_hand():
+    # "a b c d": a->b, b->d, c->d, d root: 3 rightward, 2 adjacent, distances 1+2+1, rooted last.
+    # "x y z": y root, x->y (right, adjacent), z->y (left, adjacent). "p q": p root, q->p (left, adjacent), rooted
+    # first. A one-word sentence has no dependents and counts for neither root share.
+    trees = [np.array([1, 3, 3, 3]), np.array([1, 1, 1]), np.array([0, 0]), np.array([0])]
+    shape = dep.tree_shape(trees)
+    assert shape["head_right"] == pytest.approx(100 * 4 / 6)
+    assert shape["adjacent"] == pytest.approx(100 * 5 / 6)
+    assert shape["mean_distance"] == pytest.approx(7 / 6)
+    assert shape["root_last"] == pytest.approx(100 / 3)
+    assert shape["root_first"] == pytest.approx(100 / 3)

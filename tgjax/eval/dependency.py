@@ -120,6 +120,30 @@ def random_projective_heads(n: int, rng: np.random.Generator) -> np.ndarray:
     return heads
 
 
+def tree_shape(heads: Sequence[np.ndarray]) -> dict[str, float]:
+    """The shape of a set of dependency trees (`heads[i] == i` marks the root), what a parser settles on when its
+    UAS does not follow its fit: over the non-root words, the % headed to their right, the % headed by a neighbour
+    and the mean head distance; over the sentences of more than one word, the % rooted at the last and at the first
+    word (a one-word sentence is rooted at both and says nothing)."""
+    right = adjacent = words = root_last = root_first = longer = 0
+    distance = 0
+    for sentence in heads:
+        index = np.arange(len(sentence))
+        dependents = sentence != index
+        offsets = sentence[dependents] - index[dependents]
+        right += int(np.sum(offsets > 0))
+        adjacent += int(np.sum(np.abs(offsets) == 1))
+        distance += int(np.sum(np.abs(offsets)))
+        words += int(np.sum(dependents))
+        if len(sentence) > 1:
+            longer += 1
+            root_last += int(sentence[-1] == len(sentence) - 1)
+            root_first += int(sentence[0] == 0)
+    per_word, per_sentence = 100.0 / max(words, 1), 100.0 / max(longer, 1)
+    return {"head_right": right * per_word, "adjacent": adjacent * per_word, "mean_distance": distance / max(words, 1),
+            "root_last": root_last * per_sentence, "root_first": root_first * per_sentence}
+
+
 @dataclasses.dataclass
 class Counts:
     """Corpus sums: words, correctly headed words, matching unordered pairs."""

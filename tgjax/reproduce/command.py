@@ -23,6 +23,7 @@ from pathlib import Path
 from tgjax.reproduce.claims import CLAIMS_FILE, ClaimsError, load_claims
 from tgjax.reproduce.ledger import LEDGER_FILE
 from tgjax.reproduce.results import RESULTS_FILE
+from tgjax.reproduce.verdict import record_text
 
 PROG = "tgjax reproduce"
 
@@ -152,23 +153,17 @@ def run_claim(recipe, args, argv: list[str]) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _number(found: dict | None) -> str:
-    if not found:
-        return "none judged"
-    return f"{found['mean']:.2f}" + ("" if found["sd"] is None else f" ± {found['sd']:.2f}") + f" (n={found['n']})"
-
-
 def _print_comparison(s: dict, indent: str = "  ") -> None:
     """One comparison's lines: the model against the (best) baseline, the other baselines, the verdict."""
     best = f" ({s['baseline_name']}, the best)" if s.get("baseline_name") else ""
-    print(f"{indent}{s['label']}: model {_number(s.get('model'))}, baseline{best} {_number(s.get('baseline'))}"
+    print(f"{indent}{s['label']}: model {record_text(s.get('model'))}, baseline{best} {record_text(s.get('baseline'))}"
           + (f", paper {s['paper']}" if s["paper"] is not None else ""))
     for group, found in (s.get("baselines") or {}).items():
-        print(f"{indent}  baseline {group}: {_number(found)}")
+        print(f"{indent}  baseline {group}: {record_text(found)}")
     for group, found in (s.get("beside") or {}).items():
-        print(f"{indent}  {group}, beside (not judged): {_number(found)}")
+        print(f"{indent}  {group}, beside (not judged): {record_text(found)}")
     if "reference" in s:
-        print(f"{indent}  {s.get('reference_label', 'reference')}: {_number(s['reference'])}")
+        print(f"{indent}  {s.get('reference_label', 'reference')}: {record_text(s['reference'])}")
     print(f"{indent}verdict: {s['verdict']} ({s['why']})")
 
 

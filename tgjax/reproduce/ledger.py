@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tgjax.reproduce.claims import CLAIMS_FILE, REPO_ROOT, Claim, ClaimsError, ClaimsFile, load_claims
 from tgjax.reproduce.results import RESULTS_FILE, read_records
-from tgjax.reproduce.verdict import MIN_SEEDS, MIN_SEEDS_SHORT, SHORT_RUN_SECONDS
+from tgjax.reproduce.verdict import MIN_SEEDS, MIN_SEEDS_SHORT, SHORT_RUN_SECONDS, record_text
 
 LEDGER_FILE = REPO_ROOT / "docs" / "reproduction.md"
 COLUMNS = ("claim", "paper: number; protocol", "ours, CPU scale: number; seeds; wall time; command",
@@ -53,15 +53,8 @@ def claim_row(claim: Claim, papers: dict[str, str]) -> str:
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
-def _number(s: dict | None) -> str:
-    if not s:
-        return "none judged"
-    sd = "no spread" if s["sd"] is None else f"± {s['sd']:.2f}"
-    return f"{s['mean']:.2f} {sd} (n = {s['n']})"
-
-
 def _side(summary: dict, name: str) -> str:
-    return _number(summary.get(name))
+    return record_text(summary.get(name))
 
 
 def _baseline_cell(summary: dict) -> str:
@@ -69,12 +62,12 @@ def _baseline_cell(summary: dict) -> str:
     baseline = _side(summary, "baseline")
     if summary.get("baselines"):
         best = summary.get("baseline_name")
-        others = [f"{g} {_number(s)}" for g, s in summary["baselines"].items() if g != best]
+        others = [f"{g} {record_text(s)}" for g, s in summary["baselines"].items() if g != best]
         baseline = (f"best, {best}: {baseline}" if best else baseline) + "".join(f"; {o}" for o in others)
     for group, found in (summary.get("beside") or {}).items():
-        baseline += f"; beside, not judged: {group} {_number(found)}"
+        baseline += f"; beside, not judged: {group} {record_text(found)}"
     if "reference" in summary:
-        baseline += f"; {summary.get('reference_label', 'reference')}: {_number(summary['reference'])}"
+        baseline += f"; {summary.get('reference_label', 'reference')}: {record_text(summary['reference'])}"
     return baseline
 
 

@@ -50,6 +50,15 @@ def spread(values: Sequence[float]) -> Spread:
     return Spread(mean, sd, n)
 
 
+def record_text(found: dict | None) -> str:
+    """A spread as the runs' records keep it (`{"mean", "sd", "n"}`, or None where nothing was judged) as one
+    phrase: "mean ± sd (n = N)", "mean no spread (n = 1)" or "none judged"; the CLI and the ledger both print it."""
+    if not found:
+        return "none judged"
+    sd = "no spread" if found["sd"] is None else f"± {found['sd']:.2f}"
+    return f"{found['mean']:.2f} {sd} (n = {found['n']})"
+
+
 def judge(model: Sequence[float], baseline: Sequence[float], *, higher_is_better: bool = True,
           paper: float | None = None, tolerance: float = 0.0, run_seconds: float | None = None) -> tuple[str, str]:
     """(verdict, why) for "the model beats the baseline" measured over seeds (`seeds_needed(run_seconds)` of
