@@ -16,7 +16,12 @@ least 3 seeds of each side (5 where both sides' trials train for under 5
 minutes), and a difference of means larger than the larger of the two sample
 standard deviations; as large the other way is "contradicted".
 
+A cell trained again (`cfl_grid.py --seed S --tasks T --models M` with other settings, e.g. without the time cap
+that stopped it) is given with --rerun: its cells replace the same seed's, and the cells they replace stay in the
+record under the seed's "replaced", with the rerun's source, so no figure is dropped without trace.
+
     python benchmarks/cfl_grid_seeds.py --grid OUT_SEED2 --grid OUT_SEED3 --cells RECORD.json --out OUT
+    python benchmarks/cfl_grid_seeds.py --cells RECORD.json --rerun OUT_RERUN --out OUT
 """
 
 from __future__ import annotations
@@ -108,6 +113,25 @@ def read_seeds(grids: Sequence[Path], records: Sequence[Path]) -> list[dict]:
     if repeated:
         raise SystemExit(f"seed(s) {repeated} given more than once (each seed is one trial per cell)")
     return sorted(seeds, key=lambda s: s["seed"])
+
+
+def apply_reruns(seeds: list[dict], reruns: Sequence[Path]) -> list[dict]:
+    """`seeds` with each rerun's cells in place of the same seed's (a rerun of a seed not in `seeds` is refused);
+    each replaced cell is kept under the seed's "replaced"[task][model], with "replaced_by": the rerun's source."""
+    by_seed = {s["seed"]: s for s in seeds}
+    for path in reruns:
+        rerun = seed_of_grid(Path(path))
+        seed = by_seed.get(rerun["seed"])
+        if seed is None:
+            raise SystemExit(f"{rerun['source']}: a rerun of seed {rerun['seed']}, which no --grid or --cells gives")
+        for task, models in rerun["cells"].items():
+            for model, cell in models.items():
+                old = seed["cells"].setdefault(task, {}).get(model)
+                if old is not None:
+                    seed.setdefault("replaced", {}).setdefault(task, {})[model] = {**old, "replaced_by":
+                                                                                   rerun["source"]}
+                seed["cells"][task][model] = cell
+    return seeds
 
 
 def values(seeds: Sequence[dict], task: str, model: str, quantity: str) -> list[float]:
@@ -260,11 +284,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="a cfl_grid.py --out directory (or its cfl_grid.json); repeat for each seed")
     ap.add_argument("--cells", action="append", default=[], type=Path,
                     help="a compact record (this script's cfl_seeds_cells.json); repeat as needed")
+    ap.add_argument("--rerun", action="append", default=[], type=Path,
+                    help="a cfl_grid.py --out directory whose cells replace the same seed's (the old ones kept)")
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     if not args.grid and not args.cells:
         ap.error("give at least one --grid or --cells")
-    seeds = read_seeds(args.grid, args.cells)
+    seeds = apply_reruns(read_seeds(args.grid, args.cells), args.rerun)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cfl_seeds_cells.json").write_text(json.dumps({"seeds": seeds}, indent=1, ensure_ascii=False) + "\n")
     text = format_tables(seeds)

@@ -100,6 +100,21 @@ def test_a_seed_given_twice_is_refused_and_a_record_reads_back(seeds_tool, tmp_p
         seeds_tool.read_seeds([grid], [record])
 
 
+def test_a_rerun_replaces_its_seeds_cells_and_keeps_the_old_ones(seeds_tool, tmp_path):
+    first = _grid(tmp_path, 1, {("dyck", "tf"): (0.3, 0.5, 0.25, 90.0), ("dyck", "tf_nd"): (0.4, 0.6, 0.35, 900.0)})
+    rerun = _grid(tmp_path, 1, {("dyck", "tf_nd"): (0.1, 0.2, 0.05, 1500.0)}, name="rerun")
+    out = tmp_path / "out"
+    assert seeds_tool.main(["--grid", str(first), "--rerun", str(rerun), "--out", str(out)]) == 0
+    (seed,) = json.loads((out / "cfl_seeds_cells.json").read_text())["seeds"]
+    assert seed["cells"]["dyck"]["tf_nd"]["within"] == pytest.approx(0.1)  # the rerun's
+    assert seed["cells"]["dyck"]["tf"]["within"] == pytest.approx(0.3)  # untouched
+    kept = seed["replaced"]["dyck"]["tf_nd"]
+    assert kept["within"] == pytest.approx(0.4) and kept["replaced_by"].endswith("rerun/cfl_grid.json")
+    assert list(seed["replaced"]) == ["dyck"] and list(seed["replaced"]["dyck"]) == ["tf_nd"]
+    with pytest.raises(SystemExit, match="a rerun of seed 2, which no --grid or --cells gives"):
+        seeds_tool.apply_reruns(seeds_tool.read_seeds([first], []), [_grid(tmp_path, 2, {}, name="other")])
+
+
 def test_one_runs_table_states_each_task_claims_and_whether_this_trial_orders_so(grid_tool):
     results = {  # (within, past): Tf+Nd lowest within; past 80 on Dyck it rises by 0.3, Tf by 0.05
         ("dyck", "tf"): _result(0.20, 0.25, 0.2, 90.0), ("dyck", "tf_sup"): _result(0.10, 0.12, 0.1, 90.0),
