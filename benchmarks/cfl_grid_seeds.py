@@ -197,6 +197,17 @@ def _comparison_text(seeds: Sequence[dict], comparison: Comparison, verdict: str
             f"{_mean_sd(right)} → {verdict}")
 
 
+def epochs_text(seeds: Sequence[dict], task: str, model: str) -> str:
+    """The epochs a cell's trials trained, "12" or "7–10", with how many the time cap stopped ("—" for none)."""
+    cells = [s["cells"][task][model] for s in seeds if model in s["cells"].get(task, {})]
+    epochs = [c["epochs"] for c in cells if c.get("epochs") is not None]
+    if not epochs:
+        return "—"
+    capped = sum(bool(c.get("stopped_by_budget")) for c in cells)
+    span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}–{max(epochs)}"
+    return span + (f" ({capped} of {len(cells)} capped)" if capped else "")
+
+
 def format_tables(seeds: Sequence[dict]) -> str:
     seed_list = ", ".join(str(s["seed"]) for s in seeds)
     lines = [f"Test cross-entropy difference (nats/symbol, lower is better), mean ± sd over the seeds that ran "
@@ -209,6 +220,11 @@ def format_tables(seeds: Sequence[dict]) -> str:
             row.append(f"{_mean_sd(test, 4)} ({_mean_sd(values(seeds, task, model, 'within'))} / "
                        f"{_mean_sd(values(seeds, task, model, 'past'))}; n={len(test)})" if test else "—")
         lines.append(f"| {TASK_LABELS[task]} | " + " | ".join(row) + " |")
+    lines += ["", "Epochs each cell's trials trained (the range over the seeds; \"capped\": trials the time cap "
+              "stopped before the epoch limit):", "",
+              "| task | " + " | ".join(MODEL_LABELS[m] for m in MODELS) + " |", "|---|" + "---|" * len(MODELS)]
+    for task in TASKS:
+        lines.append(f"| {TASK_LABELS[task]} | " + " | ".join(epochs_text(seeds, task, m) for m in MODELS) + " |")
     lines += ["", "The paper's protocol at this scale: per cell, the trial with the lowest validation Δ, tested "
               "(the paper: the best of 10 trials), each model chosen from the same seeds (those where all three "
               "recorded a validation Δ). Test Δ (≤ 80 / > 80; its seed; trials it was chosen from):", "",

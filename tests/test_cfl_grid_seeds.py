@@ -111,6 +111,13 @@ def test_a_rerun_replaces_its_seeds_cells_and_keeps_the_old_ones(seeds_tool, tmp
     kept = seed["replaced"]["dyck"]["tf_nd"]
     assert kept["within"] == pytest.approx(0.4) and kept["replaced_by"].endswith("rerun/cfl_grid.json")
     assert list(seed["replaced"]) == ["dyck"] and list(seed["replaced"]["dyck"]) == ["tf_nd"]
+    # The epochs line reads each cell's trials: the capped trial is gone with the rerun.
+    capped = seeds_tool.read_seeds([first], [])
+    capped[0]["cells"]["dyck"]["tf_nd"].update(epochs=7, stopped_by_budget=True)
+    assert seeds_tool.epochs_text(capped, "dyck", "tf_nd") == "7 (1 of 1 capped)"
+    assert seeds_tool.epochs_text([seed, {"seed": 2, "cells": {"dyck": {"tf_nd": {"epochs": 9}}}}], "dyck",
+                                  "tf_nd") == "9–12"
+    assert seeds_tool.epochs_text([seed], "hardest_cfl", "tf") == "—"
     with pytest.raises(SystemExit, match="a rerun of seed 2, which no --grid or --cells gives"):
         seeds_tool.apply_reruns(seeds_tool.read_seeds([first], []), [_grid(tmp_path, 2, {}, name="other")])
 
