@@ -114,6 +114,27 @@ def test_an_output_that_is_an_input_is_refused(argv, files, capsys):
     assert "is also an input" in refused(argv, capsys, files, names=argv[-1])
 
 
+# Commands that write into a folder, with the option that names it. "good.txt" is a file: a folder cannot be it,
+# nor be made under it. Each must say so before any work (a training run, the demo's data, a claim's budget).
+FOLDER_COMMANDS = {
+    "train": (["train", "--config", "tiny", "--workdir"], "--workdir"),
+    "train (CFL trials)": (["train", "--config", "stack_cfl:dyck,tf", "--workdir"], "--workdir"),
+    "demo": (["demo", "--workdir"], "--workdir"),
+    "data prepare": (["data", "prepare", "--workdir"], "--workdir"),
+    "reproduce --output": (["reproduce", "om-listops", "--tiny", "--budget-s", "5", "--output"], "--output"),
+    "reproduce --workdir": (["reproduce", "om-listops", "--tiny", "--budget-s", "5", "--output", "packed",
+                             "--workdir"], "--workdir"),
+}
+
+
+@pytest.mark.parametrize("command", list(FOLDER_COMMANDS))
+@pytest.mark.parametrize("folder", ["good.txt", "good.txt/run"], ids=["a-file", "under-a-file"])
+def test_a_folder_output_that_cannot_be_one_is_refused_first(command, folder, files, capsys):
+    argv, option = FOLDER_COMMANDS[command]
+    line = refused([*argv, folder], capsys, files, names=f"{option} {folder}")
+    assert ("is a file" if folder == "good.txt" else "cannot be created") in line
+
+
 def _write_shard(path: Path, logp: float) -> None:
     """A finished `eval score` shard (results and meta file) with one record, written as a job would."""
     record = {"index": 0, "logp": logp, "num_predictions": 4, "num_words": 3, "num_unk": 0}

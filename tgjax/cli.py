@@ -133,10 +133,10 @@ def cmd_data_prepare(args) -> int:
     """The data side end to end: trees, vocabulary, one epoch of batches, a mask picture."""
     from tgjax.data import corpora
     from tgjax.data.pipeline import Pipeline
+    from tgjax.outputs import make_output_folder
     from tgjax.viz import draw_mask
 
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = make_output_folder(args.workdir, option="--workdir")
     config = _pipeline_config(args)
     if config.corpus == "builtin":
         for split in ("train", "valid", "test"):

@@ -54,6 +54,8 @@ from typing import TextIO
 
 import numpy as np
 
+from tgjax.outputs import make_output_folder
+
 MODELS = ("tg", "txl_cc", "txl_terminals", "pushdown_lm")
 # configs/tiny.py with three layers (see the module docstring) and 1,500 steps: a few minutes a model.
 DEMO_SETTINGS = ("model.num_layers=3", "training.num_steps=1500",
@@ -286,7 +288,7 @@ def run_demo(workdir: str | Path, *, models=MODELS, overrides: list[str] = (), n
              beam_config=None, stream: TextIO | None = None, search: str = "auto") -> DemoReport:
     """Trains `models` on the built-in treebank in `workdir/<model>` and evaluates them (module docstring)."""
     stream = stream or sys.stderr
-    workdir = Path(workdir)
+    workdir = make_output_folder(workdir, option="--workdir")  # before the evaluation data and any training
     beam_config = beam_config or default_beam_config()
     valid_trees, simple_pairs, pairs, deep_pairs = evaluation_data(num_valid, num_simple_pairs, num_pairs,
                                                                    num_deep_pairs, depths)

@@ -2,7 +2,8 @@
 
 `check_output` is called by every command for each of its output paths
 (`-o`, `--output`, `--plot`, ...) before it reads a model or scores a
-sentence: an output that cannot be written (a directory, a missing or
+sentence, and `make_output_folder` for each folder it writes into (a
+training run's `--workdir`, `tgjax reproduce --output`): an output that cannot be written (a directory, a missing or
 read-only directory, one of the command's own inputs, a picture without a
 known extension) is an `OutputError`, one line naming the path, instead of a
 traceback after the work is done and lost.
@@ -56,6 +57,22 @@ def check_output(path: str | os.PathLike, *, option: str = "-o", inputs: Iterabl
     if figure:
         _check_figure_format(output, where)
     return output
+
+
+def make_output_folder(path: str | os.PathLike, *, option: str) -> Path:
+    """Creates the folder a command writes into (with its parents), or finds it there and writable; else an
+    `OutputError` naming `option` and `path` (a file in the way, a read-only parent, a path under a file)."""
+    folder = Path(path)
+    where = f"{option} {os.fspath(path)}"
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{where}: is a file; give a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{where}: the folder cannot be created ({error.strerror or error})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{where}: the folder is not writable")
+    return folder
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -170,4 +187,4 @@ def save_figure(figure, path: str | os.PathLike, **savefig_kwargs) -> None:
 
 
 __all__ = ["AtomicFile", "OutputError", "atomic_write", "check_output", "dumps_json", "figure_formats",
-           "non_finite_field", "save_figure", "write_json", "write_text"]
+           "make_output_folder", "non_finite_field", "save_figure", "write_json", "write_text"]

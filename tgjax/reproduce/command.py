@@ -107,9 +107,17 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
 def run_claim(recipe, args, argv: list[str]) -> int:
     """`argv`: the command line after `tgjax` (recorded)."""
+    from tgjax.outputs import OutputError, check_output, make_output_folder
     from tgjax.reproduce import packing, results, runner
 
     started = time.monotonic()
+    try:  # every output before any training: a folder that cannot be written would lose the budget's work
+        make_output_folder(args.output, option="--output")
+        if args.workdir is not None:
+            make_output_folder(args.workdir, option="--workdir")
+        check_output(args.results, option="--results")
+    except OutputError as error:
+        return _fail(str(error))
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix=f"reproduce-{recipe.claim_id}-")) if temporary else Path(args.workdir)
     try:
@@ -139,7 +147,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
                 "commit": record["commit"], "date": record["date"]}
         try:
             parts = packing.pack(work, args.output, meta=meta)
-        except packing.PackTooLarge as error:
+        except (packing.PackTooLarge, OSError) as error:  # too large, or the disk filled up while packing
             temporary = False  # keep the work: it is the only copy
             return _fail(f"{error}; the work folder is kept at {work}")
         record["wall_s"] = round(time.monotonic() - started, 1)

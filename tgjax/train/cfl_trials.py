@@ -74,7 +74,7 @@ from tgjax.train.config import ConfigError, to_json_dict
 from tgjax.train.loop import Trainer
 from tgjax.train.metrics import MetricsWriter, read_metrics
 from tgjax.train.tasks.cfl import CFLTask, TrialResult
-from tgjax.workdir import workdir_path
+from tgjax.workdir import make_workdir, workdir_path
 
 __all__ = ["CFLResult", "train_cfl"]
 
@@ -160,8 +160,7 @@ def train_cfl(config, workdir: str | Path, *, stream: TextIO | None = None, quie
     started = time.perf_counter()
     task_name, model_name = check_config(config)
     task = cfl_task(task_name)
-    workdir = workdir_path(workdir)  # a local directory or a bucket (gs://...)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = make_workdir(workdir)  # a local directory or a bucket (gs://...)
     t, d, e = config.training, config.data, config.evaluation
 
     def say(text: str) -> None:

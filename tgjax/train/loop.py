@@ -58,7 +58,7 @@ from tgjax.train.schedules import decayed
 from tgjax.train.step import learning_rate_of
 from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
-from tgjax.workdir import workdir_path
+from tgjax.workdir import make_workdir
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +190,7 @@ class Trainer:
         setup_distributed(config)
         self.config = config
         # A local directory or a bucket (gs://...): every file of the run goes through this path object.
-        self.workdir = workdir_path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = make_workdir(workdir)
         self.is_main = jax.process_index() == 0
         self.stream = stream or sys.stderr
         self.quiet = quiet
