@@ -125,6 +125,20 @@ def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
         load_config("nope.py")
 
 
+def test_a_config_file_is_python_whatever_its_name_and_anything_else_is_one_error(tmp_path):
+    named = tmp_path / "mine.cfg"  # no ".py": still a config file (was a traceback from importlib)
+    named.write_text("def get_config():\n    return {'training': {'num_steps': 7}}\n")
+    assert load_config(str(named)).training.num_steps == 7
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match=f"config file {empty} defines no get_config"):
+        load_config(str(empty))
+    prose = tmp_path / "notes.txt"
+    prose.write_text("a few words of prose\n")
+    with pytest.raises(ConfigError, match=f"config file {prose}: SyntaxError"):
+        load_config(str(prose))
+
+
 def test_command_line_override_forms():
     overrides, rest = parse_override_args(["train", "--config", "tiny", "--config.training.num_steps=5",
                                            "--config.model.d_model", "32", "--workdir", "w"])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -274,7 +275,10 @@ def load_config(spec: str, overrides: Iterable[str] = ()) -> ml_collections.Conf
       ConfigError: no such file, no `get_config`, an unknown key or a value of the wrong type.
     """
     path, arg = resolve_config_path(spec)
-    module_spec = importlib.util.spec_from_file_location(f"tgjax_config_{path.stem}", path)
+    # An explicit source loader: a config file is Python whatever its name ends in (the suffix-guessing
+    # spec_from_file_location gives None for a name without ".py").
+    name = f"tgjax_config_{path.stem}"
+    module_spec = importlib.util.spec_from_loader(name, importlib.machinery.SourceFileLoader(name, str(path)))
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
