@@ -186,6 +186,18 @@ def test_a_workdir_of_another_family_is_refused_in_one_line(tmp_path, capsys, fa
         assert f"{workdir} {holds}; `tgjax {command}` takes {takes}; {use}" in lines[0]
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_training_into_a_workdir_of_another_family_is_refused_in_one_line(tmp_path, capsys, family):
+    config, trainer, _, _ = FAMILIES[family]
+    workdir = _fake_run(tmp_path / family, config, trainer)
+    status = cli.main(["train", "--config", "tiny", "--workdir", str(workdir)])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert f"--workdir {workdir} holds " in lines[0] and f"(trainer {trainer!r})" in lines[0]
+    assert "this config trains a TG/TXL model (trainer 'lm'); give another --workdir" in lines[0]
+
+
 def test_family_of_reads_the_newest_meta_or_config_json(tmp_path):
     from tgjax.workdir import Family, family_of
 

@@ -58,7 +58,7 @@ from tgjax.train.schedules import decayed
 from tgjax.train.step import learning_rate_of
 from tgjax.train.task import RunContext, Task, TrainingDiverged
 from tgjax.train.tasks import make_task
-from tgjax.workdir import make_workdir
+from tgjax.workdir import FAMILY_NAMES, family_of, make_workdir
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,16 @@ def _fetch_to_host(pending: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
     return list(zip(steps, jax.device_get([metrics for _, metrics in pending])))
 
 
+def _check_workdir_family(path, given: str | Path, trainer: str) -> None:
+    """Refuses, in one line, resuming a workdir that holds another family's run (its checkpoints would be read
+    as this family's, and fail somewhere less clear); silent for a new workdir or one that says nothing."""
+    held = family_of(path)
+    if held is not None and held.trainer != trainer:
+        raise ConfigError(f"--workdir {given} holds {FAMILY_NAMES.get(held.trainer, held.trainer)} run "
+                          f"(trainer {held.trainer!r}), but this config trains {FAMILY_NAMES.get(trainer, trainer)} "
+                          f"model (trainer {trainer!r}); give another --workdir")
+
+
 class Trainer:
     """One training run of a task in a workdir: set up from the config, restore if there is anything, run.
 
@@ -191,6 +201,7 @@ class Trainer:
         self.config = config
         # A local directory or a bucket (gs://...): every file of the run goes through this path object.
         self.workdir = make_workdir(workdir)
+        _check_workdir_family(self.workdir, workdir, trainer_of(config))
         self.is_main = jax.process_index() == 0
         self.stream = stream or sys.stderr
         self.quiet = quiet
