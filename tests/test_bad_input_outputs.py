@@ -182,6 +182,9 @@ def test_check_output_unit(tmp_path):
     with pytest.raises(OutputError, match="is a directory"):
         check_output(tmp_path)
     assert check_output(tmp_path / "out.json") == tmp_path / "out.json"
+    (tmp_path / "a.txt").write_text("")
+    with pytest.raises(OutputError, match=r"a.txt/out.json: directory .*a.txt is not a directory"):
+        check_output(tmp_path / "a.txt" / "out.json")
     with pytest.raises(OutputError, match="--trees .*: is also an input"):
         check_output(tmp_path / "." / "x.txt", option="--trees", inputs=[tmp_path / "x.txt"])
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tgjax.reproduce import command, packing
-from tgjax.reproduce.claims import load_claims
+from tgjax.reproduce.claims import REPO_ROOT, load_claims
 from tgjax.reproduce.ledger import COLUMNS, write_ledger
 from tgjax.reproduce.recipes import recipes
 from tgjax.reproduce.verdict import VERDICTS, judge, record_text, spread
@@ -105,6 +105,18 @@ def test_a_pack_over_the_cap_is_refused_in_one_line(tmp_path):
     assert len(parts) == 6 and all(p.stat().st_size <= 16 * 1024 for p in parts[:-1])  # 5 parts + manifest
     packing.unpack(tmp_path / "out", tmp_path / "back")
     assert (tmp_path / "back" / "weights.bin").read_bytes() == (source / "weights.bin").read_bytes()
+
+
+def test_the_ledger_page_is_not_written_over_its_own_inputs_nor_under_a_file(tmp_path, capsys):
+    claims = tmp_path / "claims.json"
+    claims.write_text(json.dumps(json.loads((REPO_ROOT / "reproduction" / "claims.json").read_text())))
+    before = claims.read_text()
+    for page, says in ((claims, "is also an input"), (claims / "page.md", "is not a directory")):
+        assert command.main(["--ledger", "--claims", str(claims), "--results", str(tmp_path / "none.jsonl"),
+                             "-o", str(page)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"-o {page}: " in err[0] and says in err[0], err
+    assert claims.read_text() == before
 
 
 def test_verdict_needs_three_seeds_and_a_difference_beyond_the_spread():

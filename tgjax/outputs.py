@@ -48,7 +48,8 @@ def check_output(path: str | os.PathLike, *, option: str = "-o", inputs: Iterabl
         raise OutputError(f"{where}: is a directory; give a file name")
     parent = output.absolute().parent
     if not parent.is_dir():
-        raise OutputError(f"{where}: directory {parent} does not exist")
+        missing = "is not a directory" if parent.exists() else "does not exist"
+        raise OutputError(f"{where}: directory {parent} {missing}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{where}: directory {parent} is not writable")
     for source in inputs:

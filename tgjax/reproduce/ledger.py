@@ -164,9 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", default=str(RESULTS_FILE), help="the automated runs' records")
     parser.add_argument("-o", "--output", default=str(LEDGER_FILE), help="the page to write")
     args = parser.parse_args(argv)
+    from tgjax.outputs import OutputError, check_output
+
     try:
+        check_output(args.output, option="-o", inputs=[args.claims, args.results])
         path = write_ledger(args.output, claims_path=args.claims, results_path=args.results)
-    except (ClaimsError, OSError) as error:
+    except (ClaimsError, OutputError, OSError) as error:
         print(f"tgjax reproduce: error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
