@@ -93,6 +93,27 @@ def test_ledger_has_a_row_per_claim_with_four_column_groups_and_a_verdict(tmp_pa
         assert cells[4].strip("*") in VERDICTS
 
 
+def test_the_compilation_cache_is_scoped_to_the_call_and_left_out_of_the_pack(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from tgjax.reproduce import runner
+
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    work = tmp_path / "work"
+    (work / "runs").mkdir(parents=True)
+    (work / "runs" / "weights.bin").write_bytes(b"w" * 100)
+    with runner.compilation_cache(work) as folder:
+        assert jax.config.jax_compilation_cache_dir == str(folder) and folder.parent == work
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # this tiny program too
+        jax.jit(lambda x: jnp.tanh(x) @ x.T + 1.5)(jnp.ones((8, 8))).block_until_ready()
+        assert any(folder.iterdir())  # written
+    assert (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs) == before
+    packing.pack(work, tmp_path / "out")
+    packing.unpack(tmp_path / "out", tmp_path / "back")
+    assert sorted(p.name for p in (tmp_path / "back").rglob("*")) == ["runs", "weights.bin"]
+
+
 def test_a_pack_over_the_cap_is_refused_in_one_line(tmp_path):
     source = tmp_path / "state"
     source.mkdir()

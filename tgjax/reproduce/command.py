@@ -12,6 +12,7 @@ folder and continues exactly where it stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import shutil
 import sys
@@ -54,6 +55,9 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser, claims_path: Path =
                         help="where the runs train (default: a temporary folder, removed once packed)")
     parser.add_argument("--tiny", action="store_true", help="the smallest runs of the recipe (checks the path)")
     parser.add_argument("--results", default=str(RESULTS_FILE), help="the runs' records (appended)")
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="compile every chunk afresh (default: compiled programs are kept in the work folder "
+                             "and reused by later chunks and seeds; not packed)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--ledger", action="store_true", help="write the ledger page instead of running a claim")
     parser.add_argument("-o", dest="ledger_output", default=str(LEDGER_FILE), help="the ledger page (--ledger)")
@@ -126,8 +130,11 @@ def run_claim(recipe, args, argv: list[str]) -> int:
             if meta.get("claim") != recipe.claim_id or bool(meta.get("tiny")) != args.tiny:
                 return _fail(f"{args.resume_from} holds {meta.get('claim')}{' --tiny' if meta.get('tiny') else ''}, "
                              f"not {recipe.claim_id}{' --tiny' if args.tiny else ''}")
-        state = runner.train_within_budget(recipe, work, budget_s=args.budget_s, tiny=args.tiny, quiet=args.quiet)
-        scored = runner.evaluate_runs(recipe, work, state, tiny=args.tiny)
+        caching = contextlib.nullcontext() if args.no_compilation_cache else runner.compilation_cache(work)
+        with caching:
+            state = runner.train_within_budget(recipe, work, budget_s=args.budget_s, tiny=args.tiny,
+                                               quiet=args.quiet)
+            scored = runner.evaluate_runs(recipe, work, state, tiny=args.tiny)
         summary = runner.summarise(recipe, scored)
         record = {
             "claim": recipe.claim_id, "date": results.now(), "commit": results.commit(),

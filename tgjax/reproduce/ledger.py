@@ -119,7 +119,9 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "`tgjax reproduce CLAIM --budget-s S --output DIR` trains what a runnable claim compares, scores it, "
         "appends a record to reproduction/runs.jsonl and packs its state into DIR (parts of at most 16 MiB, "
         "64 MiB in all); `--resume-from DIR` continues exactly where it stopped. `tgjax reproduce --help` lists "
-        "the claims.",
+        "the claims. The programs XLA compiles are kept in the work folder (`--workdir`, not packed), so the "
+        "chunks and seeds of a call, and later calls over the same `--workdir`, do not compile them again "
+        "(`--no-compilation-cache` turns it off; benchmarks/compile_cache.py measures it).",
         "",
         "```bash",
         "tgjax reproduce --help                                                  # the claims, which ones run here",

@@ -23,8 +23,11 @@ PART_BYTES = 16 * MIB
 TOTAL_BYTES = 64 * MIB
 MANIFEST = "manifest.json"
 PART_PREFIX = "state.tar.gz."
-# Left out of a pack: TensorBoard events are for people, and a resumed run does not read them.
-SKIPPED_NAMES = frozenset({"tensorboard"})
+# The work folder's cache of compiled programs (`tgjax.reproduce.runner.use_compilation_cache`).
+COMPILATION_CACHE = ".xla_cache"
+# Left out of a pack: TensorBoard events are for people, and a resumed run does not read them; compiled programs
+# belong to the machine that compiled them.
+SKIPPED_NAMES = frozenset({"tensorboard", COMPILATION_CACHE})
 
 
 class PackTooLarge(ValueError):

@@ -12,10 +12,12 @@ At least one chunk runs per invocation, so every call moves the claim forward.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -134,6 +136,34 @@ def _may_finish(recipe: Recipe, spec: RunSpec, run: RunProgress, steps: int, rat
         return True
     training_s = (run.num_steps - run.step) / rate if rate else 0.0
     return training_s + recipe.reserve_s(spec, tiny) <= share_s
+
+
+@contextlib.contextmanager
+def compilation_cache(work: Path) -> Iterator[Path]:
+    """Within the block, the programs XLA compiles are kept in `work`'s cache folder (left out of packs) and read
+    back when the same program is compiled again; after it, the process's cache settings are what they were.
+
+    Every chunk builds a new Trainer, whose step functions JAX would otherwise compile again: the same programs
+    for every chunk of a run, and for every seed of a config (a seed changes values, not shapes).
+    `benchmarks/compile_cache.py` measures what it saves."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    from tgjax.reproduce.packing import COMPILATION_CACHE
+
+    folder = work / COMPILATION_CACHE
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = {name: getattr(jax.config, name) for name in ("jax_compilation_cache_dir",
+                                                           "jax_persistent_cache_min_compile_time_secs")}
+    jax_cache.reset_cache()  # the cache object is made once per process, from the settings at the first compile
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # small programs compile faster than read
+    try:
+        yield folder
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        jax_cache.reset_cache()
 
 
 def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bool, stream: TextIO = sys.stderr,
