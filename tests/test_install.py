@@ -7,6 +7,7 @@ builds the wheel, installs it into a fresh virtual environment and trains
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tgjax.extras import MissingExtra, require_extra
+from tgjax.reproduce.claims import SHIPPED_PACKAGE
 from tgjax.train import config as config_lib
 from tgjax.train.config import ConfigError, load_config, resolve_config_path
 
@@ -67,6 +69,24 @@ def test_the_installed_configs_package_is_preferred(tmp_path, monkeypatch):
 def test_setup_maps_configs_into_the_wheel():
     text = (REPO / "setup.py").read_text()
     assert '"tgjax_configs": "configs"' in text and config_lib.SHIPPED_CONFIGS_PACKAGE == "tgjax_configs"
+
+
+def test_an_installed_tgjax_keeps_a_claims_record_beside_its_pack_and_needs_o_for_the_ledger(tmp_path,
+                                                                                              monkeypatch, capsys):
+    from tgjax.reproduce import claims, command, results
+
+    assert claims.in_checkout()  # these tests run from the checkout
+    assert results.default_results_file(tmp_path / "out") == REPO / "reproduction" / "runs.jsonl"
+    monkeypatch.setattr(claims, "REPO_ROOT", tmp_path / "site")  # what an installed wheel sees
+    assert not claims.in_checkout()
+    assert results.default_results_file(tmp_path / "out") == tmp_path / "out" / "runs.jsonl"
+    assert command.main(["--ledger"]) == 2 and "give -o PAGE.md" in capsys.readouterr().err
+
+
+def test_setup_ships_the_claims_and_records():
+    text = (REPO / "setup.py").read_text()
+    assert '"tgjax_reproduction": "reproduction"' in text and SHIPPED_PACKAGE == "tgjax_reproduction"
+    assert '"tgjax_reproduction": ["claims.json", "runs.jsonl"]' in text
 
 
 def test_a_missing_extra_is_named(monkeypatch):
@@ -190,3 +210,18 @@ def test_the_wheel_installs_and_trains_tiny_from_another_directory(tmp_path):
                                 cwd=elsewhere, capture_output=True, text=True, env=env)
         assert result.returncode == 0, result.stderr[-3000:]
         assert (elsewhere / run / "metrics.jsonl").exists() and (elsewhere / run / "checkpoints" / "2").is_dir()
+    # `tgjax reproduce` from the wheel: the shipped claims listed, a claim's record kept beside its pack (the
+    # shipped records are read-only), the ledger only where -o says.
+    reproduce = [python, "-m", "tgjax.cli", "reproduce"]
+    listing = subprocess.run([*reproduce, "--help"], cwd=elsewhere, capture_output=True, text=True, env=env)
+    assert "om-listops" in listing.stdout and "could not be read" not in listing.stdout, listing.stdout[-2000:]
+    ledger = subprocess.run([*reproduce, "--ledger"], cwd=elsewhere, capture_output=True, text=True, env=env)
+    assert ledger.returncode == 2 and "give -o PAGE.md" in ledger.stderr
+    page = subprocess.run([*reproduce, "--ledger", "-o", "page.md"], cwd=elsewhere, capture_output=True, text=True,
+                          env=env)
+    assert page.returncode == 0 and "`om-listops`" in (elsewhere / "page.md").read_text(), page.stderr[-2000:]
+    claim = subprocess.run([*reproduce, "stack-ptb-table2", "--tiny", "--quiet", "--budget-s", "300", "--output",
+                            "packed"], cwd=elsewhere, capture_output=True, text=True, env=env)
+    assert claim.returncode == 0, claim.stderr[-3000:]
+    (record,) = [json.loads(line) for line in (elsewhere / "packed" / "runs.jsonl").read_text().splitlines()]
+    assert record["claim"] == "stack-ptb-table2" and record["complete"]

@@ -10,13 +10,39 @@ entries are exactly the claims with a recipe.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
 from tgjax.reproduce.verdict import check_curated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CLAIMS_FILE = REPO_ROOT / "reproduction" / "claims.json"
+# reproduction/ ships in the wheel as this package (setup.py), read-only: the claims and the project's records.
+SHIPPED_PACKAGE = "tgjax_reproduction"
+
+
+def in_checkout() -> bool:
+    """Whether tgjax runs from a source checkout (editable install or the tree itself), whose reproduction/ and
+    docs/ the ledger reads and writes; an installed wheel has neither next to it."""
+    return (REPO_ROOT / "reproduction" / "claims.json").is_file() and (REPO_ROOT / "pyproject.toml").is_file()
+
+
+def project_file(name: str) -> Path:
+    """reproduction/NAME of the checkout, else the copy an installed tgjax ships (`SHIPPED_PACKAGE`)."""
+    checkout = REPO_ROOT / "reproduction" / name
+    if in_checkout():
+        return checkout
+    try:
+        spec = importlib.util.find_spec(SHIPPED_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(location) / name).is_file():
+            return Path(location) / name
+    return checkout  # neither: the reader says the file is missing
+
+
+CLAIMS_FILE = project_file("claims.json")
 RECIPE_KINDS = ("runnable", "accelerator-only", "not yet automated")
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tgjax.reproduce.claims import CLAIMS_FILE, ClaimsError, load_claims
+from tgjax.reproduce.claims import CLAIMS_FILE, ClaimsError, in_checkout, load_claims
 from tgjax.reproduce.ledger import LEDGER_FILE
 from tgjax.reproduce.results import RESULTS_FILE
 from tgjax.reproduce.verdict import record_text
@@ -54,13 +54,16 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser, claims_path: Path =
     parser.add_argument("--workdir", default=None,
                         help="where the runs train (default: a temporary folder, removed once packed)")
     parser.add_argument("--tiny", action="store_true", help="the smallest runs of the recipe (checks the path)")
-    parser.add_argument("--results", default=str(RESULTS_FILE), help="the runs' records (appended)")
+    parser.add_argument("--results", default=None,
+                        help="the runs' records: a claim run appends to it (default: reproduction/runs.jsonl of a "
+                             "checkout, else runs.jsonl in --output), --ledger reads it (default: the project's)")
     parser.add_argument("--no-compilation-cache", action="store_true",
                         help="compile every chunk afresh (default: compiled programs are kept in the work folder "
                              "and reused by later chunks and seeds; not packed)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--ledger", action="store_true", help="write the ledger page instead of running a claim")
-    parser.add_argument("-o", dest="ledger_output", default=str(LEDGER_FILE), help="the ledger page (--ledger)")
+    parser.add_argument("-o", dest="ledger_output", default=None,
+                        help="the ledger page (--ledger; default: docs/reproduction.md of a checkout)")
     parser.add_argument("--claims", default=str(claims_path), help=argparse.SUPPRESS)
     parser.set_defaults(run=run_reproduce)
 
@@ -91,7 +94,10 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.ledger:
         from tgjax.reproduce.ledger import main as ledger_main
 
-        return ledger_main(["--claims", args.claims, "--results", args.results, "-o", args.ledger_output])
+        if args.ledger_output is None and not in_checkout():
+            return _fail("an installed tgjax has no docs/ to write the ledger into; give -o PAGE.md")
+        return ledger_main(["--claims", args.claims, "--results", args.results or str(RESULTS_FILE),
+                            "-o", args.ledger_output or str(LEDGER_FILE)])
     if not args.claim:
         return _fail("name a claim (tgjax reproduce --help lists them), or --ledger")
     try:
@@ -115,6 +121,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
     from tgjax.reproduce import packing, results, runner
 
     started = time.monotonic()
+    args.results = args.results or str(results.default_results_file(args.output))
     try:  # every output before any training: a folder that cannot be written would lose the budget's work
         make_output_folder(args.output, option="--output")
         if args.workdir is not None:

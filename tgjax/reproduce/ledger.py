@@ -117,7 +117,8 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "**not yet**. A single run, however clear, is *not yet*.",
         "",
         "`tgjax reproduce CLAIM --budget-s S --output DIR` trains what a runnable claim compares, scores it, "
-        "appends a record to reproduction/runs.jsonl and packs its state into DIR (parts of at most 16 MiB, "
+        "appends a record to reproduction/runs.jsonl (from an installed package, to DIR/runs.jsonl) and packs "
+        "its state into DIR (parts of at most 16 MiB, "
         "64 MiB in all); `--resume-from DIR` continues exactly where it stopped. `tgjax reproduce --help` lists "
         "the claims. The programs XLA compiles are kept in the work folder (`--workdir`, not packed), so the "
         "chunks and seeds of a call, and later calls over the same `--workdir`, do not compile them again "
