@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
 
 import pytest
 
@@ -56,6 +57,27 @@ def test_budgeted_run_resumes_from_its_pack_as_one_uninterrupted_run(tmp_path, c
     assert len(resumed_losses) == resumed["num_steps"]  # logged every step in the tiny recipe
     assert resumed_losses == _train_losses(reference)  # bit-exact, not approximately
     assert "verdict: not yet" in capsys.readouterr().out
+
+
+def test_a_preempted_call_packs_its_state_and_appends_no_record(tmp_path, capsys, monkeypatch):
+    from tgjax.reproduce import runner
+
+    trained = []
+
+    def preempted(spec, workdir, steps, *, may_finish, stream, quiet):  # what Trainer.run returns after SIGTERM
+        trained.append(spec.name)
+        (workdir / "checkpoints").mkdir(parents=True)
+        return 12, types.SimpleNamespace(start_step=0, final_step=3, stop_reason="sigterm")
+
+    monkeypatch.setattr(runner, "_train_chunk", preempted)
+    results, output = tmp_path / "runs.jsonl", tmp_path / "out"
+    assert command.main([CLAIM, "--tiny", "--quiet", "--budget-s", "600", "--output", str(output), "--results",
+                         str(results)]) == command.SIGTERM_EXIT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stopped by SIGTERM" in err[0] and f"--resume-from {output}" in err[0]
+    assert len(trained) == 1 and not results.exists()  # no further chunk; no metric over nothing
+    meta = packing.read_manifest(output)["meta"]
+    assert meta["interrupted"] and meta["steps"][trained[0]] == 3 and not meta["complete"]
 
 
 def test_help_lists_every_claim(capsys):

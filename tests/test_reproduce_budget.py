@@ -117,3 +117,22 @@ def test_a_work_folder_started_under_another_config_is_refused_naming_the_run(si
         runner.ClaimState.load_or_new(tmp_path, changed, False, specs)
     # The same recipe resumes.
     assert runner.ClaimState.load_or_new(tmp_path, changed, False, changed.runs(False)).runs["run1"].step > 0
+
+
+def test_sigterm_in_a_chunk_ends_the_call_with_no_further_chunk(simulated, monkeypatch, tmp_path):
+    clock, reached, call = simulated
+    chunks = []
+
+    def preempted_chunk(spec, workdir, steps, *, may_finish, stream, quiet):
+        chunks.append(spec.name)
+        clock.now += 40 / STEPS_PER_S
+        reached[spec.name] = 40  # the trainer saved where the signal stopped it
+        return NUM_STEPS, FakeResult(0, 40, "sigterm")
+
+    monkeypatch.setattr(runner, "_train_chunk", preempted_chunk)
+    state, _ = call(_recipe(scored_when_finishing=True), budget_s=1000.0)
+    assert chunks == ["run0"] and state.interrupted  # run1 was not started
+    assert state.runs["run0"].step == 40 and not state.runs["run0"].finished
+    # Saved as it stood; the next call is not marked interrupted.
+    again = runner.ClaimState.load_or_new(tmp_path, _recipe(True), False, _recipe(True).runs(False))
+    assert again.runs["run0"].step == 40 and not again.interrupted

@@ -122,6 +122,39 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_good_checkpoints(tmp_path)
     assert max(r["step"] for r in read_metrics(tmp_path)) == bad_step - 1
 
 
+def test_a_sigterm_its_caller_recorded_stops_a_run_before_or_after_its_first_step(tmp_path):
+    """`tgjax reproduce` records SIGTERM between chunks in a `SigtermFlag`: a run that starts then trains nothing
+    (no step compiled); one whose loop it reaches trains one step, saves it and stops; either way the caller's
+    flag holds the signal."""
+    import os
+    import signal
+
+    from tgjax.train.loop import SigtermFlag, Trainer
+
+    run = config("training.num_steps=6", "checkpointing.interval_steps=6", "evaluation.interval_steps=6")
+    flag = SigtermFlag()
+    with flag.installed():
+        os.kill(os.getpid(), signal.SIGTERM)  # recorded, not fatal
+        assert flag.signalled
+        trainer = Trainer(run, tmp_path / "before", quiet=True)
+        try:
+            result = trainer.run()
+        finally:
+            trainer.close()
+    assert (result.stop_reason, result.final_step) == ("sigterm", 0)
+    assert not (tmp_path / "before" / "metrics.jsonl").exists() or not read_metrics(tmp_path / "before")
+    # The signal inside the loop (after the step function exists): one step, saved, and the flag told.
+    flag = SigtermFlag()
+    with flag.installed():
+        trainer = Trainer(run, tmp_path / "during", quiet=True)
+        try:
+            result = trainer.run(callback=lambda step, state, metrics: os.kill(os.getpid(), signal.SIGTERM))
+        finally:
+            trainer.close()
+    assert (result.stop_reason, result.final_step) == ("sigterm", 1) and flag.signalled
+    assert sorted(int(p.name) for p in (tmp_path / "during" / "checkpoints").iterdir() if p.name.isdigit()) == [1]
+
+
 def test_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path, short_run):
     forty = "data.num_train_sentences=40"
     # Checkpoints of a run on 40 training sentences (not validated: the refusals compare vocabularies only).

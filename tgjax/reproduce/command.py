@@ -119,6 +119,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
     """`argv`: the command line after `tgjax` (recorded)."""
     from tgjax.outputs import OutputError, check_output, make_output_folder
     from tgjax.reproduce import packing, results, runner
+    from tgjax.train.loop import SigtermFlag
 
     started = time.monotonic()
     args.results = args.results or str(results.default_results_file(args.output))
@@ -131,18 +132,24 @@ def run_claim(recipe, args, argv: list[str]) -> int:
         return _fail(str(error))
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix=f"reproduce-{recipe.claim_id}-")) if temporary else Path(args.workdir)
+    guard = contextlib.ExitStack()  # the compilation cache and the SIGTERM flag, for the rest of the call
     try:
+        # A SIGTERM (a preemption) from here on stops the call at the next safe point (a training loop saves and
+        # stops; no new chunk or scoring starts) and the state is still packed.
+        sigterm = guard.enter_context(SigtermFlag().installed())
+        stop = lambda: sigterm.signalled  # noqa: E731
         if args.resume_from:
             meta = packing.unpack(args.resume_from, work)
             if meta.get("claim") != recipe.claim_id or bool(meta.get("tiny")) != args.tiny:
                 return _fail(f"{args.resume_from} holds {meta.get('claim')}{' --tiny' if meta.get('tiny') else ''}, "
                              f"not {recipe.claim_id}{' --tiny' if args.tiny else ''}")
-        caching = contextlib.nullcontext() if args.no_compilation_cache else runner.compilation_cache(work)
-        with caching:
-            state = runner.train_within_budget(recipe, work, budget_s=args.budget_s, tiny=args.tiny,
-                                               quiet=args.quiet)
-            scored = runner.evaluate_runs(recipe, work, state, tiny=args.tiny)
-        summary = runner.summarise(recipe, scored)
+        if not args.no_compilation_cache:
+            guard.enter_context(runner.compilation_cache(work))
+        state = runner.train_within_budget(recipe, work, budget_s=args.budget_s, tiny=args.tiny,
+                                           quiet=args.quiet, stop_requested=stop)
+        scored = [] if state.interrupted else runner.evaluate_runs(recipe, work, state, tiny=args.tiny,
+                                                                     stop_requested=stop)
+        summary = None if state.interrupted else runner.summarise(recipe, scored)
         record = {
             "claim": recipe.claim_id, "date": results.now(), "commit": results.commit(),
             "hardware": results.hardware(), "tiny": args.tiny, "budget_s": args.budget_s,
@@ -158,12 +165,16 @@ def run_claim(recipe, args, argv: list[str]) -> int:
         }
         meta = {"claim": recipe.claim_id, "tiny": args.tiny, "invocation": state.invocations,
                 "complete": record["complete"], "steps": {name: p.step for name, p in state.runs.items()},
-                "commit": record["commit"], "date": record["date"]}
+                "commit": record["commit"], "date": record["date"], "interrupted": state.interrupted}
         try:
             parts = packing.pack(work, args.output, meta=meta)
         except (packing.PackTooLarge, OSError) as error:  # too large, or the disk filled up while packing
             temporary = False  # keep the work: it is the only copy
             return _fail(f"{error}; the work folder is kept at {work}")
+        if state.interrupted:  # preempted: the state is kept, nothing was scored, no record is appended
+            print(f"{PROG}: stopped by SIGTERM; {recipe.claim_id}'s state is packed into {args.output} (nothing "
+                  f"scored, no record appended); continue with --resume-from {args.output}", file=sys.stderr)
+            return SIGTERM_EXIT
         record["wall_s"] = round(time.monotonic() - started, 1)
         results.append_record(record, args.results)
         _print_row(record, parts)
@@ -171,8 +182,12 @@ def run_claim(recipe, args, argv: list[str]) -> int:
     except (runner.StateMismatch, packing.PackError, ClaimsError, FileNotFoundError, ValueError) as error:
         return _fail(str(error))
     finally:
+        guard.close()
         if temporary:
             shutil.rmtree(work, ignore_errors=True)
+
+
+SIGTERM_EXIT = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
 
 
 def _print_comparison(s: dict, indent: str = "  ") -> None:

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -54,6 +54,9 @@ class ClaimState:
     tiny: bool
     runs: dict[str, RunProgress]
     invocations: int = 0
+    # This call was stopped by SIGTERM (a preemption): the trainer saved where it stopped, and nothing more
+    # should run before the state is packed. Not saved: the next call starts afresh.
+    interrupted: bool = dataclasses.field(default=False, compare=False)
 
     @classmethod
     def load_or_new(cls, work: Path, recipe: Recipe, tiny: bool, specs: list[RunSpec]) -> ClaimState:
@@ -167,8 +170,9 @@ def compilation_cache(work: Path) -> Iterator[Path]:
 
 
 def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bool, stream: TextIO = sys.stderr,
-                        quiet: bool = False) -> ClaimState:
-    """Advances the claim's runs until the budget (less scoring's reserve) is spent or every run is done."""
+                        quiet: bool = False, stop_requested: Callable[[], bool] = lambda: False) -> ClaimState:
+    """Advances the claim's runs until the budget (less scoring's reserve) is spent or every run is done; stops
+    early (`state.interrupted`) after a chunk SIGTERM stopped, or before a chunk once `stop_requested()`."""
     started = time.monotonic()
     specs = recipe.runs(tiny)
     state = ClaimState.load_or_new(work, recipe, tiny, specs)
@@ -187,6 +191,9 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
         this_pass = list(unfinished)  # `unfinished` shrinks as runs finish within the pass
         chunks_before = chunks
         for index, spec in enumerate(this_pass):
+            if stop_requested():  # a SIGTERM between chunks: start nothing more
+                state.interrupted = True
+                break
             left = train_until - time.monotonic()
             share = left / (len(this_pass) - index)  # an equal share of what is left for each run still to come
             rate = rates.get(spec.name)
@@ -211,6 +218,9 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
             run.finished = result.stop_reason in (None, "schedule")
             rates[spec.name] = max(moved, 1) / seconds
             state.save(work)
+            if result.stop_reason == "sigterm":  # the machine is going away: no more chunks, pack what is there
+                state.interrupted = True
+                break
             if run.finished:
                 unfinished.remove(spec)
             progress.total = known_total() or None
@@ -220,15 +230,20 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
             if chunks > chunks_before:
                 continue
             break  # no run could move without finishing, and none had the time to finish
-        break  # the budget ended inside the pass
+        break  # the budget ended inside the pass, or SIGTERM came
     progress.close()
     return state
 
 
-def evaluate_runs(recipe: Recipe, work: Path, state: ClaimState, *, tiny: bool, stream: TextIO = sys.stderr) -> list:
-    """Every run that has a checkpoint, scored by the recipe: [(spec, progress, scores)]."""
+def evaluate_runs(recipe: Recipe, work: Path, state: ClaimState, *, tiny: bool, stream: TextIO = sys.stderr,
+                  stop_requested: Callable[[], bool] = lambda: False) -> list:
+    """Every run that has a checkpoint, scored by the recipe: [(spec, progress, scores)]; once `stop_requested()`
+    (a SIGTERM) nothing more is scored and the state is marked interrupted."""
     scored = []
     for spec in recipe.runs(tiny):
+        if stop_requested():
+            state.interrupted = True
+            break
         run = state.runs[spec.name]
         if run.step == 0:
             scored.append((spec, run, {"note": "not started"}))

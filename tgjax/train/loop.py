@@ -34,6 +34,7 @@ early.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -41,7 +42,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -98,6 +99,36 @@ def setup_distributed(config) -> None:
                                    process_id=d.process_id)
 
 
+class SigtermFlag:
+    """A SIGTERM handler that only records the signal (`signalled`), for code that runs several trainings in one
+    process (`tgjax reproduce`) and must stop between them. A training loop entered while it is installed takes
+    a signal it already recorded as its own (it saves and stops after its first step) and records the ones it
+    receives in it, so the caller knows too."""
+
+    def __init__(self) -> None:
+        self.signalled = False
+
+    def __call__(self, signum, frame) -> None:
+        self.signalled = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[SigtermFlag]:
+        """This flag as the process's SIGTERM handler within the block (main thread only; elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGTERM, self)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_already_recorded() -> bool:
+    """A single process whose caller's `SigtermFlag` (the installed SIGTERM handler) recorded the signal."""
+    return jax.process_count() == 1 and getattr(signal.getsignal(signal.SIGTERM), "signalled", False) is True
+
+
 class _Preemption:
     """SIGTERM (a preemption notice) -> the step after which every process saves and stops, the same on all.
 
@@ -136,10 +167,14 @@ class _Preemption:
     def __enter__(self):
         if not self.uses_service and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            if isinstance(self._previous, SigtermFlag) and self._previous.signalled:
+                self._signalled = True  # the signal came before this loop began: stop after its first step
         return self
 
     def _handle(self, signum, frame):
         self._signalled = True
+        if isinstance(self._previous, SigtermFlag):
+            self._previous(signum, frame)
 
     def agreed(self, step: int) -> bool:
         """Whether every process stops after `step` (each process calls this after every step, in step)."""
@@ -300,6 +335,10 @@ class Trainer:
             self.say(f"already trained to step {start_step} (training.num_steps={num_steps}); nothing to do")
         if self.schedule_stopped or start_step >= num_steps:
             result.seconds = time.perf_counter() - self.started
+            return result
+        if _sigterm_already_recorded():  # do not compile a step that must not run
+            self.say(f"SIGTERM came before step {start_step + 1}; nothing trained")
+            result.stop_reason, result.seconds = "sigterm", time.perf_counter() - self.started
             return result
 
         train_step = task.make_train_step()
