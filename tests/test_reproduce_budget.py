@@ -136,3 +136,18 @@ def test_sigterm_in_a_chunk_ends_the_call_with_no_further_chunk(simulated, monke
     # Saved as it stood; the next call is not marked interrupted.
     again = runner.ClaimState.load_or_new(tmp_path, _recipe(True), False, _recipe(True).runs(False))
     assert again.runs["run0"].step == 40 and not again.interrupted
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{oops", "unreadable (Expecting property name"),
+    ('{"claim": "fake", "tiny": false}', 'expected the JSON object {"claim", "tiny", "runs": {...}}'),
+    ('[1, 2]', 'expected the JSON object'),
+    ('{"claim": "fake", "tiny": false, "runs": {"run0": {"stepz": 3}}}', "a run's entry does not read"),
+])
+def test_a_damaged_state_file_is_one_line_naming_it(tmp_path, text, says):
+    (tmp_path / runner.STATE_FILE).write_text(text)
+    recipe = _recipe(scored_when_finishing=True)
+    with pytest.raises(runner.StateMismatch) as caught:
+        runner.ClaimState.load_or_new(tmp_path, recipe, False, recipe.runs(False))
+    assert str(caught.value).startswith(f"{tmp_path / runner.STATE_FILE}: ") and says in str(caught.value)
+    assert "\n" not in str(caught.value)

@@ -63,12 +63,16 @@ class ClaimState:
         path = work / STATE_FILE
         if not path.exists():
             return cls(recipe.claim_id, tiny, {s.name: RunProgress(trains=_trains(s)) for s in specs})
-        saved = json.loads(path.read_text())
+        saved = _read_state(path)
         if saved["claim"] != recipe.claim_id or saved["tiny"] != tiny:
             scale = lambda t: "--tiny" if t else "full scale"  # noqa: E731
             raise StateMismatch(f"{path} holds {saved['claim']} at {scale(saved['tiny'])}, not {recipe.claim_id} at "
                                 f"{scale(tiny)}")
-        runs = {name: RunProgress(**fields) for name, fields in saved["runs"].items()}
+        try:
+            runs = {name: RunProgress(**fields) for name, fields in saved["runs"].items()}
+        except TypeError as error:  # a field this version does not know, or one missing
+            raise StateMismatch(f"{path}: a run's entry does not read ({error}); expected a state.json written "
+                                "by tgjax reproduce") from None
         for spec in specs:
             run = runs.setdefault(spec.name, RunProgress(trains=_trains(spec)))
             if run.trains is not None and run.trains != _trains(spec):
@@ -83,6 +87,19 @@ class ClaimState:
         temporary = work / f".{STATE_FILE}.partial"
         temporary.write_text(json.dumps(data, indent=2) + "\n")
         temporary.replace(work / STATE_FILE)
+
+
+def _read_state(path: Path) -> dict:
+    """A work folder's state.json, checked for what `ClaimState` reads; else `StateMismatch` naming the file."""
+    expected = 'expected the JSON object {"claim", "tiny", "runs": {...}} that tgjax reproduce writes'
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise StateMismatch(f"{path}: unreadable ({error}); {expected}") from None
+    if not isinstance(saved, dict) or not {"claim", "tiny", "runs"} <= set(saved) or \
+            not isinstance(saved["runs"], dict):
+        raise StateMismatch(f"{path}: {expected}")
+    return saved
 
 
 def _trains(spec: RunSpec) -> list[str]:
