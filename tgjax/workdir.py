@@ -86,13 +86,14 @@ def workdir_path(workdir: str | os.PathLike) -> Any:
 def make_workdir(workdir: str | os.PathLike) -> Any:
     """`workdir_path(workdir)`, created (with its parents) for a run to write into. A local folder that cannot be
     (a file in the way, a read-only parent) is a `tgjax.outputs.OutputError` naming `--workdir`, before any work."""
-    if not is_url(workdir):
-        from tgjax.outputs import make_output_folder
+    if is_url(workdir):
+        path = workdir_path(workdir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    from tgjax.outputs import make_output_folder
 
-        make_output_folder(workdir, option="--workdir")  # the message names the path as the user gave it
-    path = workdir_path(workdir)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    make_output_folder(workdir, option="--workdir")  # creates it; the message names the path as the user gave it
+    return workdir_path(workdir)
 
 
 # The file orbax writes last into a step it saves on a bucket, where it commits the step in place (a rename would

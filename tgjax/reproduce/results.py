@@ -13,13 +13,12 @@ from tgjax.reproduce.claims import REPO_ROOT, in_checkout, project_file
 
 # The project's records: what the ledger reads by default (in an installed tgjax, the copy it ships).
 RESULTS_FILE = project_file("runs.jsonl")
-OUTPUT_RESULTS_NAME = "runs.jsonl"
 
 
 def default_results_file(output: str | Path) -> Path:
     """Where a claim run appends its record by default: the checkout's reproduction/runs.jsonl, or, in an
     installed tgjax (whose shipped records are read-only), runs.jsonl in the run's --output folder."""
-    return REPO_ROOT / "reproduction" / "runs.jsonl" if in_checkout() else Path(output) / OUTPUT_RESULTS_NAME
+    return RESULTS_FILE if in_checkout() else Path(output) / "runs.jsonl"
 
 
 def commit() -> str:

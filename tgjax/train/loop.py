@@ -126,7 +126,8 @@ class SigtermFlag:
 
 def _sigterm_already_recorded() -> bool:
     """A single process whose caller's `SigtermFlag` (the installed SIGTERM handler) recorded the signal."""
-    return jax.process_count() == 1 and getattr(signal.getsignal(signal.SIGTERM), "signalled", False) is True
+    handler = signal.getsignal(signal.SIGTERM)
+    return jax.process_count() == 1 and isinstance(handler, SigtermFlag) and handler.signalled
 
 
 class _Preemption:
