@@ -52,7 +52,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step, merged_model
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -234,9 +234,7 @@ class FamilyTask:
     # -- state and checkpoints
 
     def restored_rest(self):
-        # The model's non-parameter state (RNG streams, reseeded every step; constants): the same on resume.
-        model = self._build(nnx.Rngs(params=0, dropout=self.config.training.seed))
-        return jax.device_put(nnx.split(model, nnx.Param, ...)[2], self.replicated)
+        return model_rest(self._build, self.config.training.seed, self.replicated)
 
     def init_state(self):
         return init_params_state(self._build, self.tx, self.config.training.seed, self.layout), self.restored_rest()

@@ -5,6 +5,7 @@ A task keeps one `ParamsState` and builds it here:
     layout = params_layout(build_model, mesh, rules)                # shapes and shardings, nothing allocated
     state = init_params_state(build_model, tx, seed, layout)        # a fresh run
     target = abstract_params_state(layout, tx)                      # what a checkpoint restores into
+    rest = model_rest(build_model, seed, replicated)                # the model's other state (RNG streams)
 
 `build_model(rngs)` makes the task's NNX model; the parameters are its
 `nnx.Param`s as a pure dict (what the jitted step differentiates and orbax
@@ -122,6 +123,13 @@ def init_params_state(build_model: Callable[[nnx.Rngs], nnx.Module], tx: optax.G
     opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
     return ParamsState(params, opt_state, jax.device_put(jnp.zeros((), jnp.int32), shardings.step),
                        jax.device_put(jax.random.key_data(step_key), shardings.rng))
+
+
+def model_rest(build_model: Callable[[nnx.Rngs], nnx.Module], seed: int, sharding: NamedSharding) -> Any:
+    """The model's state other than its parameters (dropout RNG streams from `seed`, constants), placed by
+    `sharding`: the same for a fresh and a resumed run, since the step reseeds the streams every step."""
+    model = build_model(nnx.Rngs(params=0, dropout=seed))
+    return jax.device_put(nnx.split(model, nnx.Param, ...)[2], sharding)
 
 
 def abstract_params_state(layout: ParamsLayout, tx: optax.GradientTransformation) -> ParamsState:

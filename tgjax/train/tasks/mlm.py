@@ -78,7 +78,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
-from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
 from tgjax.train.step import learning_rate_of, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -302,10 +302,6 @@ class MLMTask:
 
     # -- state and checkpoints
 
-    def _rest(self):
-        model = UDGN(self.model_config, rngs=nnx.Rngs(params=0, dropout=self.config.training.seed))
-        return nnx.split(model, nnx.Param, ...)[2]
-
     def _build(self, rngs: nnx.Rngs) -> UDGN:
         return UDGN(self.model_config, rngs=rngs)
 
@@ -317,8 +313,7 @@ class MLMTask:
         return abstract_params_state(self.layout, self.tx)
 
     def restored_rest(self):
-        # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.
-        return jax.device_put(self._rest(), self.replicated)
+        return model_rest(self._build, self.config.training.seed, self.replicated)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         meta = {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,

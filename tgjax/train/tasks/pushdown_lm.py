@@ -92,7 +92,7 @@ from tgjax.train.config import (
 )
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.optimizer import make_optimizer
-from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -380,10 +380,6 @@ class PushdownLMTask:
 
     # -- state and checkpoints
 
-    def _rest(self):
-        model = PushdownLM(self.model_config, rngs=nnx.Rngs(params=0, dropout=self.config.training.seed))
-        return nnx.split(model, nnx.Param, ...)[2]
-
     def _build(self, rngs: nnx.Rngs) -> PushdownLM:
         return PushdownLM(self.model_config, rngs=rngs)
 
@@ -395,8 +391,7 @@ class PushdownLMTask:
         return abstract_params_state(self.layout, self.tx)
 
     def restored_rest(self):
-        # Dropout streams only, reseeded every step: the same for a fresh and a resumed run.
-        return jax.device_put(self._rest(), self.replicated)
+        return model_rest(self._build, self.config.training.seed, self.replicated)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,
