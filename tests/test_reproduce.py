@@ -94,7 +94,7 @@ def test_help_lists_every_claim(capsys):
 
 
 def test_a_claim_without_a_recipe_is_refused_in_one_line(tmp_path, capsys):
-    assert command.main(["pushdown-dyck-table1", "--budget-s", "10", "--output", str(tmp_path / "o")]) == 2
+    assert command.main(["ocn-specialisation", "--budget-s", "10", "--output", str(tmp_path / "o")]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "accelerator-only" in error
     assert not (tmp_path / "o").exists()
@@ -148,6 +148,21 @@ def test_a_pack_over_the_cap_is_refused_in_one_line(tmp_path):
     assert len(parts) == 6 and all(p.stat().st_size <= 16 * 1024 for p in parts[:-1])  # 5 parts + manifest
     packing.unpack(tmp_path / "out", tmp_path / "back")
     assert (tmp_path / "back" / "weights.bin").read_bytes() == (source / "weights.bin").read_bytes()
+
+
+def test_a_pack_leaves_out_the_folders_it_is_told_to_and_nothing_else(tmp_path):
+    work = tmp_path / "work"
+    for run in ("done", "running"):  # a scored run's checkpoints go; the running one's, and every metrics file, stay
+        (work / "runs" / run / "checkpoints" / "10").mkdir(parents=True)
+        (work / "runs" / run / "checkpoints" / "10" / "state").write_bytes(b"s")
+        (work / "runs" / run / "metrics.jsonl").write_text("{}\n")
+    (work / "runs" / "done_too").mkdir()  # a name that starts like a left-out one
+    (work / "runs" / "done_too" / "checkpoints").write_text("kept")
+    packing.pack(work, tmp_path / "out", leave_out=["runs/done/checkpoints"])
+    packing.unpack(tmp_path / "out", tmp_path / "back")
+    kept = sorted(str(p.relative_to(tmp_path / "back")) for p in (tmp_path / "back").rglob("*") if p.is_file())
+    assert kept == ["runs/done/metrics.jsonl", "runs/done_too/checkpoints", "runs/running/checkpoints/10/state",
+                    "runs/running/metrics.jsonl"]
 
 
 def test_the_ledger_page_is_not_written_over_its_own_inputs_nor_under_a_file(tmp_path, capsys):

@@ -151,3 +151,55 @@ def test_a_damaged_state_file_is_one_line_naming_it(tmp_path, text, says):
         runner.ClaimState.load_or_new(tmp_path, recipe, False, recipe.runs(False))
     assert str(caught.value).startswith(f"{tmp_path / runner.STATE_FILE}: ") and says in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def _one_at_a_time(evaluated: list[str]) -> Recipe:
+    """Three simulated runs trained one after another; `evaluated` records each scoring."""
+    specs = [RunSpec(name=f"run{i}", role="model", config="unused.py", overrides=(), seed=i) for i in range(3)]
+
+    def evaluate(spec, workdir, finished, tiny):
+        evaluated.append(spec.name)
+        return {"m": float(spec.seed)}
+
+    return Recipe(claim_id="fake", description="three simulated runs, one at a time", runs=lambda tiny: specs,
+                  evaluate=evaluate, comparison=Comparison(model_metric="m", baseline_metric="m", label="m"),
+                  eval_reserve_s=lambda tiny: RESERVE_S, calibration_steps=lambda tiny: 10, one_run_at_a_time=True)
+
+
+def test_one_at_a_time_trains_each_run_to_its_end_before_the_next_and_scores_it_once(simulated, tmp_path):
+    _, reached, call = simulated
+    evaluated: list[str] = []
+    recipe = _one_at_a_time(evaluated)
+    # 1,500 s: run0's 1,000 steps and its scoring (1,100 s), then run1 for what is left; run2 never starts.
+    state, spent = call(recipe, budget_s=1500.0)
+    assert spent <= 1500.0
+    assert reached["run0"] == NUM_STEPS and 0 < reached["run1"] < NUM_STEPS and "run2" not in reached
+    assert evaluated == ["run0"] and state.runs["run0"].scores["m"] == 0.0  # scored after its finishing chunk
+    scored = runner.evaluate_runs(recipe, tmp_path, state, tiny=False)
+    assert evaluated == ["run0"]  # not again, and the unfinished run1 not at all
+    assert [scores.get("m", scores.get("note")) for _, _, scores in scored] == [
+        0.0, "not finished: scored when it finishes", "not started"]
+    # The kept scores survive the state file, and only the scored run's checkpoints are left out of a pack.
+    state = runner.ClaimState.load_or_new(tmp_path, recipe, False, recipe.runs(False))
+    assert state.runs["run0"].scores["m"] == 0.0 and state.runs["run1"].scores is None
+    assert runner.packed_out(state) == ["runs/run0/checkpoints"]
+    # The next call finishes run1 and scores it, then goes on to run2.
+    state, _ = call(recipe, budget_s=1500.0)
+    assert reached["run1"] == NUM_STEPS and reached["run2"] > 0 and evaluated == ["run0", "run1"]
+
+
+def test_a_finished_run_scored_after_training_is_scored_once_and_its_reserve_kept_only_then(simulated, tmp_path):
+    _, reached, call = simulated
+    evaluated: list[str] = []
+    recipe = dataclasses.replace(_one_at_a_time(evaluated), one_run_at_a_time=False)
+    state, _ = call(recipe, budget_s=4000.0)  # round-robin: all three finish
+    assert all(run.finished for run in state.runs.values())
+    runner.evaluate_runs(recipe, tmp_path, state, tiny=False)
+    runner.evaluate_runs(recipe, tmp_path, state, tiny=False)
+    assert sorted(evaluated) == ["run0", "run1", "run2"]  # each scored once
+    # With run2 to train again from the start, a call keeps the scoring reserve of run2 alone (100 s of 300).
+    state.runs["run2"] = runner.RunProgress()
+    state.save(tmp_path)
+    reached.clear()
+    state, spent = call(recipe, budget_s=300.0)
+    assert spent <= 300.0 and 300.0 - RESERVE_S - runner.PACK_RESERVE_S - ALIGN <= reached["run2"] < NUM_STEPS

@@ -140,3 +140,22 @@ def test_a_beside_group_is_measured_as_the_model_is_and_not_judged():
     assert summary["verdict"] == "in direction" and summary["baseline"]["mean"] == pytest.approx(50.0)
     assert summary["beside"]["lstm"]["mean"] == pytest.approx(71.0) and summary["beside"]["lstm"]["n"] == 3
     assert "baselines" not in summary
+
+
+def test_parts_that_are_test_sets_judge_every_run_by_that_sets_number():
+    comparison = Comparison("accuracy", "accuracy", "acc", paper_by_part=(("dyck50", 96.5), ("depth", 68.3)))
+    recipe = Recipe("c", "", lambda tiny: [], lambda *a: {}, comparison, lambda tiny: 0.0, lambda tiny: 1,
+                    parts=("dyck50", "depth"), parts_are_test_sets=True)
+    progress = runner.RunProgress(step=10, num_steps=10, finished=True, train_seconds=600.0)
+    # The model is ahead on dyck50 and behind on depth; each run is scored on both sets.
+    model = [(RunSpec(f"m{i}", "model", "c.py", (), i), progress, {"accuracy/dyck50": 90.0 + i,
+                                                                   "accuracy/depth": 40.0 + i}) for i in range(3)]
+    base = [(RunSpec(f"b{i}", "baseline", "c.py", (), i, "base"), progress,
+             {"accuracy/dyck50": 50.0 + i, "accuracy/depth": 60.0 + i}) for i in range(3)]
+    summary = runner.summarise(recipe, model + base)
+    dyck50, depth = summary["parts"]["dyck50"], summary["parts"]["depth"]
+    assert dyck50["model"]["mean"] == pytest.approx(91.0) and dyck50["baseline"]["mean"] == pytest.approx(51.0)
+    assert depth["model"]["mean"] == pytest.approx(41.0) and depth["baseline"]["mean"] == pytest.approx(61.0)
+    assert (dyck50["verdict"], depth["verdict"], summary["verdict"]) == ("in direction", "contradicted",
+                                                                        "contradicted")
+    assert (dyck50["paper"], depth["label"]) == (96.5, "acc, depth")

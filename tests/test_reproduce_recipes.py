@@ -39,3 +39,25 @@ def test_an_unfinished_logic_run_reports_its_best_validation_and_no_test(tmp_pat
     scores = om_logic_length.evaluate(_run(tmp_path), workdir, finished=False, tiny=True)
     assert scores["split"] == "valid" and scores["accuracy"] == pytest.approx(70.0) and scores["best_step"] == 6
     assert "ops7" not in scores and "majority" not in scores
+
+
+def test_pushdown_table1_trains_both_models_seed_by_seed_then_the_paper_head_one_run_at_a_time():
+    from tgjax.eval.dyck import PAPER_SETS, PAPER_TABLE
+    from tgjax.reproduce.recipes import pushdown_dyck, recipes
+
+    recipe = recipes()["pushdown-dyck-table1"]
+    specs = recipe.runs(False)
+    assert [s.name for s in specs] == ["pushdown-seed42", "base-seed42", "pushdown-seed43", "base-seed43",
+                                       "pushdown-seed44", "base-seed44", "paper_head-seed42", "paper_head-seed43",
+                                       "paper_head-seed44"]
+    assert {s.config for s in specs if s.role == "model"} == {"configs/pushdown_dyck.py"}
+    assert {(s.config, s.group) for s in specs if s.role == "baseline"} == {
+        ("configs/pushdown_dyck.py:base", "base"), ("configs/pushdown_dyck.py:paper-head", "paper_head")}
+    # Same seeds and batching for every model; the paper head is shown beside, the Base-LM judged.
+    assert all(s.overrides == (*pushdown_dyck.COMMON, f"training.seed={s.seed}") for s in specs)
+    assert recipe.comparison.beside_groups == ("paper_head",)
+    # One part per Table 1 set, each with the paper's Pushdown-LM number, scoring every run.
+    assert recipe.parts == PAPER_SETS and recipe.parts_are_test_sets and recipe.one_run_at_a_time
+    assert dict(recipe.comparison.paper_by_part) == PAPER_TABLE["pushdown"]
+    part = recipe.comparison.for_part("dyck200", test_set=True)
+    assert (part.model_metric, part.baseline_metric, part.paper) == ("accuracy/dyck200", "accuracy/dyck200", 61.2)

@@ -167,7 +167,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
                 "complete": record["complete"], "steps": {name: p.step for name, p in state.runs.items()},
                 "commit": record["commit"], "date": record["date"], "interrupted": state.interrupted}
         try:
-            parts = packing.pack(work, args.output, meta=meta)
+            parts = packing.pack(work, args.output, meta=meta, leave_out=runner.packed_out(state))
         except (packing.PackTooLarge, OSError) as error:  # too large, or the disk filled up while packing
             temporary = False  # keep the work: it is the only copy
             return _fail(f"{error}; the work folder is kept at {work}")

@@ -122,7 +122,10 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "64 MiB in all); `--resume-from DIR` continues exactly where it stopped. `tgjax reproduce --help` lists "
         "the claims. The programs XLA compiles are kept in the work folder (`--workdir`, not packed), so the "
         "chunks and seeds of a call, and later calls over the same `--workdir`, do not compile them again "
-        "(`--no-compilation-cache` turns it off; benchmarks/compile_cache.py measures it). A SIGTERM (a "
+        "(`--no-compilation-cache` turns it off; benchmarks/compile_cache.py measures it). A finished run is "
+        "scored once: its scores are kept in the state and its checkpoints left out of the pack. A claim at "
+        "accelerator scale (pushdown-dyck-table1) trains its runs one after another and scores each as it "
+        "finishes, so that its pack holds one unfinished run. A SIGTERM (a "
         "preemption) stops a call at the next safe point, within seconds: the training run in progress saves, "
         "nothing more trains or is scored, the state is packed into DIR, no record is appended, and the exit "
         "status is 143.",

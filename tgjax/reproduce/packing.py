@@ -1,6 +1,6 @@
 """A work folder as a few size-capped files, and back: tar + gzip, split into parts, with a manifest.
 
-    parts = pack(work_dir, output_dir, meta={...})   # output_dir/state.tar.gz.000, .001, ..., manifest.json
+    parts = pack(work_dir, output_dir, meta={...}, leave_out=["runs/a/checkpoints"])   # .000, ..., manifest.json
     meta = unpack(output_dir, fresh_dir)              # checks every part's size and sha256 first
 
 Parts are at most `PART_BYTES` (16 MiB) and the whole at most `TOTAL_BYTES` (64 MiB), the size of what a
@@ -16,6 +16,7 @@ import json
 import os
 import tarfile
 import tempfile
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 MIB = 1 << 20
@@ -38,18 +39,28 @@ class PackError(ValueError):
     """A pack that cannot be read back (missing or damaged part, no manifest); the message is one line."""
 
 
-def _skip(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if SKIPPED_NAMES & set(Path(info.name).parts) else info
+def _filter(leave_out: Collection[str]) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
+    """The tar filter that drops `SKIPPED_NAMES` anywhere and the folders `leave_out` (relative paths)."""
+    left_out = [Path(path).parts for path in leave_out]
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts  # "./runs/a/..." reads as ("runs", "a", ...)
+        if SKIPPED_NAMES & set(parts) or any(parts[:len(prefix)] == prefix for prefix in left_out):
+            return None
+        return info
+
+    return keep
 
 
 def pack(source: str | Path, output: str | Path, *, meta: dict | None = None, part_bytes: int = PART_BYTES,
-         total_bytes: int = TOTAL_BYTES) -> list[Path]:
-    """Packs the folder `source` into `output` (created); returns the part files, manifest last."""
+         total_bytes: int = TOTAL_BYTES, leave_out: Collection[str] = ()) -> list[Path]:
+    """Packs the folder `source` into `output` (created), less the folders `leave_out` (paths relative to `source`);
+    returns the part files, manifest last."""
     source, output = Path(source), Path(output)
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=output) as archive:
         with tarfile.open(fileobj=archive, mode="w:gz", compresslevel=6) as tar:
-            tar.add(source, arcname=".", filter=_skip)
+            tar.add(source, arcname=".", filter=_filter(leave_out))
         size = archive.tell()
         if size > total_bytes:
             raise PackTooLarge(f"the packed state is {size / MIB:.1f} MiB, over the {total_bytes / MIB:.0f} MiB cap "

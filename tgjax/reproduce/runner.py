@@ -1,13 +1,15 @@
 """Training a claim's runs within a time budget, in resumable chunks, then scoring what they reached.
 
-The runs advance round-robin, so that a budget that ends early leaves them at similar steps. Each chunk is
+The runs advance round-robin, so that a budget that ends early leaves them at similar steps (or, for a recipe
+at accelerator scale, `Recipe.one_run_at_a_time`, each to its end before the next starts). Each chunk is
 one `Trainer.run(stop_after_step=...)`: the trainer saves a checkpoint (parameters, optimiser, data position)
 where it stops, and the next chunk (here, or after the work folder was packed and unpacked elsewhere) resumes
 from it. Chunk ends fall on logging steps, so a resumed run writes the same metrics.jsonl records as an
 uninterrupted one. A run's first chunk in an invocation is a short calibration (setup and compilation
 included); later chunks are sized from its measured speed to fill the budget, less what scoring needs (for
 a recipe that scores a run in the chunk that finishes it, kept only by a chunk that would finish its run).
-At least one chunk runs per invocation, so every call moves the claim forward.
+At least one chunk runs per invocation, so every call moves the claim forward. A finished run is scored once:
+its scores are kept in the state, and a pack leaves its checkpoints out (`packed_out`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class RunProgress:
     finished: bool = False
     train_seconds: float = 0.0
     chunks: list[list[int]] = dataclasses.field(default_factory=list)  # [first step, last step] of every chunk
+    # A finished run's scores, once scored: kept, so that it is never scored again and its checkpoints need not be
+    # packed (`packed_out`).
+    scores: dict | None = None
 
 
 @dataclasses.dataclass
@@ -152,7 +157,7 @@ def _may_finish(recipe: Recipe, spec: RunSpec, run: RunProgress, steps: int, rat
                 tiny: bool) -> bool:
     """Whether a chunk of `steps` may reach the run's last step: always, unless the recipe scores a run in the chunk
     that finishes it; then only when the rest of the training and that scoring fit in the run's share of the time."""
-    if not recipe.scored_when_finishing or run.num_steps is None or run.step + steps < run.num_steps:
+    if not recipe.scores_at_finish or run.num_steps is None or run.step + steps < run.num_steps:
         return True
     training_s = (run.num_steps - run.step) / rate if rate else 0.0
     return training_s + recipe.reserve_s(spec, tiny) <= share_s
@@ -195,8 +200,10 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
     state = ClaimState.load_or_new(work, recipe, tiny, specs)
     state.invocations += 1
     unfinished = [s for s in specs if not state.runs[s.name].finished]
-    # Scoring after training needs every run's reserve; scoring inside a finishing chunk is kept per chunk.
-    scoring = 0.0 if recipe.scored_when_finishing else sum(recipe.reserve_s(spec, tiny) for spec in specs)
+    # Scoring after training needs the reserve of every run it will score; scoring inside a finishing chunk is kept
+    # per chunk. A finished run already scored is not scored again.
+    scoring = sum(recipe.reserve_s(spec, tiny) for spec in specs
+                  if _scored_after_training(recipe, state.runs[spec.name]))
     train_until = started + budget_s - scoring - PACK_RESERVE_S
     rates: dict[str, float] = {}  # steps per second of wall time, setup included, measured in this invocation
     known_total = lambda: sum(state.runs[s.name].num_steps or 0 for s in specs)  # noqa: E731
@@ -205,7 +212,8 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
                         enabled=not quiet)
     chunks = 0
     while unfinished:
-        this_pass = list(unfinished)  # `unfinished` shrinks as runs finish within the pass
+        # `unfinished` shrinks as runs finish within the pass; one at a time: the first until it finishes.
+        this_pass = unfinished[:1] if recipe.one_run_at_a_time else list(unfinished)
         chunks_before = chunks
         for index, spec in enumerate(this_pass):
             if stop_requested():  # a SIGTERM between chunks: start nothing more
@@ -238,6 +246,9 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
             if result.stop_reason == "sigterm":  # the machine is going away: no more chunks, pack what is there
                 state.interrupted = True
                 break
+            if run.finished and recipe.one_run_at_a_time and not stop_requested():  # its chunk kept the time
+                _score(recipe, spec, work, run, tiny, stream)  # kept in run.scores (a failure: again at the end)
+                state.save(work)
             if run.finished:
                 unfinished.remove(spec)
             progress.total = known_total() or None
@@ -264,17 +275,45 @@ def evaluate_runs(recipe: Recipe, work: Path, state: ClaimState, *, tiny: bool, 
         run = state.runs[spec.name]
         if run.step == 0:
             scored.append((spec, run, {"note": "not started"}))
-            continue
-        began = time.monotonic()
-        try:
-            scores = recipe.evaluate(spec, run_workdir(work, spec), run.finished, tiny)
-        except Exception as error:  # one run's failed scoring should not lose the others' or the pack
-            scores = {"error": f"{type(error).__name__}: {error}"}
-        scores["eval_seconds"] = round(time.monotonic() - began, 1)
-        print(f"scored {spec.name} at step {run.step}: "
-              + ", ".join(f"{k} {_short(v)}" for k, v in scores.items() if not isinstance(v, dict)), file=stream)
-        scored.append((spec, run, scores))
+        elif run.scores is not None:
+            scored.append((spec, run, run.scores))
+        elif not run.finished and recipe.one_run_at_a_time:
+            scored.append((spec, run, {"note": "not finished: scored when it finishes"}))
+        else:
+            scored.append((spec, run, _score(recipe, spec, work, run, tiny, stream)))
+    state.save(work)  # the finished runs' scores
     return scored
+
+
+def _scored_after_training(recipe: Recipe, run: RunProgress) -> bool:
+    """Whether `evaluate_runs` at the end of this call may have to score the run (its time kept from the start)."""
+    if run.scores is not None:
+        return False
+    if recipe.one_run_at_a_time:
+        return run.finished  # scored after its finishing chunk, unless a SIGTERM came first
+    return not recipe.scored_when_finishing
+
+
+def _score(recipe: Recipe, spec: RunSpec, work: Path, run: RunProgress, tiny: bool, stream: TextIO) -> dict:
+    """The recipe's scores of one run (an error as {"error": ...}: one run's failed scoring should not lose the
+    others' or the pack), printed; a finished run's are kept in `run.scores` unless it failed."""
+    began = time.monotonic()
+    try:
+        scores = recipe.evaluate(spec, run_workdir(work, spec), run.finished, tiny)
+    except Exception as error:
+        scores = {"error": f"{type(error).__name__}: {error}"}
+    scores["eval_seconds"] = round(time.monotonic() - began, 1)
+    print(f"scored {spec.name} at step {run.step}: "
+          + ", ".join(f"{k} {_short(v)}" for k, v in scores.items() if not isinstance(v, dict)), file=stream)
+    if run.finished and "error" not in scores:
+        run.scores = scores
+    return scores
+
+
+def packed_out(state: ClaimState) -> list[str]:
+    """What a pack leaves out of the work folder (relative paths): the checkpoints of every run whose scores are
+    kept, which nothing reads again."""
+    return [f"{RUNS_DIR}/{name}/checkpoints" for name, run in state.runs.items() if run.scores is not None]
 
 
 def _short(value) -> str:
@@ -290,7 +329,8 @@ def summarise(recipe: Recipe, scored: list) -> dict:
     combined; it has no model or baseline number of its own."""
     if not recipe.parts:
         return _summarise(recipe.comparison, scored)
-    parts = {part: _summarise(recipe.comparison.for_part(part), [s for s in scored if s[0].part == part])
+    parts = {part: _summarise(recipe.comparison.for_part(part, test_set=recipe.parts_are_test_sets),
+                              scored if recipe.parts_are_test_sets else [s for s in scored if s[0].part == part])
              for part in recipe.parts}
     verdict, why = combine({part: summary["verdict"] for part, summary in parts.items()})
     return {"label": recipe.comparison.label, "verdict": verdict, "why": why, "paper": None, "model": None,

@@ -58,10 +58,14 @@ class Comparison:
     # A claim with parts: the paper's number of each part ((part, number), ...), where the paper gives one.
     paper_by_part: tuple[tuple[str, float], ...] = ()
 
-    def for_part(self, part: str) -> Comparison:
-        """The comparison one part of the claim is judged by: its own paper number, the part in the label."""
+    def for_part(self, part: str, *, test_set: bool = False) -> Comparison:
+        """The comparison one part of the claim is judged by: its own paper number, the part in the label; a part
+        that is a test set (`Recipe.parts_are_test_sets`) reads each metric as "METRIC/PART"."""
+        named = (lambda metric: metric and f"{metric}/{part}") if test_set else (lambda metric: metric)
         return dataclasses.replace(self, label=f"{self.label}, {part}", paper=dict(self.paper_by_part).get(part),
-                                   paper_by_part=())
+                                   paper_by_part=(), model_metric=named(self.model_metric),
+                                   baseline_metric=named(self.baseline_metric),
+                                   reference_metric=named(self.reference_metric))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +83,20 @@ class Recipe:
     # run needs that run's reserve, and a call too short to finish a run spends its whole budget on training.
     scored_when_finishing: bool = False
     parts: tuple[str, ...] = ()  # the claim's parts, judged one by one (every run's `part` is one of them)
+    # True when every run is scored on every part (a part is a test set, Pushdown's Table 1's five): `evaluate`
+    # gives a part's number as "METRIC/PART", and each part judges all the runs by it.
+    parts_are_test_sets: bool = False
+    # True for runs too large to pack many at once and scoring too slow to repeat every call (accelerator-scale
+    # recipes): the runs train one after another, each to its end, instead of round-robin; a run is scored right
+    # after the chunk that finishes it (that chunk keeps the time for it), and an unfinished run is not scored. A
+    # pack then holds one unfinished run's checkpoints: a finished run's scores are kept in the state, and its
+    # checkpoints left out of the pack.
+    one_run_at_a_time: bool = False
+
+    @property
+    def scores_at_finish(self) -> bool:
+        """Whether a run's scoring is done (and its reserve kept) by the chunk that finishes it."""
+        return self.scored_when_finishing or self.one_run_at_a_time
 
     def reserve_s(self, spec: RunSpec, tiny: bool) -> float:
         """Seconds to keep for scoring `spec`'s run."""
@@ -95,11 +113,12 @@ def recipes() -> dict[str, Recipe]:
         om_systematicity,
         onlstm_parse,
         onlstm_syntax,
+        pushdown_dyck,
         stack_lm,
         tg_ppl,
         udgn_uas,
     )
 
     found = [om_listops.RECIPE, om_logic_length.RECIPE, om_systematicity.RECIPE, onlstm_parse.RECIPE,
-             onlstm_syntax.RECIPE, stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
+             onlstm_syntax.RECIPE, pushdown_dyck.RECIPE, stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
     return {r.claim_id: r for r in found}
