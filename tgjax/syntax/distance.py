@@ -66,7 +66,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -380,23 +380,28 @@ def balanced(words: Sequence[str]) -> Nested:
 # ---------------------------------------------------------------------------
 
 
-def nested_from_tree(tree: Tree) -> Nested:
-    """Labels removed, pre-terminals replaced by their words, unary chains collapsed.
+_DESCEND = object()  # `_collapsed`'s leaf rule: this child is a constituent to rebuild
 
-    `(S (NP (DT the) (NN dog)) (VP (VBZ barks)))` -> `[["the", "dog"], "barks"]`.
-    A tree without pre-terminals is read the same way (a word is a word).
+
+def _collapsed(root: Tree, leaf: Callable[[Tree | str], str | None | object]) -> Nested:
+    """`root` as nested lists, rebuilt bottom-up without recursion (trees can be deeper than Python's stack).
+
+    `leaf(child)` says what each node is: a word to keep (the string), one to drop (None), or `_DESCEND` for a
+    constituent whose children are rebuilt in turn. A constituent left with one child becomes that child (unary
+    chains collapse); one left with none disappears.
     """
     result: list = []
     # Frames: (children left to visit, rebuilt children so far).
-    stack: list[tuple[Iterable, list]] = [(iter([tree]), result)]
+    stack: list[tuple[Iterable, list]] = [(iter([root]), result)]
     while stack:
         pending, rebuilt = stack[-1]
         for child in pending:
-            if isinstance(child, str):
-                rebuilt.append(child)
-            else:
+            kept = leaf(child)
+            if kept is _DESCEND:
                 stack.append((iter(child.children), []))
                 break
+            if kept is not None:
+                rebuilt.append(kept)
         else:
             stack.pop()
             if stack:
@@ -406,6 +411,15 @@ def nested_from_tree(tree: Tree) -> Nested:
                 elif rebuilt:
                     parent.append(rebuilt)
     return result[0] if result else []
+
+
+def nested_from_tree(tree: Tree) -> Nested:
+    """Labels removed, pre-terminals replaced by their words, unary chains collapsed.
+
+    `(S (NP (DT the) (NN dog)) (VP (VBZ barks)))` -> `[["the", "dog"], "barks"]`.
+    A tree without pre-terminals is read the same way (a word is a word).
+    """
+    return _collapsed(tree, lambda node: node if isinstance(node, str) else _DESCEND)
 
 
 def tree_from_nested(tree: Nested, label: str = "X", tag: str | None = "XX") -> Tree:
@@ -472,38 +486,22 @@ def release_filter(tree: Tree, word_tags: frozenset[str] | set[str] = RELEASE_WO
     dropped: collections.Counter = collections.Counter()
     kept_words: list[str] = []
 
-    def filtered(node: Tree) -> Nested:
-        result: list = []
-        stack: list[tuple[Iterable, list]] = [(iter([node]), result)]
-        while stack:
-            pending, rebuilt = stack[-1]
-            for child in pending:
-                if isinstance(child, str):
-                    raise ValueError(f"{where}: the word {child!r} is not under a POS tag; expected every word "
-                                     "as (TAG word) to decide which to keep (punctuation and symbols are dropped)")
-                if child.is_preterminal():
-                    if child.label in word_tags:
-                        rebuilt.append(child.children[0])
-                        kept_words.append(child.children[0])
-                    else:
-                        dropped[child.label] += 1
-                    continue
-                stack.append((iter(child.children), []))
-                break
-            else:
-                stack.pop()
-                if stack:
-                    _, parent = stack[-1]
-                    if len(rebuilt) == 1:
-                        parent.append(rebuilt[0])
-                    elif rebuilt:
-                        parent.append(rebuilt)
-        return result[0] if result else []
+    def leaf(node: Tree | str) -> str | None | object:
+        if isinstance(node, str):
+            raise ValueError(f"{where}: the word {node!r} is not under a POS tag; expected every word "
+                             "as (TAG word) to decide which to keep (punctuation and symbols are dropped)")
+        if not node.is_preterminal():
+            return _DESCEND
+        if node.label in word_tags:
+            kept_words.append(node.children[0])
+            return node.children[0]
+        dropped[node.label] += 1
+        return None
 
     if tree.is_preterminal():  # a one-word tree: (NN hello)
         if tree.label in word_tags:
             return FilteredSentence([tree.children[0]], tree.children[0], dropped)
         dropped[tree.label] += 1
         return FilteredSentence([], [], dropped)
-    gold = filtered(tree)
+    gold = _collapsed(tree, leaf)
     return FilteredSentence(kept_words, gold, dropped)
