@@ -18,11 +18,8 @@ not a process RSS.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -32,6 +29,7 @@ from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import main_over_sizes, time_once  # noqa: E402
 from tgjax.nn.dgn import DependencyGraphLayer  # noqa: E402
 
 SIZES = {
@@ -86,16 +84,6 @@ def memory(step, args) -> dict:
                 io=analysis.argument_size_in_bytes + analysis.output_size_in_bytes)
 
 
-def time_once(step, args) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(step(*args))
-    return time.perf_counter() - start
-
-
-def load_average() -> str:
-    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
-
-
 def bench(name: str, size: dict, repeats: int) -> None:
     kinds = ("dgn", "dgn_matched", "mha")
     steps = {kind: make_step(kind, **size) for kind in kinds}
@@ -122,19 +110,7 @@ def bench(name: str, size: dict, repeats: int) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--sizes", default="ptb,long", help=f"comma-separated, from {sorted(SIZES)}")
-    args = parser.parse_args(argv)
-    names = [n for n in args.sizes.split(",") if n]
-    unknown = [n for n in names if n not in SIZES]
-    if unknown:
-        parser.error(f"unknown size(s) {unknown}; choose from {sorted(SIZES)}")
-    print(f"devices: {jax.devices()}  cpus: {os.cpu_count()}  float32")
-    print(f"load average before (1, 5, 15 min): {load_average()}")
-    for name in names:
-        bench(name, SIZES[name], args.repeats)
-    print(f"\nload average after (1, 5, 15 min): {load_average()}")
+    main_over_sizes(__doc__, SIZES, "ptb,long", bench, argv)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,8 @@ and a smaller one (B = 20, T = 70, D = 128, H = 256, chunk 8).
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -33,6 +30,7 @@ from jax import lax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import main_over_sizes, time_once  # noqa: E402
 from tgjax.ops import onlstm_scan  # noqa: E402
 
 SIZES = {
@@ -79,17 +77,6 @@ def make_step(kind: str, B, T, D, H, chunk_size, seed=0):
     return step, (params, x), G
 
 
-def time_once(step, args) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(step(*args))
-    return time.perf_counter() - start
-
-
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
-
-
 def bench(name: str, size: dict, repeats: int) -> dict:
     B, T = size["B"], size["T"]
     steps = {kind: make_step(kind, **size) for kind in ("onlstm", "lstm")}
@@ -112,19 +99,7 @@ def bench(name: str, size: dict, repeats: int) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--sizes", default="paper,small", help=f"comma-separated, from {sorted(SIZES)}")
-    args = parser.parse_args(argv)
-    names = [n for n in args.sizes.split(",") if n]
-    unknown = [n for n in names if n not in SIZES]
-    if unknown:
-        parser.error(f"unknown size(s) {unknown}; choose from {sorted(SIZES)}")
-    print(f"devices: {jax.devices()}  cpus: {os.cpu_count()}  float32")
-    print(f"load average before (1, 5, 15 min): {load_average()}")
-    for name in names:
-        bench(name, SIZES[name], args.repeats)
-    print(f"\nload average after (1, 5, 15 min): {load_average()}")
+    main_over_sizes(__doc__, SIZES, "paper,small", bench, argv)
 
 
 if __name__ == "__main__":
