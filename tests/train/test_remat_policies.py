@@ -28,7 +28,13 @@ def no_remat_losses(tmp_path_factory) -> dict[int, float]:
     return train(small_config(*TWO_STEPS, "model.remat=none"), tmp_path_factory.mktemp("none"), quiet=True).losses
 
 
-@pytest.mark.parametrize("name", [name for name in REMAT_POLICIES if name != "none"])
+# In CI the whole-layer policy and one that saves some dots; the rest (each only another name for jax's own
+# policy, all of which `test_each_layer_is_rematerialised_with_the_named_policy` sees applied) with -m slow.
+IN_CI = ("full", "dots_saveable")
+
+
+@pytest.mark.parametrize("name", [name if name in IN_CI else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in REMAT_POLICIES if name != "none"])
 def test_every_policy_trains_to_the_losses_of_no_remat(tmp_path, no_remat_losses, name):
     losses = train(small_config(*TWO_STEPS, f"model.remat={name}"), tmp_path, quiet=True).losses
     assert losses[1] == no_remat_losses[1]  # the forward pass is the same program
