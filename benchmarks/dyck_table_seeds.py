@@ -123,6 +123,20 @@ def table(record: dict) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in rows)
 
 
+def summarise(scores: dict[str, dict], seeds: list[int], models: list[str], longest_s: float) -> dict:
+    """Per set: each model and tape's accuracy over the seeds ("MODEL/TAPE": mean, sd, values, text) and the
+    verdict of the Pushdown-LM's own tape against the Base-LM. `scores`: "MODEL/TAPE/SEED" -> {set: accuracy %};
+    `longest_s`: the longest run's training time (runs under 5 minutes need 5 seeds)."""
+    summary = {}
+    for name in PAPER_SETS:
+        cell = {f"{model}/{tape}": _text([scores[f"{model}/{tape}/{seed}"][name] for seed in seeds])
+                for model in models for tape in TAPES[model]}
+        verdict, why = judge(cell["pushdown/model"]["values"], cell["base/model"]["values"],
+                             paper=PAPER_TABLE["pushdown"][name], tolerance=TOLERANCE, run_seconds=longest_s)
+        summary[name] = {**cell, "verdict": verdict, "why": why}
+    return summary
+
+
 def _text(values: list[float]) -> dict:
     found = spread(values)
     sd = "" if found.sd is None else f" ± {found.sd:.1f}"
@@ -148,13 +162,7 @@ def main(argv=None) -> int:
                       + ", ".join(f"{name} {value:.1f}" for name, value in accuracy.items()), file=sys.stderr,
                       flush=True)
     longest = max(seconds.values())
-    summary = {}
-    for name in PAPER_SETS:
-        cell = {f"{model}/{tape}": _text([scores[f"{model}/{tape}/{seed}"][name] for seed in args.seeds])
-                for model in args.models for tape in TAPES[model]}
-        verdict, why = judge(cell["pushdown/model"]["values"], cell["base/model"]["values"],
-                             paper=PAPER_TABLE["pushdown"][name], tolerance=TOLERANCE, run_seconds=longest)
-        summary[name] = {**cell, "verdict": verdict, "why": why}
+    summary = summarise(scores, args.seeds, args.models, longest)
     given = argv if argv is not None else sys.argv[1:]
     record = {"date": results.now(), "commit": results.commit(), "hardware": results.hardware(),
               "command": "python benchmarks/dyck_table_seeds.py " + " ".join(given),
