@@ -17,6 +17,7 @@ the same command again reuses what is there and does only what is missing.
         [--workdir runs/dyck_table_seeds] [--out benchmarks/records/dyck_table_cpu.json] [--limit N] [--steps N]
 
 `--limit N` (first N prefixes of each set) and `--steps N` make a quick look; the record says they were used.
+`--report RECORD` prints the table and verdicts of a record written by `--out`, without the runs.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="write the record (every run's scores and the table) here")
     parser.add_argument("--limit", type=int, default=None, help="first N prefixes of each set only (a quick look)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the config's, 400)")
+    parser.add_argument("--report", default=None, help="print the table of this --out record and stop")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s]
     args.models = [m for m in args.models.split(",") if m]
@@ -145,6 +147,9 @@ def _text(values: list[float]) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.report:
+        report(json.loads(Path(args.report).read_text()))
+        return 0
     work = Path(args.workdir)
     scores: dict[str, dict] = {}  # "model/tape/seed" -> {set: accuracy %}
     seconds: dict[str, float] = {}
@@ -169,15 +174,20 @@ def main(argv=None) -> int:
               "seeds": args.seeds, "models": args.models, "configs": {m: CONFIGS[m] for m in args.models},
               "beam_size": args.beam_size, "limit": args.limit, "steps": args.steps,
               "train_seconds": seconds, "scores": scores, "summary": summary}
-    print(table(record))
-    mean_seconds = math.fsum(seconds.values()) / len(seconds)
-    print(f"{len(args.seeds)} seed(s) per model; training {mean_seconds:.0f} s a run on average, the longest "
-          f"{longest:.0f} s; {record['hardware']}, commit {record['commit']}")
-    for name in PAPER_SETS:
-        print(f"  {name}: {summary[name]['verdict']} ({summary[name]['why']})")
+    report(record)
     if args.out:
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     return 0
+
+
+def report(record: dict) -> None:
+    """The table, the runs' scale and each set's verdict with its reason."""
+    print(table(record))
+    seconds = record["train_seconds"].values()
+    print(f"{len(record['seeds'])} seed(s) per model; training {math.fsum(seconds) / len(seconds):.0f} s a run on "
+          f"average, the longest {max(seconds):.0f} s; {record['hardware']}, commit {record['commit']}")
+    for name in PAPER_SETS:
+        print(f"  {name}: {record['summary'][name]['verdict']} ({record['summary'][name]['why']})")
 
 
 if __name__ == "__main__":
