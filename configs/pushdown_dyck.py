@@ -37,7 +37,7 @@ same recipe shrunk to a shared CPU: 4 layers, d = 64 (4 heads of 16, FFN
 redrawn, about 19% of draws), batch 32, 400 steps with Adam at 1e-3 after
 40 warm-up steps (the paper's 1e-4 after 8000 warm-up steps does not move
 in 400 steps), cosine to 0; 256 validation strings, checked every 100 steps.
-Alone on 2 CPU cores a run of 400 steps takes 115-129 s with its compiling
+Alone on 2 CPU cores a run of 400 steps takes 116-129 s with its compiling
 (benchmarks/dyck_table_seeds.py).
 
 Memory: the full model's step at rows of 512 holds ~18.6 GB of activations
