@@ -72,6 +72,8 @@ def train_run(model: str, seed: int, workdir: Path, steps: int | None) -> float:
     from tgjax.train.loop import train
 
     timing = workdir / "train_seconds.json"
+    if timing.exists():
+        return json.loads(timing.read_text())["seconds"]
     overrides = [f"training.seed={seed}", "logging.tensorboard=false"]
     if steps is not None:  # a quick look: the schedule shrunk with it
         warmup, interval = max(1, steps // 10), max(1, steps // 4)
@@ -79,8 +81,6 @@ def train_run(model: str, seed: int, workdir: Path, steps: int | None) -> float:
                       f"training.lr_schedule.kwargs.cosine_cycle_length={max(1, steps - warmup)}",
                       f"evaluation.interval_steps={interval}", f"checkpointing.interval_steps={interval}"]
     config = load_config(CONFIGS[model], overrides)
-    if timing.exists():
-        return json.loads(timing.read_text())["seconds"]
     began = time.monotonic()
     result = train(config, workdir, quiet=True)
     seconds = time.monotonic() - began

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tgjax.eval.dyck import PAPER_SETS, PAPER_TABLE, main_dyck
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
 from tgjax.reproduce.recipes.common import run_eval_command, seeded_runs
 
@@ -35,7 +36,7 @@ TINY = ("model.d_model=16", "model.num_layers=1", "model.num_heads=2", "model.ff
         "training.lr_schedule.kwargs.warmup_steps=1", "training.lr_schedule.kwargs.cosine_cycle_length=3",
         "evaluation.interval_steps=2", "checkpointing.interval_steps=2", "logging.interval_steps=1",
         "logging.tensorboard=false")
-SETS = ("dyck50", "dyck100", "dyck200", "dyck300", "depth")  # Table 1's columns
+SETS = PAPER_SETS  # Table 1's columns: dyck50 .. dyck300, depth
 PAPER_HEAD_GROUP = "paper_head"
 BEAM_SIZE = 50  # the release's beam over the prefix
 
@@ -53,8 +54,6 @@ def runs(tiny: bool) -> list[RunSpec]:
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     """Accuracy (%) on each of Table 1's sets as "accuracy/SET", at the best validation checkpoint."""
-    from tgjax.eval.dyck import main_dyck
-
     argv = ["--workdir", str(workdir), "--step", "best", "--sets", ",".join(SETS), "--quiet",
             "--beam-size", str(2 if tiny else BEAM_SIZE), *(["--limit", "1"] if tiny else [])]
     result = run_eval_command(main_dyck, argv, workdir / "dyck_table1.json")
@@ -73,8 +72,7 @@ RECIPE = Recipe(
     evaluate=evaluate,
     comparison=Comparison(model_metric="accuracy", baseline_metric="accuracy",
                           label="closing-bracket accuracy, %", tolerance=2.0,
-                          paper_by_part=(("dyck50", 96.5), ("dyck100", 88.0), ("dyck200", 61.2), ("dyck300", 42.9),
-                                         ("depth", 68.3)),
+                          paper_by_part=tuple((name, PAPER_TABLE["pushdown"][name]) for name in SETS),
                           beside_groups=(PAPER_HEAD_GROUP,)),
     # The own-tape beam of 50 over Table 1's 305 prefixes (up to 599 tokens): 136-158 s a set on an H200 shared
     # by seven evaluations, so, alone on it, about 4 minutes kept for a run's scoring with its compiling (the paper
