@@ -290,20 +290,19 @@ def cmd_info(args) -> int:
 
     config = _load_train_config(args)
     info = describe(config)
-    layout = _info_layout(info.pop("build_model"), config)
+    layout = _info_layout(info.build, config)
     specs = layout.partition_specs()
     if args.json:
         partitions = {path: {"shape": list(shape), "spec": repr(spec)} for path, (shape, spec) in specs.items()}
-        print(json.dumps({**info, "mesh": dict(layout.mesh.shape), "partition_specs": partitions,
+        print(json.dumps({**info.to_json(), "mesh": dict(layout.mesh.shape), "partition_specs": partitions,
                           "config": to_json_dict(config)}, indent=2))
         return 0
     print(f"config       {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else ""))
-    name = info["model_name"] if "model_name" in info else config.model.name
-    print(f"model        {name}: {info['num_parameters']:,} parameters")
-    if info.get("model_note"):
-        print(f"             {info['model_note']}")
-    print(f"vocabulary   {info['vocab_size']:,} ids ({info['vocab_source']})")
-    print("model config " + ", ".join(f"{k}={v}" for k, v in info["model"].items()))
+    print(f"model        {info.name}: {info.num_parameters:,} parameters")
+    if info.note:
+        print(f"             {info.note}")
+    print(f"vocabulary   {info.vocab_size:,} ids ({info.vocab_source})")
+    print("model config " + ", ".join(f"{k}={v}" for k, v in info.settings.items()))
     marked = sum("model" in _spec_axes(spec) for _, spec in specs.values())
     ways = layout.mesh.shape["model"]
     mesh = " x ".join(f"{axis} {size}" for axis, size in layout.mesh.shape.items())

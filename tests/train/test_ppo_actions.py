@@ -314,7 +314,7 @@ def test_ppo_actions_runs_and_resumes_bit_identically(tmp_path):
                  "evaluation.interval_steps=3", "evaluation.episodes=4", "checkpointing.interval_steps=1",
                  "logging.interval_steps=1", "logging.tensorboard=false"]
     config = apply_overrides(ppo_actions.default_config(), overrides)
-    assert "lstm policy with a value head (fine-tuned from step 4)" in ppo_actions.describe(config)["model_name"]
+    assert "lstm policy with a value head (fine-tuned from step 4)" in ppo_actions.describe(config).name
 
     # the fine-tuned policy starts from the BC run's parameters, its task row the mean of the BC rows
     task = _task(tmp_path / "probe", overrides)

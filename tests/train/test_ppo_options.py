@@ -127,7 +127,7 @@ def test_ppo_over_two_runs_pooled_options(tmp_path):
         "rl.rollout_steps=8", "rl.num_minibatches=2", "rl.num_epochs=1", "rl.max_steps=16", "training.num_steps=2",
         "evaluation.interval_steps=2", "evaluation.episodes=4", "checkpointing.interval_steps=2",
         "logging.interval_steps=1", "logging.tensorboard=false"])
-    assert ppo_options.describe(config)["vocab_size"] == 4
+    assert ppo_options.describe(config).vocab_size == 4
     train(config, tmp_path / "s2", quiet=True)
     assert list(train_losses(tmp_path / "s2")) == [1, 2]
 

@@ -239,7 +239,7 @@ def test_the_default_is_ordered_memory_with_its_pinned_size(tmp_path):
         assert config.model.encoder == "ordered_memory"
         assert isinstance(model_config(config), OMClassifierConfig)
         info = describe(config)
-        assert info["num_parameters"] == count and "model_note" not in info
+        assert info.num_parameters == count and not info.note
     # The pinned config (tests/train/test_loss_pins.py trains it to its pinned losses in CI) is Ordered Memory's.
     assert pinned_config("classification", tmp_path).model.encoder == "ordered_memory"
 

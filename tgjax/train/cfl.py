@@ -57,6 +57,7 @@ from tgjax.train.config import (
     config_value,
     family_config,
 )
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.params_state import ParamsState
 from tgjax.train.schedules import plateau_optimizer
 from tgjax.train.step import make_train_step
@@ -243,15 +244,13 @@ def count_stack_lm_parameters(model_cfg: StackLMConfig) -> int:
     return count_parameters(lambda: StackTransformerLM(model_cfg, rngs=nnx.Rngs(0)))
 
 
-def describe_cfl(config) -> dict[str, Any]:
+def describe_cfl(config) -> ModelInfo:
     """What `tgjax info` prints for a CFL config: the model, its parameter count, the vocabulary size."""
     task, model = check_config(config)
     vocab_size = cfl_task(task).vocabulary.size
     model_cfg = resolve_model_config(config, vocab_size)
-    return {"task": task, "model_name": model, "num_parameters": count_stack_lm_parameters(model_cfg),
-            "vocab_size": vocab_size, "vocab_source": f"the {task} task's symbols + PAD, BOS, EOS",
-            "model": dataclasses.asdict(model_cfg),
-            "build_model": lambda rngs: StackTransformerLM(model_cfg, rngs=rngs)}
+    return ModelInfo(model, vocab_size, f"the {task} task's symbols + PAD, BOS, EOS", dataclasses.asdict(model_cfg),
+                     lambda rngs: StackTransformerLM(model_cfg, rngs=rngs), extras={"task": task})
 
 
 # -----------------------------------------------------------------------------

@@ -42,7 +42,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-from tgjax.nn.params import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import (
     ConfigError,
@@ -52,6 +51,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step, merged_model
@@ -184,13 +184,11 @@ class FamilyTask:
         return plugin_defaults(cls.family_class)
 
     @classmethod
-    def describe(cls, config) -> dict[str, Any]:
+    def describe(cls, config) -> ModelInfo:
         """What `tgjax info` prints."""
         family = cls.family_class()
-        return {"model_name": family.name, "num_parameters": count_parameters(
-                    lambda: family.build_model(config, nnx.Rngs(params=0, dropout=0))),
-                "vocab_size": config.model.get("vocab_size", 0) or 0, "vocab_source": f"the {family.name} family",
-                "model": config.model.to_dict(), "build_model": lambda rngs: family.build_model(config, rngs)}
+        return ModelInfo(family.name, config.model.get("vocab_size", 0) or 0, f"the {family.name} family",
+                         config.model.to_dict(), lambda rngs: family.build_model(config, rngs))
 
     # -- checks and setup
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 
 from tgjax.train.config import registered_families, trainer_of
+from tgjax.train.model_info import ModelInfo
 
 
 def task_class(name: str) -> type:
@@ -28,8 +29,8 @@ def task_class(name: str) -> type:
     return task_for(registered) if is_plugin_family(registered) else registered
 
 
-def describe(config) -> dict:
-    """What `tgjax info` prints of a config's family (its task class's `describe`, else its module's)."""
+def describe(config) -> ModelInfo:
+    """What `tgjax info` prints of a config's model (its task class's `describe`, else its module's)."""
     name = trainer_of(config)
     cls = task_class(name)
     return cls.describe(config) if hasattr(cls, "describe") else family_module(name).describe(config)

@@ -100,6 +100,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
 from tgjax.train.step import learning_rate_of, make_train_step
@@ -211,18 +212,16 @@ def om_model_config(config) -> OMClassifierConfig:
         embedding_init_range=m.embedding_init_range or None)
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: the classifier, its parameter count, its fixed vocabulary (no data read); for a
     baseline, also the Ordered Memory count it is matched to."""
     check_config(config)
     model_cfg = model_config(config)
-    count = parameter_count(model_cfg)
     source = "tgjax.data.listops.TOKENS" if config.dataset == "listops" else "tgjax.data.logic.TOKENS + padding"
-    info = {"model_name": f"{encoder_of(model_cfg)}_{config.dataset}", "num_parameters": count,
-            "vocab_size": model_cfg.vocab_size, "vocab_source": source, "model": dataclasses.asdict(model_cfg),
-            "build_model": lambda rngs: build_classifier(model_cfg, rngs=rngs)}
+    info = ModelInfo(f"{encoder_of(model_cfg)}_{config.dataset}", model_cfg.vocab_size, source,
+                     dataclasses.asdict(model_cfg), lambda rngs: build_classifier(model_cfg, rngs=rngs))
     if isinstance(model_cfg, BaselineClassifierConfig):
-        info["model_note"] = size_note(model_cfg, count, parameter_count(om_model_config(config)))
+        info.note = size_note(model_cfg, info.num_parameters, parameter_count(om_model_config(config)))
     return info
 
 

@@ -74,6 +74,7 @@ from tgjax.models.parts import count_parameters
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, check_positive_int, check_range, family_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step
@@ -152,14 +153,12 @@ def check_config(config) -> None:
         raise ConfigError(f"model settings: {error}") from None
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: the policy and its parameter count (no data read)."""
     check_config(config)
     cfg = policy_config(config, len(task_names(config)))
-    count = count_parameters(lambda: build_policy(cfg, nnx.Rngs(0)))
-    return {"model_name": f"craft_{cfg.kind}", "num_parameters": count, "vocab_size": cfg.num_actions,
-            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(cfg),
-            "build_model": lambda rngs: build_policy(cfg, rngs)}
+    return ModelInfo(f"craft_{cfg.kind}", cfg.num_actions, "tgjax.envs.craft_rules.ACTIONS", dataclasses.asdict(cfg),
+                     lambda rngs: build_policy(cfg, rngs))
 
 
 # -----------------------------------------------------------------------------

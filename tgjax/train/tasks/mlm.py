@@ -65,7 +65,6 @@ from tgjax.data.mlm_corpus import (
     train_epochs,
 )
 from tgjax.models.mlm_masking import MASK, MASK_ID, PAD, PAD_ID, SPECIALS, UNK, UNK_ID, mask_tokens, masked_nll  # noqa: F401
-from tgjax.models.parts import count_parameters
 from tgjax.models.udgn import UDGN, UDGNConfig
 from tgjax.train import sharding as shd
 from tgjax.train.config import (
@@ -78,6 +77,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
 from tgjax.train.step import learning_rate_of, make_train_step
@@ -200,7 +200,7 @@ def check_config(config) -> None:
 PTB_VOCABULARY_SIZE = 10_798  # the thesis' PTB dictionary (frequency >= 5 plus the three specials)
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: parameters and the vocabulary built from the training data (when the
     training data is absent, e.g. configs/udgn_ptb.py without PTB, the thesis' 10,798 PTB types, said so)."""
     check_config(config)
@@ -211,9 +211,8 @@ def describe(config) -> dict[str, Any]:
     except FileNotFoundError as missing:
         vocab_size, source = PTB_VOCABULARY_SIZE, f"the thesis' PTB size; the training data is absent ({missing})"
     model_cfg = model_config(config, vocab_size)
-    count = count_parameters(lambda: UDGN(model_cfg, rngs=nnx.Rngs(params=0, dropout=0)))
-    return {"model_name": "udgn_mlm", "num_parameters": count, "vocab_size": vocab_size, "vocab_source": source,
-            "model": dataclasses.asdict(model_cfg), "build_model": lambda rngs: UDGN(model_cfg, rngs=rngs)}
+    return ModelInfo("udgn_mlm", vocab_size, source, dataclasses.asdict(model_cfg),
+                     lambda rngs: UDGN(model_cfg, rngs=rngs))
 
 
 def _fingerprint(parts: list[str]) -> str:

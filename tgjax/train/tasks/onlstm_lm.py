@@ -113,7 +113,6 @@ from tgjax.data.word_stream import (
 )
 from tgjax.limits import max_words_of
 from tgjax.models.onlstm_lm import OnLSTMLM, OnLSTMLMConfig, activation_penalties
-from tgjax.models.parts import count_parameters
 from tgjax.progress import format_duration
 from tgjax.train import sharding as shd
 from tgjax.train.config import (
@@ -125,6 +124,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.params_state import ParamsState, params_layout, with_shardings
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step
@@ -483,7 +483,7 @@ def validate_config(config) -> None:
     check_positive_int(config, "logging.interval_steps")
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: parameters, the vocabulary (built from the training data) and the model's sizes."""
     validate_config(config)
     d = config.data
@@ -495,10 +495,8 @@ def describe(config) -> dict[str, Any]:
                                      corpus_seed=d.corpus_seed, max_words=max_words_of(d), key="data.valid_path"))
     words = build_vocabulary(*splits, min_count=d.min_word_count)
     model_cfg = model_config(config, len(words))
-    count = count_parameters(lambda: OnLSTMLM(model_cfg, rngs=nnx.Rngs(0)))
-    return {"model_name": "onlstm_lm", "num_parameters": count, "vocab_size": len(words),
-            "vocab_source": f"built from {split_path(d, 'train')}", "model": dataclasses.asdict(model_cfg),
-            "build_model": lambda rngs: OnLSTMLM(model_cfg, rngs=rngs)}
+    return ModelInfo("onlstm_lm", len(words), f"built from {split_path(d, 'train')}", dataclasses.asdict(model_cfg),
+                     lambda rngs: OnLSTMLM(model_cfg, rngs=rngs))
 
 
 # -----------------------------------------------------------------------------

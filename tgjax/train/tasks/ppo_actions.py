@@ -65,6 +65,7 @@ from tgjax.models.actor_critic import FLAT_KINDS, ActorCritic
 from tgjax.models.ocn import CraftPolicyConfig
 from tgjax.models.parts import count_parameters
 from tgjax.train.config import ConfigError, to_json_dict
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.task import RunContext
 from tgjax.train.tasks import ppo_options
 from tgjax.train.tasks.craft_ppo import (
@@ -338,14 +339,12 @@ def _starting_policy(config) -> tuple[CraftPolicyConfig, dict | None, int | None
     return policy_config, params, chosen
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: the policy with its value head (the BC run's recorded config, or `model`)."""
     check_config(config)
     pc, chosen, _ = _policy_config(config)
     done_action = config.rl.ompn_done_action
-    abstract = nnx.eval_shape(lambda: ActorCritic(pc, done_action=done_action, rngs=nnx.Rngs(0)))
     start = f"fine-tuned from step {chosen}" if chosen is not None else "fresh"
-    return {"model_name": f"ppo_actions {pc.kind} policy with a value head ({start})",
-            "num_parameters": count_parameters(abstract), "vocab_size": pc.num_actions,
-            "vocab_source": "tgjax.envs.craft_rules.ACTIONS", "model": dataclasses.asdict(pc),
-            "build_model": lambda rngs: ActorCritic(pc, done_action=done_action, rngs=rngs)}
+    return ModelInfo(f"ppo_actions {pc.kind} policy with a value head ({start})", pc.num_actions,
+                     "tgjax.envs.craft_rules.ACTIONS", dataclasses.asdict(pc),
+                     lambda rngs: ActorCritic(pc, done_action=done_action, rngs=rngs))

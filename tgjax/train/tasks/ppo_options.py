@@ -73,6 +73,7 @@ from tgjax.models.parts import count_parameters
 from tgjax.nn.ocn import follow_option, option_branches
 from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, family_config, to_json_dict
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.task import RunContext
 from tgjax.train.tasks.craft_ppo import (
     CraftPPOTask,
@@ -379,7 +380,7 @@ def _load_options(workdir: str, step) -> tuple[OptionControllerPolicy, dict]:
     return policy, {"step": steps[0] if len(steps) == 1 else steps, "kind": policy.config.kind}
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: the fresh controller's size, from the options runs' recorded policy configs."""
     check_config(config)
     found = [find_bc_checkpoint(w, config.rl.options_step, key="rl.options_workdir", reused=_REUSED)
@@ -387,13 +388,8 @@ def describe(config) -> dict[str, Any]:
     configs = [CraftPolicyConfig.from_record(meta["model"]) for _, meta in found]
     pc = dataclasses.replace(configs[0], num_options=sum(c.num_options for c in configs))
     tau = config.rl.controller_temperature
-    abstract = nnx.eval_shape(lambda: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth, tau,
-                                                 rngs=nnx.Rngs(0)))
-    count = count_parameters(abstract)
     steps = ", ".join(str(chosen) for chosen, _ in found)
-    return {"model_name": f"ppo_options controller over {pc.kind} options (step {steps})",
-            "num_parameters": count, "vocab_size": pc.num_options, "vocab_source": "the frozen options",
-            "model": dataclasses.asdict(pc),
-            "build_model": lambda rngs: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth, tau,
-                                                   rngs=rngs)}
+    return ModelInfo(f"ppo_options controller over {pc.kind} options (step {steps})", pc.num_options,
+                     "the frozen options", dataclasses.asdict(pc),
+                     lambda rngs: Controller(pc.input_size, pc.hidden_size, pc.num_options, pc.depth, tau, rngs=rngs))
 

@@ -91,6 +91,7 @@ from tgjax.train.config import (
     to_json_dict,
 )
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
 from tgjax.train.schedules import StepSchedule
@@ -256,7 +257,7 @@ def make_steps(graphdef, model_cfg: PushdownLMConfig, tx, schedule, attachment_w
 # `tgjax info`.
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: parameters, and the vocabulary (from the data; or `model.vocab_size` when
     the configuration names one and the data are absent, e.g. BLLIP's 32,768 SentencePiece pieces)."""
     check_config(config)
@@ -274,10 +275,8 @@ def describe(config) -> dict[str, Any]:
                 raise
             vocab_size, source = int(config.model.vocab_size), f"model.vocab_size; the data are absent ({missing})"
     model_cfg = model_config(config, vocab_size)
-    num_parameters = count_parameters(lambda: PushdownLM(model_cfg, rngs=nnx.Rngs(0)))
-    return {"model_name": "pushdown_lm", "num_parameters": num_parameters, "vocab_size": vocab_size,
-            "vocab_source": source, "model": dataclasses.asdict(model_cfg),
-            "build_model": lambda rngs: PushdownLM(model_cfg, rngs=rngs)}
+    return ModelInfo("pushdown_lm", vocab_size, source, dataclasses.asdict(model_cfg),
+                     lambda rngs: PushdownLM(model_cfg, rngs=rngs))
 
 
 # -----------------------------------------------------------------------------

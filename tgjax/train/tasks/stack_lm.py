@@ -76,6 +76,7 @@ from tgjax.ops import token_log_probs
 from tgjax.train.config import ConfigError, check_choice, check_positive_int, check_range
 from tgjax.train.family import FamilyTask
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.task import RunContext, Selection
 from tgjax.workdir import WORD_LIST_FILE, word_list_fingerprint
 
@@ -310,10 +311,9 @@ class StackLMTask(FamilyTask):
     family_class = StackLMFamily
 
     @classmethod
-    def describe(cls, config) -> dict[str, Any]:
-        described = super().describe(config)
-        return {**described, "vocab_size": len(corpus(config.data).words),
-                "vocab_source": f"built from {split_path(config.data, 'train')}"}
+    def describe(cls, config) -> ModelInfo:
+        return dataclasses.replace(super().describe(config), vocab_size=len(corpus(config.data).words),
+                                   vocab_source=f"built from {split_path(config.data, 'train')}")
 
     def setup(self, run: RunContext) -> None:
         data = corpus(self.config.data)
@@ -348,7 +348,7 @@ class StackLMTask(FamilyTask):
                               f"data or a new --workdir")
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints (the task's `describe`)."""
     return StackLMTask.describe(config)
 

@@ -30,6 +30,7 @@ from tgjax.syntax import masks
 from tgjax.train import sharding as shd
 from tgjax.train.config import UNSET_PATH, ConfigError, default_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
+from tgjax.train.model_info import ModelInfo
 from tgjax.train.optimizer import make_optimizer
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -91,7 +92,7 @@ def count_model_parameters(model_cfg: ModelConfig) -> int:
     return count_parameters(nnx.eval_shape(lambda: TransformerLM(model_cfg, rngs=nnx.Rngs(0))))
 
 
-def describe(config) -> dict[str, Any]:
+def describe(config) -> ModelInfo:
     """What `tgjax info` prints: the model, its parameter count, the vocabulary size and where it came from."""
     data_available = config.data.train_path not in (UNSET_PATH, "") and (
         config.data.train_path == "builtin" or Path(config.data.train_path).exists())
@@ -112,13 +113,8 @@ def describe(config) -> dict[str, Any]:
     else:
         raise ConfigError("the vocabulary size is unknown: set model.vocab_size, data.vocab_path or data.train_path")
     model_cfg = resolve_model_config(config, vocab_size)
-    return {
-        "num_parameters": count_model_parameters(model_cfg),
-        "vocab_size": vocab_size,
-        "vocab_source": source,
-        "model": dataclasses.asdict(model_cfg),
-        "build_model": lambda rngs: TransformerLM(model_cfg, rngs=rngs),
-    }
+    return ModelInfo(config.model.name, vocab_size, source, dataclasses.asdict(model_cfg),
+                     lambda rngs: TransformerLM(model_cfg, rngs=rngs))
 
 
 # Model settings that a checkpoint's arrays do not depend on: they may change between runs.
