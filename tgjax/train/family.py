@@ -52,7 +52,7 @@ from tgjax.train.config import (
 )
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.model_info import ModelInfo
-from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
+from tgjax.train.params_state import ParamsStateTask, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step, merged_model
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -166,7 +166,7 @@ class StepBatches:
         return {"epoch": 0, "step": self.consumed}  # the checkpoint's data position (one pass: epoch 0)
 
 
-class FamilyTask:
+class FamilyTask(ParamsStateTask):
     """The trainer's task (`tgjax.train.task.Task`) for a plug-in family: everything but the family's own parts."""
 
     family_class: type  # set by `task_for`
@@ -230,15 +230,6 @@ class FamilyTask:
         return lines + (list(describe(self.config)) if describe is not None else [])
 
     # -- state and checkpoints
-
-    def restored_rest(self):
-        return model_rest(self._build, self.config.training.seed, self.replicated)
-
-    def init_state(self):
-        return init_params_state(self._build, self.tx, self.config.training.seed, self.layout), self.restored_rest()
-
-    def abstract_state(self):
-        return abstract_params_state(self.layout, self.tx)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"family": self.name, "num_parameters": self.layout.num_parameters,

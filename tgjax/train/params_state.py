@@ -139,6 +139,28 @@ def abstract_params_state(layout: ParamsLayout, tx: optax.GradientTransformation
     return with_shardings(shapes, layout.state_shardings(tx))
 
 
+class ParamsStateTask:
+    """The trainer's state methods (`tgjax.train.task.Task`) for a task whose state is one `ParamsState`.
+
+    The task defines `_build(rngs)` (its model) and sets `self.layout` (`params_layout`), `self.tx` and, when
+    its model keeps state beside the parameters, `self.replicated` in its setup. `model_has_rest = False`: the
+    step rebuilds nothing but the parameters (no dropout RNG streams to carry), so the rest is None.
+    """
+
+    model_has_rest = True
+
+    def init_state(self):
+        return init_params_state(self._build, self.tx, self.config.training.seed, self.layout), self.restored_rest()
+
+    def abstract_state(self):
+        return abstract_params_state(self.layout, self.tx)
+
+    def restored_rest(self):
+        if not self.model_has_rest:
+            return None
+        return model_rest(self._build, self.config.training.seed, self.replicated)
+
+
 def with_shardings(shapes: Any, shardings: Any) -> Any:
     """`jax.ShapeDtypeStruct`s of `shapes` carrying the matching leaf of `shardings` (a same-shaped tree)."""
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)

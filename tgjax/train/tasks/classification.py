@@ -101,7 +101,7 @@ from tgjax.train.config import (
 )
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.model_info import ModelInfo
-from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import ParamsStateTask, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
 from tgjax.train.step import learning_rate_of, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -338,12 +338,13 @@ def make_steps(model_cfg: OMClassifierConfig | BaselineClassifierConfig, graphde
 # The task.
 
 
-class ClassificationTask:
+class ClassificationTask(ParamsStateTask):
     """Ordered Memory (or a same-size baseline) on ListOps or logical inference; see the module docstring."""
 
     name = "classification"
     selection = Selection("valid_accuracy", "max")
     default_config = staticmethod(default_config)
+    model_has_rest = False  # no RNG streams: the step passes its key to the model as `dropout_key`
 
     def __init__(self, config):
         self.config = config
@@ -412,15 +413,6 @@ class ClassificationTask:
 
     def _build(self, rngs: nnx.Rngs):
         return build_classifier(self.model_config, rngs=rngs)
-
-    def init_state(self):
-        return init_params_state(self._build, self.tx, self.config.training.seed, self.layout), None
-
-    def abstract_state(self):
-        return abstract_params_state(self.layout, self.tx)
-
-    def restored_rest(self):
-        return None
 
     def checkpoint_meta(self) -> dict[str, Any]:
         meta = {"dataset": self.dataset, "model": dataclasses.asdict(self.model_config),

@@ -75,7 +75,7 @@ from tgjax.train import sharding as shd
 from tgjax.train.config import ConfigError, check_positive_int, check_range, family_config, to_json_dict
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.model_info import ModelInfo
-from tgjax.train.params_state import abstract_params_state, init_params_state, params_layout
+from tgjax.train.params_state import ParamsStateTask, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -257,13 +257,14 @@ def make_steps(graphdef, tx: optax.GradientTransformation):
 # The task.
 
 
-class CraftBCTask:
+class CraftBCTask(ParamsStateTask):
     """Behaviour cloning of a Craft policy; see the module docstring."""
 
     name = "craft_bc"
     selection = Selection("valid_nll", "min")
     default_config = staticmethod(default_config)
     schedule = StepSchedule()
+    model_has_rest = False  # the policies keep no RNG streams
 
     def __init__(self, config):
         self.config = config
@@ -298,10 +299,9 @@ class CraftBCTask:
             digest.update(demos.actions[:int(demos.offsets[train_idx[task].stop])].tobytes())
         self.data_fingerprint = digest.hexdigest()
 
-        build = lambda rngs: build_policy(self.policy_config, rngs)
-        abstract = nnx.eval_shape(lambda: build(nnx.Rngs(0)))
+        abstract = nnx.eval_shape(lambda: self._build(nnx.Rngs(0)))
         self.graphdef = nnx.split(abstract, nnx.Param, ...)[0]
-        self.layout = params_layout(build, run.mesh, shd.config_rules(self.config))
+        self.layout = params_layout(self._build, run.mesh, shd.config_rules(self.config))
         self.num_parameters = count_parameters(abstract)
         t = self.config.training
         parts = [optax.clip_by_global_norm(t.clip_grad_norm)] if t.clip_grad_norm > 0 else []
@@ -324,16 +324,8 @@ class CraftBCTask:
 
     # -- state and checkpoints ---------------------------------------------------------------
 
-    def init_state(self):
-        state = init_params_state(lambda rngs: build_policy(self.policy_config, rngs), self.tx,
-                                  self.config.training.seed, self.layout)
-        return state, None
-
-    def abstract_state(self):
-        return abstract_params_state(self.layout, self.tx)
-
-    def restored_rest(self):
-        return None
+    def _build(self, rngs: nnx.Rngs):
+        return build_policy(self.policy_config, rngs)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"tasks": list(self.tasks), "model": dataclasses.asdict(self.policy_config),

@@ -78,7 +78,7 @@ from tgjax.train.config import (
 )
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.model_info import ModelInfo
-from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
+from tgjax.train.params_state import ParamsStateTask, params_layout
 from tgjax.train.schedules import Plateau, StepSchedule, plateau_optimizer
 from tgjax.train.step import learning_rate_of, make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -223,7 +223,7 @@ def _fingerprint(parts: list[str]) -> str:
 # The task.
 
 
-class MLMTask:
+class MLMTask(ParamsStateTask):
     """UDGN as a masked LM; see the module docstring."""
 
     name = "mlm"
@@ -303,16 +303,6 @@ class MLMTask:
 
     def _build(self, rngs: nnx.Rngs) -> UDGN:
         return UDGN(self.model_config, rngs=rngs)
-
-    def init_state(self):
-        state = init_params_state(self._build, self.tx, self.config.training.seed, self.layout)
-        return state, self.restored_rest()
-
-    def abstract_state(self):
-        return abstract_params_state(self.layout, self.tx)
-
-    def restored_rest(self):
-        return model_rest(self._build, self.config.training.seed, self.replicated)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         meta = {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,

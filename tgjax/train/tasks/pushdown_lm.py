@@ -93,7 +93,7 @@ from tgjax.train.config import (
 from tgjax.train.metrics import SummingWindow
 from tgjax.train.model_info import ModelInfo
 from tgjax.train.optimizer import make_optimizer
-from tgjax.train.params_state import abstract_params_state, init_params_state, model_rest, params_layout
+from tgjax.train.params_state import ParamsStateTask, params_layout
 from tgjax.train.schedules import StepSchedule
 from tgjax.train.step import make_train_step
 from tgjax.train.task import Evaluation, RunContext, Selection, read_intervals
@@ -283,7 +283,7 @@ def describe(config) -> ModelInfo:
 # The task.
 
 
-class PushdownLMTask:
+class PushdownLMTask(ParamsStateTask):
     """Pushdown-LM (or Base-LM with the attachment head) on trees or Dyck strings; see the module docstring."""
 
     name = "pushdown_lm"
@@ -381,16 +381,6 @@ class PushdownLMTask:
 
     def _build(self, rngs: nnx.Rngs) -> PushdownLM:
         return PushdownLM(self.model_config, rngs=rngs)
-
-    def init_state(self):
-        state = init_params_state(self._build, self.tx, self.config.training.seed, self.layout)
-        return state, self.restored_rest()
-
-    def abstract_state(self):
-        return abstract_params_state(self.layout, self.tx)
-
-    def restored_rest(self):
-        return model_rest(self._build, self.config.training.seed, self.replicated)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"model": dataclasses.asdict(self.model_config), "vocab_sha256": self.vocab_sha256,
