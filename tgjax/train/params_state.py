@@ -7,6 +7,8 @@ A task keeps one `ParamsState` and builds it here:
     target = abstract_params_state(layout, tx)                      # what a checkpoint restores into
     rest = model_rest(build_model, seed, replicated)                # the model's other state (RNG streams)
 
+or, after `params_layout`, inherits the last three as the trainer's state methods from `ParamsStateTask`.
+
 `build_model(rngs)` makes the task's NNX model; the parameters are its
 `nnx.Param`s as a pure dict (what the jitted step differentiates and orbax
 saves). Each parameter is placed by its logical axis names (NNX partition
