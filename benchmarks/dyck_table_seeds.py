@@ -6,7 +6,8 @@ attachment head still trained) are trained, then scored by `tgjax eval dyck` at 
 checkpoint on Table 1's five sets (long-range dyck50..dyck300 at the training depth, depth 15-50): the
 Pushdown-LM on its own tape (the top of a beam over the prefix, `--beam-size`, 50 as the release: the paper's
 protocol) and, as a diagnostic no paper reports, on the gold tape; the Base-LM reads no tape. `--models` adds
-`paper_head` (`:cpu-paper-head`, the paper's attachment head), scored on its own tape and shown beside.
+`paper_head` (`:cpu-paper-head`, the paper's attachment head), scored on its own tape and shown beside, with the
+two heads compared by the same rule (the paper's head as the model, the release's as the baseline).
 
 Each set's accuracy is the mean ± sample standard deviation over the seeds, and the Pushdown-LM's own tape is
 judged against the Base-LM by `tgjax.reproduce.verdict.judge` (the ledger's rule: a direction only where the
@@ -43,6 +44,9 @@ TITLES = {"pushdown": "Pushdown-LM", "base": "Base-LM", "paper_head": "Pushdown-
 # The tapes each model is scored on: its own (the protocol), and the gold one for the Pushdown-LM (a diagnostic).
 TAPES = {"pushdown": ("model", "gold"), "base": ("model",), "paper_head": ("model",)}
 TOLERANCE = 2.0  # one prefix is 1-2 points of a set
+# The heads' comparison in words (judge's verdicts, the paper's head as the model).
+HEADS_VERDICTS = {"in direction": "the paper's head ahead", "contradicted": "the release's head ahead",
+                  "not yet": "no difference beyond the spread"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -127,8 +131,10 @@ def table(record: dict) -> str:
 
 def summarise(scores: dict[str, dict], seeds: list[int], models: list[str], longest_s: float) -> dict:
     """Per set: each model and tape's accuracy over the seeds ("MODEL/TAPE": mean, sd, values, text) and the
-    verdict of the Pushdown-LM's own tape against the Base-LM. `scores`: "MODEL/TAPE/SEED" -> {set: accuracy %};
-    `longest_s`: the longest run's training time (runs under 5 minutes need 5 seeds)."""
+    verdict of the Pushdown-LM's own tape against the Base-LM; with the paper head, "heads": (verdict, why) of the
+    paper's head against the release's, both on their own tape ("in direction": the paper's head ahead beyond the
+    spread; "contradicted": the release's). `scores`: "MODEL/TAPE/SEED" -> {set: accuracy %}; `longest_s`: the
+    longest run's training time (runs under 5 minutes need 5 seeds)."""
     summary = {}
     for name in PAPER_SETS:
         cell = {f"{model}/{tape}": _text([scores[f"{model}/{tape}/{seed}"][name] for seed in seeds])
@@ -136,6 +142,9 @@ def summarise(scores: dict[str, dict], seeds: list[int], models: list[str], long
         verdict, why = judge(cell["pushdown/model"]["values"], cell["base/model"]["values"],
                              paper=PAPER_TABLE["pushdown"][name], tolerance=TOLERANCE, run_seconds=longest_s)
         summary[name] = {**cell, "verdict": verdict, "why": why}
+        if "paper_head" in models:
+            summary[name]["heads"] = judge(cell["paper_head/model"]["values"], cell["pushdown/model"]["values"],
+                                           run_seconds=longest_s)
     return summary
 
 
@@ -188,6 +197,11 @@ def report(record: dict) -> None:
           f"average, the longest {max(seconds):.0f} s; {record['hardware']}, commit {record['commit']}")
     for name in PAPER_SETS:
         print(f"  {name}: {record['summary'][name]['verdict']} ({record['summary'][name]['why']})")
+    if "paper_head" in record["models"]:
+        print("the paper's head against the release's, own tape:")
+        for name in PAPER_SETS:
+            verdict, why = record["summary"][name]["heads"]
+            print(f"  {name}: {HEADS_VERDICTS.get(verdict, verdict)} ({why})")
 
 
 if __name__ == "__main__":

@@ -43,3 +43,18 @@ def test_runs_under_five_minutes_need_five_seeds(tool):
     scores = _scores(tool, seeds, pushdown=[60.0, 62.0, 64.0], gold=[90.0] * 3, base=[40.0, 41.0, 45.0])
     summary = tool.summarise(scores, seeds, ["pushdown", "base"], longest_s=200.0)
     assert summary["dyck50"]["verdict"] == "not yet" and "fewer than 5" in summary["dyck50"]["why"]
+
+
+def test_the_paper_head_is_judged_against_the_release_head(tool):
+    seeds = [1, 2, 3, 4, 5]
+    scores = _scores(tool, seeds, pushdown=[60.0, 62.0, 64.0, 61.0, 63.0], gold=[90.0] * 5,
+                     base=[40.0, 41.0, 45.0, 42.0, 44.0])
+    for i, seed in enumerate(seeds):  # the paper's head 10 points above the release's everywhere but dyck300
+        scores[f"paper_head/model/{seed}"] = {name: scores[f"pushdown/model/{seed}"][name] + 10.0
+                                              for name in tool.PAPER_SETS}
+        scores[f"paper_head/model/{seed}"]["dyck300"] = [62.0, 60.0, 66.0, 58.0, 64.0][i]
+    summary = tool.summarise(scores, seeds, ["pushdown", "base", "paper_head"], longest_s=200.0)
+    assert summary["dyck50"]["heads"][0] == "in direction" and "+10.00" in summary["dyck50"]["heads"][1]
+    assert summary["dyck300"]["heads"][0] == "not yet"  # +0.0 against a spread of 3.16
+    # The Pushdown-LM's verdict against the Base-LM is still the release head's.
+    assert summary["dyck50"]["verdict"] == "in direction" and "+19.60" in summary["dyck50"]["why"]
