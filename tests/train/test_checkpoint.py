@@ -3,6 +3,7 @@ training thread, corrupt-step fallback, a state without memory, and gs:// workdi
 (the trainer on a bucket, cut saves and the multi-host resume decision: test_bucket_workdir.py)."""
 
 import json
+import logging
 import shutil
 import threading
 
@@ -11,8 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import logging as absl_logging
 
-from tgjax.train.checkpoint import CheckpointStore
+from tgjax.train.checkpoint import ORBAX_NO_METRICS_WARNING, CheckpointStore
 from tgjax.train.params_state import ParamsState
 
 
@@ -38,6 +40,17 @@ def test_keeps_the_latest_and_the_best_by_validation_loss(tmp_path):
     assert problems == [] and restored.step == 5
     assert restored.pipeline == {"epoch": 0, "step": 5} and restored.meta == {"note": 5}
     chex.assert_trees_all_equal(restored.state, fake_state(5))  # params, optimiser state, step, rng, carry (memory)
+
+
+def test_a_save_between_evaluations_logs_no_orbax_warning_and_other_warnings_still_show(tmp_path, caplog):
+    store = CheckpointStore(tmp_path, max_to_keep=1, keep_best=1)
+    with caplog.at_level(logging.WARNING):
+        store.save(1, fake_state(1), {"epoch": 0, "step": 1}, {}, valid_loss=None)  # a preemption's save
+        store.wait()
+        absl_logging.warning("another orbax warning")
+    store.close()
+    messages = [record.getMessage() for record in caplog.records]
+    assert "another orbax warning" in messages and ORBAX_NO_METRICS_WARNING not in messages
 
 
 @pytest.mark.parametrize("mode", ["min", "max"])

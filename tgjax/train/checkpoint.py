@@ -83,6 +83,18 @@ from tgjax.workdir import (
 
 log = logging.getLogger(__name__)
 
+# orbax warns on every save without metrics once it tracks a best; the trainer's saves between evaluations (a
+# preemption, a budget's or a chunk's end) have none by design and are ranked by the policy below, so the
+# warning says nothing. Only that message is dropped (absl logs through the "absl" logger).
+ORBAX_NO_METRICS_WARNING = "Requested `tracked_metric`; did not provide metrics."
+
+
+def _not_the_no_metrics_warning(record: logging.LogRecord) -> bool:
+    return record.getMessage() != ORBAX_NO_METRICS_WARNING
+
+
+logging.getLogger("absl").addFilter(_not_the_no_metrics_warning)
+
 # The state field holding a family's recurrent carry across batches (`ParamsState.carry`), which
 # `checkpointing.save_memory=false` leaves out of checkpoints.
 RECURRENT_FIELD = "carry"
