@@ -61,6 +61,7 @@ def simulated(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "time", clock)
     monkeypatch.setattr(runner, "_train_chunk", train_chunk)
     monkeypatch.setattr(runner, "_logging_interval", lambda spec: ALIGN)
+    monkeypatch.setattr(runner, "_planned_steps", lambda spec: NUM_STEPS)
 
     def call(recipe: Recipe, budget_s: float):
         started = clock.now
@@ -203,3 +204,11 @@ def test_a_finished_run_scored_after_training_is_scored_once_and_its_reserve_kep
     reached.clear()
     state, spent = call(recipe, budget_s=300.0)
     assert spent <= 300.0 and 300.0 - RESERVE_S - runner.PACK_RESERVE_S - ALIGN <= reached["run2"] < NUM_STEPS
+
+
+def test_the_claims_total_takes_a_runs_own_count_once_known_and_its_configs_plan_before():
+    specs = [RunSpec(name=f"run{i}", role="model", config="unused.py", overrides=(), seed=i) for i in range(3)]
+    runs = {"run0": runner.RunProgress(step=500, num_steps=1200),  # set up: its task's count (epochs, say)
+            "run1": runner.RunProgress(), "run2": runner.RunProgress()}  # not started
+    planned = {"run0": 1000, "run1": 2000, "run2": 0}  # run2 plans by epochs: unknown until set up
+    assert runner.claim_total(specs, runs, lambda spec: planned[spec.name]) == 1200 + 2000 + 0

@@ -153,6 +153,19 @@ def _logging_interval(spec: RunSpec) -> int:
     return int(load_config(spec.config, list(spec.overrides)).logging.interval_steps)
 
 
+def _planned_steps(spec: RunSpec) -> int:
+    """The steps a run's config plans (`training.num_steps`), or 0 where its task sets them (from epochs)."""
+    from tgjax.train.config import load_config
+
+    return int(load_config(spec.config, list(spec.overrides)).training.get("num_steps") or 0)
+
+
+def claim_total(specs: list[RunSpec], runs: dict[str, RunProgress], planned: Callable[[RunSpec], int]) -> int:
+    """The claim's steps in all, for its progress line and ETA: each run's own count once a chunk has set its task
+    up, before that the count its config plans (`planned`, 0 when unknown)."""
+    return sum(runs[s.name].num_steps or planned(s) for s in specs)
+
+
 def _may_finish(recipe: Recipe, spec: RunSpec, run: RunProgress, steps: int, rate: float | None, share_s: float,
                 tiny: bool) -> bool:
     """Whether a chunk of `steps` may reach the run's last step: always, unless the recipe scores a run in the chunk
@@ -206,7 +219,8 @@ def train_within_budget(recipe: Recipe, work: Path, *, budget_s: float, tiny: bo
                   if _scored_after_training(recipe, state.runs[spec.name]))
     train_until = started + budget_s - scoring - PACK_RESERVE_S
     rates: dict[str, float] = {}  # steps per second of wall time, setup included, measured in this invocation
-    known_total = lambda: sum(state.runs[s.name].num_steps or 0 for s in specs)  # noqa: E731
+    planned = {s.name: _planned_steps(s) for s in specs if state.runs[s.name].num_steps is None}
+    known_total = lambda: claim_total(specs, state.runs, lambda s: planned.get(s.name, 0))  # noqa: E731
     done_total = lambda: sum(state.runs[s.name].step for s in specs)  # noqa: E731
     progress = Progress(known_total() or None, label="claim steps", noun="step", start=done_total(), stream=stream,
                         enabled=not quiet)
