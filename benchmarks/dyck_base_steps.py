@@ -16,18 +16,16 @@ printed beside. Every run and score is kept in the work folder and reused.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.dyck_table_seeds import score_run, train_run  # noqa: E402
+from benchmarks.dyck_table_seeds import score_run, spread_text, train_run  # noqa: E402
 from tgjax.eval.dyck import PAPER_SETS, PAPER_TABLE, main_dyck  # noqa: E402
 from tgjax.reproduce import results  # noqa: E402
-from tgjax.reproduce.verdict import spread  # noqa: E402
+from tgjax.reproduce.recipes.common import run_eval_command  # noqa: E402
 
 SETS = ("valid", *PAPER_SETS)
 
@@ -52,27 +50,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 def score_valid(workdir: Path) -> float:
     """Accuracy (%) of the run's best checkpoint on 500 in-distribution closers (`--sets valid`; reused)."""
     output = workdir / "dyck_valid.json"
-    if not output.exists():
-        argv = ["--workdir", str(workdir), "--step", "best", "--sets", "valid", "--quiet", "-o", str(output)]
-        with contextlib.redirect_stdout(io.StringIO()):
-            status = main_dyck(argv)
-        if status != 0:
-            raise RuntimeError(f"tgjax eval dyck {' '.join(argv)} failed (exit {status}); see the message above")
-    return 100.0 * json.loads(output.read_text())["scores"]["valid"]["accuracy"]
+    if output.exists():
+        found = json.loads(output.read_text())
+    else:
+        found = run_eval_command(main_dyck, ["--workdir", str(workdir), "--step", "best", "--sets", "valid", "--quiet"],
+                                 output)
+    return 100.0 * found["scores"]["valid"]["accuracy"]
 
 
 def summarise(scores: dict[str, dict], seeds: list[int], steps: list[int]) -> dict:
     """Per step count and set: mean, sd and values over the seeds. `scores`: "STEPS/SEED" -> {set: accuracy %}."""
-    summary = {}
-    for count in steps:
-        row = {}
-        for name in SETS:
-            values = [scores[f"{count}/{seed}"][name] for seed in seeds]
-            found = spread(values)
-            sd = "" if found.sd is None else f" ± {found.sd:.1f}"
-            row[name] = {"mean": found.mean, "sd": found.sd, "values": values, "text": f"{found.mean:.1f}{sd}"}
-        summary[str(count)] = row
-    return summary
+    return {str(count): {name: spread_text([scores[f"{count}/{seed}"][name] for seed in seeds]) for name in SETS}
+            for count in steps}
 
 
 def table(record: dict) -> str:

@@ -24,8 +24,6 @@ the same command again reuses what is there and does only what is missing.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import sys
@@ -36,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tgjax.eval.dyck import PAPER_SETS, PAPER_TABLE, main_dyck  # noqa: E402
 from tgjax.reproduce import results  # noqa: E402
+from tgjax.reproduce.recipes.common import run_eval_command  # noqa: E402
 from tgjax.reproduce.verdict import judge, spread  # noqa: E402
 
 CONFIGS = {"pushdown": "configs/pushdown_dyck.py:cpu", "base": "configs/pushdown_dyck.py:base-cpu",
@@ -97,15 +96,11 @@ def train_run(model: str, seed: int, workdir: Path, steps: int | None) -> float:
 def score_run(workdir: Path, tape: str, beam_size: int, limit: int | None) -> dict:
     """`tgjax eval dyck` of the run's best checkpoint on Table 1's sets with `tape`; the JSON it wrote (reused)."""
     output = workdir / f"dyck_{tape}_beam{beam_size}{f'_limit{limit}' if limit else ''}.json"
-    if not output.exists():
-        argv = ["--workdir", str(workdir), "--step", "best", "--sets", ",".join(PAPER_SETS), "--tape", tape,
-                "--beam-size", str(beam_size), "--quiet", "-o", str(output)]
-        argv += ["--limit", str(limit)] if limit else []
-        with contextlib.redirect_stdout(io.StringIO()):
-            status = main_dyck(argv)
-        if status != 0:
-            raise RuntimeError(f"tgjax eval dyck {' '.join(argv)} failed (exit {status}); see the message above")
-    return json.loads(output.read_text())
+    if output.exists():
+        return json.loads(output.read_text())
+    argv = ["--workdir", str(workdir), "--step", "best", "--sets", ",".join(PAPER_SETS), "--tape", tape,
+            "--beam-size", str(beam_size), "--quiet", *(["--limit", str(limit)] if limit else [])]
+    return run_eval_command(main_dyck, argv, output)
 
 
 def table(record: dict) -> str:
@@ -137,7 +132,7 @@ def summarise(scores: dict[str, dict], seeds: list[int], models: list[str], long
     longest run's training time (runs under 5 minutes need 5 seeds)."""
     summary = {}
     for name in PAPER_SETS:
-        cell = {f"{model}/{tape}": _text([scores[f"{model}/{tape}/{seed}"][name] for seed in seeds])
+        cell = {f"{model}/{tape}": spread_text([scores[f"{model}/{tape}/{seed}"][name] for seed in seeds])
                 for model in models for tape in TAPES[model]}
         verdict, why = judge(cell["pushdown/model"]["values"], cell["base/model"]["values"],
                              paper=PAPER_TABLE["pushdown"][name], tolerance=TOLERANCE, run_seconds=longest_s)
@@ -148,7 +143,7 @@ def summarise(scores: dict[str, dict], seeds: list[int], models: list[str], long
     return summary
 
 
-def _text(values: list[float]) -> dict:
+def spread_text(values: list[float]) -> dict:
     found = spread(values)
     sd = "" if found.sd is None else f" ± {found.sd:.1f}"
     return {"mean": found.mean, "sd": found.sd, "n": found.n, "values": values, "text": f"{found.mean:.1f}{sd}"}
