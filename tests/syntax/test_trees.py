@@ -75,6 +75,28 @@ def test_normalisation_options_one_at_a_time():
     )
 
 
+@pytest.mark.parametrize("options", [{"normalise": False}, {"strip_function_tags": False}, {"remove_empty": False},
+                                     {"unwrap_root": True, "normalise": False}])
+def test_every_reader_honours_the_same_options(tmp_path, options):
+    path = tmp_path / "snippet.mrg"
+    path.write_text(MRG)
+    expected = strings(T.parse_trees(MRG, **options))
+    assert expected != MRG_NORMALISED  # each option changes what is read, so a dropped one would show
+    assert strings(T.read_treebank(path, **options)) == expected
+    assert strings(T.iter_treebank(path, **options)) == expected
+    assert strings(tree for tree, _ in T.iter_treebank_lines(path, **options)) == expected
+    assert strings(T.iter_trees(MRG, **options)) == expected
+
+
+def test_an_unknown_reading_option_names_the_known_ones(tmp_path):
+    path = tmp_path / "one.txt"
+    path.write_text("(S (NN a))\n")
+    for read in (lambda: T.read_treebank(path, unwrap_roots=True), lambda: T.parse("(S (NN a))", max_word=3),
+                 lambda: list(T.iter_treebank(path, normalize=False))):
+        with pytest.raises(TypeError, match=r"unknown tree-reading option.*expected some of normalise"):
+            read()
+
+
 def test_explicit_normalise_matches_the_reader():
     raw = T.parse_trees(MRG, normalise=False)
     assert strings([T.normalise(t) for t in raw]) == MRG_NORMALISED

@@ -55,7 +55,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal, Union, overload
+from typing import Literal, TypedDict, Union, Unpack, overload
 
 Child = Union["Tree", str]
 
@@ -294,6 +294,18 @@ def _opened(label: str) -> str:
     return f"'({label}'" if label else "'('"
 
 
+class ReadOptions(TypedDict, total=False):
+    """How every reader builds its trees; each key optional, with the defaults of `iter_trees`, which documents
+    them. The readers take these as keywords (`read_treebank(path, max_words=100, unwrap_root=True)`)."""
+
+    normalise: bool
+    strip_function_tags: bool
+    remove_empty: bool
+    unwrap_root: bool
+    tree_starts_at_line_start: bool
+    max_words: int | None
+
+
 @dataclasses.dataclass(frozen=True)
 class _ReadOptions:
     normalise: bool = True
@@ -303,6 +315,15 @@ class _ReadOptions:
     tree_starts_at_line_start: bool = True
     first_line: int = 1  # the number of the text's first line in its file, for messages
     max_words: int | None = None  # longer trees are refused while read (`SentenceTooLong`), never built
+
+
+def _read_options(options: dict, first_line: int = 1) -> _ReadOptions:
+    """The reader's options from a caller's keywords; an unknown keyword is a TypeError naming the known ones."""
+    unknown = sorted(set(options) - set(ReadOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"unknown tree-reading option(s) {', '.join(map(repr, unknown))}; "
+                        f"expected some of {', '.join(ReadOptions.__annotations__)}")
+    return _ReadOptions(first_line=first_line, **options)
 
 
 _NOTHING_LEFT = "expected a tree with words, found none left after removing empty elements (-NONE-)"
@@ -506,13 +527,8 @@ def iter_trees(
     source: str = "<string>",
     on_error: OnError = "raise",
     report: ReadReport | None = None,
-    normalise: bool = True,
-    strip_function_tags: bool = True,
-    remove_empty: bool = True,
-    unwrap_root: bool = False,
-    tree_starts_at_line_start: bool = True,
-    max_words: int | None = None,
     on_too_long: OnError = "raise",
+    **options: Unpack[ReadOptions],
 ) -> Iterator[Tree]:
     """Yields the trees of a bracketed text one by one (the streaming core of the reader).
 
@@ -524,22 +540,24 @@ def iter_trees(
         "skip" leaves bad trees out, recording each error in `report`.
       report: counts the trees yielded and, in skip mode, records the errors;
         required when `on_error="skip"`.
-      normalise: apply the rules of `normalise` (with the three options
-        below) to every tree.
-      strip_function_tags, remove_empty, unwrap_root: see `normalise`.
-      tree_starts_at_line_start: a '(' in column 1 starts a new tree (see the
-        module docstring).
-      max_words: a tree with more words is refused while it is read, before it
-        is built (`SentenceTooLong`, at the tree's start), or with
-        `on_too_long="skip"` left out and recorded in `report.too_long`.
+      on_too_long: what a tree over `max_words` meets: "raise" or "skip", as
+        `on_error`, recorded in `report.too_long`.
+      **options (`ReadOptions`, the same for every reader):
+        normalise: apply the rules of `normalise` (with the three options
+          below) to every tree (default True).
+        strip_function_tags, remove_empty, unwrap_root: see `normalise`
+          (defaults True, True, False).
+        tree_starts_at_line_start: a '(' in column 1 starts a new tree (see the
+          module docstring; default True).
+        max_words: a tree with more words is refused while it is read, before
+          it is built (`SentenceTooLong`, at the tree's start), or with
+          `on_too_long="skip"` left out (default None: no limit).
     Yields:
       `Tree`s in input order. Empty input yields nothing (no error here;
       `parse_trees` and `read_treebank` decide what empty input means).
     """
     lines = text.split("\n") if isinstance(text, str) else text
-    options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start,
-                           max_words=max_words)
-    for tree, _ in _read(lines, source, on_error, report, options, on_too_long):
+    for tree, _ in _read(lines, source, on_error, report, _read_options(options), on_too_long):
         yield tree
 
 
@@ -547,13 +565,8 @@ def parse(
     text: str,
     *,
     source: str = "<string>",
-    normalise: bool = True,
-    strip_function_tags: bool = True,
-    remove_empty: bool = True,
-    unwrap_root: bool = False,
-    tree_starts_at_line_start: bool = True,
     first_line: int = 1,
-    max_words: int | None = None,
+    **options: Unpack[ReadOptions],
 ) -> Tree:
     """Reads exactly one bracketed tree, e.g. `parse("(S (NP (DT the) (NN dog)) (VP (VBZ barks)))")`.
 
@@ -562,10 +575,8 @@ def parse(
     `TreeSyntaxError` for malformed input, for empty input, and for more than
     one tree.
     """
-    options = _ReadOptions(normalise, strip_function_tags, remove_empty, unwrap_root, tree_starts_at_line_start,
-                           first_line, max_words)
     lines = text.split("\n")
-    trees = _read(lines, source, "raise", None, options)
+    trees = _read(lines, source, "raise", None, _read_options(options, first_line))
     first = next(trees, None)
     if first is None:
         raise TreeSyntaxError(source, first_line, 1, "expected a tree, found an empty input")
@@ -586,15 +597,10 @@ def parse_trees(
     *,
     source: str = "<string>",
     on_error: OnError = "raise",
-    normalise: bool = True,
-    strip_function_tags: bool = True,
-    remove_empty: bool = True,
-    unwrap_root: bool = False,
-    tree_starts_at_line_start: bool = True,
-    max_words: int | None = None,
     on_too_long: OnError = "raise",
+    **options: Unpack[ReadOptions],
 ):
-    """Reads all trees of a bracketed text (a string or an iterable of lines).
+    """Reads all trees of a bracketed text (a string or an iterable of lines); options as `iter_trees`.
 
     Returns:
       with `on_error="raise"` (default): `list[Tree]`; raises `TreeSyntaxError`
@@ -609,21 +615,8 @@ def parse_trees(
     """
     report = ReadReport(source)
     with _gc_paused():
-        trees = list(
-            iter_trees(
-                text,
-                source=source,
-                on_error=on_error,
-                report=report,
-                normalise=normalise,
-                strip_function_tags=strip_function_tags,
-                remove_empty=remove_empty,
-                unwrap_root=unwrap_root,
-                tree_starts_at_line_start=tree_starts_at_line_start,
-                max_words=max_words,
-                on_too_long=on_too_long,
-            )
-        )
+        trees = list(iter_trees(text, source=source, on_error=on_error, report=report, on_too_long=on_too_long,
+                                **options))
     if on_error == "raise" and not trees and not report.too_long:  # no trees, no error: no tokens at all
         what = "an empty input" if source == "<string>" else "an empty file"
         raise TreeSyntaxError(source, 1, 1, f"expected at least one tree, found {what}")
@@ -705,13 +698,8 @@ def iter_treebank(
     on_error: OnError = "raise",
     report: ReadReport | None = None,
     encoding: str = "utf-8",
-    normalise: bool = True,
-    strip_function_tags: bool = True,
-    remove_empty: bool = True,
-    unwrap_root: bool = False,
-    tree_starts_at_line_start: bool = True,
-    max_words: int | None = None,
     on_too_long: OnError = "raise",
+    **options: Unpack[ReadOptions],
 ) -> Iterator[Tree]:
     """Streams the trees of a file (`.gz` is decompressed) line by line; as `iter_trees`.
 
@@ -719,29 +707,17 @@ def iter_treebank(
     Errors name the file as given by `path`. Empty files yield nothing.
     """
     source = os.fspath(path)
-    yield from iter_trees(
-        text_lines(source, encoding),
-        source=source,
-        on_error=on_error,
-        report=report,
-        normalise=normalise,
-        strip_function_tags=strip_function_tags,
-        remove_empty=remove_empty,
-        unwrap_root=unwrap_root,
-        tree_starts_at_line_start=tree_starts_at_line_start,
-        max_words=max_words,
-        on_too_long=on_too_long,
-    )
+    yield from iter_trees(text_lines(source, encoding), source=source, on_error=on_error, report=report,
+                          on_too_long=on_too_long, **options)
 
 
 def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", on_error: OnError = "raise",
                         on_too_long: OnError = "raise", report: ReadReport | None = None,
-                        **options) -> Iterator[tuple[Tree, int]]:
+                        **options: Unpack[ReadOptions]) -> Iterator[tuple[Tree, int]]:
     """`iter_treebank`, each tree with the 1-based line it starts on."""
     source = os.fspath(path)
-    read_options = _ReadOptions(**options)  # normalise, strip_function_tags, max_words, ...: as `iter_treebank`
     lines = text_lines(source, encoding)
-    for tree, (line_index, _, _) in _read(lines, source, on_error, report, read_options, on_too_long):
+    for tree, (line_index, _, _) in _read(lines, source, on_error, report, _read_options(options), on_too_long):
         yield tree, line_index + 1
 
 
@@ -758,33 +734,18 @@ def read_treebank(
     *,
     on_error: OnError = "raise",
     encoding: str = "utf-8",
-    normalise: bool = True,
-    strip_function_tags: bool = True,
-    remove_empty: bool = True,
-    unwrap_root: bool = False,
-    tree_starts_at_line_start: bool = True,
-    max_words: int | None = None,
     on_too_long: OnError = "raise",
+    **options: Unpack[ReadOptions],
 ):
-    """Reads every tree of a bracketed file (`.gz` is decompressed); errors name the file.
+    """Reads every tree of a bracketed file (`.gz` is decompressed); errors name the file; options as `iter_trees`.
 
     Returns `list[Tree]`, or `(trees, ReadReport)` with `on_error="skip"`, as
     `parse_trees`. An empty file raises `TreeSyntaxError` naming the file
     (skip mode: a report with zero trees).
     """
     source = os.fspath(path)
-    return parse_trees(
-        text_lines(source, encoding),
-        source=source,
-        on_error=on_error,
-        normalise=normalise,
-        strip_function_tags=strip_function_tags,
-        remove_empty=remove_empty,
-        unwrap_root=unwrap_root,
-        tree_starts_at_line_start=tree_starts_at_line_start,
-        max_words=max_words,
-        on_too_long=on_too_long,
-    )
+    return parse_trees(text_lines(source, encoding), source=source, on_error=on_error, on_too_long=on_too_long,
+                       **options)
 
 
 def write_treebank(
