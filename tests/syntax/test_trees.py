@@ -95,6 +95,12 @@ def test_an_unknown_reading_option_names_the_known_ones(tmp_path):
                  lambda: list(T.iter_treebank(path, normalize=False))):
         with pytest.raises(TypeError, match=r"unknown tree-reading option.*expected some of normalise"):
             read()
+    # The streaming readers refuse at the call, before anything is iterated (as a misspelt keyword would).
+    for stream in (lambda: T.iter_trees("(S (NN a))", unwrap_roots=True),
+                   lambda: T.iter_treebank(path, normalize=False),
+                   lambda: T.iter_treebank_lines(path, max_word=3)):
+        with pytest.raises(TypeError, match=r"unknown tree-reading option"):
+            stream()
 
 
 def test_explicit_normalise_matches_the_reader():

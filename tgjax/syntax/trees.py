@@ -556,9 +556,9 @@ def iter_trees(
       `Tree`s in input order. Empty input yields nothing (no error here;
       `parse_trees` and `read_treebank` decide what empty input means).
     """
+    read_options = _read_options(options)  # here, not in the generator: a misspelt option fails at the call
     lines = text.split("\n") if isinstance(text, str) else text
-    for tree, _ in _read(lines, source, on_error, report, _read_options(options), on_too_long):
-        yield tree
+    return (tree for tree, _ in _read(lines, source, on_error, report, read_options, on_too_long))
 
 
 def parse(
@@ -707,8 +707,8 @@ def iter_treebank(
     Errors name the file as given by `path`. Empty files yield nothing.
     """
     source = os.fspath(path)
-    yield from iter_trees(text_lines(source, encoding), source=source, on_error=on_error, report=report,
-                          on_too_long=on_too_long, **options)
+    return iter_trees(text_lines(source, encoding), source=source, on_error=on_error, report=report,
+                      on_too_long=on_too_long, **options)
 
 
 def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", on_error: OnError = "raise",
@@ -716,9 +716,9 @@ def iter_treebank_lines(path: str | os.PathLike, *, encoding: str = "utf-8", on_
                         **options: Unpack[ReadOptions]) -> Iterator[tuple[Tree, int]]:
     """`iter_treebank`, each tree with the 1-based line it starts on."""
     source = os.fspath(path)
-    lines = text_lines(source, encoding)
-    for tree, (line_index, _, _) in _read(lines, source, on_error, report, _read_options(options), on_too_long):
-        yield tree, line_index + 1
+    read_options = _read_options(options)  # at the call, as `iter_trees`
+    trees = _read(text_lines(source, encoding), source, on_error, report, read_options, on_too_long)
+    return ((tree, line_index + 1) for tree, (line_index, _, _) in trees)
 
 
 @overload
