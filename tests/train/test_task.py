@@ -297,3 +297,16 @@ def test_first_step_compile_is_not_counted_in_steps_per_second_and_stop_reason_i
     stream = io.StringIO()
     train(_config(), tmp_path / "stopped", task=task, stream=stream)
     assert "stopped after step 12 (time budget: training.max_train_seconds=1)" in stream.getvalue()
+
+
+@pytest.mark.parametrize("stop_after_step", [8, 9])
+def test_a_stop_at_or_after_the_last_step_is_a_finished_run(tmp_path, stop_after_step):
+    # The reproduction runner keeps a run unfinished unless stop_reason is None or "schedule": a chunk that
+    # ends exactly at num_steps must read as finished, not as stopped early.
+    task = ToyTask(num_steps=8, validation_interval=4, patience=(1, 100))
+    result = train(_config(), tmp_path, task=task, quiet=True, stop_after_step=stop_after_step)
+    assert result.final_step == 8
+    assert (result.stopped_early, result.stop_reason) == (False, None)
+    stopped = train(_config(), tmp_path / "early", task=ToyTask(num_steps=8, validation_interval=4, patience=(1, 100)),
+                    quiet=True, stop_after_step=7)
+    assert (stopped.final_step, stopped.stopped_early, stopped.stop_reason) == (7, True, "stop_after_step")

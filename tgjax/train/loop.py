@@ -393,8 +393,9 @@ class Trainer:
 
                 self.schedule_stopped = schedule_stop
                 preempted = stop.agreed(step)  # every process, every step (a collective every K steps, at most)
+                # A stop requested at the last step is no stop: the run finished (stop_reason None).
                 stopping = (preempted or schedule_stop
-                            or (stop_after_step is not None and step >= stop_after_step))
+                            or (stop_after_step is not None and stop_after_step <= step < num_steps))
                 if (value is not None or step % task.checkpoint_interval == 0 or step == num_steps or stopping):
                     # Fetch first: a non-finite loss among the pending steps stops the run before this save.
                     last_metrics = self._take_fetched(pending, step, state, window, result, callback) or last_metrics
@@ -494,7 +495,8 @@ def train(config, workdir: str | Path, *, task: Task | None = None, devices: lis
         bucket URL (`gs://bucket/run`, written through orbax and `etils.epath`).
       task: the task to train (default: the one the config's `trainer` key names, `tgjax.train.tasks`).
       devices: the devices of the mesh (default: all).
-      stop_after_step: stop (after saving a checkpoint) once this step is done, as a preemption would.
+      stop_after_step: stop (after saving a checkpoint) once this step is done, as a preemption would; at or
+        past num_steps the run simply finishes (`stop_reason` None).
       stream: where the progress line and messages go (default stderr).
       quiet: no progress line or messages.
       callback: called after every step with (step, state, metrics as host scalars); for custom
