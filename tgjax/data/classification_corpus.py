@@ -5,6 +5,10 @@
   `data` section (ListOps: generated training and validation sets, the
   shipped test file; logic: the original files, a length or systematicity
   split), with what was skipped and a fingerprint of the training examples.
+  A process keeps the last logic files it read and the last ListOps sets it
+  generated (`logic_files`, `generated_listops`), so that the Trainers one
+  process builds in turn (the reproduction runner's chunks) do not parse the
+  250k lines or draw the trees again.
 - `epoch_batches`: smart batching as the release (shuffle, sort by length
   inside windows of 10 batches, shuffle the batches), a function of
   (seed, epoch) only; `train_epochs` makes each epoch a `grain.MapDataset` of
@@ -18,6 +22,7 @@ Nothing here imports JAX.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from collections.abc import Callable
@@ -55,6 +60,34 @@ def make_split(dataset: str, examples) -> Split:
 # Reading.
 
 
+def logic_files(directory: str | Path) -> logic.LogicFiles:
+    """Every logic file of `directory`, read once per process while the files stay as they were (their names,
+    sizes and modification times): the reproduction runner builds a Trainer per chunk, and parsing the 250k
+    lines took 8-17 s each time on 2 CPU cores. The buckets are tuples: every caller shares them."""
+    path = Path(directory)
+    if not path.is_dir():
+        return logic.LogicFiles.read(path)  # its own one-line error
+    signature = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file()))
+    return _read_logic_files(str(path.resolve()), signature)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_logic_files(directory: str, signature: tuple) -> logic.LogicFiles:
+    del signature  # only the cache's key: another signature reads the files again
+    files = logic.LogicFiles.read(directory)
+    return logic.LogicFiles({n: tuple(v) for n, v in files.train.items()},
+                            {n: tuple(v) for n, v in files.test.items()})
+
+
+@functools.lru_cache(maxsize=1)
+def generated_listops(train_size: int, valid_size: int, seed: int, max_tokens: int | None) -> tuple[tuple, tuple]:
+    """ListOps' generated (training, validation) sets, the validation trees distinct from the training ones;
+    the last pair is kept for the process (a function of its arguments: 20k trees took 6 s, 90k about 30 s)."""
+    train = listops.generate(train_size, seed=seed, max_tokens=max_tokens)
+    valid = listops.generate(valid_size, seed=seed + 1, max_tokens=max_tokens, exclude=[e.expression for e in train])
+    return tuple(train), tuple(valid)
+
+
 @dataclasses.dataclass
 class ClassificationData:
     """A dataset's splits: `tests` by name (ListOps "test"; logic "ops7".. or "A/3"..), `skipped` counts
@@ -83,9 +116,7 @@ def load_splits(dataset: str, data) -> ClassificationData:
     tests: dict[str, list] = {}
     test_note = None
     if dataset == "listops":
-        train = listops.generate(d.train_size, seed=d.seed, max_tokens=d.max_train_tokens)
-        valid = listops.generate(d.valid_size, seed=d.seed + 1, max_tokens=d.max_train_tokens,
-                                 exclude=[e.expression for e in train])
+        train, valid = generated_listops(d.train_size, d.valid_size, d.seed, d.max_train_tokens)
         if d.test_path:
             if Path(d.test_path).is_file():
                 examples = listops.read_listops(d.test_path).examples
@@ -97,7 +128,7 @@ def load_splits(dataset: str, data) -> ClassificationData:
             else:
                 test_note = f"no ListOps test file at {d.test_path}: no test accuracy at the end"
     else:
-        files = logic.LogicFiles.read(d.logic_dir)
+        files = logic_files(d.logic_dir)
         splits = (logic.length_split(files) if d.split == "length"
                   else logic.systematicity_split(files, d.split))
         train, valid = splits.train, splits.valid

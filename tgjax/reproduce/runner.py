@@ -8,6 +8,8 @@ from it. Chunk ends fall on logging steps, so a resumed run writes the same metr
 uninterrupted one. A run's first chunk in an invocation is a short calibration (setup and compilation
 included); later chunks are sized from its measured speed to fill the budget, less what scoring needs (for
 a recipe that scores a run in the chunk that finishes it, kept only by a chunk that would finish its run).
+The chunks share one process: the compiled programs (`compilation_cache`) and the data a task keeps per
+process (Ordered Memory's logic files and ListOps trees, `tgjax.data.classification_corpus`) are made once.
 At least one chunk runs per invocation, so every call moves the claim forward. A finished run is scored once:
 its scores are kept in the state, and a pack leaves its checkpoints out (`packed_out`).
 """
