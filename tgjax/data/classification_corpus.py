@@ -67,7 +67,8 @@ def logic_files(directory: str | Path) -> logic.LogicFiles:
     path = Path(directory)
     if not path.is_dir():
         return logic.LogicFiles.read(path)  # its own one-line error
-    signature = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file()))
+    stats = {p.name: p.stat() for p in path.iterdir() if p.is_file()}
+    signature = tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats.items()))
     return _read_logic_files(str(path.resolve()), signature)
 
 
