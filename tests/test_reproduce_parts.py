@@ -121,7 +121,7 @@ def test_the_ledger_shows_each_parts_numbers_and_the_combined_verdict(tmp_path):
               runner.summarise(recipe, scored),
               "runs": [{"name": spec.name, "step": 10, "num_steps": 10} for spec, _, _ in scored]}
     (row,) = [line for line in render(load_claims(), [record]).splitlines()
-              if line.startswith("| `om-systematicity` | runnable")]
+              if line.startswith("| `om-systematicity` | cpu | runnable")]
     assert "acc, A: 90.17 ± 0.76 (n = 3)" in row and "acc, B: 70.50 ± 0.50 (n = 3)" in row
     assert "A: best, lstm: 61.00 ± 1.00 (n = 3)" in row and "B: best, lstm: 70.50 ± 0.50 (n = 3)" in row
     assert "**not yet**: not every part shows it (A: reproduced; B: not yet)" in row

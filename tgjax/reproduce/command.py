@@ -1,12 +1,13 @@
 """`tgjax reproduce`: move one claim forward within a time budget, or write the ledger.
 
-    tgjax reproduce CLAIM --budget-s S --output DIR [--resume-from DIR0] [--tiny]
+    tgjax reproduce CLAIM --budget-s S --output DIR [--resume-from DIR0] [--scale cpu|paper] [--tiny]
     tgjax reproduce --ledger [-o docs/reproduction.md]
 
 A run trains every model the claim compares (its recipe, `tgjax.reproduce.recipes`) until the budget is
 nearly spent, scores what it reached, prints the claim's row, appends a record to reproduction/runs.jsonl and
 packs the work folder (checkpoints with optimiser and data state) into DIR. `--resume-from` unpacks such a
-folder and continues exactly where it stopped.
+folder and continues exactly where it stopped. `--scale paper` runs a claim's paper-scale recipe (the paper's own
+model size, data and steps: an accelerator's work, over as many budgeted calls as it takes) where it has one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from tgjax.reproduce.claims import CLAIMS_FILE, ClaimsError, in_checkout, load_claims
 from tgjax.reproduce.ledger import LEDGER_FILE
+from tgjax.reproduce.recipes import SCALES
 from tgjax.reproduce.results import RESULTS_FILE
 from tgjax.reproduce.verdict import record_text
 
@@ -30,14 +32,18 @@ PROG = "tgjax reproduce"
 
 
 def _claims_listing(claims_path: Path) -> str:
+    from tgjax.reproduce.recipes import scales_of
+
     try:
         claims = load_claims(claims_path).claims
     except ClaimsError as error:
         return f"(the claims file could not be read: {error})"
     width = max(len(c.id) for c in claims)
-    lines = ["claims (id, what `tgjax reproduce` does with it, curated verdict):"]
+    lines = ["claims (id, what `tgjax reproduce` does with it, its scales (the first is the default), curated "
+             "verdict):"]
     for c in claims:
-        lines.append(f"  {c.id:<{width}}  {c.recipe:<18} {c.verdict}")
+        scales = ",".join(scales_of(c.id)) if c.recipe == "runnable" else "-"
+        lines.append(f"  {c.id:<{width}}  {c.recipe:<18} {scales:<10} {c.verdict}")
     return "\n".join(lines)
 
 
@@ -53,6 +59,9 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser, claims_path: Path =
     parser.add_argument("--resume-from", default=None, help="an earlier call's --output folder: continue from it")
     parser.add_argument("--workdir", default=None,
                         help="where the runs train (default: a temporary folder, removed once packed)")
+    parser.add_argument("--scale", choices=SCALES, default=None,
+                        help="the recipe's scale: cpu (same-budget runs for a few CPU hours) or paper (the paper's "
+                             "own recipe, an accelerator's); default: the claim's first scale listed below")
     parser.add_argument("--tiny", action="store_true", help="the smallest runs of the recipe (checks the path)")
     parser.add_argument("--results", default=None,
                         help="the runs' records: a claim run appends to it (default: reproduction/runs.jsonl of a "
@@ -110,9 +119,13 @@ def run_reproduce(args: argparse.Namespace) -> int:
         return _fail(f"{claim.id} is {claim.recipe}: {claim.recipe_note or claim.why}")
     if args.budget_s is None or args.budget_s <= 0 or args.output is None:
         return _fail("a claim run needs --budget-s SECONDS (> 0) and --output DIR")
-    from tgjax.reproduce.recipes import recipes
+    from tgjax.reproduce.recipes import recipe_for
 
-    return run_claim(recipes()[claim.id], args, getattr(args, "argv", ["reproduce"]))
+    try:
+        recipe = recipe_for(claim.id, getattr(args, "scale", None))
+    except KeyError as error:
+        return _fail(error.args[0])
+    return run_claim(recipe, args, getattr(args, "argv", ["reproduce"]))
 
 
 def run_claim(recipe, args, argv: list[str]) -> int:
@@ -140,9 +153,10 @@ def run_claim(recipe, args, argv: list[str]) -> int:
         stop = lambda: sigterm.signalled  # noqa: E731
         if args.resume_from:
             meta = packing.unpack(args.resume_from, work)
-            if meta.get("claim") != recipe.claim_id or bool(meta.get("tiny")) != args.tiny:
-                return _fail(f"{args.resume_from} holds {meta.get('claim')}{' --tiny' if meta.get('tiny') else ''}, "
-                             f"not {recipe.claim_id}{' --tiny' if args.tiny else ''}")
+            packed = _describe(meta.get("claim"), runner.packed_scale(meta), bool(meta.get("tiny")))
+            wanted = _describe(recipe.claim_id, recipe.scale, args.tiny)
+            if packed != wanted:
+                return _fail(f"{args.resume_from} holds {packed}, not {wanted}")
         if not args.no_compilation_cache:
             guard.enter_context(runner.compilation_cache(work))
         state = runner.train_within_budget(recipe, work, budget_s=args.budget_s, tiny=args.tiny,
@@ -151,7 +165,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
                                                                      stop_requested=stop)
         summary = None if state.interrupted else runner.summarise(recipe, scored)
         record = {
-            "claim": recipe.claim_id, "date": results.now(), "commit": results.commit(),
+            "claim": recipe.claim_id, "scale": recipe.scale, "date": results.now(), "commit": results.commit(),
             "hardware": results.hardware(), "tiny": args.tiny, "budget_s": args.budget_s,
             "invocation": state.invocations, "complete": all(p.finished for p in state.runs.values()),
             "runs": [{"name": spec.name, "role": spec.role, **({"group": spec.group} if spec.group else {}),
@@ -163,7 +177,7 @@ def run_claim(recipe, args, argv: list[str]) -> int:
             "summary": summary,
             "command": "tgjax " + " ".join(shlex.quote(a) for a in argv),
         }
-        meta = {"claim": recipe.claim_id, "tiny": args.tiny, "invocation": state.invocations,
+        meta = {"claim": recipe.claim_id, "scale": recipe.scale, "tiny": args.tiny, "invocation": state.invocations,
                 "complete": record["complete"], "steps": {name: p.step for name, p in state.runs.items()},
                 "commit": record["commit"], "date": record["date"], "interrupted": state.interrupted}
         try:
@@ -187,6 +201,11 @@ def run_claim(recipe, args, argv: list[str]) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _describe(claim: str | None, scale: str | None, tiny: bool) -> str:
+    """"CLAIM at SCALE scale[ --tiny]", as a mismatch message names a pack and a call."""
+    return f"{claim} at {scale} scale{' --tiny' if tiny else ''}"
+
+
 SIGTERM_EXIT = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
 
 
@@ -207,7 +226,7 @@ def _print_comparison(s: dict, indent: str = "  ") -> None:
 def _print_row(record: dict, parts: list[Path]) -> None:
     s = record["summary"]
     done = sum(r["finished"] for r in record["runs"])
-    print(f"{record['claim']}: {done}/{len(record['runs'])} runs finished; "
+    print(f"{record['claim']} ({record['scale']} scale): {done}/{len(record['runs'])} runs finished; "
           + "; ".join(f"{r['name']} step {r['step']}/{r['num_steps']}" for r in record["runs"]))
     if "parts" in s:  # a claim on several parts: each judged on its own runs, then combined
         for part_summary in s["parts"].values():

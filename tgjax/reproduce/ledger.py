@@ -71,33 +71,54 @@ def _baseline_cell(summary: dict) -> str:
     return baseline
 
 
+def _record_scale(record: dict) -> str:
+    """A record's scale; one written before recipes had scales is at its claim's default (then its only one)."""
+    from tgjax.reproduce.runner import packed_scale
+
+    return packed_scale(record, fallback="cpu")
+
+
 def _automated(claims: ClaimsFile, records: list[dict]) -> list[str]:
-    latest: dict[str, dict] = {}
-    counts: dict[str, int] = {}
+    """One row per claim and scale: each scale a claim has a recipe at, or records of (none: one row)."""
+    from tgjax.reproduce.recipes import recipe_for, scales_of
+
+    latest: dict[tuple[str, str], dict] = {}
+    counts: dict[tuple[str, str], int] = {}
     for record in records:
-        latest[record["claim"]] = record
-        counts[record["claim"]] = counts.get(record["claim"], 0) + 1
-    lines = ["| claim | `tgjax reproduce` | latest record | model | baseline | verdict of that record |",
-             "|---|---|---|---|---|---|"]
+        key = (record["claim"], _record_scale(record))
+        latest[key] = record
+        counts[key] = counts.get(key, 0) + 1
+    lines = ["| claim | scale | `tgjax reproduce` | latest record | model | baseline | verdict of that record |",
+             "|---|---|---|---|---|---|---|"]
     for claim in claims.claims:
-        recipe = claim.recipe + (f": {claim.recipe_note}" if claim.recipe_note else "")
-        record = latest.get(claim.id)
-        if record is None:
-            lines.append("| " + " | ".join(_cell(c) for c in (f"`{claim.id}`", recipe, "none yet", "", "", "")) + " |")
-            continue
-        steps = ", ".join(f"{r['name']} {r['step']}/{r['num_steps']}" for r in record["runs"])
-        when = (f"{record['date']}, {record['hardware']}, commit {record['commit']}, {record['wall_s']:.0f} s of a "
-                f"{record['budget_s']:.0f}-s budget{' (tiny)' if record['tiny'] else ''}; {steps} "
-                f"({counts[claim.id]} record(s))")
-        summary = record["summary"]
-        if "parts" in summary:  # each part judged on its own runs: its numbers in the same cells, part by part
-            model = "; ".join(f"{s['label']}: {_side(s, 'model')}" for s in summary["parts"].values())
-            baseline = "; ".join(f"{part}: {_baseline_cell(s)}" for part, s in summary["parts"].items())
-        else:
-            model, baseline = f"{summary['label']}: {_side(summary, 'model')}", _baseline_cell(summary)
-        cells = (f"`{claim.id}`", recipe, when, model, baseline, f"**{summary['verdict']}**: {summary['why']}")
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        scales = list(dict.fromkeys([*scales_of(claim.id), *(s for c, s in latest if c == claim.id)]))
+        for scale in scales or [""]:
+            if scale and scale in scales_of(claim.id) and scale != scales_of(claim.id)[0]:
+                recipe = f"runnable, --scale {scale}: {recipe_for(claim.id, scale).description}"
+            else:
+                recipe = claim.recipe + (f": {claim.recipe_note}" if claim.recipe_note else "")
+            record = latest.get((claim.id, scale))
+            if record is None:
+                lines.append("| " + " | ".join(_cell(c) for c in (f"`{claim.id}`", scale or "-", recipe, "none yet",
+                                                                   "", "", "")) + " |")
+                continue
+            lines.append(_record_row(claim.id, scale, recipe, record, counts[(claim.id, scale)]))
     return lines
+
+
+def _record_row(claim_id: str, scale: str, recipe: str, record: dict, count: int) -> str:
+    steps = ", ".join(f"{r['name']} {r['step']}/{r['num_steps']}" for r in record["runs"])
+    when = (f"{record['date']}, {record['hardware']}, commit {record['commit']}, {record['wall_s']:.0f} s of a "
+            f"{record['budget_s']:.0f}-s budget{' (tiny)' if record['tiny'] else ''}; {steps} "
+            f"({count} record(s))")
+    summary = record["summary"]
+    if "parts" in summary:  # each part judged on its own runs: its numbers in the same cells, part by part
+        model = "; ".join(f"{s['label']}: {_side(s, 'model')}" for s in summary["parts"].values())
+        baseline = "; ".join(f"{part}: {_baseline_cell(s)}" for part, s in summary["parts"].items())
+    else:
+        model, baseline = f"{summary['label']}: {_side(summary, 'model')}", _baseline_cell(summary)
+    cells = (f"`{claim_id}`", scale, recipe, when, model, baseline, f"**{summary['verdict']}**: {summary['why']}")
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
 def render(claims: ClaimsFile, records: list[dict]) -> str:
@@ -123,9 +144,10 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "the claims. The programs XLA compiles are kept in the work folder (`--workdir`, not packed), so the "
         "chunks and seeds of a call, and later calls over the same `--workdir`, do not compile them again "
         "(`--no-compilation-cache` turns it off; benchmarks/compile_cache.py measures it). A finished run is "
-        "scored once: its scores are kept in the state and its checkpoints left out of the pack. A claim at "
-        "accelerator scale (pushdown-dyck-table1) trains its runs one after another and scores each as it "
-        "finishes, so that its pack holds one unfinished run. A SIGTERM (a "
+        "scored once: its scores are kept in the state and its checkpoints left out of the pack. A recipe at "
+        "the paper's scale (`--scale paper`: the paper's own model size, data and steps, an accelerator's work; "
+        "pushdown-dyck-table1's only scale) trains its runs one after another and scores each as it finishes, so "
+        "that its pack holds one unfinished run and every call moves the claim on. A SIGTERM (a "
         "preemption) stops a call at the next safe point, within seconds: the training run in progress saves, "
         "nothing more trains or is scored, the state is packed into DIR, no record is appended, and the exit "
         "status is 143.",
@@ -135,6 +157,7 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "tgjax reproduce onlstm-parse-f1 --budget-s 600 --output OUT             # ON-LSTM and LSTM, 5 seeds, ~3 min",
         "tgjax reproduce om-listops --budget-s 3600 --output OUT1                # stops, scores, packs at the budget",
         "tgjax reproduce om-listops --budget-s 3600 --resume-from OUT1 --output OUT2   # continues where OUT1 stopped",
+        "tgjax reproduce om-listops --scale paper --budget-s 540 --output OUT     # the thesis' recipe (accelerator)",
         "tgjax reproduce --ledger                                                # rewrites this page",
         "```",
         "",
@@ -145,8 +168,8 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
     ]
     lines += [claim_row(c, claims.papers) for c in claims.claims]
     lines += ["", "## Automated runs", "",
-              "The latest `tgjax reproduce` record of each claim (reproduction/runs.jsonl; a `--tiny` record "
-              "checks the path, not the claim).", ""]
+              "The latest `tgjax reproduce` record of each claim at each scale (reproduction/runs.jsonl; a "
+              "`--tiny` record checks the path, not the claim).", ""]
     lines += _automated(claims, records)
     lines += ["", "## Papers", ""]
     lines += [f"- `{key}`: {title}" for key, title in claims.papers.items()]

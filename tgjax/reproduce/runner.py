@@ -55,12 +55,24 @@ class RunProgress:
     scores: dict | None = None
 
 
+def packed_scale(saved: dict, fallback: str | None = None) -> str | None:
+    """The scale a state.json, a pack's meta or a record was written at; one written before recipes had scales is
+    at its claim's default scale (then its only one), or `fallback` for a claim with no recipe here."""
+    if "scale" in saved:
+        return saved["scale"]
+    from tgjax.reproduce.recipes import scales_of
+
+    scales = scales_of(str(saved.get("claim")))
+    return scales[0] if scales else fallback
+
+
 @dataclasses.dataclass
 class ClaimState:
     claim: str
     tiny: bool
     runs: dict[str, RunProgress]
     invocations: int = 0
+    scale: str = "cpu"
     # This call was stopped by SIGTERM (a preemption): the trainer saved where it stopped, and nothing more
     # should run before the state is packed. Not saved: the next call starts afresh.
     interrupted: bool = dataclasses.field(default=False, compare=False)
@@ -69,12 +81,14 @@ class ClaimState:
     def load_or_new(cls, work: Path, recipe: Recipe, tiny: bool, specs: list[RunSpec]) -> ClaimState:
         path = work / STATE_FILE
         if not path.exists():
-            return cls(recipe.claim_id, tiny, {s.name: RunProgress(trains=_trains(s)) for s in specs})
+            return cls(recipe.claim_id, tiny, {s.name: RunProgress(trains=_trains(s)) for s in specs},
+                       scale=recipe.scale)
         saved = _read_state(path)
-        if saved["claim"] != recipe.claim_id or saved["tiny"] != tiny:
-            scale = lambda t: "--tiny" if t else "full scale"  # noqa: E731
-            raise StateMismatch(f"{path} holds {saved['claim']} at {scale(saved['tiny'])}, not {recipe.claim_id} at "
-                                f"{scale(tiny)}")
+        saved_scale = packed_scale(saved, fallback=recipe.scale)
+        if (saved["claim"], saved_scale, saved["tiny"]) != (recipe.claim_id, recipe.scale, tiny):
+            size = lambda t: " --tiny" if t else ""  # noqa: E731
+            raise StateMismatch(f"{path} holds {saved['claim']} at {saved_scale} scale{size(saved['tiny'])}, "
+                                f"not {recipe.claim_id} at {recipe.scale} scale{size(tiny)}")
         try:
             runs = {name: RunProgress(**fields) for name, fields in saved["runs"].items()}
         except TypeError as error:  # a field this version does not know, or one missing
@@ -86,10 +100,10 @@ class ClaimState:
                 raise StateMismatch(f"{path}: run {spec.name} was started as {' '.join(run.trains)}, but the "
                                     f"recipe now trains {' '.join(_trains(spec))}; start a new --output without "
                                     "--resume-from")
-        return cls(saved["claim"], saved["tiny"], runs, saved.get("invocations", 0))
+        return cls(saved["claim"], saved["tiny"], runs, saved.get("invocations", 0), scale=recipe.scale)
 
     def save(self, work: Path) -> None:
-        data = {"claim": self.claim, "tiny": self.tiny, "invocations": self.invocations,
+        data = {"claim": self.claim, "scale": self.scale, "tiny": self.tiny, "invocations": self.invocations,
                 "runs": {name: dataclasses.asdict(p) for name, p in self.runs.items()}}
         temporary = work / f".{STATE_FILE}.partial"
         temporary.write_text(json.dumps(data, indent=2) + "\n")

@@ -9,6 +9,10 @@ A claim made on several settings at once (Ordered Memory's systematicity splits 
 run belongs to one (`RunSpec.part`), each part is judged on its own runs, and the claim's verdict is the
 parts' verdicts combined (`tgjax.reproduce.verdict.combine`).
 `tiny=True` gives the smallest runs that exercise the same path (the tests).
+
+A claim can have a recipe at each of two scales (`SCALES`): "cpu", runs sized for a few hours of two CPU cores
+against same-budget baselines, and "paper", the paper's own recipe, an accelerator's work spread over budgeted
+calls. `recipes()` gives each claim's default (its CPU-scale recipe where it has one), `recipe_for` a named scale.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+
+# "cpu": sized for a few hours of two CPU cores, against same-budget baselines; "paper": the paper's own recipe (its
+# model size, data and steps), an accelerator's work that continues from call to call.
+SCALES = ("cpu", "paper")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +100,11 @@ class Recipe:
     # pack then holds one unfinished run's checkpoints: a finished run's scores are kept in the state, and its
     # checkpoints left out of the pack.
     one_run_at_a_time: bool = False
+    scale: str = "cpu"  # one of SCALES
+
+    def __post_init__(self):
+        if self.scale not in SCALES:
+            raise ValueError(f"{self.claim_id}: scale {self.scale!r} is not one of {', '.join(SCALES)}")
 
     @property
     def scores_at_finish(self) -> bool:
@@ -105,8 +118,8 @@ class Recipe:
         return self.eval_reserve_s(tiny)
 
 
-def recipes() -> dict[str, Recipe]:
-    """Every runnable claim by id (imported here, not at module import: `tgjax --help` stays fast)."""
+def all_recipes() -> list[Recipe]:
+    """Every recipe, at every scale (imported here, not at module import: `tgjax --help` stays fast)."""
     from tgjax.reproduce.recipes import (
         om_listops,
         om_logic_length,
@@ -119,6 +132,30 @@ def recipes() -> dict[str, Recipe]:
         udgn_uas,
     )
 
-    found = [om_listops.RECIPE, om_logic_length.RECIPE, om_systematicity.RECIPE, onlstm_parse.RECIPE,
-             onlstm_syntax.RECIPE, pushdown_dyck.RECIPE, stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
-    return {r.claim_id: r for r in found}
+    return [om_listops.RECIPE, om_listops.PAPER_RECIPE, om_logic_length.RECIPE, om_logic_length.PAPER_RECIPE,
+            om_systematicity.RECIPE, onlstm_parse.RECIPE, onlstm_syntax.RECIPE, pushdown_dyck.RECIPE,
+            stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
+
+
+def scales_of(claim_id: str) -> list[str]:
+    """The scales `claim_id` has a recipe at, in `SCALES` order (empty: not runnable)."""
+    found = {r.scale for r in all_recipes() if r.claim_id == claim_id}
+    return [scale for scale in SCALES if scale in found]
+
+
+def recipe_for(claim_id: str, scale: str | None = None) -> Recipe:
+    """`claim_id`'s recipe at `scale` (None: its default, the first of `scales_of`); a `KeyError` whose message is
+    one line when there is none."""
+    scales = scales_of(claim_id)
+    if not scales:
+        raise KeyError(f"{claim_id} has no recipe")
+    scale = scales[0] if scale is None else scale
+    if scale not in scales:
+        raise KeyError(f"{claim_id} has no {scale}-scale recipe; its scale{'s' if len(scales) > 1 else ''}: "
+                       + ", ".join(scales))
+    return next(r for r in all_recipes() if r.claim_id == claim_id and r.scale == scale)
+
+
+def recipes() -> dict[str, Recipe]:
+    """Every runnable claim's default recipe by id: its CPU-scale one where it has one, else its paper-scale one."""
+    return {claim_id: recipe_for(claim_id) for claim_id in dict.fromkeys(r.claim_id for r in all_recipes())}

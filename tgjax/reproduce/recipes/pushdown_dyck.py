@@ -83,4 +83,5 @@ RECIPE = Recipe(
     parts=SETS,
     parts_are_test_sets=True,
     one_run_at_a_time=True,
+    scale="paper",
 )
