@@ -132,3 +132,15 @@ def test_the_paper_scale_listops_recipe_runs_tiny_and_resumes_from_its_pack(tmp_
     assert [r["name"] for r in second["runs"]] == ["om-seed1111", "lstm-seed1111", "transformer-seed1111"]
     om = second["runs"][0]
     assert om["chunks"][0] == first["runs"][0]["chunks"][0]  # continued, not restarted
+
+
+def test_a_copy_without_git_records_the_commit_it_was_told(monkeypatch, tmp_path):
+    """An accelerator's copy of the checkout has no .git: the record names the commit benchmarks/ledger_slot.sh
+    passes in TGJAX_COMMIT, and says "unknown" without it."""
+    from tgjax.reproduce import results
+
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)  # no git checkout here
+    monkeypatch.delenv("TGJAX_COMMIT", raising=False)
+    assert results.commit() == "unknown"
+    monkeypatch.setenv("TGJAX_COMMIT", "19b20c6")
+    assert results.commit() == "19b20c6"

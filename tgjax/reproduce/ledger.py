@@ -161,6 +161,24 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "tgjax reproduce --ledger                                                # rewrites this page",
         "```",
         "",
+        "### On an accelerator",
+        "",
+        "A paper-scale recipe (the paper's model size, data and steps) is done over as many short accelerator "
+        "calls as it takes, each continuing the last from the claim's kept pack, reproduction/packs/CLAIM-paper/ "
+        "(committed; at most one claim's pack or two at a time, as they travel with the checkout). "
+        "`benchmarks/ledger_slot.sh` is the prepared script of one call: `prepare` (here) downloads the wheels "
+        "the accelerator's Python lacks and packs the Ordered Memory data into .carry/ (git-ignored); `run CLAIM` "
+        "(there, carrying .carry) installs them, resumes from the kept pack and writes the new pack, the call's "
+        "record and its log to the device's output folder, a guard stopping the call with SIGTERM 60 s past "
+        "its budget so that it still packs; `keep` (here) puts the new pack in place of the old and appends the "
+        "record to reproduction/runs.jsonl. Then regenerate this page and commit.",
+        "",
+        "```bash",
+        "bash benchmarks/ledger_slot.sh prepare                                  # here: .carry/ (about 8 MiB)",
+        "OUT=out/slot bash benchmarks/ledger_slot.sh run om-listops 480           # there (the device tool sets OUT)",
+        "bash benchmarks/ledger_slot.sh keep out/slot om-listops                  # here: the pack and record kept",
+        "```",
+        "",
         "## Claims",
         "",
         "| " + " | ".join(COLUMNS) + " |",

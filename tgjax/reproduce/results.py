@@ -22,7 +22,9 @@ def default_results_file(output: str | Path) -> Path:
 
 
 def commit() -> str:
-    """The checkout's commit, `+dirty` when tracked files differ from it; "unknown" outside a git checkout."""
+    """The checkout's commit, `+dirty` when tracked files differ from it; outside a git checkout, the environment's
+    TGJAX_COMMIT (a copy of a checkout without its .git, as on an accelerator: benchmarks/ledger_slot.sh sets it),
+    else "unknown"."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=20,
                               check=True).stdout.strip()
@@ -31,7 +33,7 @@ def commit() -> str:
         head = git("rev-parse", "--short", "HEAD")
         dirty = bool(git("status", "--porcelain"))  # untracked code counts: it ran too
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get("TGJAX_COMMIT") or "unknown"
     return head + ("+dirty" if dirty else "")
 
 

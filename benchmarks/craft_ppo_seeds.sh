@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# OCN against the flat LSTM on sparse ACD (thesis §5.3, Fig. 5.5: "far above the baselines"), over seeds, at the
+# `:mid` CPU scale of docs/ocn-craft.md: per seed, behaviour cloning of OCN (`ocn_craft.py:mid`) and of the LSTM
+# (`:mid,lstm`), STEPS steps each, then PPO on ACD with sparse reward, ITERS iterations: in option space over
+# the OCN's frozen options, in action space from the LSTM's cloned policy (the thesis does not say whether its LSTM
+# starts from imitation; docs/ocn-craft.md's one seed from scratch returned 0.000). Two jobs at a time (one per
+# model), seeds one after another; the table is each PPO run's last evaluation (64 selection episodes, and the
+# held-out ones that rank nothing).
+#
+#   bash benchmarks/craft_ppo_seeds.sh                  # SEEDS="1 2 3" STEPS=3000 ITERS=300 RUNS=runs/craft_ppo_seeds
+#
+# About 25 minutes of cloning per run and 1-2 of PPO on one CPU core; the table goes to $RUNS/table.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS=${SEEDS:-"1 2 3"}
+STEPS=${STEPS:-3000}
+ITERS=${ITERS:-300}
+RUNS=${RUNS:-runs/craft_ppo_seeds}
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+TGJAX=("$PY" -m tgjax.cli)
+mkdir -p "$RUNS"
+one_model() {  # MODEL SEED: cloning, then PPO on sparse ACD
+  local model=$1 seed=$2 bc rl
+  bc=$RUNS/${model}_bc_seed$seed
+  rl=$RUNS/${model}_ppo_seed$seed
+  if [ "$model" = ocn ]; then
+    "${TGJAX[@]}" train --config configs/ocn_craft.py:mid --config.training.seed="$seed" \
+      --config.training.num_steps="$STEPS" --workdir "$bc" --quiet > "$bc.log" 2>&1
+    "${TGJAX[@]}" train --config configs/ocn_craft_rl.py:ACD --config.training.seed="$seed" \
+      --config.training.num_steps="$ITERS" --config.rl.options_workdir="$bc" --workdir "$rl" --quiet > "$rl.log" 2>&1
+  else
+    "${TGJAX[@]}" train --config configs/ocn_craft.py:mid,lstm --config.training.seed="$seed" \
+      --config.training.num_steps="$STEPS" --workdir "$bc" --quiet > "$bc.log" 2>&1
+    "${TGJAX[@]}" train --config configs/lstm_craft_rl.py:ACD --config.training.seed="$seed" \
+      --config.training.num_steps="$ITERS" --config.rl.policy_workdir="$bc" --workdir "$rl" --quiet > "$rl.log" 2>&1
+  fi
+}
+start=$(date +%s)
+for seed in $SEEDS; do
+  one_model ocn "$seed" & ocn=$!
+  one_model lstm "$seed" & lstm=$!
+  wait "$ocn"; wait "$lstm"
+  echo "[$(( $(date +%s) - start ))s] seed $seed done"
+done
+"$PY" - "$RUNS" "$SEEDS" <<'EOF' | tee "$RUNS/table.txt"
+import json, statistics, sys
+from pathlib import Path
+runs, seeds = Path(sys.argv[1]), sys.argv[2].split()
+print("model  seed  iteration  return (selection)  held-out return  held-out success")
+found = {}
+for model in ("ocn", "lstm"):
+    for seed in seeds:
+        records = [json.loads(l) for l in (runs / f"{model}_ppo_seed{seed}" / "metrics.jsonl").read_text().splitlines()]
+        last = [r for r in records if r.get("split") == "valid"][-1]
+        found.setdefault(model, []).append(last["heldout_return"])
+        print(f"{model:5}  {seed:>4}  {last['step']:>9}  {last['return']:18.3f}  {last['heldout_return']:15.3f}  "
+              f"{last['heldout_success_rate']:16.3f}")
+for model, values in found.items():
+    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+    print(f"{model}: held-out return {statistics.mean(values):.3f} +- {sd:.3f} over {len(values)} seeds")
+EOF
