@@ -173,6 +173,12 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "its budget so that it still packs; `keep` (here) puts the new pack in place of the old and appends the "
         "record to reproduction/runs.jsonl. Then regenerate this page and commit.",
         "",
+        "The order of the accelerator's work, unless a row below says it is done: Ordered Memory at the thesis' "
+        "recipe (om-listops, then om-logic-length, `ledger_slot.sh run`); OCN at the thesis' scale, 3 seeds "
+        "(`benchmarks/craft_table.sh`, one call); Pushdown's Table 1, 3 seeds of both models "
+        "(pushdown-dyck-table1, `ledger_slot.sh run`); UDGN on CRAFT to a converged MLM and the stack-attention "
+        "grid's deterministic CFLs (`benchmarks/cfl_grid.py`), which have no paper-scale recipe yet.",
+        "",
         "```bash",
         "bash benchmarks/ledger_slot.sh prepare                                  # here: .carry/ (about 8 MiB)",
         "OUT=out/slot bash benchmarks/ledger_slot.sh run om-listops 480           # there (the device tool sets OUT)",
