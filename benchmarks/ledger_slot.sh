@@ -2,8 +2,8 @@
 # One accelerator slot of the reproduction ledger: move a claim's paper-scale recipe on from its kept pack.
 #
 #   bash benchmarks/ledger_slot.sh prepare                 # here, once per session: wheels, data, commit -> .carry/
-#   bash benchmarks/ledger_slot.sh run CLAIM [BUDGET_S]    # on the accelerator (device run, carry [".carry"])
-#   bash benchmarks/ledger_slot.sh keep FILES_AT CLAIM     # here, after the run: the new pack and its record kept
+#   bash benchmarks/ledger_slot.sh run CLAIM... [BUDGET_S]  # on the accelerator (device run, carry [".carry"])
+#   bash benchmarks/ledger_slot.sh keep FILES_AT            # here, after the run: the new packs and records kept
 #
 # The kept state of a claim lives in reproduction/packs/CLAIM-paper/ (the `tgjax reproduce --output` folder of its
 # last call: state.tar.gz.NNN parts and manifest.json), committed, so that the next slot, in any later session,
@@ -14,14 +14,17 @@
 #                      portpicker, tensorboardX), downloaded here (PyPI is reachable here, not there)
 #   .carry/data.tgz    ../shared/data/ordered_memory (ListOps test set, the logic files), gzipped
 #   .carry/commit      the commit the slot runs, recorded with its record (TGJAX_COMMIT)
-# `run` installs the wheels under /tmp/site (where PY lacks grain or ml_collections), unpacks the data beside the checkout (where the configs look for
-# it), then `tgjax reproduce CLAIM --scale paper --budget-s BUDGET_S` resumes from the kept pack if there is
-# one. It writes $OUT/pack/ (the new pack), $OUT/runs.jsonl (the call's record) and $OUT/log.txt (OUT: the device
-# tool's folder; out/ledger_slot elsewhere). A guard sends SIGTERM 60 s past the budget: the call then packs what
+# `run` installs the wheels under /tmp/site (where PY lacks grain or ml_collections), unpacks the data beside the
+# checkout (where the configs look for it), then, for each CLAIM side by side on the one device (their runs are
+# small next to it: Ordered Memory's scan is bound by the latency of its steps, not the device's size),
+# `tgjax reproduce CLAIM --scale paper --budget-s BUDGET_S`, resuming from the claim's kept pack if there is one.
+# It writes $OUT/CLAIM/ (each claim's new pack), $OUT/runs.jsonl (the calls' records) and $OUT/log.txt (OUT: the
+# device tool's folder; out/ledger_slot elsewhere): with two claims 7 files at most (om-logic-length's pack has
+# two parts), inside the device tool's 8. A guard sends each call SIGTERM 60 s past the budget: it then packs what
 # it has and stops (exit 143), so a slot never loses its training. BUDGET_S defaults to 480: a 600-s device call
 # less the start-up (wheels, imports, data) and the pack. EXTRA: more `tgjax reproduce` arguments (EXTRA=--tiny
-# PY=.venv/bin/python runs the whole path here, on the CPU, in a minute).
-# `keep` copies FILES_AT/pack/ over reproduction/packs/CLAIM-paper/ and appends FILES_AT/runs.jsonl to
+# PY=.venv/bin/python runs the whole path here, on the CPU, in a minute or two).
+# `keep` copies each FILES_AT/CLAIM/ over reproduction/packs/CLAIM-paper/ and appends FILES_AT/runs.jsonl to
 # reproduction/runs.jsonl; then regenerate the ledger (tgjax reproduce --ledger) and commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +49,11 @@ prepare)
   echo "prepared .carry/ for commit $commit: run CLAIM on the device with carry [\".carry\"]"
   ;;
 run)
-  claim=${2:?usage: ledger_slot.sh run CLAIM [BUDGET_S]}
-  budget=${3:-480}
+  shift
+  claims=()
+  while [ $# -gt 0 ] && ! [[ $1 =~ ^[0-9]+$ ]]; do claims+=("$1"); shift; done
+  [ ${#claims[@]} -gt 0 ] || { echo "usage: ledger_slot.sh run CLAIM [CLAIM ...] [BUDGET_S]" >&2; exit 2; }
+  budget=${1:-480}
   dest=${OUT:-out/ledger_slot}
   mkdir -p "$dest"
   exec > >(tee "$dest/log.txt") 2>&1
@@ -61,30 +67,44 @@ run)
   if [ ! -d ../shared/data/ordered_memory ] && [ -f .carry/data.tgz ]; then
     mkdir -p ../shared/data && tar xzf .carry/data.tgz -C ../shared/data
   fi
-  [ -f .carry/commit ] && export TGJAX_COMMIT=$(cat .carry/commit)
-  kept=reproduction/packs/$claim-paper
-  resume=()
-  [ -f "$kept/manifest.json" ] && resume=(--resume-from "$kept")
-  echo "ledger slot: $claim at paper scale, budget ${budget} s, ${resume[*]:-a fresh start}; set-up $(( $(date +%s) - start )) s"
-  export PYTHONUNBUFFERED=1
+  if [ -f .carry/commit ]; then TGJAX_COMMIT=$(cat .carry/commit); export TGJAX_COMMIT; fi
+  # Several claims share the device side by side (each run is small next to it), memory taken as needed.
+  export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+  echo "ledger slot: ${claims[*]} at paper scale, budget ${budget} s; set-up $(( $(date +%s) - start )) s"
+  pids=()
+  for claim in "${claims[@]}"; do
+    kept=reproduction/packs/$claim-paper
+    resume=()
+    [ -f "$kept/manifest.json" ] && resume=(--resume-from "$kept")
+    echo "[$claim] ${resume[*]:-a fresh start}"
+    # shellcheck disable=SC2086  # EXTRA: words
+    timeout --signal=TERM --kill-after=30 $(( budget + 60 )) \
+      "$PY" -m tgjax.cli reproduce "$claim" --scale paper --budget-s "$budget" "${resume[@]}" \
+        --output "$dest/$claim" --results "$dest/runs.jsonl" ${EXTRA:-} 2>&1 | sed -u "s/^/[$claim] /" &
+    pids+=($!)
+  done
   status=0
-  timeout --signal=TERM --kill-after=30 $(( budget + 60 )) \
-    "$PY" -m tgjax.cli reproduce "$claim" --scale paper --budget-s "$budget" "${resume[@]}" \
-      --output "$dest/pack" --results "$dest/runs.jsonl" ${EXTRA:-} || status=$?
+  for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
   echo "ledger slot: exit $status after $(( $(date +%s) - start )) s"
-  ls -la "$dest/pack" 2>/dev/null || true
+  ls -la "$dest"/*/ 2>/dev/null || true
   exit "$status"
   ;;
 keep)
-  files_at=${2:?usage: ledger_slot.sh keep FILES_AT CLAIM}
-  claim=${3:?usage: ledger_slot.sh keep FILES_AT CLAIM}
-  [ -f "$files_at/pack/manifest.json" ] || { echo "ledger_slot.sh: $files_at/pack/manifest.json not found" >&2; exit 1; }
-  kept=reproduction/packs/$claim-paper
-  rm -rf "$kept" && mkdir -p "$kept"
-  cp "$files_at"/pack/* "$kept"/
+  files_at=${2:?usage: ledger_slot.sh keep FILES_AT}
+  found=0
+  for pack in "$files_at"/*/; do
+    [ -f "$pack/manifest.json" ] || continue
+    claim=$(basename "$pack")
+    kept=reproduction/packs/$claim-paper
+    rm -rf "$kept" && mkdir -p "$kept"
+    cp "$pack"/* "$kept"/
+    echo "kept $kept"
+    found=$((found + 1))
+  done
+  [ "$found" -gt 0 ] || { echo "ledger_slot.sh: no pack (a folder with manifest.json) in $files_at" >&2; exit 1; }
   if [ -f "$files_at/runs.jsonl" ]; then cat "$files_at/runs.jsonl" >> reproduction/runs.jsonl; fi
   du -sh reproduction/packs/*
-  echo "kept $kept; now: .venv/bin/python -m tgjax.reproduce.ledger, then commit reproduction/ and docs/reproduction.md"
+  echo "now: .venv/bin/python -m tgjax.reproduce.ledger, then commit reproduction/ and docs/reproduction.md"
   ;;
 *)
   sed -n 2,6p "$0" >&2

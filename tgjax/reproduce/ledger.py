@@ -167,24 +167,25 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "calls as it takes, each continuing the last from the claim's kept pack, reproduction/packs/CLAIM-paper/ "
         "(committed; at most one claim's pack or two at a time, as they travel with the checkout). "
         "`benchmarks/ledger_slot.sh` is the prepared script of one call: `prepare` (here) downloads the wheels "
-        "the accelerator's Python lacks and packs the Ordered Memory data into .carry/ (git-ignored); `run CLAIM` "
-        "(there, carrying .carry) installs them, resumes from the kept pack and writes the new pack, the call's "
-        "record and its log to the device's output folder, a guard stopping the call with SIGTERM 60 s past "
-        "its budget so that it still packs; `keep` (here) puts the new pack in place of the old and appends the "
-        "record to reproduction/runs.jsonl. Then regenerate this page and commit.",
+        "the accelerator's Python lacks and packs the Ordered Memory data into .carry/ (git-ignored); `run CLAIM "
+        "...` (there, carrying .carry) installs them and moves each claim on from its kept pack, the claims side "
+        "by side on the one device, writing their new packs, records and log to the device's output folder (a "
+        "guard stops a call with SIGTERM 60 s past its budget, so that it still packs); `keep` (here) puts the "
+        "new packs in place of the old and appends the records to reproduction/runs.jsonl. Then regenerate this "
+        "page and commit.",
+        "",
+        "```bash",
+        "bash benchmarks/ledger_slot.sh prepare                                  # here: .carry/ (about 8 MiB)",
+        "OUT=out/slot bash benchmarks/ledger_slot.sh run om-listops om-logic-length 480   # there (the tool sets OUT)",
+        "bash benchmarks/ledger_slot.sh keep out/slot                            # here: the packs and records kept",
+        "```",
         "",
         "The order of the accelerator's work, unless a row below says it is done: Ordered Memory at the thesis' "
-        "recipe (om-listops, then om-logic-length, `ledger_slot.sh run`); Pushdown's Table 1, 3 seeds of both models "
+        "recipe (om-listops and om-logic-length side by side, `ledger_slot.sh run`); Pushdown's Table 1, 3 seeds of both models "
         "(pushdown-dyck-table1, `ledger_slot.sh run`); UDGN on CRAFT to a converged MLM and the stack-attention "
         "grid's deterministic CFLs (`benchmarks/cfl_grid.py`), which have no paper-scale recipe yet. OCN's two "
         "rows already have 3 seeds at the thesis' scale on an H200 (`benchmarks/craft_table.sh`, one call): what "
         "is left there is diagnosis, not more of the same runs.",
-        "",
-        "```bash",
-        "bash benchmarks/ledger_slot.sh prepare                                  # here: .carry/ (about 8 MiB)",
-        "OUT=out/slot bash benchmarks/ledger_slot.sh run om-listops 480           # there (the device tool sets OUT)",
-        "bash benchmarks/ledger_slot.sh keep out/slot om-listops                  # here: the pack and record kept",
-        "```",
         "",
         "## Claims",
         "",
