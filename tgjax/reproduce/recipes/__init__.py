@@ -113,7 +113,11 @@ class Recipe:
 
     def reserve_s(self, spec: RunSpec, tiny: bool) -> float:
         """Seconds to keep for scoring `spec`'s run."""
-        if spec.role == "baseline" and self.baseline_eval_reserve_s is not None:
+        return self.reserve_s_of_role(spec.role, tiny)
+
+    def reserve_s_of_role(self, role: str, tiny: bool) -> float:
+        """Seconds to keep for scoring a run of `role` ("model" or "baseline")."""
+        if role == "baseline" and self.baseline_eval_reserve_s is not None:
             return self.baseline_eval_reserve_s(tiny)
         return self.eval_reserve_s(tiny)
 

@@ -94,3 +94,18 @@ def validation_so_far(workdir: Path) -> dict:
         return {"split": "none", "note": "no validation yet"}
     return {"split": "valid", "accuracy": 100.0 * best["accuracy"], "best_step": best["step"],
             "note": "test not scored: the run has not finished"}
+
+
+def at_paper_scale(recipe, *, description: str, runs, model_reserve_s: float, baseline_reserve_s: float,
+                   calibration_steps: int = 200):
+    """`recipe` (a CPU-scale recipe) with the paper's own runs (`runs`, tiny -> specs), judged and scored the same
+    way: trained one after another, each scored as it finishes (`Recipe.one_run_at_a_time`), keeping
+    `model_reserve_s` / `baseline_reserve_s` seconds for scoring a model / baseline run (its --tiny reserves are
+    the CPU recipe's)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        recipe, description=description, runs=runs, scale="paper", one_run_at_a_time=True,
+        eval_reserve_s=lambda tiny: recipe.eval_reserve_s(True) if tiny else model_reserve_s,
+        baseline_eval_reserve_s=lambda tiny: recipe.reserve_s_of_role("baseline", True) if tiny else baseline_reserve_s,
+        calibration_steps=lambda tiny: recipe.calibration_steps(True) if tiny else calibration_steps)

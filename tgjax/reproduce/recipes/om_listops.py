@@ -21,14 +21,13 @@ thesis' 99.97 (within a point counts as reproduced).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import best_validation, encoder_runs, parse_f1_or_note
+from tgjax.reproduce.recipes.common import at_paper_scale, best_validation, encoder_runs, parse_f1_or_note
 
 CONFIG = "configs/om_listops.py:cpu"  # the release switches: its published numbers came from that code
 PAPER_CONFIG = "configs/om_listops.py"  # the thesis' size, data and steps, the release switches
@@ -94,7 +93,7 @@ RECIPE = Recipe(
     calibration_steps=lambda tiny: 6 if tiny else 50,
 )
 
-PAPER_RECIPE = dataclasses.replace(
+PAPER_RECIPE = at_paper_scale(
     RECIPE,
     description="Ordered Memory on ListOps at the thesis' recipe (om_listops.py: D 128, 90k trees, 35,000 steps; "
                 "the release's recurrence) against same-size LSTM and Transformer encoders, 3 seeds each, trained "
@@ -102,9 +101,6 @@ PAPER_RECIPE = dataclasses.replace(
     runs=paper_runs,
     # On an accelerator the 10,000 test lines take well under a minute; the reserve also covers a fresh compile of
     # the test-time program (21 slots, the test's lengths).
-    eval_reserve_s=lambda tiny: 5.0 if tiny else 180.0,
-    baseline_eval_reserve_s=lambda tiny: 5.0 if tiny else 90.0,
-    calibration_steps=lambda tiny: 6 if tiny else 200,
-    one_run_at_a_time=True,
-    scale="paper",
+    model_reserve_s=180.0,
+    baseline_reserve_s=90.0,
 )

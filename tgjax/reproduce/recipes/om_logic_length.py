@@ -21,14 +21,13 @@ unfinished run and every budgeted call moves the claim on.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections import Counter
 from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
-from tgjax.reproduce.recipes.common import encoder_runs, validation_so_far
+from tgjax.reproduce.recipes.common import at_paper_scale, encoder_runs, validation_so_far
 
 CONFIG = "configs/om_logic.py:cpu_long"  # the release switches: its published numbers came from that code
 PAPER_CONFIG = "configs/om_logic.py"  # the thesis' size, data and steps, the release switches
@@ -111,7 +110,7 @@ RECIPE = Recipe(
     calibration_steps=lambda tiny: 6 if tiny else 50,
 )
 
-PAPER_RECIPE = dataclasses.replace(
+PAPER_RECIPE = at_paper_scale(
     RECIPE,
     description="Ordered Memory on logic at the thesis' recipe (om_logic.py: D 200, 50 epochs, 47,650 steps; the "
                 "release's recurrence) trained on <= 6 operators, tested on 7-12, against same-size LSTM and "
@@ -120,9 +119,6 @@ PAPER_RECIPE = dataclasses.replace(
     runs=paper_runs,
     # The 13,445 test pairs (both sides of each encoded) at 24 slots: well under a minute on an accelerator, plus a
     # fresh compile of the test-time program.
-    eval_reserve_s=lambda tiny: 60.0 if tiny else 180.0,
-    baseline_eval_reserve_s=lambda tiny: 30.0 if tiny else 90.0,
-    calibration_steps=lambda tiny: 6 if tiny else 200,
-    one_run_at_a_time=True,
-    scale="paper",
+    model_reserve_s=180.0,
+    baseline_reserve_s=90.0,
 )
