@@ -15,9 +15,10 @@
 #   .carry/data.tgz    ../shared/data/ordered_memory (ListOps test set, the logic files), gzipped
 #   .carry/commit      the commit the slot runs, recorded with its record (TGJAX_COMMIT)
 # `run` installs the wheels under /tmp/site (where PY lacks grain or ml_collections), unpacks the data beside the
-# checkout (where the configs look for it), then, for each CLAIM side by side on the one device (their runs are
-# small next to it: Ordered Memory's scan is bound by the latency of its steps, not the device's size),
-# `tgjax reproduce CLAIM --scale paper --budget-s BUDGET_S`, resuming from the claim's kept pack if there is one.
+# checkout (where the configs look for it), then, for each CLAIM side by side on the one device (a D = 128 or
+# 200 model at batch 128 uses a small part of it; how much two at once slow each other is for the first
+# slot's log to tell), `tgjax reproduce CLAIM --scale paper --budget-s BUDGET_S`, resuming from the claim's kept
+# pack if there is one.
 # It writes $OUT/CLAIM/ (each claim's new pack), $OUT/runs.jsonl (the calls' records) and $OUT/log.txt (OUT: the
 # device tool's folder; out/ledger_slot elsewhere): with two claims 7 files at most (om-logic-length's pack has
 # two parts), inside the device tool's 8. A guard sends each call SIGTERM 60 s past the budget: it then packs what
