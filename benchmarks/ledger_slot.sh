@@ -69,6 +69,10 @@ run)
     mkdir -p ../shared/data && tar xzf .carry/data.tgz -C ../shared/data
   fi
   if [ -f .carry/commit ]; then TGJAX_COMMIT=$(cat .carry/commit); export TGJAX_COMMIT; fi
+  # What the calls will run on, in the log; a package still missing stops here, in one line.
+  "$PY" -c "import jax, flax, optax, orbax.checkpoint, grain, ml_collections, tgjax.cli
+print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'grain', grain.__version__,
+      '|', jax.devices()[0].device_kind)"
   # Several claims share the device side by side (each run is small next to it), memory taken as needed.
   export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
   echo "ledger slot: ${claims[*]} at paper scale, budget ${budget} s; set-up $(( $(date +%s) - start )) s"
