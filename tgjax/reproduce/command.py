@@ -153,8 +153,8 @@ def run_claim(recipe, args, argv: list[str]) -> int:
         stop = lambda: sigterm.signalled  # noqa: E731
         if args.resume_from:
             meta = packing.unpack(args.resume_from, work)
-            packed = _describe(meta.get("claim"), runner.packed_scale(meta), bool(meta.get("tiny")))
-            wanted = _describe(recipe.claim_id, recipe.scale, args.tiny)
+            packed = runner.describe(meta.get("claim"), runner.packed_scale(meta), bool(meta.get("tiny")))
+            wanted = runner.describe(recipe.claim_id, recipe.scale, args.tiny)
             if packed != wanted:
                 return _fail(f"{args.resume_from} holds {packed}, not {wanted}")
         if not args.no_compilation_cache:
@@ -199,11 +199,6 @@ def run_claim(recipe, args, argv: list[str]) -> int:
         guard.close()
         if temporary:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def _describe(claim: str | None, scale: str | None, tiny: bool) -> str:
-    """"CLAIM at SCALE scale[ --tiny]", as a mismatch message names a pack and a call."""
-    return f"{claim} at {scale} scale{' --tiny' if tiny else ''}"
 
 
 SIGTERM_EXIT = 143  # 128 + SIGTERM, as a shell reports a process the signal ended

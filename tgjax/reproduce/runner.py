@@ -66,6 +66,11 @@ def packed_scale(saved: dict, fallback: str | None = None) -> str | None:
     return scales[0] if scales else fallback
 
 
+def describe(claim: str | None, scale: str | None, tiny: bool) -> str:
+    """"CLAIM at SCALE scale[ --tiny]": how a mismatch message names a state, a pack and a call."""
+    return f"{claim} at {scale} scale{' --tiny' if tiny else ''}"
+
+
 @dataclasses.dataclass
 class ClaimState:
     claim: str
@@ -84,11 +89,10 @@ class ClaimState:
             return cls(recipe.claim_id, tiny, {s.name: RunProgress(trains=_trains(s)) for s in specs},
                        scale=recipe.scale)
         saved = _read_state(path)
-        saved_scale = packed_scale(saved, fallback=recipe.scale)
-        if (saved["claim"], saved_scale, saved["tiny"]) != (recipe.claim_id, recipe.scale, tiny):
-            size = lambda t: " --tiny" if t else ""  # noqa: E731
-            raise StateMismatch(f"{path} holds {saved['claim']} at {saved_scale} scale{size(saved['tiny'])}, "
-                                f"not {recipe.claim_id} at {recipe.scale} scale{size(tiny)}")
+        held = describe(saved["claim"], packed_scale(saved, fallback=recipe.scale), saved["tiny"])
+        wanted = describe(recipe.claim_id, recipe.scale, tiny)
+        if held != wanted:
+            raise StateMismatch(f"{path} holds {held}, not {wanted}")
         try:
             runs = {name: RunProgress(**fields) for name, fields in saved["runs"].items()}
         except TypeError as error:  # a field this version does not know, or one missing
