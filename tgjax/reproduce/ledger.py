@@ -91,9 +91,10 @@ def _automated(claims: ClaimsFile, records: list[dict]) -> list[str]:
     lines = ["| claim | scale | `tgjax reproduce` | latest record | model | baseline | verdict of that record |",
              "|---|---|---|---|---|---|---|"]
     for claim in claims.claims:
-        scales = list(dict.fromkeys([*scales_of(claim.id), *(s for c, s in latest if c == claim.id)]))
+        own = scales_of(claim.id)  # the recipes' scales, the default first
+        scales = list(dict.fromkeys([*own, *(s for c, s in latest if c == claim.id)]))
         for scale in scales or [""]:
-            if scale and scale in scales_of(claim.id) and scale != scales_of(claim.id)[0]:
+            if scale in own[1:]:  # a second recipe: its own description
                 recipe = f"runnable, --scale {scale}: {recipe_for(claim.id, scale).description}"
             else:
                 recipe = claim.recipe + (f": {claim.recipe_note}" if claim.recipe_note else "")
