@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One accelerator slot of the reproduction ledger: move a claim's paper-scale recipe on from its kept pack.
 #
-#   bash benchmarks/ledger_slot.sh prepare                 # here, once per session: wheels, data, commit -> .carry/
+#   bash benchmarks/ledger_slot.sh prepare                 # here, once per checkout: wheels, data, commit -> .carry/
 #   bash benchmarks/ledger_slot.sh run CLAIM... [BUDGET_S]  # on the accelerator (device run, carry [".carry"])
 #   bash benchmarks/ledger_slot.sh keep FILES_AT            # here, after the run: the new packs and records kept
 #
 # The kept state of a claim lives in reproduction/packs/CLAIM-paper/ (the `tgjax reproduce --output` folder of its
-# last call: state.tar.gz.NNN parts and manifest.json), committed, so that the next slot, in any later session,
+# last call: state.tar.gz.NNN parts and manifest.json), committed, so that the next slot, from any later checkout,
 # continues it with --resume-from. The accelerator's machine has JAX, flax, optax and orbax but not every package
 # tgjax needs, nor ../shared/data, nor the checkout's .git; `prepare` puts what is missing into .carry/ (ignored by
 # git, about 8 MiB):
