@@ -25,29 +25,29 @@ one_model() {  # MODEL SEED: cloning, then PPO on sparse ACD
   bc=$RUNS/${model}_bc_seed$seed
   rl=$RUNS/${model}_ppo_seed$seed
   if [ "$model" = ocn ]; then
-    "${TGJAX[@]}" train --config configs/ocn_craft.py:mid --config.training.seed="$seed" \
+    "$PY" -m tgjax.cli train --config configs/ocn_craft.py:mid --config.training.seed="$seed" \
       --config.training.num_steps="$STEPS" --workdir "$bc" --quiet > "$bc.log" 2>&1
-    "${TGJAX[@]}" train --config configs/ocn_craft_rl.py:ACD --config.training.seed="$seed" \
+    "$PY" -m tgjax.cli train --config configs/ocn_craft_rl.py:ACD --config.training.seed="$seed" \
       --config.training.num_steps="$ITERS" --config.rl.options_workdir="$bc" --workdir "$rl" --quiet > "$rl.log" 2>&1
   else
-    "${TGJAX[@]}" train --config configs/ocn_craft.py:mid,lstm --config.training.seed="$seed" \
+    "$PY" -m tgjax.cli train --config configs/ocn_craft.py:mid,lstm --config.training.seed="$seed" \
       --config.training.num_steps="$STEPS" --workdir "$bc" --quiet > "$bc.log" 2>&1
-    "${TGJAX[@]}" train --config configs/lstm_craft_rl.py:ACD --config.training.seed="$seed" \
+    "$PY" -m tgjax.cli train --config configs/lstm_craft_rl.py:ACD --config.training.seed="$seed" \
       --config.training.num_steps="$ITERS" --config.rl.policy_workdir="$bc" --workdir "$rl" --quiet > "$rl.log" 2>&1
   fi
   echo "[$(( $(date +%s) - start ))s] $model seed $seed done"
 }
 export -f one_model
 export RUNS STEPS ITERS PY start=$(date +%s)
-export TGJAX_CMD="$PY -m tgjax.cli"
 # The OCN runs first (about 3x the LSTM's time each), PARALLEL at a time: the LSTM runs fill the gaps.
 jobs=()
 for seed in $SEEDS; do jobs+=("ocn $seed"); done
 for seed in $SEEDS; do jobs+=("lstm $seed"); done
-printf '%s\n' "${jobs[@]}" | xargs -P "${PARALLEL:-2}" -L 1 bash -c 'TGJAX=($TGJAX_CMD); one_model "$0" "$1"'
+printf '%s\n' "${jobs[@]}" | xargs -P "${PARALLEL:-2}" -L 1 bash -c 'one_model "$0" "$1"'
 "$PY" - "$RUNS" "$SEEDS" <<'EOF' | tee "$RUNS/table.txt"
 import json, statistics, sys
 from pathlib import Path
+from tgjax.reproduce.verdict import judge
 runs, seeds = Path(sys.argv[1]), sys.argv[2].split()
 print("model  seed  iteration  return (selection)  held-out return  held-out success")
 found = {}
@@ -61,4 +61,6 @@ for model in ("ocn", "lstm"):
 for model, values in found.items():
     sd = statistics.stdev(values) if len(values) > 1 else float("nan")
     print(f"{model}: held-out return {statistics.mean(values):.3f} +- {sd:.3f} over {len(values)} seeds")
+verdict, why = judge(found["ocn"], found["lstm"])
+print(f"OCN above the LSTM (thesis Fig. 5.5): {verdict} ({why})")
 EOF

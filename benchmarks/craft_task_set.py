@@ -1,0 +1,137 @@
+"""Does the imitation task set leave the options a reason to specialise? A diagnostic of OCN's collapse.
+
+Hypothesis (named in docs/ocn-craft.md): an option sees only the observation and its own state, never the task,
+so it cannot know which subtask to do unless the inventory tells it. In S1's set {AC, CD, DA} it does after the
+first subtask: wood is always followed by iron, iron by grass, grass by wood. One option can then run a whole
+task, reading the second subtask off the inventory, and only the first subtask is ambiguous, so the likelihood
+gains little from a done signal and a second option. A set of all ordered pairs of the three subtasks breaks
+that: after wood comes iron in AC but grass in AD, which only the controller (through the task's h^c_0) knows.
+If the hypothesis holds, OCN trained on all six pairs (the same `:mid` recipe, steps and batch) has options that
+follow the subtasks (NMI) beyond the spread of the same seeds on {AC, CD, DA}.
+
+    python benchmarks/craft_task_set.py --seeds 1 2 3 --steps 3000 \
+        --runs runs/craft_task_set --control runs/craft_ppo_seeds
+
+Each seed trains `configs/ocn_craft.py:mid` with `data.tasks` set to `--tasks` (one `tgjax train` per seed,
+`--parallel` at a time; the demonstrations are generated once, before, into RUNS/demos). The control is the
+`ocn_bc_seedN` runs of `benchmarks/craft_ppo_seeds.sh` (the same recipe on AC,CD,DA; `--control ''` trains
+them here instead, under RUNS/control). Each run is read at its best validation step (lowest NLL, 600 held-out
+episodes as many from each task): NLL, NMI between argmax option and subtask, boundary F1 (tolerance 1), and
+the NLL over each subtask of an episode. The table goes to RUNS/table.txt; a run already finished is not
+retrained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tgjax.reproduce.verdict import judge, spread
+
+S1_TASKS = "AC,CD,DA"
+
+
+def successors(tasks: str) -> dict[str, set[str]]:
+    """subtask -> the subtasks that follow it in some task of the comma-separated set (the ambiguity an option
+    without the task faces once it has finished that subtask)."""
+    after: dict[str, set[str]] = {}
+    for task in tasks.split(","):
+        for first, second in zip(task, task[1:]):
+            after.setdefault(first, set()).add(second)
+    return after
+
+
+def best_record(workdir: Path) -> dict:
+    """The validation record of the run's best step (the lowest NLL; the last record flagged best)."""
+    path = workdir / "metrics.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no metrics; did the run train? (see {workdir}.log)")
+    valid = [json.loads(line) for line in path.read_text().splitlines() if '"split": "valid"' in line]
+    if not valid:
+        raise SystemExit(f"{path}: no validation record")
+    return min(valid, key=lambda r: r["nll"])
+
+
+def finished(workdir: Path, steps: int) -> bool:
+    path = workdir / "metrics.jsonl"
+    return path.is_file() and any(json.loads(line).get("step") == steps and '"split": "valid"' in line
+                                  for line in path.read_text().splitlines())
+
+
+def train(tasks: str, seed: int, workdir: Path, demo_dir: Path, steps: int) -> None:
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "tgjax.cli", "train", "--config", "configs/ocn_craft.py:mid",
+               f"--config.data.tasks={tasks}", f"--config.data.demo_dir={demo_dir}",
+               f"--config.training.seed={seed}", f"--config.training.num_steps={steps}",
+               "--workdir", str(workdir), "--quiet"]
+    with open(f"{workdir}.log", "w") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+    print(f"{workdir}: trained", flush=True)
+
+
+def make_demos(tasks: str, demo_dir: Path) -> None:
+    """The demonstrations of every task, generated once (the runs would race to write them)."""
+    from tgjax.train.config import load_config
+    from tgjax.train.tasks.craft_bc import load_task_demos
+
+    config = load_config("configs/ocn_craft.py:mid", [f"data.tasks={tasks}", f"data.demo_dir={demo_dir}"])
+    load_task_demos(config, demo_dir.parent)
+
+
+def row(name: str, record: dict) -> str:
+    by_subtask = " / ".join(f"{v:.3f}" for v in record["nll_by_subtask"])
+    return (f"{name:28} {record['step']:>5}  {record['nll']:.3f}  {record['nmi']:.3f}  {record['f1_tol1']:.3f}  "
+            f"{by_subtask}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="AC,AD,CA,CD,DA,DC", help="the imitation task set under test")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--runs", type=Path, default=Path("runs/craft_task_set"))
+    parser.add_argument("--control", default="runs/craft_ppo_seeds",
+                        help="a folder of ocn_bc_seedN runs on AC,CD,DA at --steps; '' trains them under RUNS/control")
+    parser.add_argument("--parallel", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    args.runs.mkdir(parents=True, exist_ok=True)
+    control_dir = Path(args.control) if args.control else args.runs / "control"
+    jobs = [(args.tasks, seed, args.runs / f"ocn_seed{seed}", args.runs / "demos") for seed in args.seeds]
+    if not args.control:
+        jobs += [(S1_TASKS, seed, control_dir / f"ocn_bc_seed{seed}", control_dir / "demos") for seed in args.seeds]
+    jobs = [job for job in jobs if not finished(job[2], args.steps)]
+    for tasks, demos in sorted({(job[0], job[3]) for job in jobs}):
+        make_demos(tasks, demos)
+    with ThreadPoolExecutor(args.parallel) as pool:
+        for done in [pool.submit(train, *job, args.steps) for job in jobs]:
+            done.result()
+
+    lines = []
+    for name, tasks in (("task set under test", args.tasks), ("control (S1)", S1_TASKS)):
+        follows = ", ".join(f"{a} -> {'/'.join(sorted(b))}" for a, b in sorted(successors(tasks).items()))
+        lines.append(f"{name}: {tasks}; after a subtask comes: {follows}")
+    lines.append(f"{'run':28} {'best':>5}  {'NLL':5}  {'NMI':5}  {'F1t1':5}  NLL over subtask 1 / 2")
+    found: dict[str, list[float]] = {"test": [], "control": []}
+    for seed in args.seeds:
+        for side, workdir in (("test", args.runs / f"ocn_seed{seed}"), ("control", control_dir / f"ocn_bc_seed{seed}")):
+            record = best_record(workdir)
+            if not finished(workdir, args.steps):
+                raise SystemExit(f"{workdir}: has not reached step {args.steps}; not comparable")
+            found[side].append(record["nmi"])
+            lines.append(row(f"{side} seed {seed}", record))
+    for side, values in found.items():
+        lines.append(f"{side}: NMI {spread(values).text(3)}")
+    verdict, why = judge(found["test"], found["control"])
+    lines.append(f"options follow the subtasks more on the set under test: {verdict} ({why})")
+    text = "\n".join(lines)
+    print(text)
+    (args.runs / "table.txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""benchmarks/craft_task_set.py: the premise it tests (what follows a subtask in a task set) and its table, read
+from made-up finished runs (nothing is trained)."""
+
+import json
+
+import pytest
+
+from tests.benchmark_scripts import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def tool():
+    yield from load_benchmark("craft_task_set")
+
+
+def test_s1_leaves_one_successor_per_subtask_and_all_pairs_two(tool):
+    # In {AC, CD, DA} the inventory names the next subtask; in all ordered pairs it does not.
+    assert tool.successors("AC,CD,DA") == {"A": {"C"}, "C": {"D"}, "D": {"A"}}
+    assert tool.successors("AC,AD,CA,CD,DA,DC") == {"A": {"C", "D"}, "C": {"A", "D"}, "D": {"A", "C"}}
+    assert tool.successors("ACD,DA") == {"A": {"C"}, "C": {"D"}, "D": {"A"}}
+
+
+def _finished_run(workdir, nmis, steps=3000):
+    """A run folder whose validations at 1,000-step intervals have NLLs falling then rising (best at the middle)."""
+    workdir.mkdir(parents=True)
+    nlls = [0.70, 0.60, 0.65][:len(nmis)]
+    lines = [json.dumps({"split": "train", "step": 1, "loss": 1.0})]
+    for index, (nll, nmi) in enumerate(zip(nlls, nmis)):
+        lines.append(json.dumps({"split": "valid", "step": (index + 1) * steps // len(nmis), "nll": nll, "nmi": nmi,
+                                 "f1_tol1": 0.5, "nll_by_subtask": [nll + 0.1, nll - 0.1]}))
+    (workdir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_each_run_is_read_at_its_lowest_nll_and_the_sides_are_judged_over_seeds(tool, tmp_path):
+    runs, control = tmp_path / "runs", tmp_path / "control"
+    for seed, (high, low) in zip((1, 2, 3), ((0.9, 0.1), (0.8, 0.0), (0.95, 0.05))):
+        _finished_run(runs / f"ocn_seed{seed}", [0.0, high, 0.2])  # read at the middle step: `high`
+        _finished_run(control / f"ocn_bc_seed{seed}", [0.5, low, 0.9])
+    tool.main(["--seeds", "1", "2", "3", "--runs", str(runs), "--control", str(control)])
+    table = (runs / "table.txt").read_text()
+    assert "test: NMI 0.883 ± 0.076 (3 seeds)" in table and "control: NMI 0.050 ± 0.050 (3 seeds)" in table
+    assert "A -> C/D" in table and "A -> C," in table
+    assert table.splitlines()[-1].startswith("options follow the subtasks more on the set under test: in direction")
+
+
+def test_a_run_short_of_the_steps_is_refused_not_compared(tool, tmp_path):
+    runs, control = tmp_path / "runs", tmp_path / "control"
+    for seed in (1, 2, 3):
+        _finished_run(runs / f"ocn_seed{seed}", [0.1, 0.2, 0.3])
+        _finished_run(control / f"ocn_bc_seed{seed}", [0.1, 0.2, 0.3], steps=1500)
+    with pytest.raises(SystemExit, match="ocn_bc_seed1: has not reached step 3000"):
+        tool.main(["--seeds", "1", "2", "3", "--runs", str(runs), "--control", str(control)])
