@@ -10,15 +10,17 @@ If the hypothesis holds, OCN trained on all six pairs (the same `:mid` recipe, s
 follow the subtasks (NMI) beyond the spread of the same seeds on {AC, CD, DA}.
 
     python benchmarks/craft_task_set.py --seeds 1 2 3 --steps 3000 \
-        --runs runs/craft_task_set --control runs/craft_ppo_seeds
+        --runs runs/craft_task_set --control runs/craft_ppo_seeds --ppo-iters 300
 
 Each seed trains `configs/ocn_craft.py:mid` with `data.tasks` set to `--tasks` (one `tgjax train` per seed,
 `--parallel` at a time; the demonstrations are generated once, before, into RUNS/demos). The control is the
 `ocn_bc_seedN` runs of `benchmarks/craft_ppo_seeds.sh` (the same recipe on AC,CD,DA; `--control ''` trains
 them here instead, under RUNS/control). Each run is read at its best validation step (lowest NLL, 600 held-out
 episodes as many from each task): NLL, NMI between argmax option and subtask, boundary F1 (tolerance 1), and
-the NLL over each subtask of an episode. The table goes to RUNS/table.txt; a run already finished is not
-retrained.
+the NLL over each subtask of an episode. With `--ppo-iters N`, each seed's options then go to PPO on ACD with
+sparse reward (N iterations, a fresh controller, as `benchmarks/craft_ppo_seeds.sh`), judged on the held-out
+return at the last iteration against the control's `ocn_ppo_seedN`. The table goes to RUNS/table.txt; a run
+already finished is not retrained.
 """
 
 from __future__ import annotations
@@ -56,21 +58,48 @@ def best_record(workdir: Path) -> dict:
     return min(valid, key=lambda r: r["nll"])
 
 
+def last_record(workdir: Path, steps: int) -> dict:
+    """The validation record at step `steps` (a PPO run's last evaluation)."""
+    path = workdir / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    found = [r for r in records if r.get("split") == "valid" and r.get("step") == steps]
+    if not found:
+        raise SystemExit(f"{path}: no validation at step {steps}; not comparable")
+    return found[-1]
+
+
 def finished(workdir: Path, steps: int) -> bool:
     path = workdir / "metrics.jsonl"
     return path.is_file() and any(json.loads(line).get("step") == steps and '"split": "valid"' in line
                                   for line in path.read_text().splitlines())
 
 
-def train(tasks: str, seed: int, workdir: Path, demo_dir: Path, steps: int) -> None:
+def cloning_command(tasks: str, seed: int, workdir: Path, demo_dir: Path, steps: int) -> list[str]:
+    return ["train", "--config", "configs/ocn_craft.py:mid", f"--config.data.tasks={tasks}",
+            f"--config.data.demo_dir={demo_dir}", f"--config.training.seed={seed}",
+            f"--config.training.num_steps={steps}", "--workdir", str(workdir), "--quiet"]
+
+
+def ppo_command(seed: int, options: Path, workdir: Path, iterations: int) -> list[str]:
+    """PPO on ACD, sparse reward, a fresh controller over `options`' frozen options (as craft_ppo_seeds.sh)."""
+    return ["train", "--config", "configs/ocn_craft_rl.py:ACD", f"--config.training.seed={seed}",
+            f"--config.training.num_steps={iterations}", f"--config.rl.options_workdir={options}",
+            "--workdir", str(workdir), "--quiet"]
+
+
+def run(arguments: list[str], workdir: Path) -> None:
+    """One `tgjax` command, its output in WORKDIR.log."""
     workdir.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "tgjax.cli", "train", "--config", "configs/ocn_craft.py:mid",
-               f"--config.data.tasks={tasks}", f"--config.data.demo_dir={demo_dir}",
-               f"--config.training.seed={seed}", f"--config.training.num_steps={steps}",
-               "--workdir", str(workdir), "--quiet"]
     with open(f"{workdir}.log", "w") as log:
-        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run([sys.executable, "-m", "tgjax.cli", *arguments], stdout=log, stderr=subprocess.STDOUT,
+                       check=True)
     print(f"{workdir}: trained", flush=True)
+
+
+def run_all(jobs: list[tuple[list[str], Path]], parallel: int) -> None:
+    with ThreadPoolExecutor(parallel) as pool:
+        for done in [pool.submit(run, *job) for job in jobs]:
+            done.result()
 
 
 def make_demos(tasks: str, demo_dir: Path) -> None:
@@ -96,20 +125,27 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/craft_task_set"))
     parser.add_argument("--control", default="runs/craft_ppo_seeds",
                         help="a folder of ocn_bc_seedN runs on AC,CD,DA at --steps; '' trains them under RUNS/control")
+    parser.add_argument("--ppo-iters", type=int, default=0,
+                        help="then PPO on sparse ACD over each run's options (the control's: ocn_ppo_seedN); 0 skips")
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args(argv)
 
     args.runs.mkdir(parents=True, exist_ok=True)
     control_dir = Path(args.control) if args.control else args.runs / "control"
-    jobs = [(args.tasks, seed, args.runs / f"ocn_seed{seed}", args.runs / "demos") for seed in args.seeds]
+    cloning = [(args.tasks, seed, args.runs / f"ocn_seed{seed}", args.runs / "demos") for seed in args.seeds]
     if not args.control:
-        jobs += [(S1_TASKS, seed, control_dir / f"ocn_bc_seed{seed}", control_dir / "demos") for seed in args.seeds]
-    jobs = [job for job in jobs if not finished(job[2], args.steps)]
-    for tasks, demos in sorted({(job[0], job[3]) for job in jobs}):
+        cloning += [(S1_TASKS, seed, control_dir / f"ocn_bc_seed{seed}", control_dir / "demos") for seed in args.seeds]
+    cloning = [job for job in cloning if not finished(job[2], args.steps)]
+    for tasks, demos in sorted({(job[0], job[3]) for job in cloning}):
         make_demos(tasks, demos)
-    with ThreadPoolExecutor(args.parallel) as pool:
-        for done in [pool.submit(train, *job, args.steps) for job in jobs]:
-            done.result()
+    run_all([(cloning_command(*job, args.steps), job[2]) for job in cloning], args.parallel)
+    if args.ppo_iters:
+        ppo = [(seed, args.runs / f"ocn_seed{seed}", args.runs / f"ppo_seed{seed}") for seed in args.seeds]
+        if not args.control:
+            ppo += [(seed, control_dir / f"ocn_bc_seed{seed}", control_dir / f"ocn_ppo_seed{seed}")
+                    for seed in args.seeds]
+        run_all([(ppo_command(*job, args.ppo_iters), job[2]) for job in ppo if not finished(job[2], args.ppo_iters)],
+                args.parallel)
 
     lines = []
     for name, tasks in (("task set under test", args.tasks), ("control (S1)", S1_TASKS)):
@@ -128,6 +164,20 @@ def main(argv=None) -> None:
         lines.append(f"{side}: NMI {spread(values).text(3)}")
     verdict, why = judge(found["test"], found["control"])
     lines.append(f"options follow the subtasks more on the set under test: {verdict} ({why})")
+    if args.ppo_iters:
+        lines.append(f"PPO on ACD, sparse reward, {args.ppo_iters} iterations over each run's options: held-out return "
+                     "(selection episodes) at the last iteration")
+        returns: dict[str, list[float]] = {"test": [], "control": []}
+        for seed in args.seeds:
+            for side, workdir in (("test", args.runs / f"ppo_seed{seed}"),
+                                  ("control", control_dir / f"ocn_ppo_seed{seed}")):
+                last = last_record(workdir, args.ppo_iters)
+                returns[side].append(last["heldout_return"])
+                lines.append(f"{side} seed {seed}: {last['heldout_return']:.3f} ({last['return']:.3f})")
+        for side, values in returns.items():
+            lines.append(f"{side}: held-out return {spread(values).text(3)}")
+        verdict, why = judge(returns["test"], returns["control"])
+        lines.append(f"PPO returns more over the options of the set under test: {verdict} ({why})")
     text = "\n".join(lines)
     print(text)
     (args.runs / "table.txt").write_text(text + "\n")

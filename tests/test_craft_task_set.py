@@ -50,3 +50,26 @@ def test_a_run_short_of_the_steps_is_refused_not_compared(tool, tmp_path):
         _finished_run(control / f"ocn_bc_seed{seed}", [0.1, 0.2, 0.3], steps=1500)
     with pytest.raises(SystemExit, match="ocn_bc_seed1: has not reached step 3000"):
         tool.main(["--seeds", "1", "2", "3", "--runs", str(runs), "--control", str(control)])
+
+
+def _ppo_run(workdir, heldout, iterations=300):
+    workdir.mkdir(parents=True)
+    records = [{"split": "valid", "step": step, "return": 0.5, "heldout_return": value}
+               for step, value in ((iterations // 2, 0.0), (iterations, heldout))]
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_ppo_over_each_seeds_options_is_judged_at_the_last_iteration(tool, tmp_path):
+    runs, control = tmp_path / "runs", tmp_path / "control"
+    for seed, (ours, theirs) in zip((1, 2, 3), ((0.1, 0.2), (0.2, 0.3), (0.3, 0.7))):
+        _finished_run(runs / f"ocn_seed{seed}", [0.1, 0.2, 0.3])
+        _finished_run(control / f"ocn_bc_seed{seed}", [0.1, 0.2, 0.3])
+        _ppo_run(runs / f"ppo_seed{seed}", ours)
+        _ppo_run(control / f"ocn_ppo_seed{seed}", theirs)
+    tool.main(["--seeds", "1", "2", "3", "--runs", str(runs), "--control", str(control), "--ppo-iters", "300"])
+    lines = (runs / "table.txt").read_text().splitlines()
+    assert "test: held-out return 0.200 ± 0.100 (3 seeds)" in lines
+    assert "control: held-out return 0.400 ± 0.265 (3 seeds)" in lines
+    assert lines[-1].startswith("PPO returns more over the options of the set under test: not yet")
+    with pytest.raises(SystemExit, match="ppo_seed1/metrics.jsonl: no validation at step 400"):
+        tool.last_record(runs / "ppo_seed1", 400)  # a run cut short is not compared
