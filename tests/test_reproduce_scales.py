@@ -19,6 +19,7 @@ def test_each_claim_has_at_most_one_recipe_per_scale_and_its_default_is_the_cpu_
     keys = [(r.claim_id, r.scale) for r in all_recipes()]
     assert len(keys) == len(set(keys)) and {scale for _, scale in keys} <= set(SCALES)
     assert scales_of("om-listops") == ["cpu", "paper"] and scales_of("om-logic-length") == ["cpu", "paper"]
+    assert scales_of("om-systematicity") == ["cpu", "paper"]
     assert scales_of("pushdown-dyck-table1") == ["paper"] and scales_of("ocn-specialisation") == []
     assert recipes()["om-listops"].scale == "cpu" and recipes()["pushdown-dyck-table1"].scale == "paper"
     # Every claims.json "runnable" claim has a recipe, every recipe's claim is marked runnable.
@@ -47,6 +48,31 @@ def test_the_paper_scale_ordered_memory_recipes_train_the_thesis_recipe_ordered_
     # The reserve for scoring a run stays well inside a 540-s accelerator call, or no call could finish a run.
     assert max(paper.reserve_s(s, False) for s in specs) <= 540 / 2
     assert paper.comparison == cpu.comparison
+
+
+def test_the_paper_scale_systematicity_recipe_trains_50_epochs_of_each_splits_own_training_pairs():
+    import math
+
+    from tests.data.test_logic import SYSTEMATICITY_SIZES  # the splits' pattern-free pairs, checked on the data
+    from tgjax.reproduce.recipes.om_systematicity import EPOCH_STEPS
+
+    paper, cpu = recipe_for("om-systematicity", "paper"), recipe_for("om-systematicity", "cpu")
+    specs = paper.runs(False)
+    assert [s.name for s in specs] == [s.name for s in cpu.runs(False)] and len(specs) == 27
+    assert [s.part for s in specs] == ["A"] * 9 + ["B"] * 9 + ["C"] * 9  # split by split, each Ordered Memory first
+    assert paper.one_run_at_a_time and paper.parts == cpu.parts and paper.comparison == cpu.comparison
+    for split, pairs, _, _ in SYSTEMATICITY_SIZES:
+        # An epoch: the training side after every 10th pair is held out for validation, in batches of 128.
+        assert EPOCH_STEPS[split] == math.ceil((pairs - pairs // 10) / 128)
+    for spec in specs:
+        config = load_config(spec.config, list(spec.overrides))
+        epoch = EPOCH_STEPS[spec.part]
+        assert config.data.split == spec.part and config.training.num_steps == 50 * epoch
+        assert config.evaluation.interval_steps == config.checkpointing.interval_steps == epoch
+        assert (config.model.slot_size, config.training.batch_size, config.model.release_switches) == (200, 128, True)
+    assert max(paper.reserve_s(s, False) for s in specs) <= 540 / 2
+    tiny = paper.runs(True)  # the tiny runs keep the CPU recipe's tiny steps
+    assert all(load_config(s.config, list(s.overrides)).training.num_steps == 12 for s in tiny)
 
 
 def test_a_claim_without_the_scale_asked_for_is_refused_in_one_line(tmp_path, capsys):

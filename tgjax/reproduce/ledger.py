@@ -183,9 +183,10 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "",
         "The order of the accelerator's work, unless a row below says it is done: Ordered Memory at the thesis' "
         "recipe (om-listops and om-logic-length side by side, `ledger_slot.sh run`); Pushdown's Table 1, 3 seeds "
-        "of both models (pushdown-dyck-table1, `ledger_slot.sh run`); UDGN on CRAFT to a converged MLM and the "
-        "stack-attention grid's deterministic CFLs (`benchmarks/cfl_grid.py`), which have no paper-scale recipe "
-        "yet. OCN's two rows already have 3 seeds at the thesis' scale on an H200 (`benchmarks/craft_table.sh`, "
+        "of both models (pushdown-dyck-table1, `ledger_slot.sh run`); Ordered Memory's systematicity splits at "
+        "the thesis' recipe (om-systematicity, 27 runs, `ledger_slot.sh run`); UDGN on CRAFT to a converged MLM "
+        "and the stack-attention grid's deterministic CFLs (`benchmarks/cfl_grid.py`), which have no paper-scale "
+        "recipe yet. OCN's two rows already have 3 seeds at the thesis' scale on an H200 (`benchmarks/craft_table.sh`, "
         "one call): what is left there is diagnosis, not more of the same runs.",
         "",
         "## Claims",

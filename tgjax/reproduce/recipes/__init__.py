@@ -137,7 +137,8 @@ def all_recipes() -> list[Recipe]:
     )
 
     return [om_listops.RECIPE, om_listops.PAPER_RECIPE, om_logic_length.RECIPE, om_logic_length.PAPER_RECIPE,
-            om_systematicity.RECIPE, onlstm_parse.RECIPE, onlstm_syntax.RECIPE, pushdown_dyck.RECIPE,
+            om_systematicity.RECIPE, om_systematicity.PAPER_RECIPE,
+            onlstm_parse.RECIPE, onlstm_syntax.RECIPE, pushdown_dyck.RECIPE,
             stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
 
 

@@ -14,6 +14,12 @@ column) against the baseline with the best mean, and keeps the figure over every
 The claim holds where every split shows it (`tgjax.reproduce.verdict.combine`). A run the budget stopped is
 reported by its best validation accuracy so far and left out of the verdict. The majority class of each split's
 7..12 pairs is reported beside. Data: the original files (`data.logic_dir`).
+
+`PAPER_RECIPE` (`--scale paper`) is the thesis' recipe, an accelerator's: the same 27 runs of `configs/om_logic.py`
+(D = 200, batch 128, the release's recurrence and dropouts), each for 50 epochs of its split's pattern-free
+training pairs (`EPOCH_STEPS`: A 45,350, B 30,950, C 18,250 steps) and validated once an epoch, as the release
+counts them; trained one after another, split A's runs first and in each split Ordered Memory's seeds first, each
+scored as it finishes.
 """
 
 from __future__ import annotations
@@ -23,20 +29,42 @@ from pathlib import Path
 
 from tgjax.reproduce.recipes import Comparison, Recipe, RunSpec
 from tgjax.reproduce.recipes import om_logic_length as length
-from tgjax.reproduce.recipes.common import encoder_runs, validation_so_far
+from tgjax.reproduce.recipes.common import at_paper_scale, encoder_runs, validation_so_far
 
 SPLITS = ("A", "B", "C")
 THESIS = (("A", 94.0), ("B", 91.0), ("C", 81.0))  # Table 3.4, 7..12 operators; no spread given
 
 
-def runs(tiny: bool) -> list[RunSpec]:
-    """om-logic-length's runs once per split, named "A-om-seed1111", ..., each in its split's part."""
+# One epoch of each split's pattern-free training pairs at the thesis' batch of 128: ceil(pairs / 128) steps (A
+# 116,073 pairs, B 79,154, C 46,707: `tgjax.data.logic.systematicity_split`'s training side).
+EPOCH_STEPS = {"A": 907, "B": 619, "C": 365}
+THESIS_EPOCHS = 50
+
+
+def split_runs(config: str, common: tuple[str, ...], tiny: bool, per_split=lambda split: ()) -> list[RunSpec]:
+    """om-logic-length's runs once per split, named "A-om-seed1111", ..., each in its split's part, with the
+    split's own overrides (`per_split`) where it has them."""
     specs = []
     for split in SPLITS:
-        for spec in encoder_runs(length.CONFIG, length.SEEDS, length.COMMON, length.TINY, tiny):
+        for spec in encoder_runs(config, length.SEEDS, common, length.TINY, tiny):
+            own = () if tiny else per_split(split)
             specs.append(dataclasses.replace(spec, name=f"{split}-{spec.name}", part=split,
-                                             overrides=(f"data.split={split}", *spec.overrides)))
+                                             overrides=(f"data.split={split}", *own, *spec.overrides)))
     return specs
+
+
+def runs(tiny: bool) -> list[RunSpec]:
+    return split_runs(length.CONFIG, length.COMMON, tiny)
+
+
+def paper_runs(tiny: bool) -> list[RunSpec]:
+    """The thesis' recipe per split: 50 epochs of the split's training pairs, validated once an epoch."""
+    def epochs(split: str) -> tuple[str, ...]:
+        epoch = EPOCH_STEPS[split]
+        return (f"training.num_steps={THESIS_EPOCHS * epoch}", f"evaluation.interval_steps={epoch}",
+                f"checkpointing.interval_steps={epoch}")
+
+    return split_runs(length.PAPER_CONFIG, length.PAPER_COMMON, tiny, epochs)
 
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
@@ -73,4 +101,17 @@ RECIPE = Recipe(
     scored_when_finishing=True,
     calibration_steps=lambda tiny: 6 if tiny else 50,
     parts=SPLITS,
+)
+
+PAPER_RECIPE = at_paper_scale(
+    RECIPE,
+    description="Ordered Memory on logic with split A / B / C's pattern held out of training at the thesis' recipe "
+                "(om_logic.py: D 200, 50 epochs of each split's training pairs; the release's recurrence), against "
+                "same-size LSTM and Transformer encoders, 3 seeds each per split, trained one at a time and scored "
+                "as each finishes (accelerator scale)",
+    runs=paper_runs,
+    # Every 0..12 bucket of the split's pattern (C: 27,232 pairs) at 24 slots, both sides encoded, plus a fresh
+    # compile of the test-time program: om-logic-length's 13,445 pairs take under a minute on an accelerator.
+    model_reserve_s=240.0,
+    baseline_reserve_s=120.0,
 )
