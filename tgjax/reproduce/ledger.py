@@ -186,8 +186,10 @@ def render(claims: ClaimsFile, records: list[dict]) -> str:
         "of both models (pushdown-dyck-table1, `ledger_slot.sh run`); Ordered Memory's systematicity splits at "
         "the thesis' recipe (om-systematicity, 27 runs, `ledger_slot.sh run`); UDGN on CRAFT to a converged MLM "
         "and the stack-attention grid's deterministic CFLs (`benchmarks/cfl_grid.py`), which have no paper-scale "
-        "recipe yet. OCN's two rows already have 3 seeds at the thesis' scale on an H200 (`benchmarks/craft_table.sh`, "
-        "one call): what is left there is diagnosis, not more of the same runs.",
+        "recipe yet (UDGN at the release's size has 47.3M parameters: a checkpoint with Adam's moments, about "
+        "570 MB, cannot travel in a 64-MiB pack, so its runs must each fit one call or keep their state on the "
+        "accelerator's side). OCN's two rows already have 3 seeds at the thesis' scale on an H200 "
+        "(`benchmarks/craft_table.sh`, one call): what is left there is diagnosis, not more of the same runs.",
         "",
         "## Claims",
         "",
