@@ -10,17 +10,19 @@ If the hypothesis holds, OCN trained on all six pairs (the same `:mid` recipe, s
 follow the subtasks (NMI) beyond the spread of the same seeds on {AC, CD, DA}.
 
     python benchmarks/craft_task_set.py --seeds 1 2 3 --steps 3000 \
-        --runs runs/craft_task_set --control runs/craft_ppo_seeds --ppo-iters 300
+        --runs runs/craft_task_set --control runs/craft_ppo_seeds --ppo-iters 300 --eval
 
 Each seed trains `configs/ocn_craft.py:mid` with `data.tasks` set to `--tasks` (one `tgjax train` per seed,
 `--parallel` at a time; the demonstrations are generated once, before, into RUNS/demos). The control is the
 `ocn_bc_seedN` runs of `benchmarks/craft_ppo_seeds.sh` (the same recipe on AC,CD,DA; `--control ''` trains
 them here instead, under RUNS/control). Each run is read at its best validation step (lowest NLL, 600 held-out
 episodes as many from each task): NLL, NMI between argmax option and subtask, boundary F1 (tolerance 1), and
-the NLL over each subtask of an episode. With `--ppo-iters N`, each seed's options then go to PPO on ACD with
-sparse reward (N iterations, a fresh controller, as `benchmarks/craft_ppo_seeds.sh`), judged on the held-out
-return at the last iteration against the control's `ocn_ppo_seedN`. The table goes to RUNS/table.txt; a run
-already finished is not retrained.
+the NLL over each subtask of an episode. With `--ppo-iters N`, each seed's options then go to PPO on ACD with sparse
+reward (N iterations, a fresh controller, as `benchmarks/craft_ppo_seeds.sh`), judged on the held-out return at the
+last iteration against the control's `ocn_ppo_seedN`. With `--eval`, each cloning run is also read by `tgjax eval
+craft` (RUNS/eval/): the option x subtask table (Table 5.2's), the best option of each subtask and how many distinct
+options those are (3: one per subtask), and ACD under a controller told the subtask. The table goes to
+RUNS/table.txt; a run already finished is not retrained.
 """
 
 from __future__ import annotations
@@ -102,6 +104,29 @@ def run_all(jobs: list[tuple[list[str], Path]], parallel: int) -> None:
             done.result()
 
 
+def evaluate(workdir: Path, output: Path) -> dict:
+    """`tgjax eval craft` of a cloning run's best step (kept in `output`; read again when it is there): the option
+    x subtask table (each option alone, chosen again at done) and the options under a controller told the subtask
+    on ACD, 100 episodes each; 600 held-out demonstrations."""
+    if not output.is_file():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{output}.log", "w") as log:
+            subprocess.run([sys.executable, "-m", "tgjax.cli", "eval", "craft", "--workdir", str(workdir),
+                            "--episodes", "100", "--valid-episodes", "600", "--output", str(output)],
+                           stdout=log, stderr=subprocess.STDOUT, check=True)
+    return json.loads(output.read_text())
+
+
+def option_table_line(name: str, report: dict) -> str:
+    """One run's option x subtask success, its best option per subtask and the scripted controller on ACD."""
+    table = report["option_subtask_success"]
+    subtasks, rows = table["subtasks"], table["rows"]
+    best = [max(range(len(rows)), key=lambda option: rows[option][column]) for column in range(len(subtasks))]
+    cells = " · ".join(" ".join(f"{value:.2f}" for value in row) for row in rows)
+    return (f"{name:20} {cells}   best option per subtask {'/'.join(str(b + 1) for b in best)} "
+            f"({len(set(best))} distinct)   ACD scripted {report['scripted_controller']['ACD']['success_rate']:.3f}")
+
+
 def make_demos(tasks: str, demo_dir: Path) -> None:
     """The demonstrations of every task, generated once (the runs would race to write them)."""
     from tgjax.train.config import load_config
@@ -127,6 +152,8 @@ def main(argv=None) -> None:
                         help="a folder of ocn_bc_seedN runs on AC,CD,DA at --steps; '' trains them under RUNS/control")
     parser.add_argument("--ppo-iters", type=int, default=0,
                         help="then PPO on sparse ACD over each run's options (the control's: ocn_ppo_seedN); 0 skips")
+    parser.add_argument("--eval", action="store_true",
+                        help="also `tgjax eval craft` each cloning run: option x subtask table, scripted ACD")
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args(argv)
 
@@ -164,6 +191,18 @@ def main(argv=None) -> None:
         lines.append(f"{side}: NMI {spread(values).text(3)}")
     verdict, why = judge(found["test"], found["control"])
     lines.append(f"options follow the subtasks more on the set under test: {verdict} ({why})")
+    if args.eval:
+        lines.append("option x subtask success (rows options, columns " + "/".join(sorted(successors(S1_TASKS)))
+                     + "; each option alone, chosen again at done), 100 episodes a cell")
+        scripted: dict[str, list[float]] = {"test": [], "control": []}
+        for seed in args.seeds:
+            for side, workdir in (("test", args.runs / f"ocn_seed{seed}"),
+                                  ("control", control_dir / f"ocn_bc_seed{seed}")):
+                report = evaluate(workdir, args.runs / "eval" / f"{side}_seed{seed}.json")
+                scripted[side].append(report["scripted_controller"]["ACD"]["success_rate"])
+                lines.append(option_table_line(f"{side} seed {seed}", report))
+        for side, values in scripted.items():
+            lines.append(f"{side}: ACD under the scripted controller, success {spread(values).text(3)}")
     if args.ppo_iters:
         lines.append(f"PPO on ACD, sparse reward, {args.ppo_iters} iterations over each run's options: held-out return "
                      "(selection episodes) at the last iteration")

@@ -73,3 +73,27 @@ def test_ppo_over_each_seeds_options_is_judged_at_the_last_iteration(tool, tmp_p
     assert lines[-1].startswith("PPO returns more over the options of the set under test: not yet")
     with pytest.raises(SystemExit, match="ppo_seed1/metrics.jsonl: no validation at step 400"):
         tool.last_record(runs / "ppo_seed1", 400)  # a run cut short is not compared
+
+
+def _report(rows, scripted):
+    return {"option_subtask_success": {"subtasks": ["A", "C", "D"], "rows": rows},
+            "scripted_controller": {"ACD": {"success_rate": scripted}}}
+
+
+def test_the_option_table_names_each_subtasks_best_option_and_counts_the_distinct_ones(tool, tmp_path):
+    one_each = _report([[0.96, 0.07, 0.03], [0.00, 0.02, 0.95], [0.01, 0.98, 0.01]], 0.9)  # thesis Table 5.2
+    generalist = _report([[0.2, 0.1, 0.3], [0.9, 0.8, 0.7], [0.1, 0.2, 0.1]], 0.1)
+    assert "best option per subtask 1/3/2 (3 distinct)" in tool.option_table_line("a", one_each)
+    assert "best option per subtask 2/2/2 (1 distinct)" in tool.option_table_line("b", generalist)
+    runs, control = tmp_path / "runs", tmp_path / "control"
+    for seed in (1, 2, 3):
+        _finished_run(runs / f"ocn_seed{seed}", [0.1, 0.2, 0.3])
+        _finished_run(control / f"ocn_bc_seed{seed}", [0.1, 0.2, 0.3])
+        (runs / "eval").mkdir(exist_ok=True)
+        (runs / "eval" / f"test_seed{seed}.json").write_text(json.dumps(one_each))
+        (runs / "eval" / f"control_seed{seed}.json").write_text(json.dumps(_report(generalist[
+            "option_subtask_success"]["rows"], 0.1 * seed)))
+    tool.main(["--seeds", "1", "2", "3", "--runs", str(runs), "--control", str(control), "--eval"])
+    table = (runs / "table.txt").read_text()
+    assert "control: ACD under the scripted controller, success 0.200 ± 0.100 (3 seeds)" in table
+    assert table.count("(3 distinct)") == 3 and table.count("(1 distinct)") == 3
