@@ -34,6 +34,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tgjax.reproduce.recipes.common import metrics_records
 from tgjax.reproduce.verdict import judge, spread
 
 S1_TASKS = "AC,CD,DA"
@@ -49,31 +50,29 @@ def successors(tasks: str) -> dict[str, set[str]]:
     return after
 
 
+def validations(workdir: Path) -> list[dict]:
+    """The run's validation records (`metrics.jsonl`, as the recipes read it); [] before any."""
+    return [r for r in metrics_records(workdir) if r.get("split") == "valid"]
+
+
 def best_record(workdir: Path) -> dict:
-    """The validation record of the run's best step (the lowest NLL; the last record flagged best)."""
-    path = workdir / "metrics.jsonl"
-    if not path.is_file():
-        raise SystemExit(f"{path}: no metrics; did the run train? (see {workdir}.log)")
-    valid = [json.loads(line) for line in path.read_text().splitlines() if '"split": "valid"' in line]
+    """The validation record of the run's best step (the lowest NLL)."""
+    valid = validations(workdir)
     if not valid:
-        raise SystemExit(f"{path}: no validation record")
+        raise SystemExit(f"{workdir / 'metrics.jsonl'}: no validation record; did the run train? (see {workdir}.log)")
     return min(valid, key=lambda r: r["nll"])
 
 
 def last_record(workdir: Path, steps: int) -> dict:
     """The validation record at step `steps` (a PPO run's last evaluation)."""
-    path = workdir / "metrics.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    found = [r for r in records if r.get("split") == "valid" and r.get("step") == steps]
+    found = [r for r in validations(workdir) if r.get("step") == steps]
     if not found:
-        raise SystemExit(f"{path}: no validation at step {steps}; not comparable")
+        raise SystemExit(f"{workdir / 'metrics.jsonl'}: no validation at step {steps}; not comparable")
     return found[-1]
 
 
 def finished(workdir: Path, steps: int) -> bool:
-    path = workdir / "metrics.jsonl"
-    return path.is_file() and any(json.loads(line).get("step") == steps and '"split": "valid"' in line
-                                  for line in path.read_text().splitlines())
+    return any(r.get("step") == steps for r in validations(workdir))
 
 
 def cloning_command(tasks: str, seed: int, workdir: Path, demo_dir: Path, steps: int) -> list[str]:
@@ -89,18 +88,19 @@ def ppo_command(seed: int, options: Path, workdir: Path, iterations: int) -> lis
             "--workdir", str(workdir), "--quiet"]
 
 
-def run(arguments: list[str], workdir: Path) -> None:
-    """One `tgjax` command, its output in WORKDIR.log."""
-    workdir.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{workdir}.log", "w") as log:
-        subprocess.run([sys.executable, "-m", "tgjax.cli", *arguments], stdout=log, stderr=subprocess.STDOUT,
+def run(arguments: list[str], log: Path) -> None:
+    """One `tgjax` command, its output in `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        subprocess.run([sys.executable, "-m", "tgjax.cli", *arguments], stdout=out, stderr=subprocess.STDOUT,
                        check=True)
-    print(f"{workdir}: trained", flush=True)
+    print(f"{log}: done", flush=True)
 
 
 def run_all(jobs: list[tuple[list[str], Path]], parallel: int) -> None:
+    """`run` each (arguments, workdir), `parallel` at a time, each logged to WORKDIR.log."""
     with ThreadPoolExecutor(parallel) as pool:
-        for done in [pool.submit(run, *job) for job in jobs]:
+        for done in [pool.submit(run, arguments, Path(f"{workdir}.log")) for arguments, workdir in jobs]:
             done.result()
 
 
@@ -109,11 +109,8 @@ def evaluate(workdir: Path, output: Path) -> dict:
     x subtask table (each option alone, chosen again at done) and the options under a controller told the subtask
     on ACD, 100 episodes each; 600 held-out demonstrations."""
     if not output.is_file():
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{output}.log", "w") as log:
-            subprocess.run([sys.executable, "-m", "tgjax.cli", "eval", "craft", "--workdir", str(workdir),
-                            "--episodes", "100", "--valid-episodes", "600", "--output", str(output)],
-                           stdout=log, stderr=subprocess.STDOUT, check=True)
+        run(["eval", "craft", "--workdir", str(workdir), "--episodes", "100", "--valid-episodes", "600",
+             "--output", str(output)], Path(f"{output}.log"))
     return json.loads(output.read_text())
 
 
@@ -134,6 +131,23 @@ def make_demos(tasks: str, demo_dir: Path) -> None:
 
     config = load_config("configs/ocn_craft.py:mid", [f"data.tasks={tasks}", f"data.demo_dir={demo_dir}"])
     load_task_demos(config, demo_dir.parent)
+
+
+def sides(runs: Path, control: Path, seed: int) -> tuple[tuple[str, Path, Path], ...]:
+    """("test" or "control", the seed's cloning workdir, its PPO workdir) for each side: the control's are
+    `craft_ppo_seeds.sh`'s names."""
+    return (("test", runs / f"ocn_seed{seed}", runs / f"ppo_seed{seed}"),
+            ("control", control / f"ocn_bc_seed{seed}", control / f"ocn_ppo_seed{seed}"))
+
+
+def summarise(lines: list[str], what: str, found: dict[str, list[float]], claim: str = "") -> None:
+    """Appends each side's mean ± sd of `what` and, with `claim`, the ledger rule's verdict on the test side
+    beating the control."""
+    for side, values in found.items():
+        lines.append(f"{side}: {what} {spread(values).text(3)}")
+    if claim:
+        verdict, why = judge(found["test"], found["control"])
+        lines.append(f"{claim}: {verdict} ({why})")
 
 
 def row(name: str, record: dict) -> str:
@@ -159,19 +173,17 @@ def main(argv=None) -> None:
 
     args.runs.mkdir(parents=True, exist_ok=True)
     control_dir = Path(args.control) if args.control else args.runs / "control"
-    cloning = [(args.tasks, seed, args.runs / f"ocn_seed{seed}", args.runs / "demos") for seed in args.seeds]
-    if not args.control:
-        cloning += [(S1_TASKS, seed, control_dir / f"ocn_bc_seed{seed}", control_dir / "demos") for seed in args.seeds]
+    by_seed = {seed: sides(args.runs, control_dir, seed) for seed in args.seeds}
+    trained_here = ("test",) if args.control else ("test", "control")
+    cloning = [(args.tasks if side == "test" else S1_TASKS, seed, bc, bc.parent / "demos")
+               for seed in args.seeds for side, bc, _ in by_seed[seed] if side in trained_here]
     cloning = [job for job in cloning if not finished(job[2], args.steps)]
     for tasks, demos in sorted({(job[0], job[3]) for job in cloning}):
         make_demos(tasks, demos)
     run_all([(cloning_command(*job, args.steps), job[2]) for job in cloning], args.parallel)
     if args.ppo_iters:
-        ppo = [(seed, args.runs / f"ocn_seed{seed}", args.runs / f"ppo_seed{seed}") for seed in args.seeds]
-        if not args.control:
-            ppo += [(seed, control_dir / f"ocn_bc_seed{seed}", control_dir / f"ocn_ppo_seed{seed}")
-                    for seed in args.seeds]
-        run_all([(ppo_command(*job, args.ppo_iters), job[2]) for job in ppo if not finished(job[2], args.ppo_iters)],
+        run_all([(ppo_command(seed, bc, ppo, args.ppo_iters), ppo) for seed in args.seeds
+                 for side, bc, ppo in by_seed[seed] if side in trained_here and not finished(ppo, args.ppo_iters)],
                 args.parallel)
 
     lines = []
@@ -179,44 +191,35 @@ def main(argv=None) -> None:
         follows = ", ".join(f"{a} -> {'/'.join(sorted(b))}" for a, b in sorted(successors(tasks).items()))
         lines.append(f"{name}: {tasks}; after a subtask comes: {follows}")
     lines.append(f"{'run':28} {'best':>5}  {'NLL':5}  {'NMI':5}  {'F1t1':5}  NLL over subtask 1 / 2")
-    found: dict[str, list[float]] = {"test": [], "control": []}
+    nmi: dict[str, list[float]] = {"test": [], "control": []}
     for seed in args.seeds:
-        for side, workdir in (("test", args.runs / f"ocn_seed{seed}"), ("control", control_dir / f"ocn_bc_seed{seed}")):
-            record = best_record(workdir)
-            if not finished(workdir, args.steps):
-                raise SystemExit(f"{workdir}: has not reached step {args.steps}; not comparable")
-            found[side].append(record["nmi"])
+        for side, bc, _ in by_seed[seed]:
+            record = best_record(bc)
+            if not finished(bc, args.steps):
+                raise SystemExit(f"{bc}: has not reached step {args.steps}; not comparable")
+            nmi[side].append(record["nmi"])
             lines.append(row(f"{side} seed {seed}", record))
-    for side, values in found.items():
-        lines.append(f"{side}: NMI {spread(values).text(3)}")
-    verdict, why = judge(found["test"], found["control"])
-    lines.append(f"options follow the subtasks more on the set under test: {verdict} ({why})")
+    summarise(lines, "NMI", nmi, "options follow the subtasks more on the set under test")
     if args.eval:
         lines.append("option x subtask success (rows options, columns " + "/".join(sorted(successors(S1_TASKS)))
                      + "; each option alone, chosen again at done), 100 episodes a cell")
         scripted: dict[str, list[float]] = {"test": [], "control": []}
         for seed in args.seeds:
-            for side, workdir in (("test", args.runs / f"ocn_seed{seed}"),
-                                  ("control", control_dir / f"ocn_bc_seed{seed}")):
-                report = evaluate(workdir, args.runs / "eval" / f"{side}_seed{seed}.json")
+            for side, bc, _ in by_seed[seed]:
+                report = evaluate(bc, args.runs / "eval" / f"{side}_seed{seed}.json")
                 scripted[side].append(report["scripted_controller"]["ACD"]["success_rate"])
                 lines.append(option_table_line(f"{side} seed {seed}", report))
-        for side, values in scripted.items():
-            lines.append(f"{side}: ACD under the scripted controller, success {spread(values).text(3)}")
+        summarise(lines, "ACD under the scripted controller, success", scripted)
     if args.ppo_iters:
         lines.append(f"PPO on ACD, sparse reward, {args.ppo_iters} iterations over each run's options: held-out return "
                      "(selection episodes) at the last iteration")
         returns: dict[str, list[float]] = {"test": [], "control": []}
         for seed in args.seeds:
-            for side, workdir in (("test", args.runs / f"ppo_seed{seed}"),
-                                  ("control", control_dir / f"ocn_ppo_seed{seed}")):
-                last = last_record(workdir, args.ppo_iters)
+            for side, _, ppo in by_seed[seed]:
+                last = last_record(ppo, args.ppo_iters)
                 returns[side].append(last["heldout_return"])
                 lines.append(f"{side} seed {seed}: {last['heldout_return']:.3f} ({last['return']:.3f})")
-        for side, values in returns.items():
-            lines.append(f"{side}: held-out return {spread(values).text(3)}")
-        verdict, why = judge(returns["test"], returns["control"])
-        lines.append(f"PPO returns more over the options of the set under test: {verdict} ({why})")
+        summarise(lines, "held-out return", returns, "PPO returns more over the options of the set under test")
     text = "\n".join(lines)
     print(text)
     (args.runs / "table.txt").write_text(text + "\n")
