@@ -21,10 +21,11 @@
 # pack if there is one.
 # It writes $OUT/CLAIM/ (each claim's new pack), $OUT/runs.jsonl (the calls' records) and $OUT/log.txt (OUT: the
 # device tool's folder; out/ledger_slot elsewhere): with two claims 7 files at most (om-logic-length's pack has
-# two parts), inside the device tool's 8; om-logic-length and om-systematicity together (two parts each) make 8. A guard sends each call SIGTERM 60 s past the budget: it then packs what
-# it has and stops (exit 143), so a slot never loses its training. BUDGET_S defaults to 480: a 600-s device call
-# less the start-up (wheels, imports, data) and the pack. EXTRA: more `tgjax reproduce` arguments (EXTRA=--tiny
-# PY=.venv/bin/python runs the whole path here, on the CPU, in a minute or two).
+# two parts), inside the device tool's 8; om-logic-length and om-systematicity together (two parts each) make 8.
+# A guard sends each call SIGTERM 60 s past the budget: it then packs what it has and stops (exit 143), so a slot
+# never loses its training. BUDGET_S defaults to 480: a 600-s device call less the start-up (wheels, imports, data)
+# and the pack. EXTRA: more `tgjax reproduce` arguments (EXTRA=--tiny PY=.venv/bin/python runs the whole path here,
+# on the CPU, in a minute or two).
 # `keep` copies each FILES_AT/CLAIM/ over reproduction/packs/CLAIM-paper/ and appends FILES_AT/runs.jsonl to
 # reproduction/runs.jsonl; then regenerate the ledger (tgjax reproduce --ledger) and commit.
 set -euo pipefail
