@@ -260,3 +260,36 @@ def test_options_done_bias_starts_at_the_configured_value(bias):
         assert 0.3 < np.median(done) < 0.7
     else:
         assert np.median(done) < 0.1
+
+
+@functools.cache
+def _policies_told_and_not_told_the_task() -> dict:
+    """(kind, task_input) -> log_pi [3, 4, A] of a fresh craft_bc policy (3 tasks, hidden 8) run on the same
+    observations under task ids 0, 1, 2; every policy built and run in one compiled program."""
+    from tgjax.train.tasks.craft_bc import default_config, policy_config
+
+    configs = {}
+    for kind in ("ocn", "lstm", "ompn"):
+        for told in (True, False):
+            config = default_config()
+            config.model.kind, config.model.hidden_size, config.model.task_input = kind, 8, told
+            config.model.task_state_init_std = 1.0   # the OCN's task rows far enough apart to show
+            configs[kind, told] = policy_config(config, num_tasks=3)
+    obs = jnp.broadcast_to(jax.random.bernoulli(jax.random.key(2), 0.1, (1, 4, 1075)), (3, 4, 1075))
+
+    @jax.jit
+    def run(obs):
+        return {key: build_policy(config, nnx.Rngs(0))(obs, jnp.arange(3)).log_pi for key, config in configs.items()}
+
+    return run(obs.astype(jnp.float32))
+
+
+@pytest.mark.parametrize("kind", ["ocn", "lstm", "ompn"])
+def test_a_policy_not_told_the_task_acts_the_same_for_every_task(kind):
+    """`model.task_input=False` starts every task from the same learned state: the same observations give the
+    same actions whatever the task id; told the task (the default), the per-task states set them apart."""
+    runs = _policies_told_and_not_told_the_task()
+    hidden, told = np.asarray(runs[kind, False]), np.asarray(runs[kind, True])
+    for task in (1, 2):   # rows of one batch may round differently in the last bit
+        np.testing.assert_allclose(hidden[task], hidden[0], rtol=0, atol=1e-5)
+        assert np.abs(told[task] - told[0]).max() > 1e-4   # fresh policies: small, but 10x the rounding

@@ -146,8 +146,13 @@ class DemoBot:
 
 
 def generate_demos(task: str, num: int, seed: int = 0, dense_reward: bool = True, max_steps: int = 64,
-                   full_view: bool = False, batch_size: int = 256, progress=None) -> tuple[CraftDemos, dict]:
+                   full_view: bool = False, batch_size: int = 256, progress=None,
+                   bot_factory=DemoBot) -> tuple[CraftDemos, dict]:
     """`num` successful demonstrations of `task` and a summary dict (episodes tried, success rate, seconds).
+
+    `bot_factory(subtasks, rng)` makes each episode's bot (a `DemoBot` or a subclass that records more, as
+    benchmarks/craft_subtask_value.py's); a kept episode's bot is the one whose `act` was called after the
+    episode ended, for the final DONE.
 
     Each episode's arrays: observations [T + 1, 1075] (the last one is the final observation, paired
     with DONE), actions [T + 1], boundaries [num_subtasks] (the step of the action that completed each
@@ -175,7 +180,7 @@ def generate_demos(task: str, num: int, seed: int = 0, dense_reward: bool = True
         keys = jax.random.split(jax.random.fold_in(key, batch_index), batch_size)
         batch_index += 1
         obs, state = reset(keys, params)
-        bots = [DemoBot(subtasks, rng) for _ in range(batch_size)]
+        bots = [bot_factory(subtasks, rng) for _ in range(batch_size)]
         observations = [[] for _ in range(batch_size)]
         actions = [[] for _ in range(batch_size)]
         boundaries = [[] for _ in range(batch_size)]

@@ -28,6 +28,10 @@ All four share one interface, over a batch of episodes of one task each:
   log_done is log s_t, s_t = 1 - E_t / n with E_t the expected expansion
   position (OMPN's boundary score, same top-k); log_p is the pointer p_t.
 
+With `task_input=False` every task starts from the first row of that
+per-task table, so the policy is not told the task and must infer it from
+what it sees (a diagnostic: benchmarks/craft_subtask_value.py).
+
 The observation (1075 features, or already reduced to its live ones: the
 BC batches are) enters as `live_inputs` (default): only the features that
 can be non-zero in this environment (the window's one-hot kinds that maps
@@ -73,6 +77,7 @@ class CraftPolicyConfig:
     num_actions: int = rules.NUM_ACTIONS
     live_inputs: bool = True
     full_view: bool = False
+    task_input: bool = True            # False: every task starts from row 0 (a diagnostic: the task is hidden)
 
     def __post_init__(self):
         if self.kind not in POLICIES:
@@ -95,6 +100,10 @@ class CraftPolicyConfig:
         if saved.get("kind") == "ompn":
             saved.setdefault("ompn_pointer", "softmax")
         return cls(**saved)
+
+    def task_rows(self, task_ids: jax.Array) -> jax.Array:
+        """[B] rows of the per-task initial-state table: the task ids, or all 0 when the task is hidden."""
+        return task_ids if self.task_input else jnp.zeros_like(task_ids)
 
     @property
     def input_size(self) -> int:
@@ -147,7 +156,8 @@ class OptionControllerPolicy(nnx.Module):
     def init_carry(self, task_ids: jax.Array) -> OCNState:
         batch = task_ids.shape[0]
         K, H = self.config.num_options, self.config.hidden_size
-        return OCNState(h_c=self.h_c_init[...][task_ids], log_p=jnp.full((batch, K), -jnp.log(K)),
+        h_c = self.h_c_init[...][self.config.task_rows(task_ids)]
+        return OCNState(h_c=h_c, log_p=jnp.full((batch, K), -jnp.log(K)),
                         h_o=jnp.broadcast_to(self.h_o_init[...], (batch, K, H)),
                         first=jnp.ones((batch,), bool))
 
@@ -196,7 +206,7 @@ class LSTMPolicy(nnx.Module):
         self.b_out = param(rngs, nnx.initializers.zeros, (config.num_actions,), ("outputs",))
 
     def init_carry(self, task_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-        rows = self.carry_init[...][task_ids]
+        rows = self.carry_init[...][self.config.task_rows(task_ids)]
         return rows[:, 0], rows[:, 1]
 
     def step(self, carry, obs: jax.Array) -> tuple[tuple[jax.Array, jax.Array], PolicyOutput]:
@@ -228,7 +238,7 @@ class OrderedMemoryPolicy(nnx.Module):
         self.cell = OMPNCell(config.num_slots, H, config.num_actions, pointer=config.ompn_pointer, rngs=rngs)
 
     def init_carry(self, task_ids: jax.Array) -> OMPNState:
-        return self.cell.initial_state(self.task_embedding[...][task_ids])
+        return self.cell.initial_state(self.task_embedding[...][self.config.task_rows(task_ids)])
 
     def _encode(self, obs: jax.Array) -> jax.Array:
         return _inputs(self.config, obs) @ self.w_obs[...] + self.b_obs[...]

@@ -101,7 +101,8 @@ def default_config() -> ml_collections.ConfigDict:
                    option_temperature=1.0, live_inputs=True, num_slots=3,  # num_slots: OMPN's memory
                    task_state_init_std=0.1,   # OCN's per-task controller state h^c_0 ~ N(0, std^2) at the start
                    option_done_bias_init=0.0,  # OCN: the options' done-head bias at the start (e = σ(b_e))
-                   ompn_pointer="stickbreaking"),  # OMPN: the release's bots' pointer; "softmax" the alternative
+                   ompn_pointer="stickbreaking",  # OMPN: the release's bots' pointer; "softmax" the alternative
+                   task_input=True),  # False: the policy is not told the task (every task starts from one state)
         training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
         evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
     ), checkpointing=dict(interval_steps=200), logging=dict(interval_steps=20))
@@ -131,7 +132,8 @@ def policy_config(config, num_tasks: int) -> CraftPolicyConfig:
                              num_slots=m.get("num_slots", 3),  # configs written before OMPN lack it
                              task_state_init_std=m.get("task_state_init_std", 0.1),
                              option_done_bias_init=m.get("option_done_bias_init", 0.0),
-                             ompn_pointer=m.get("ompn_pointer", "softmax"))  # configs before the key: softmax
+                             ompn_pointer=m.get("ompn_pointer", "softmax"),  # configs before the key: softmax
+                             task_input=m.get("task_input", True))
 
 
 def check_config(config) -> None:
