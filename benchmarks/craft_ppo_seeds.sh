@@ -45,9 +45,9 @@ for seed in $SEEDS; do jobs+=("ocn $seed"); done
 for seed in $SEEDS; do jobs+=("lstm $seed"); done
 printf '%s\n' "${jobs[@]}" | xargs -P "${PARALLEL:-2}" -L 1 bash -c 'one_model "$0" "$1"'
 "$PY" - "$RUNS" "$SEEDS" <<'EOF' | tee "$RUNS/table.txt"
-import json, statistics, sys
+import json, sys
 from pathlib import Path
-from tgjax.reproduce.verdict import judge
+from tgjax.reproduce.verdict import judge, spread
 runs, seeds = Path(sys.argv[1]), sys.argv[2].split()
 print("model  seed  iteration  return (selection)  held-out return  held-out success")
 found = {}
@@ -59,8 +59,7 @@ for model in ("ocn", "lstm"):
         print(f"{model:5}  {seed:>4}  {last['step']:>9}  {last['return']:18.3f}  {last['heldout_return']:15.3f}  "
               f"{last['heldout_success_rate']:16.3f}")
 for model, values in found.items():
-    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
-    print(f"{model}: held-out return {statistics.mean(values):.3f} +- {sd:.3f} over {len(values)} seeds")
+    print(f"{model}: held-out return {spread(values).text(3)}")
 verdict, why = judge(found["ocn"], found["lstm"])
 print(f"OCN above the LSTM (thesis Fig. 5.5): {verdict} ({why})")
 EOF
