@@ -244,8 +244,12 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3000, help="training steps of each hidden-task run")
     parser.add_argument("--parallel", type=int, default=2, help="hidden-task runs at a time")
     args = parser.parse_args(argv)
+    if args.episodes < 2 or args.samples < 1:
+        parser.error(f"--episodes must be >= 2 (a spread) and --samples >= 1, got {args.episodes} and {args.samples}")
     if args.hidden_task_runs and not args.control:
         parser.error("--hidden-task-runs needs --control (its demonstrations and the runs it is read against)")
+    if args.control:   # the control's runs are read before anything is probed or trained
+        differences((args.control, "ocn_bc"), (args.control, "lstm_bc"), args.seeds)
     if args.hidden_task_runs:
         train_hidden_task(args.hidden_task_runs, args.control, args.seeds, args.steps, args.parallel)
     summaries = []
