@@ -206,3 +206,69 @@ def test_episode_batches_shuffle_each_epoch_resume_and_split_rows_by_process():
         np.testing.assert_array_equal(np.concatenate([next(h)["task_ids"] for h in halves]), seen[k])
     with pytest.raises(ValueError, match="larger than the 10 training episodes"):
         episode_batches(episodes, 11, seed)
+
+
+def test_subtask_hints_mark_each_subtasks_rows_with_its_kinds_option():
+    # One episode of 7 rows: subtask 1 (kind 9) up to its completing action at row 2, subtask 2 (kind 7) up to
+    # row 5, the final DONE at row 6; then padding. Hinted options: kind 9 -> 2, kind 7 -> 0; none after.
+    from tgjax.data.craft_episodes import Episodes
+    from tgjax.train.tasks.craft_bc import subtask_hint_options
+
+    option_of_kind = subtask_hint_options(("AC", "CD", "DA"), 3)
+    assert option_of_kind == {7: 0, 8: 1, 9: 2}                       # iron, grass, wood: sorted kind ids
+    assert subtask_hint_options(("AC", "CD", "DA"), 2) == {7: 0, 8: 1, 9: 0}
+    mask = np.zeros((1, 9), np.float32)
+    mask[0, :7] = 1
+    episodes = Episodes(np.zeros((1, 9, 2), np.uint8), np.zeros((1, 9), np.int32), mask, mask, np.zeros(1, np.int32),
+                        [np.array([2, 5])], [np.array([9, 7])])
+    hinted = episodes.with_subtask_hints(option_of_kind)
+    np.testing.assert_array_equal(hinted.hint_options[0], [2, 2, 2, 0, 0, 0, -1, -1, -1])
+    assert "hint_option" in hinted.rows(np.array([0])) and "hint_option" not in episodes.rows(np.array([0]))
+
+
+def test_the_hint_adds_its_weight_times_the_mixtures_nll_of_the_hinted_options(demo_dir, tmp_path):
+    """cloning_loss(hint_weight=w) - cloning_loss() = w * mean over hinted target rows of -log p_t[hint],
+    computed here from the policy's own mixture."""
+    import jax
+    from flax import nnx
+
+    from tgjax.models.ocn import teacher_forced
+    from tgjax.train import sharding as shd
+    from tgjax.train.task import RunContext
+    from tgjax.train.tasks.craft_bc import CraftBCTask, cloning_loss
+
+    task = CraftBCTask(small_config(demo_dir, "training.subtask_hint_weight=0.5"))
+    task.setup(RunContext(tmp_path, shd.make_mesh(-1, 1), False, 0, 1, print))
+    state, _ = task.init_state()
+    batch = task.train_episodes.rows(np.arange(len(task.train_episodes)))
+
+    @jax.jit
+    def run(params, batch):
+        model = nnx.merge(task.graphdef, params)
+        out = teacher_forced(model, batch["obs"], batch["actions"], batch["task_ids"])[2]
+        return cloning_loss(model, batch, hint_weight=0.5)[0], cloning_loss(model, batch)[0], out.log_p
+
+    hinted_loss, plain_loss, log_p = (np.asarray(x) for x in run(state.params, batch))
+    hint, mask = batch["hint_option"], batch["mask"]
+    rows = (mask > 0) & (hint >= 0)
+    assert rows.sum() > 0 and (hint[mask > 0] >= 0).mean() > 0.5   # most target rows carry a hint
+    expected = -np.mean(np.take_along_axis(log_p, np.maximum(hint, 0)[..., None], -1)[..., 0][rows])
+    assert hinted_loss - plain_loss == pytest.approx(0.5 * expected, rel=1e-4)
+
+
+def test_a_hinted_start_lowers_the_hint_nll_and_resumes_without_it(demo_dir, tmp_path):
+    """Trained 8 steps with the hint, its NLL falls (the controller and done heads learn the assignment); the
+    same workdir then resumes to step 12 under the likelihood alone (the two-phase protocol of the diagnostic)."""
+    workdir = tmp_path / "hinted"
+    train(small_config(demo_dir, "training.subtask_hint_weight=1.0"), workdir, quiet=True)
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    hint_nll = {r["step"]: r["hint_nll"] for r in records if r["split"] == "train"}
+    assert hint_nll[8] < hint_nll[1]
+    resumed = train(small_config(demo_dir, "training.num_steps=12"), workdir, quiet=True)
+    assert resumed.start_step == 8 and sorted(resumed.losses) == [9, 10, 11, 12]
+
+
+def test_the_hint_is_refused_for_a_policy_without_options(tmp_path):
+    with pytest.raises(ConfigError, match=r"training.subtask_hint_weight.*'lstm'"):
+        train(small_config(tmp_path, "model.kind=lstm", "training.subtask_hint_weight=1.0"), tmp_path / "run",
+              quiet=True)

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from tgjax.data.craft_demos import CraftDemoError, CraftDemos
-from tgjax.data.craft_metrics import nll_by_subtask, option_usage, segmentation_metrics
+from tgjax.data.craft_metrics import decode_segments, nll_by_subtask, option_usage, segmentation_metrics
 
 
 def split_indices(demos: CraftDemos, num_demos: int, valid_fraction: float) -> tuple[range, range]:
@@ -35,7 +35,7 @@ class Episodes:
     """Padded episodes: obs [N, T, F] uint8 (live features), actions [N, T] int32, mask [N, T] float32
     (the episode's rows), target_mask [N, T] float32 (the rows whose action is a training target: the
     mask, less the final DONE row when it is not trained on), task_ids [N] int32, boundaries (list of [S]
-    arrays), kinds (list of [S] arrays)."""
+    arrays), kinds (list of [S] arrays); hint_options [N, T] int32 or None (`with_subtask_hints`)."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -44,13 +44,28 @@ class Episodes:
     task_ids: np.ndarray
     boundaries: list
     kinds: list
+    hint_options: np.ndarray | None = None   # [N, T] int32 (`with_subtask_hints`), rows' "hint_option"
 
     def __len__(self) -> int:
         return len(self.task_ids)
 
     def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        return {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.target_mask[indices],
+        rows = {"obs": self.obs[indices], "actions": self.actions[indices], "mask": self.target_mask[indices],
                 "task_ids": self.task_ids[indices]}
+        if self.hint_options is not None:
+            rows["hint_option"] = self.hint_options[indices]
+        return rows
+
+    def with_subtask_hints(self, option_of_kind: dict[int, int]) -> Episodes:
+        """These episodes with each row's hinted option: `option_of_kind[k]` for the rows of a subtask of kind k
+        (up to and including the action that completed it), -1 after the last subtask and on padding."""
+        hints = np.full(self.actions.shape, -1, np.int32)
+        for row, (boundaries, kinds) in enumerate(zip(self.boundaries, self.kinds)):
+            length = int(self.mask[row].sum())
+            segment = decode_segments(boundaries, length)
+            options = np.array([option_of_kind[int(k)] for k in kinds] + [-1], np.int32)
+            hints[row, :length] = options[segment]   # segment -1 (after the last subtask) reads the final -1
+        return dataclasses.replace(self, hint_options=hints)
 
 
 def make_episodes(task_demos: dict[str, CraftDemos], indices: dict[str, range], length: int,

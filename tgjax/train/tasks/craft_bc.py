@@ -30,7 +30,11 @@ What it hands the trainer (`tgjax.train.task`):
   shuffled epoch loses < 1 batch).
 * the step: the mean over real steps of -log pi_t(a_t) (the mixture of
   `tgjax.nn.ocn`, gradient through every mixture probability), Adam
-  (thesis: batch 512, lr 1e-3), optional clipping.
+  (thesis: batch 512, lr 1e-3), optional clipping. A diagnostic, not the
+  thesis': `training.subtask_hint_weight` > 0 (OCN, MoE) adds that times the
+  NLL, under the option mixture p_t, of a fixed option per subtask kind
+  (`subtask_hint_options`), to start the options specialised; resumed with
+  0, the run goes on under the likelihood alone.
 * validation: NLL per step and action accuracy on the held-out episodes;
   for OCN also the segmentation metrics of `tgjax.data.craft_metrics`
   (F1 tol 0 / 1, task alignment, NMI of argmax p_t against the subtask's
@@ -42,6 +46,7 @@ What it hands the trainer (`tgjax.train.task`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -103,7 +108,10 @@ def default_config() -> ml_collections.ConfigDict:
                    option_done_bias_init=0.0,  # OCN: the options' done-head bias at the start (e = σ(b_e))
                    ompn_pointer="stickbreaking",  # OMPN: the release's bots' pointer; "softmax" the alternative
                    task_input=True),  # False: the policy is not told the task (every task starts from one state)
-        training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1),
+        training=dict(num_steps=2000, batch_size=512, learning_rate=1e-3, clip_grad_norm=0.0, seed=1,
+                      # > 0 (ocn, moe; a diagnostic, not the thesis'): add this times the NLL of a fixed option per
+                      # subtask kind under the option mixture p_t, to start the options specialised
+                      subtask_hint_weight=0.0),
         evaluation=dict(interval_steps=200, batch_size=512, max_episodes=0),  # 0 = every validation episode
     ), checkpointing=dict(interval_steps=200), logging=dict(interval_steps=20))
 
@@ -121,6 +129,13 @@ def task_names(config) -> tuple[str, ...]:
         except rules.CraftTaskError as error:
             raise ConfigError(f"config key 'data.tasks': {error}") from None
     return names
+
+
+def subtask_hint_options(tasks: tuple[str, ...], num_options: int) -> dict[int, int]:
+    """kind id -> the option `training.subtask_hint_weight` hints for its subtasks: the kind's rank among the
+    tasks' subtask kinds (sorted ids), modulo the number of options."""
+    kinds = sorted({kind for task in tasks for kind in rules.parse_task(task)})
+    return {kind: rank % num_options for rank, kind in enumerate(kinds)}
 
 
 def policy_config(config, num_tasks: int) -> CraftPolicyConfig:
@@ -149,6 +164,10 @@ def check_config(config) -> None:
                           f"{config.data.train_final_done!r}")
     check_range(config, "data.valid_fraction", 0, 1, low_open=True, high_open=True)
     check_range(config, "training.learning_rate", low=0, low_open=True)
+    check_range(config, "training.subtask_hint_weight", low=0)
+    if config.training.subtask_hint_weight > 0 and config.model.kind not in ("ocn", "moe"):
+        raise ConfigError(f"config key 'training.subtask_hint_weight': hints an option per subtask, so it needs "
+                          f"model.kind 'ocn' or 'moe', not {config.model.kind!r}")
     try:
         policy_config(config, 1)
     except ValueError as error:
@@ -227,15 +246,27 @@ def episode_batches(episodes: Episodes, batch_size: int, seed: int, position: di
 # Steps.
 
 
-def cloning_loss(model, batch, key=None):
+def cloning_loss(model, batch, key=None, *, hint_weight: float = 0.0):
     """The behaviour-cloning loss of a batch of demonstrations (the trainer's step differentiates it; no draws):
-    (mean NLL over real steps, {"sum_nll", "num_correct" (argmax actions), "num_steps" (real steps)})."""
-    step_nll, hit, _ = teacher_forced(model, batch["obs"], batch["actions"], batch["task_ids"])
+    (mean NLL over real steps, {"sum_nll", "num_correct" (argmax actions), "num_steps" (real steps)}).
+
+    With `hint_weight` > 0 the batch holds "hint_option" [B, T] (`Episodes.with_subtask_hints`), and the loss
+    adds hint_weight times the mean of -log p_t[hint] over the target rows that have a hint (the option
+    mixture's NLL of the subtask's option); {"sum_hint_nll", "num_hinted"} join the metrics."""
+    step_nll, hit, out = teacher_forced(model, batch["obs"], batch["actions"], batch["task_ids"])
     mask = batch["mask"]
     total = jnp.sum(mask * step_nll)
     count = jnp.sum(mask)
     correct = jnp.sum(mask * hit)
-    return total / jnp.maximum(count, 1.0), {"sum_nll": total, "num_correct": correct, "num_steps": count}
+    loss, metrics = total / jnp.maximum(count, 1.0), {"sum_nll": total, "num_correct": correct, "num_steps": count}
+    if hint_weight:
+        hint = batch["hint_option"]
+        hinted = mask * (hint >= 0)
+        hint_nll = -jnp.take_along_axis(out.log_p, jnp.maximum(hint, 0)[..., None], axis=-1)[..., 0]
+        hint_total, hint_count = jnp.sum(hinted * hint_nll), jnp.sum(hinted)
+        loss = loss + hint_weight * hint_total / jnp.maximum(hint_count, 1.0)
+        metrics.update(sum_hint_nll=hint_total, num_hinted=hint_count)
+    return loss, metrics
 
 
 def sequence_nll(graphdef, params, batch):
@@ -243,10 +274,10 @@ def sequence_nll(graphdef, params, batch):
     return cloning_loss(nnx.merge(graphdef, params), batch)
 
 
-def make_steps(graphdef, tx: optax.GradientTransformation):
-    """train_step(state, rest, batch) -> (state, metrics): the trainer's one step on `cloning_loss`;
-    eval_step(params, batch) -> the demonstrations' scores."""
-    train_step = make_train_step(graphdef, cloning_loss, tx)
+def make_steps(graphdef, tx: optax.GradientTransformation, hint_weight: float = 0.0):
+    """train_step(state, rest, batch) -> (state, metrics): the trainer's one step on `cloning_loss` (with
+    `hint_weight`); eval_step(params, batch) -> the demonstrations' scores."""
+    train_step = make_train_step(graphdef, functools.partial(cloning_loss, hint_weight=hint_weight), tx)
 
     def eval_step(params, batch):
         return demonstration_scores(nnx.merge(graphdef, params), batch["obs"], batch["actions"], batch["mask"],
@@ -295,6 +326,10 @@ class CraftBCTask(ParamsStateTask):
         final_done = bool(d.get("train_final_done", True))  # configs written before the key lack it
         self.train_episodes = make_episodes(task_demos, train_idx, length, live, train_final_done=final_done)
         self.valid_episodes = make_episodes(task_demos, valid_idx, length, live, train_final_done=final_done)
+        self.hint_weight = float(self.config.training.get("subtask_hint_weight", 0.0))
+        if self.hint_weight:
+            self.train_episodes = self.train_episodes.with_subtask_hints(
+                subtask_hint_options(self.tasks, self.policy_config.num_options))
         digest = hashlib.sha256()
         for task, demos in task_demos.items():
             digest.update(task.encode())
@@ -309,7 +344,7 @@ class CraftBCTask(ParamsStateTask):
         parts = [optax.clip_by_global_norm(t.clip_grad_norm)] if t.clip_grad_norm > 0 else []
         self.tx = optax.chain(*parts, optax.adam(t.learning_rate))
         self.replicated = shd.replicated(run.mesh)
-        train_step, eval_step = make_steps(self.graphdef, self.tx)
+        train_step, eval_step = make_steps(self.graphdef, self.tx, self.hint_weight)
         self._train_step = jax.jit(train_step, donate_argnums=(0,),
                                    out_shardings=(self.layout.state_shardings(self.tx), self.replicated))
         self._eval_step = jax.jit(eval_step)
@@ -375,8 +410,10 @@ class CraftBCTask(ParamsStateTask):
 
     def new_window(self) -> SummingWindow:
         # per environment step (the "tokens" of tokens/s); the step does not report its constant rate
-        return SummingWindow(ratios={"loss": ("sum_nll", "num_steps"), "action_accuracy": ("num_correct", "num_steps")},
-                             tokens="num_steps", learning_rate=float(self.config.training.learning_rate))
+        ratios = {"loss": ("sum_nll", "num_steps"), "action_accuracy": ("num_correct", "num_steps")}
+        if self.hint_weight:
+            ratios["hint_nll"] = ("sum_hint_nll", "num_hinted")
+        return SummingWindow(ratios=ratios, tokens="num_steps", learning_rate=float(self.config.training.learning_rate))
 
 
     # -- evaluation ----------------------------------------------------------------------------
