@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from craft_task_set import best_record, finished, run_all, validations  # noqa: E402
+from craft_task_set import best_record, finished, last_record, run_all, validations  # noqa: E402
 
 from tgjax.reproduce.verdict import judge, spread  # noqa: E402
 
@@ -35,13 +35,6 @@ def phase_command(seed: int, workdir: Path, demo_dir: Path, steps: int, hint_wei
     return ["train", "--config", "configs/ocn_craft.py:mid", f"--config.training.subtask_hint_weight={hint_weight}",
             f"--config.data.demo_dir={demo_dir}", f"--config.training.seed={seed}",
             f"--config.training.num_steps={steps}", "--workdir", str(workdir), "--quiet"]
-
-
-def record_at(workdir: Path, step: int) -> dict:
-    found = [r for r in validations(workdir) if r.get("step") == step]
-    if not found:
-        raise SystemExit(f"{workdir / 'metrics.jsonl'}: no validation at step {step}")
-    return found[-1]
 
 
 def best_after(workdir: Path, step: int) -> dict:
@@ -63,7 +56,7 @@ def table(runs: Path, control: Path, seeds: list[int], hint_steps: int) -> list[
     found: dict[str, dict[str, list[float]]] = {"nmi": {}, "nll": {}}
     for seed in seeds:
         hinted = runs / f"ocn_hint_seed{seed}"
-        sides = {"hinted, end of the hint": record_at(hinted, hint_steps),
+        sides = {"hinted, end of the hint": last_record(hinted, hint_steps),
                  "hinted, best after it": best_after(hinted, hint_steps),
                  "control OCN": best_record(control / f"ocn_bc_seed{seed}"),
                  "control LSTM (told the task)": best_record(control / f"lstm_bc_seed{seed}")}
