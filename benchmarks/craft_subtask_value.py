@@ -20,8 +20,7 @@ is at most log |tasks| nats, however long the episode: a bound the table checks.
 Printed per task set: steps per episode (the final DONE, not imitated, left out) by subtask; the regret per
 episode (mean +- sd) against the bound, and per step, by subtask; by subtask, how many of its steps pass before the
 generalist is 99 % sure of the subtask (0: from the start) and in what share of episodes it gets there before the
-subtask's last action; and the
-share of steps at which the bot's own target is not yet known (it explores).
+subtask's last action; and the share of steps at which the bot's own target is not yet known (it explores).
 
 With `--control DIR` (the cloning runs of benchmarks/craft_ppo_seeds.sh, `ocn_bc_seedN` and `lstm_bc_seedN`, on
 S1), each seed's OCN is set against the LSTM of the same seed, which is told the task (its initial state is
@@ -69,7 +68,6 @@ class SubtaskProbe(DemoBot):
         self.samples = samples
         self.probe_rng = probe_rng
         self.probes: list[tuple[int, dict[int, float], bool]] = []
-        self.true_subtasks = tuple(subtasks)
         self.finished = False
 
     def act(self, obs, pos, direction) -> int:
@@ -168,7 +166,6 @@ def summarise(result: dict) -> dict:
         certain = [steps_to_certainty(row["stages"], row["posteriors"], stage) for row in rows]
         reached = [k for k in certain if k is not None]
         summary["stages"].append({"stage": stage, "steps_per_episode": len(regret) / len(rows),
-                                  "regret_per_episode": sum(regret) / len(rows),
                                   "regret_per_step": sum(regret) / len(regret),
                                   "certain_by": statistics.mean(reached) if reached else float("nan"),
                                   "certain_share": len(reached) / len(rows)})
