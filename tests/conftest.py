@@ -72,6 +72,19 @@ def compilation_cache() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module", autouse=True)
+def identical_programs_compile_once(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In a module marked `pytest.mark.compile_once`, a module lowered again reuses the executable compiled for it
+    (tests/compile_memo.py's `scoped`); the memo and what it holds go when the module ends."""
+    if request.node.get_closest_marker("compile_once") is None:
+        yield
+        return
+    from tests.compile_memo import scoped
+
+    with scoped():
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
 def executables_within_the_mapping_limit() -> Iterator[None]:
     """After each module, JAX's caches are dropped if the worker holds too many memory mappings
     (`tests/executables.py`: each loaded executable holds about 8, and the kernel's limit is 65,530)."""

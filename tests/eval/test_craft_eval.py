@@ -42,6 +42,16 @@ def test_a_policy_that_only_says_done_never_succeeds_and_runs_to_the_limit():
     assert np.all(result.returns == 0) and not result.success.any() and np.all(result.lengths == 20)
 
 
+def test_every_task_and_policy_of_one_structure_runs_one_compiled_program():
+    from tgjax.infer.craft import _sampled_episodes
+
+    before = _sampled_episodes._cache_size()
+    for task_id, task in enumerate(("AC", "CA")):
+        for action in (rules.DONE, rules.USE):  # two policies: different parameters, one structure
+            rollout(scripted_ocn(action, 0.0), Craft(("AC", "CA")), task, 0, jax.random.key(task_id), 8, max_steps=6)
+    assert _sampled_episodes._cache_size() == before + 1
+
+
 def test_an_option_stopped_after_one_step_cannot_finish_a_subtask_it_had_to_walk_to():
     # moving RIGHT once never picks anything up, and the option's done fires (b_e = 50) at the second step
     table = option_subtask_success(scripted_ocn(rules.RIGHT, 50.0), jax.random.key(1), 32, "AC", max_steps=10)

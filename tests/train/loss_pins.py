@@ -94,11 +94,15 @@ def family_config(family: str, workdir: Path):
         from tgjax.train.tasks import craft_bc, ppo_actions, ppo_options
 
         kind = "lstm" if family == "ppo_actions" else "ocn"  # a flat policy to fine-tune, or options to control
-        train(apply_overrides(craft_bc.default_config(), [
+        bc_config = apply_overrides(craft_bc.default_config(), [
             f"model.kind={kind}", "data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8",
             "training.batch_size=4", "evaluation.batch_size=4", "training.num_steps=4", "evaluation.interval_steps=4",
-            "checkpointing.interval_steps=4", "logging.tensorboard=false",
-            f"data.demo_dir={craft_demo_dir()}"]), workdir / "bc", quiet=True)
+            "checkpointing.interval_steps=4", "logging.tensorboard=false", f"data.demo_dir={craft_demo_dir()}"])
+        # Its one checkpoint (step 4, the "best" PPO reads: the latest where nothing was validated) holds what
+        # the 4 steps trained; the validation, which changes no parameter, is not compiled.
+        bc_task = make_task(bc_config)
+        bc_task.has_validation = lambda: False
+        train(bc_config, workdir / "bc", task=bc_task, quiet=True)
         module, key = (ppo_actions, "policy_workdir") if family == "ppo_actions" else (ppo_options, "options_workdir")
         return apply_overrides(module.default_config(), [
             f"rl.{key}={workdir / 'bc'}", "rl.task=ACD", "rl.num_envs=4", "rl.rollout_steps=8",

@@ -30,6 +30,10 @@ from tgjax.train.cfl import resolve_model_config
 from tgjax.train.cfl_trials import train_cfl
 from tgjax.train.config import load_config
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 # One layer, two batches an epoch, five epochs: on this seed the rate is high enough (0.1) for two epochs without
 # improvement (3 and 5: two decays), and the best epoch (4) is not the last, so the test Δ is of earlier parameters.
 # Every batch padded to one width (64: the strings are shorter), so that each side compiles one train and one

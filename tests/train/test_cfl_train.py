@@ -29,6 +29,10 @@ from tgjax.train.schedules import Plateau
 
 from .helpers import read_metrics
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 CONFIG = "configs/stack_cfl.py"
 
 # §6: d_model, m, |Q|, |Γ| per task and model (5 layers, 4 heads, feedforward 2·d_model, dropout 0.1 for all).

@@ -22,6 +22,10 @@ from tgjax.train.tasks.classification import evaluate_best_checkpoint, span_f1, 
 
 from .helpers import read_metrics
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 NUM_STEPS = 40
 
 

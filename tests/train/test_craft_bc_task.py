@@ -18,6 +18,10 @@ from tgjax.train.config import ConfigError, apply_overrides  # noqa: E402
 from tgjax.train.loop import train  # noqa: E402
 from tgjax.train.tasks.craft_bc import default_config  # noqa: E402
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 SMALL = ["data.tasks=AC,CD", "data.num_demos=10", "model.hidden_size=8", "training.batch_size=4",
          "evaluation.batch_size=4", "training.num_steps=8", "evaluation.interval_steps=4",
          "checkpointing.interval_steps=2", "logging.interval_steps=1", "logging.tensorboard=false",

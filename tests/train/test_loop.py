@@ -19,6 +19,9 @@ from tgjax.workdir import VocabularyMismatch
 
 from .helpers import read_metrics, small_config
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
 
 def config(*overrides: str):
     """The test-sized config with one layer: what these tests check does not depend on the depth."""

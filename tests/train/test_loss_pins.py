@@ -8,6 +8,9 @@ import pytest
 
 from tests.train.loss_pins import FAMILIES, PINS, losses
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_first_steps_losses_are_the_pinned_ones(family):

@@ -21,6 +21,10 @@ from tgjax.train.tasks import mlm
 
 from .helpers import read_metrics
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 NUM_STEPS = 40
 TINY = [
     "model.d_model=16", "model.num_layers=1", "model.num_channels=2", "model.channel_size=8",

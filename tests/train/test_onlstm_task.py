@@ -34,6 +34,10 @@ from tgjax.train.tasks.onlstm_lm import (
     optimizer,
 )
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 REPO = Path(__file__).resolve().parents[2]
 TOTC = REPO.parent / "shared" / "data" / "tale_of_two_cities"
 

@@ -33,6 +33,10 @@ from tgjax.train.tasks import pushdown_lm as pd
 
 from .helpers import read_metrics
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 NUM_STEPS = 24
 TINY = [
     "model.d_model=32", "model.num_layers=1", "model.num_heads=2", "model.ffw_hidden_size=64",

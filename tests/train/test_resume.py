@@ -12,6 +12,10 @@ from tgjax.train.loop import train
 
 from .helpers import read_metrics, small_config
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
+
 NUM_STEPS = 10
 
 

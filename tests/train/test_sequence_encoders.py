@@ -35,6 +35,9 @@ from tgjax.train.config import ConfigError, load_config
 from tgjax.train.loop import train
 from tgjax.train.tasks.classification import describe, evaluate_best_checkpoint, model_config, om_model_config
 
+# Resumed and repeated runs lower the same programs: each compiles once while this module runs (tests/compile_memo.py).
+pytestmark = pytest.mark.compile_once
+
 
 @nnx.jit
 def run_encoder(encoder, x, valid):

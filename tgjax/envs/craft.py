@@ -85,6 +85,14 @@ class Craft(environment.Environment[CraftState, CraftParams]):
         self._task_lengths = lengths    # [num_tasks]
         self.full_view = bool(full_view)
 
+    # Equal tables, equal environments: a jitted program that takes the environment as a static argument
+    # (tgjax/infer/craft.py's episode programs) is compiled once for all of them.
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and (self.tasks, self.full_view) == (other.tasks, other.full_view)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.tasks, self.full_view))
+
     # -- static facts -------------------------------------------------------------------------
     @property
     def name(self) -> str:

@@ -38,6 +38,7 @@ it tells a weak RL result's two causes apart: the options, or the search.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -117,33 +118,39 @@ def rollout(policy: nnx.Module, env, task, policy_task_id: int, key: jax.Array, 
     task id `policy_task_id` (its row of learned initial states)."""
     params = env.params(task, dense_reward=dense_reward, max_steps=max_steps)
     graphdef, state = nnx.split(policy)
-
-    @jax.jit
-    def run(state, key):
-        model = nnx.merge(graphdef, state)
-        reset_keys = jax.random.split(jax.random.fold_in(key, 0), num_episodes)
-        obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, params)
-        carry = model.init_carry(jnp.full((num_episodes,), policy_task_id, jnp.int32))
-        alive = jnp.ones(num_episodes, bool)
-        zeros = jnp.zeros(num_episodes)
-
-        def body(loop, t):
-            obs, env_state, carry, alive, returns, lengths, success = loop
-            carry, out = model.step(carry, obs)
-            action = jax.random.categorical(jax.random.fold_in(key, t + 1), out.log_pi)
-            obs, env_state, reward, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
-                key, env_state, action, params)
-            returns = returns + alive * reward
-            lengths = lengths + alive
-            success = success | (alive & done)
-            return (obs, env_state, carry, alive & ~done, returns, lengths, success), None
-
-        init = (obs, env_state, carry, alive, zeros, zeros, jnp.zeros(num_episodes, bool))
-        final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
-        return final[4], final[6], final[5]
-
-    returns, success, lengths = jax.device_get(run(state, key))
+    returns, success, lengths = jax.device_get(_sampled_episodes(
+        graphdef, state, env, params, jnp.int32(policy_task_id), key, num_episodes=num_episodes,
+        max_steps=max_steps))
     return RolloutResult(np.asarray(returns), np.asarray(success), np.asarray(lengths))
+
+
+# The episode programs below are jitted once per (model structure, environment, sizes): the parameters, the task
+# and the key are arguments, so every task of an evaluation, and every policy of one structure, runs one program.
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "env", "num_episodes", "max_steps"))
+def _sampled_episodes(graphdef, state, env, params, policy_task_id, key, *, num_episodes: int, max_steps: int):
+    """(returns [N], success [N], lengths [N]) of `rollout`."""
+    model = nnx.merge(graphdef, state)
+    reset_keys = jax.random.split(jax.random.fold_in(key, 0), num_episodes)
+    obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, params)
+    carry = model.init_carry(jnp.full((num_episodes,), policy_task_id, jnp.int32))
+    alive = jnp.ones(num_episodes, bool)
+    zeros = jnp.zeros(num_episodes)
+
+    def body(loop, t):
+        obs, env_state, carry, alive, returns, lengths, success = loop
+        carry, out = model.step(carry, obs)
+        action = jax.random.categorical(jax.random.fold_in(key, t + 1), out.log_pi)
+        obs, env_state, reward, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+            key, env_state, action, params)
+        returns = returns + alive * reward
+        lengths = lengths + alive
+        success = success | (alive & done)
+        return (obs, env_state, carry, alive & ~done, returns, lengths, success), None
+
+    init = (obs, env_state, carry, alive, zeros, zeros, jnp.zeros(num_episodes, bool))
+    final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
+    return final[4], final[6], final[5]
 
 
 ON_DONE = ("reselect", "stop")
@@ -162,45 +169,49 @@ def option_subtask_success(policy: OptionControllerPolicy, key: jax.Array, num_e
     env = Craft(tuple(subtasks))
     num_options = policy.config.num_options
     graphdef, state = nnx.split(policy)
-
-    @jax.jit
-    def run(state, option, task_id, key):
-        model = nnx.merge(graphdef, state)
-        params = dataclasses.replace(env.default_params, task_id=task_id, max_steps_in_episode=max_steps)
-        obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_episodes), params)
-        h_init = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
-
-        def body(loop, t):
-            obs, env_state, h, running, success = loop
-            x = model.options.project_observation(
-                jnp.take(obs, jnp.asarray(rules.live_observation_indices()), axis=-1)
-                if model.config.live_inputs else obs)
-            branches = option_branches(model.options, x, h, model.h_o_init[...])
-            step_key = jax.random.fold_in(key, t + 1)
-            # e_t is read on observation t from the running state, as in `ocn_step`'s "not done" branch
-            fires = (t > 0) & jax.random.bernoulli(jax.random.fold_in(step_key, 1),
-                                                   jax.nn.sigmoid(branches.done_logit[:, option]))
-            if on_done == "stop":
-                running = running & ~fires
-            # "reselect": the option is chosen again, so it acts on observation t from its initial state; the
-            # first step starts from it anyway
-            chosen = (t == 0) | fires if on_done == "reselect" else jnp.broadcast_to(t == 0, (num_episodes,))
-            h_new, log_pi = follow_option(branches, jnp.full(num_episodes, option), chosen)
-            action = jax.random.categorical(step_key, log_pi)
-            obs, env_state, _, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
-                key, env_state, action, params)
-            success = success | (running & done)
-            return (obs, env_state, h_new, running & ~done, success), None
-
-        init = (obs, env_state, h_init, jnp.ones(num_episodes, bool), jnp.zeros(num_episodes, bool))
-        final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
-        return jnp.mean(final[4])
-
     table = np.zeros((num_options, len(subtasks)))
     for i in range(num_options):
         for j in range(len(subtasks)):
-            table[i, j] = float(run(state, i, j, jax.random.fold_in(key, i * 100 + j)))
+            table[i, j] = float(_one_option_success(
+                graphdef, state, env, jnp.int32(i), jnp.int32(j), jax.random.fold_in(key, i * 100 + j),
+                num_episodes=num_episodes, max_steps=max_steps, on_done=on_done))
     return table
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "env", "num_episodes", "max_steps", "on_done"))
+def _one_option_success(graphdef, state, env, option, task_id, key, *, num_episodes: int, max_steps: int,
+                        on_done: str):
+    """The success rate of `option_subtask_success`'s cell (option, task_id)."""
+    model = nnx.merge(graphdef, state)
+    params = dataclasses.replace(env.default_params, task_id=task_id, max_steps_in_episode=max_steps)
+    obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_episodes), params)
+    h_init = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
+
+    def body(loop, t):
+        obs, env_state, h, running, success = loop
+        x = model.options.project_observation(
+            jnp.take(obs, jnp.asarray(rules.live_observation_indices()), axis=-1)
+            if model.config.live_inputs else obs)
+        branches = option_branches(model.options, x, h, model.h_o_init[...])
+        step_key = jax.random.fold_in(key, t + 1)
+        # e_t is read on observation t from the running state, as in `ocn_step`'s "not done" branch
+        fires = (t > 0) & jax.random.bernoulli(jax.random.fold_in(step_key, 1),
+                                               jax.nn.sigmoid(branches.done_logit[:, option]))
+        if on_done == "stop":
+            running = running & ~fires
+        # "reselect": the option is chosen again, so it acts on observation t from its initial state; the
+        # first step starts from it anyway
+        chosen = (t == 0) | fires if on_done == "reselect" else jnp.broadcast_to(t == 0, (num_episodes,))
+        h_new, log_pi = follow_option(branches, jnp.full(num_episodes, option), chosen)
+        action = jax.random.categorical(step_key, log_pi)
+        obs, env_state, _, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+            key, env_state, action, params)
+        success = success | (running & done)
+        return (obs, env_state, h_new, running & ~done, success), None
+
+    init = (obs, env_state, h_init, jnp.ones(num_episodes, bool), jnp.zeros(num_episodes, bool))
+    final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
+    return jnp.mean(final[4])
 
 
 def scripted_controller_rollout(policy: OptionControllerPolicy, env, task: str, option_of_subtask: dict[str, int],
@@ -217,41 +228,45 @@ def scripted_controller_rollout(policy: OptionControllerPolicy, env, task: str, 
                          f"options {bad} out of range: the policy has {policy.config.num_options}")
     params = env.params(task, dense_reward=dense_reward, max_steps=max_steps)
     option_at_position = jnp.asarray([option_of_subtask[letter] for letter in task], jnp.int32)   # [S]
-    live = jnp.asarray(rules.live_observation_indices())
     graphdef, state = nnx.split(policy)
-
-    @jax.jit
-    def run(state, key):
-        model = nnx.merge(graphdef, state)
-        # the keys of `option_subtask_success`: on a one-subtask task the two agree episode by episode
-        obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_episodes), params)
-        h_init = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
-        rows = jnp.arange(num_episodes)
-        zeros = jnp.zeros(num_episodes)
-
-        def body(loop, t):
-            obs, env_state, h, option, alive, returns, lengths, success = loop
-            x = model.options.project_observation(jnp.take(obs, live, axis=-1) if model.config.live_inputs else obs)
-            branches = option_branches(model.options, x, h, model.h_o_init[...])
-            step_key = jax.random.fold_in(key, t + 1)
-            fires = jax.random.bernoulli(jax.random.fold_in(step_key, 1),
-                                         jax.nn.sigmoid(branches.done_logit[rows, option]))
-            decision = (t == 0) | fires
-            current = jnp.minimum(env_state.subtask, len(task) - 1)          # subtasks done so far
-            option = jnp.where(decision, option_at_position[current], option)
-            h, log_pi = follow_option(branches, option, decision)
-            action = jax.random.categorical(step_key, log_pi)
-            obs, env_state, reward, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
-                key, env_state, action, params)
-            returns = returns + alive * reward
-            lengths = lengths + alive
-            success = success | (alive & done)
-            return (obs, env_state, h, option, alive & ~done, returns, lengths, success), None
-
-        init = (obs, env_state, h_init, jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool), zeros,
-                zeros, jnp.zeros(num_episodes, bool))
-        final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
-        return final[5], final[7], final[6]
-
-    returns, success, lengths = jax.device_get(run(state, key))
+    returns, success, lengths = jax.device_get(_scripted_episodes(
+        graphdef, state, env, params, option_at_position, key, num_episodes=num_episodes, max_steps=max_steps))
     return RolloutResult(np.asarray(returns), np.asarray(success), np.asarray(lengths))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "env", "num_episodes", "max_steps"))
+def _scripted_episodes(graphdef, state, env, params, option_at_position, key, *, num_episodes: int,
+                       max_steps: int):
+    """(returns [N], success [N], lengths [N]) of `scripted_controller_rollout`; option_at_position: [S]."""
+    live = jnp.asarray(rules.live_observation_indices())
+    model = nnx.merge(graphdef, state)
+    # the keys of `option_subtask_success`: on a one-subtask task the two agree episode by episode
+    obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_episodes), params)
+    h_init = jnp.broadcast_to(model.h_o_init[...], (num_episodes,) + model.h_o_init.shape)
+    rows = jnp.arange(num_episodes)
+    zeros = jnp.zeros(num_episodes)
+
+    def body(loop, t):
+        obs, env_state, h, option, alive, returns, lengths, success = loop
+        x = model.options.project_observation(jnp.take(obs, live, axis=-1) if model.config.live_inputs else obs)
+        branches = option_branches(model.options, x, h, model.h_o_init[...])
+        step_key = jax.random.fold_in(key, t + 1)
+        fires = jax.random.bernoulli(jax.random.fold_in(step_key, 1),
+                                     jax.nn.sigmoid(branches.done_logit[rows, option]))
+        decision = (t == 0) | fires
+        current = jnp.minimum(env_state.subtask, option_at_position.shape[0] - 1)   # subtasks done so far
+        option = jnp.where(decision, option_at_position[current], option)
+        h, log_pi = follow_option(branches, option, decision)
+        action = jax.random.categorical(step_key, log_pi)
+        obs, env_state, reward, done, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(
+            key, env_state, action, params)
+        returns = returns + alive * reward
+        lengths = lengths + alive
+        success = success | (alive & done)
+        return (obs, env_state, h, option, alive & ~done, returns, lengths, success), None
+
+    init = (obs, env_state, h_init, jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool), zeros,
+            zeros, jnp.zeros(num_episodes, bool))
+    final, _ = jax.lax.scan(body, init, jnp.arange(max_steps))
+    return final[5], final[7], final[6]
+
