@@ -132,6 +132,7 @@ def all_recipes() -> list[Recipe]:
         onlstm_syntax,
         pushdown_dyck,
         stack_lm,
+        tg_parse,
         tg_ppl,
         udgn_uas,
     )
@@ -139,7 +140,7 @@ def all_recipes() -> list[Recipe]:
     return [om_listops.RECIPE, om_listops.PAPER_RECIPE, om_logic_length.RECIPE, om_logic_length.PAPER_RECIPE,
             om_systematicity.RECIPE, om_systematicity.PAPER_RECIPE,
             onlstm_parse.RECIPE, onlstm_syntax.RECIPE, pushdown_dyck.RECIPE,
-            stack_lm.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
+            stack_lm.RECIPE, tg_parse.RECIPE, tg_ppl.RECIPE, udgn_uas.RECIPE]
 
 
 def scales_of(claim_id: str) -> list[str]:
