@@ -3,7 +3,7 @@
 The treebank (6,904 / 346 / 293 sentences) sits in ../shared/data/tale_of_two_cities
 beside the repository; other paths go in as `FILE.py:TRAIN,VALID`. 4 layers,
 d = 128, T = M = 64 (segment and memory), batch 32, 3,000 steps (about 11
-epochs of the 536,000 TG positions): 25-30 minutes on 2 CPU cores. Words
+epochs of the 536,000 TG positions): 15-18 minutes on 2 CPU cores. Words
 seen once in training become UNK (`data.min_word_count = 2`), so that UNK is
 trained for the unseen words of the test split.
 

@@ -1,10 +1,10 @@
 """tg-parse-f1: TG's parses against TXL (CC)'s (Sartran et al. 2022, Table 1: bracketing F1 93.7 ± 0.1 against
 93.6 ± 0.1 on PTB, reranking RNNG proposal trees), at `configs/tg_totc.py`'s scale on Tale of Two Cities.
 
-Three seeds each of TG and TXL (CC): `configs/tg_totc.py` (4 layers of d = 128, 3,000 steps; 25-30 minutes a run
-on 2 CPU cores), the same config, seeds and steps for both. Each run's best-validation checkpoint parses the
+Three seeds each of TG and TXL (CC): `configs/tg_totc.py` (4 layers of d = 128, 3,000 steps; 15-18 minutes a run
+on 2 CPU cores alone), the same config, seeds and steps for both. Each run's best-validation checkpoint parses the
 treebank's *test* split (`test.txt` beside the config's `valid.txt`, 293 sentences) with the word-synchronous
-beam at `tgjax eval parse`'s default (word 10, action 50, fast-track 2; 7-12 minutes a run on 2 cores): not the
+beam at `tgjax eval parse`'s default (word 10, action 50, fast-track 2; 4-7 minutes a run on 2 cores): not the
 paper's reranking, as there are no proposal trees here. TG is judged against TXL (CC) by labelled F1 (EVALB,
 COLLINS.prm), higher being better; unlabelled F1, the beam's perplexity bound and right-branching's F1 are kept
 beside. A run's workdir holds two checkpoints of some 20 MB each, so the runs train one after another and a pack
@@ -85,7 +85,8 @@ RECIPE = Recipe(
     comparison=Comparison(model_metric="labeled_f1", baseline_metric="labeled_f1",
                           label="Tale of Two Cities test labelled F1 (word-synchronous beam, not reranking)",
                           higher_is_better=True, finished_only=True),
-    # The default beam over the 293 test sentences took 392 s (TG) and 714 s (TXL (CC)) on 2 cores.
+    # The default beam over the 293 test sentences took 236-380 s a run alone on 2 cores, up to 714 s beside
+    # other work.
     eval_reserve_s=lambda tiny: 30.0 if tiny else 900.0,
     calibration_steps=lambda tiny: 2 if tiny else 50,
     one_run_at_a_time=True,
