@@ -78,14 +78,20 @@ def test_a_run_is_scored_on_the_test_split_at_its_best_checkpoint_with_the_defau
     import tgjax
     import tgjax.infer.api as api
     from tgjax.data.corpora import get_corpus
+    from tgjax.eval import search_errors
     from tgjax.infer.beam import BeamConfig
 
     gold = tg_parse.test_trees(tiny=True)
-    asked, loaded, beams = [], [], []
+    asked, loaded, beams, split = [], [], [], []
 
     def fake_load(workdir, step="best"):
         loaded.append(step)
-        return type("Model", (), {"step": 6, "require": lambda self, *a, **k: None})()
+        return type("Model", (), {"step": 6, "require": lambda self, *a, **k: None,
+                                  "tree_scorer": lambda self, **k: "the model's tree scorer"})()
+
+    def fake_split(scorer, gold_trees, predicted):
+        split.append((scorer, gold_trees, predicted))
+        return search_errors.classify([-1.0] * len(predicted), [-2.0] * len(predicted), [True] * len(predicted))
 
     def fake_scorer(models, *, command=None, beam=None, pushdown=None, search="auto"):
         beams.append(beam)
@@ -93,6 +99,7 @@ def test_a_run_is_scored_on_the_test_split_at_its_best_checkpoint_with_the_defau
 
     monkeypatch.setattr(tgjax, "load", fake_load)
     monkeypatch.setattr(api, "sentence_scorer", fake_scorer)
+    monkeypatch.setattr(search_errors, "count_search_errors", fake_split)
     spec = tg_parse.runs(tiny=True)[0]
     workdir = tmp_path / "run"
     workdir.mkdir()
@@ -104,6 +111,11 @@ def test_a_run_is_scored_on_the_test_split_at_its_best_checkpoint_with_the_defau
     assert scores["right_branching_unlabeled_f1"] < 100.0  # the right-branching trees are scored, not the parses
     assert scores["word_perplexity_bound"] == pytest.approx(math.exp(2.0))
     assert scores["sentences"] == len(gold) and scores["words"] == sum(len(t.leaves()) for t in gold)
+    # The wrong parses' split: the same model's tree scorer, over the test trees and the beam's parses of them.
+    ((scorer, split_gold, predicted),) = split
+    assert scorer == "the model's tree scorer" and split_gold == gold
+    assert [strip_preterminals(t) for t in predicted] == [strip_preterminals(t) for t in gold]
+    assert scores["search_errors"]["exact"] == len(gold)
 
 
 @pytest.mark.slow
@@ -116,4 +128,6 @@ def test_tiny_claim_run_trains_and_parses_both_models(tmp_path):
     assert set(scores) == {"tg-seed1", "txl_cc-seed1"}
     for s in scores.values():
         assert 0.0 <= s["labeled_f1"] <= s["unlabeled_f1"] <= 100.0 and s["sentences"] == tg_parse.TINY_TEST_SENTENCES
+        split = s["search_errors"]
+        assert split["exact"] + split["search_errors"] + split["model_errors"] + split["unscored"] == s["sentences"]
     assert record["summary"]["verdict"] == "not yet"

@@ -46,7 +46,7 @@ import numpy as np
 
 from tgjax.data.text_files import json_lines, parse_json_line, read_json, read_lines
 from tgjax.eval import blimp as blimp_lib
-from tgjax.eval import shards
+from tgjax.eval import search_errors, shards
 from tgjax.eval import syntaxgym as sg
 from tgjax.eval.arguments import check_counts
 from tgjax.eval.evalb import evalb, right_branching
@@ -409,6 +409,10 @@ def add_parse_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", default="collins", help="EVALB parameters: collins, keep_punct or a .prm file")
     parser.add_argument("--merge", nargs="+", default=None,
                         help="the N shards' prediction files, in shard order: interleave and score them")
+    parser.add_argument("--search-errors", action="store_true",
+                        help="also score each gold tree and the beam's tree teacher-forced and count the wrong "
+                             "parses whose gold tree the model prefers (search errors) and the rest (model "
+                             "errors); TG and TXL (CC)")
     add_beam_args(parser)
     parser.set_defaults(run=functools.partial(run_parse, parser=parser))
 
@@ -429,10 +433,13 @@ def run_parse(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     With `--shard I/N` the output holds this shard's sentences (k % N == I)
     and its name gets the shard (`shards.shard_path`); `--merge P0 P1 ...`
     (all N files, in shard order) interleaves them back into `--output` and
-    scores the whole treebank.
+    scores the whole treebank. `--search-errors` adds how many wrong parses
+    the model itself would have rejected (`tgjax.eval.search_errors`).
     """
     if not args.merge and not args.workdir:
         parser.error("--workdir is required (or --merge)")
+    if args.merge and args.search_errors:
+        parser.error("--search-errors scores the parses with the model: run it on the parse, not on --merge")
     try:
         check_treebank_lm(args.workdir, "tgjax eval parse")  # another family's run: refused in one line, first
         check_counts(limit=args.limit, max_words=args.max_words)
@@ -448,7 +455,12 @@ def run_parse(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         config = beam_config(args)
         search, rule, described = _scorer(args.workdir, args.step, config, pushdown=pushdown_config(args),
                                           search=args.search, command="tgjax eval parse", parses="trees")
+        if args.search_errors and rule not in search_errors.RULES:
+            raise ValueError(f"--search-errors: {described} has no teacher-forced tree scorer for its parses "
+                             f"(TG and TXL (CC) only)")
         report = parse_treebank(search, gold, params=args.params)
+        errors = (search_errors.count_search_errors(_tree_scorer(args.workdir, args.step), gold, report.predicted)
+                  if args.search_errors else None)
         for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
             if path:
                 write_text(shards.shard_path(path, shard), "".join(t.to_string() + "\n" for t in trees))
@@ -464,7 +476,18 @@ def run_parse(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"beam: word {config.word_beam}, action {config.action_beam}, fast-track {config.fast_track}, "
               f"stop {config.stop}, caps {config.max_open_nts} open / {config.max_consecutive_opens} in a row")
     print(report.format())
+    if errors is not None:
+        print(errors.format())
     return 0
+
+
+def _tree_scorer(workdirs: Sequence[str], step: str):
+    """The teacher-forced scorer of the parse's model(s): one `tree_scorer`, or their per-action mixture (the
+    beam's own, TG paper §3.7)."""
+    from tgjax.infer.ensemble import Ensemble
+
+    members = [_load(workdir, step).tree_scorer(command="tgjax eval parse --search-errors") for workdir in workdirs]
+    return members[0] if len(members) == 1 else Ensemble(members, mixture="per-action")
 
 
 def _check_parse_outputs(args, shard: shards.Shard) -> None:

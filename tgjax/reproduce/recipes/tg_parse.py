@@ -1,15 +1,15 @@
 """tg-parse-f1: TG's parses against TXL (CC)'s (Sartran et al. 2022, Table 1: bracketing F1 93.7 ± 0.1 against
 93.6 ± 0.1 on PTB, reranking RNNG proposal trees), at `configs/tg_totc.py`'s scale on Tale of Two Cities.
 
-Three seeds each of TG and TXL (CC): `configs/tg_totc.py` (4 layers of d = 128, 3,000 steps; 15-18 minutes a run
-on 2 CPU cores alone), the same config, seeds and steps for both. Each run's best-validation checkpoint parses the
-treebank's *test* split (`test.txt` beside the config's `valid.txt`, 293 sentences) with the word-synchronous
-beam at `tgjax eval parse`'s default (word 10, action 50, fast-track 2; 4-7 minutes a run on 2 cores): not the
-paper's reranking, as there are no proposal trees here. TG is judged against TXL (CC) by labelled F1 (EVALB,
-COLLINS.prm), higher being better; unlabelled F1, the beam's perplexity bound and right-branching's F1 are kept
-beside. A run's workdir holds two checkpoints of some 20 MB each, so the runs train one after another and a pack
-carries the one unfinished run. `--tiny` trains on a slice of the built-in treebank instead (the test needs no
-shared data).
+Three seeds each of TG and TXL (CC): `configs/tg_totc.py` (4 layers of d = 128, 3,000 steps; 15-18 minutes a run on
+2 CPU cores alone), the same config, seeds and steps for both. Each run's best-validation checkpoint parses the
+treebank's *test* split (`test.txt` beside the config's `valid.txt`, 293 sentences) with the word-synchronous beam
+at `tgjax eval parse`'s default (word 10, action 50, fast-track 2; 4-7 minutes a run on 2 cores): not the paper's
+reranking, as there are no proposal trees here. TG is judged against TXL (CC) by labelled F1 (EVALB, COLLINS.prm),
+higher being better; unlabelled F1, the beam's perplexity bound, right-branching's F1 and the split of the wrong
+parses into search and model errors (`tgjax.eval.search_errors`) are kept beside. A run's workdir holds two
+checkpoints of some 20 MB each, so the runs train one after another and a pack carries the one unfinished run.
+`--tiny` trains on a slice of the built-in treebank instead (the test needs no shared data).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def test_trees(tiny: bool) -> list:
 
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     import tgjax
+    from tgjax.eval import search_errors
     from tgjax.eval.parse import parse_treebank
     from tgjax.infer.api import sentence_scorer
     from tgjax.infer.beam import BeamConfig
@@ -69,11 +70,13 @@ def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     scorer = sentence_scorer([model], command="tgjax reproduce tg-parse-f1", beam=BeamConfig(), search="auto")
     trees = test_trees(tiny)
     report = parse_treebank(scorer, trees)
+    errors = search_errors.count_search_errors(model.tree_scorer(command="tgjax reproduce tg-parse-f1"), trees,
+                                               report.predicted)
     return {"checkpoint": step, "step": model.step, "labeled_f1": report.labeled_f1,
             "unlabeled_f1": report.unlabeled_f1, "right_branching_labeled_f1": report.baseline_labeled_f1,
             "right_branching_unlabeled_f1": report.baseline_unlabeled_f1,
-            "word_perplexity_bound": report.perplexity_bound(), "sentences": len(trees),
-            "words": sum(len(t.leaves()) for t in trees)}
+            "word_perplexity_bound": report.perplexity_bound(), "search_errors": errors.to_json(),
+            "sentences": len(trees), "words": sum(len(t.leaves()) for t in trees)}
 
 
 RECIPE = Recipe(
