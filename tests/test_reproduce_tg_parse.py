@@ -1,5 +1,6 @@
 """tg-parse-f1: TG and TXL (CC) trained alike on Tale of Two Cities over three seeds, each run's best-validation
-checkpoint parsing the test split with `tgjax eval parse`'s default beam, TG judged by labelled F1 (higher better)."""
+checkpoint parsing the test split with twice `tgjax eval parse`'s default beam, TG judged by labelled F1 (higher
+better)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ class _GoldParser:
                                     "best_tree": self.by_words[tuple(w)]})() for w in sentences]
 
 
-def test_a_run_is_scored_on_the_test_split_at_its_best_checkpoint_with_the_default_beam(tmp_path, monkeypatch):
+def test_a_run_is_scored_on_the_test_split_at_its_best_checkpoint_with_twice_the_default_beam(tmp_path, monkeypatch):
     import math
 
     import tgjax
@@ -105,7 +106,12 @@ def test_a_run_is_scored_on_the_test_split_at_its_best_checkpoint_with_the_defau
     workdir.mkdir()
     (workdir / "metrics.jsonl").write_text(json.dumps({"split": "valid", "step": 3, "loss": 2.0}) + "\n")
     scores = tg_parse.evaluate(spec, workdir, True, True)
-    assert loaded == ["best"] and beams == [BeamConfig()] and (beams[0].word_beam, beams[0].action_beam) == (10, 50)
+    # Twice tgjax eval parse's default width (word 10, action 50, fast-track 2), every other setting the default's.
+    default = BeamConfig()
+    assert loaded == ["best"] and beams == [BeamConfig(word_beam=2 * default.word_beam,
+                                                       action_beam=2 * default.action_beam,
+                                                       fast_track=2 * default.fast_track)]
+    assert (beams[0].word_beam, beams[0].action_beam, beams[0].fast_track) == (20, 100, 4)
     assert asked == [t.leaves() for t in get_corpus("builtin", "test")[:tg_parse.TINY_TEST_SENTENCES]]
     assert scores["labeled_f1"] == scores["unlabeled_f1"] == pytest.approx(100.0)
     assert scores["right_branching_unlabeled_f1"] < 100.0  # the right-branching trees are scored, not the parses
