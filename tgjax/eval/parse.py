@@ -144,12 +144,23 @@ def _scorer(workdirs: Sequence[str], step: str, config: BeamConfig, pushdown=Non
             command: str | None = None, parses: str | None = None):
     """(scorer, rule, description) of one workdir, or of the per-action uniform mixture of several
     (`tgjax.infer.api.sentence_scorer` on `tgjax.load` of each; `parses`: the trees a parser must give)."""
-    from tgjax.infer.api import describe_scorer, sentence_scorer
+    return _models_scorer(_load_models(workdirs, step, command=command, parses=parses), config, pushdown, search,
+                          command=command)
 
+
+def _load_models(workdirs: Sequence[str], step: str, *, command: str | None = None, parses: str | None = None):
+    """`tgjax.load` of each workdir (`parses`: the trees each one's parser must give)."""
     models = [_load(workdir, step) for workdir in workdirs]
     if parses is not None:
         for model in models:
             model.require("parser", command=command, parses=parses)
+    return models
+
+
+def _models_scorer(models, config: BeamConfig, pushdown=None, search: str = "auto", *, command: str | None = None):
+    """`_scorer` of models loaded already."""
+    from tgjax.infer.api import describe_scorer, sentence_scorer
+
     scorer = sentence_scorer(models, command=command, beam=config, pushdown=pushdown, search=search)
     return scorer, models[0].rule, describe_scorer(models, pushdown=pushdown)
 
@@ -453,13 +464,14 @@ def run_parse(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if not gold:
             raise ValueError(f"no trees in shard {shard}")
         config = beam_config(args)
-        search, rule, described = _scorer(args.workdir, args.step, config, pushdown=pushdown_config(args),
-                                          search=args.search, command="tgjax eval parse", parses="trees")
+        models = _load_models(args.workdir, args.step, command="tgjax eval parse", parses="trees")
+        search, rule, described = _models_scorer(models, config, pushdown_config(args), args.search,
+                                                 command="tgjax eval parse")
         if args.search_errors and rule not in search_errors.RULES:
             raise ValueError(f"--search-errors: {described} has no teacher-forced tree scorer for its parses "
                              f"(TG and TXL (CC) only)")
         report = parse_treebank(search, gold, params=args.params)
-        errors = (search_errors.count_search_errors(_tree_scorer(args.workdir, args.step), gold, report.predicted)
+        errors = (search_errors.count_search_errors(_tree_scorer(models), gold, report.predicted)
                   if args.search_errors else None)
         for path, trees in ((args.output, report.predicted), (args.baseline_output, report.baseline)):
             if path:
@@ -481,12 +493,12 @@ def run_parse(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _tree_scorer(workdirs: Sequence[str], step: str):
-    """The teacher-forced scorer of the parse's model(s): one `tree_scorer`, or their per-action mixture (the
-    beam's own, TG paper §3.7)."""
+def _tree_scorer(models):
+    """The teacher-forced scorer of the parse's model(s), on the parameters the beam restored: one `tree_scorer`,
+    or their per-action mixture (the beam's own, TG paper §3.7)."""
     from tgjax.infer.ensemble import Ensemble
 
-    members = [_load(workdir, step).tree_scorer(command="tgjax eval parse --search-errors") for workdir in workdirs]
+    members = [model.tree_scorer(command="tgjax eval parse --search-errors") for model in models]
     return members[0] if len(members) == 1 else Ensemble(members, mixture="per-action")
 
 

@@ -100,12 +100,11 @@ def count_search_errors(scorer, gold: Sequence[Tree], predicted: Sequence[Tree])
         raise ValueError(f"{len(gold)} gold trees and {len(predicted)} parses: expected one parse per tree")
     gold_tokens = [sequence_tokens(t, scorer.rule, pos_tags=True) for t in gold]
     beam_tokens = [sequence_tokens(t, scorer.rule, pos_tags=True) for t in predicted]
-    items, scorable = [], []
+    items = []
     for i, (g, p) in enumerate(zip(gold_tokens, beam_tokens)):
         items.append((2 * i, encode(scorer.vocab, p)))  # the beam's tree uses the model's own labels
         try:
             items.append((2 * i + 1, encode(scorer.vocab, g)))
-            scorable.append(i)
         except ValueError:  # an unknown non-terminal: counted as unscored
             pass
     scores = {s.index: s.logp for s in score_sequences(scorer, items)}
