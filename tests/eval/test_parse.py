@@ -193,8 +193,12 @@ def test_main_parse_shards_merge_to_the_whole(tmp_path, fake_load, capsys):
     assert merged.read_text() == whole.read_text()
     assert "merged 2 shards" in capsys.readouterr().out
     assert parse.main_parse(["--treebank", str(treebank), "--merge", files[0]]) == 2
+    capsys.readouterr()
     assert parse.main_parse(["--workdir", "txl_terminals", "--treebank", str(treebank)]) == 2
-    assert "has no parser; it offers: scorer, tree_scorer" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()  # one line, the command named once as its prefix
+    assert len(err) == 1 and err[0].startswith("tgjax eval parse: error: "), err
+    assert err[0].split(": error: ")[1].split()[1] == "holds", err
+    assert err[0].endswith("has no parser (`tgjax eval parse` needs one); it offers: scorer, tree_scorer"), err
 
 
 # ---------------------------------------------------------------------------

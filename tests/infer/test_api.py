@@ -136,12 +136,13 @@ def test_parsers_say_what_they_give_and_which_command_reads_another(onlstm_workd
     model = tgjax.load(onlstm_workdir)
     parser = model.parser(parses="distances", batch_size=2)
     assert parser.num_layers == 2 and model.restore(batch_size=2) is parser  # restored once per options
-    with pytest.raises(CapabilityError, match=r"^tgjax eval parse: .*whose parser gives distances, not trees: "
+    with pytest.raises(CapabilityError, match=r"^\S+ holds .*whose parser gives distances, not trees "
+                                              r"\(`tgjax eval parse` reads trees\): "
                                               r"use `tgjax eval unsupervised-parse`$"):
         model.parser(command="tgjax eval parse", parses="trees")
     with pytest.raises(CapabilityError, match="no tree_scorer; it offers: scorer, parser"):
         model.tree_scorer()
-    with pytest.raises(CapabilityError, match="family 'onlstm_lm'.*it reads Dyck runs"):
+    with pytest.raises(CapabilityError, match="family 'onlstm_lm'\\); `tgjax eval dyck` reads Dyck runs$"):
         model.require_family("pushdown_lm", command="tgjax eval dyck", reads="Dyck runs")
     with pytest.raises(ValueError, match="an ensemble mixes TG / TXL models only.*searched alone"):
         sentence_scorer([model, model])

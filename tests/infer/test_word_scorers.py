@@ -204,8 +204,8 @@ def test_what_eval_score_reads_is_chosen_by_capability():
         "tree_scorer", "tree_scorer", "gold_joint", "scorer"]
     assert [m.scores_input("words") for m in (words_only, onlstm)] == ["tree_scorer", "scorer"]
     for model in (tg, pushdown):
-        with pytest.raises(CapabilityError, match=r"^tgjax eval score: .*which scores given trees \(log p\(x, y\)\), "
-                                                  r"not words alone"):
+        with pytest.raises(CapabilityError, match=r"^\S+ holds .*\(`tgjax eval score` reads words\), "
+                                                  r"which scores given trees \(log p\(x, y\)\), not words alone"):
             model.scores_input("words", command="tgjax eval score")
     with pytest.raises(CapabilityError, match="a UDGN run .*which has no exact scorer of sentences nor of trees; "
                                               "it offers: parser"):

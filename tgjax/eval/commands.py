@@ -235,7 +235,7 @@ def _scoring(args, command: str, input_format: str) -> tuple[str, list | None]:
     models = _load_models(args)
     routes = [model.scores_input(input_format, command=command) for model in models]
     if len(set(routes)) > 1:
-        raise ValueError(f"{command}: an ensemble's members must score alike; "
+        raise ValueError("an ensemble's members must score alike; "
                          + ", ".join(f"{m.workdir} ({m.description}): {r}" for m, r in zip(models, routes)))
     return routes[0], models
 

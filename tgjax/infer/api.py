@@ -226,8 +226,8 @@ class LoadedModel:
             return "tree_scorer"
         if self.scores_exactly:
             return "scorer"
-        who = f"{command}: " if command else ""
-        what = f"{who}{self.workdir} holds {self.description} (family {self.family!r})"
+        reads = f" (`{command}` reads {input_format})" if command else ""  # named inside: see `require`
+        what = f"{self.workdir} holds {self.description} (family {self.family!r}){reads}"
         if input_format == "words" and ("tree_scorer" in self.capabilities or self.family in JOINT_SCORERS):
             raise CapabilityError(f"{what}, which scores given trees (log p(x, y)), not words alone: give trees "
                                   f"(--input-format trees), or use tgjax eval sg / blimp, which search the parses")
@@ -255,15 +255,18 @@ class LoadedModel:
 
     def require(self, capability: str, *, command: str | None = None, parses: str | None = None) -> None:
         """A `CapabilityError` unless the family has `capability` (and, with `parses`, its parser gives that:
-        "trees", "distances" or "heads"); the message names `command`, the family and what it offers."""
-        who = f"{command}: " if command else ""
-        what = f"{who}{self.workdir} holds {self.description} (family {self.family!r})"
+        "trees", "distances" or "heads"); the message names the workdir, the family, what it offers and `command`.
+        The command is named inside the message, not as a prefix: a command prints its own `PROG: error: `."""
+        what = f"{self.workdir} holds {self.description} (family {self.family!r})"
         if capability not in self.capabilities:
             offers = ", ".join(self.capabilities) or "none of scorer, parser, sampler"
-            raise CapabilityError(f"{what}, which has no {capability}; it offers: {offers}")
+            needs = f" (`{command}` needs one)" if command else ""
+            raise CapabilityError(f"{what}, which has no {capability}{needs}; it offers: {offers}")
         if parses is not None and capability == "parser" and PARSES[self.family] != parses:
             gives = PARSES[self.family]
-            raise CapabilityError(f"{what}, whose parser gives {gives}, not {parses}: use `{PARSE_COMMANDS[gives]}`")
+            needs = f" (`{command}` reads {parses})" if command else ""
+            raise CapabilityError(f"{what}, whose parser gives {gives}, not {parses}{needs}: "
+                                  f"use `{PARSE_COMMANDS[gives]}`")
 
     def restore(self, **options):
         """The family's network with its parameters, vocabulary and config (`FAMILY_TABLE`: which object, and its
@@ -321,8 +324,8 @@ class LoadedModel:
         """A `CapabilityError` unless this is a `family` run: for a command that reads one family's network
         itself (`reads`: what it reads, in words), not through a capability."""
         if self.family != family:
-            raise CapabilityError(f"{command}: {self.workdir} holds {self.description} (family {self.family!r}); "
-                                  f"it reads {reads}")
+            raise CapabilityError(f"{self.workdir} holds {self.description} (family {self.family!r}); "
+                                  f"`{command}` reads {reads}")
 
     def tree_scorer(self, *, command: str | None = None, batch_size: int = 32, sequence_length: int | None = None,
                     memory_length: int | None = None):
