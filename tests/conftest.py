@@ -130,7 +130,7 @@ XDIST_GROUPS = {
     **{name: "tiny_models" for name in (
         "infer/test_beam.py", "infer/test_sampling.py", "infer/test_device_beam.py", "infer/test_choe_charniak.py",
         "infer/test_ensemble.py", "infer/test_scoring.py", "infer/test_perplexity.py", "eval/test_parse.py",
-        "eval/test_pos_tags_eval.py", "eval/test_rerank.py", "eval/test_shards.py")},
+        "eval/test_pos_tags_eval.py", "eval/test_rerank.py", "eval/test_shards.py", "eval/test_search_errors.py")},
     "infer/test_api.py": "onlstm_workdir", "infer/test_word_scorers.py": "onlstm_workdir",
     "infer/test_onlstm_parser.py": "onlstm_parser",
     "models/test_stack_lm.py": "stack_lm", "nn/test_stack_attention.py": "stack_attention",
