@@ -70,7 +70,10 @@ def score(workdir: Path) -> dict:
     return {"valid_layers_corpus_f1": valid_layers, "layers_corpus_f1": test_layers, "chosen_layer": chosen,
             "chosen_layer_corpus_f1": test_layers[chosen], "middle_layer_corpus_f1": test_layers[MIDDLE_LAYER],
             "right_branching_corpus_f1": test_scores["right-branching"]["corpus_f1"],
-            "valid_right_branching_corpus_f1": valid_scores["right-branching"]["corpus_f1"]}
+            "valid_right_branching_corpus_f1": valid_scores["right-branching"]["corpus_f1"],
+            # The thesis' WSJ10 column, within this test file: sentences of <= 10 words after the tag filter.
+            "chosen_layer_corpus_f1_short": test_scores[chosen]["corpus_f1_short"],
+            "right_branching_corpus_f1_short": test_scores["right-branching"]["corpus_f1_short"]}
 
 
 def best_validation_perplexity(workdir: Path) -> tuple[int, float]:
@@ -110,6 +113,10 @@ def summary(rows: list[dict]) -> str:
         gaps = [r["chosen_layer_corpus_f1"] - r["right_branching_corpus_f1"] for r in group]
         lines.append(f"\n{model}: the chosen layer minus right-branching, per seed "
                      + " / ".join(f"{g:+.2f}" for g in gaps) + f"; mean {statistics.mean(gaps):+.2f}")
+        if all("chosen_layer_corpus_f1_short" in r for r in group):
+            lines.append(f"{model}, sentences of <= 10 words: the chosen layer "
+                         f"{mean_sd([r['chosen_layer_corpus_f1_short'] for r in group])} vs right-branching "
+                         f"{mean_sd([r['right_branching_corpus_f1_short'] for r in group])}")
     return "\n".join(lines)
 
 

@@ -44,3 +44,8 @@ def test_summary_gives_each_model_its_mean_and_sd_and_each_seeds_gap_to_right_br
     assert "| **lstm** (1 seed) | 70.00 | 1 | 36.00 |" in text
     assert "onlstm: the chosen layer minus right-branching, per seed +5.00 / +9.00; mean +7.00" in text
     assert "| onlstm-seed2 | 90.0 | 3 | 44.00 | 22.00 | 38.00 | 44.00 | 35.00 |" in text
+    assert "<= 10 words" not in text  # no run was scored on the short sentences
+    for r, short in zip(rows, (60.0, 64.0, 50.0)):
+        r.update(chosen_layer_corpus_f1_short=short, right_branching_corpus_f1_short=66.0)
+    assert "onlstm, sentences of <= 10 words: the chosen layer 62.00 ± 2.83 vs right-branching 66.00 ± 0.00" in (
+        totc.summary(rows))
