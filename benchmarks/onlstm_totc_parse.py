@@ -12,7 +12,7 @@ Every layer's test F1 is kept, and the middle layer (layer 2, the thesis' and th
 reported apart. About 15-20 minutes of training a run on one CPU core.
 
     python benchmarks/onlstm_totc_parse.py --seeds 141 142 143 --out OUT            # train (or resume) and score
-    python benchmarks/onlstm_totc_parse.py --seeds 141 142 143 --out OUT --report   # the table from OUT/results.jsonl
+    python benchmarks/onlstm_totc_parse.py --report --results benchmarks/records/onlstm_totc_parse_cpu.jsonl
 
 `--models onlstm` or `--models lstm` trains one of the two (two processes, one core each, train both at once).
 """
@@ -124,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[141, 142, 143])
     parser.add_argument("--models", nargs="+", choices=("onlstm", "lstm"), default=["onlstm", "lstm"])
-    parser.add_argument("--out", type=Path, required=True, help="one workdir per run, and results.jsonl")
-    parser.add_argument("--report", action="store_true", help="print the table from OUT/results.jsonl only")
+    parser.add_argument("--out", type=Path, default=None, help="one workdir per run, and results.jsonl")
+    parser.add_argument("--results", type=Path, default=None, help="the runs' scores (default: OUT/results.jsonl)")
+    parser.add_argument("--report", action="store_true", help="print the table from the results only")
     args = parser.parse_args(argv)
-    results = args.out / "results.jsonl"
+    if args.out is None and (args.results is None or not args.report):
+        parser.error("--out is needed to train; --report reads --results (or OUT/results.jsonl)")
+    results = args.results or args.out / "results.jsonl"
     if not args.report:
         from tgjax.train.config import load_config
         from tgjax.train.loop import train
