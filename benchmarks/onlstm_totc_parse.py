@@ -15,6 +15,8 @@ reported apart. About 15-20 minutes of training a run on one CPU core.
     python benchmarks/onlstm_totc_parse.py --report --results benchmarks/records/onlstm_totc_parse_cpu.jsonl
 
 `--models onlstm` or `--models lstm` trains one of the two (two processes, one core each, train both at once).
+`--epochs E` trains runs named onlstm-eE-seedN: the schedule (SGD, then NT-ASGD on a validation criterion) does
+not depend on the run's length, so a 16-epoch workdir copied to that name continues to E epochs.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ SMALL = ("model.embedding_size=100", "model.hidden_size=200", "training.num_epoc
 MIDDLE_LAYER = "layer 2"  # of 3: the thesis' and the release's fixed choice
 
 
-def runs(models: list[str], seeds: list[int]) -> list:
-    """The runs of `models` ("onlstm", "lstm") and `seeds`, named onlstm-seedN / lstm-seedN."""
-    specs = onlstm_and_lstm_runs(CONFIG, seeds, SMALL, (), False)
-    return [spec for model in models for spec in specs if spec.name.startswith(f"{model}-seed")]
+def runs(models: list[str], seeds: list[int], epochs: int = 16) -> list:
+    """The runs of `models` ("onlstm", "lstm") and `seeds`, named onlstm-seedN / lstm-seedN (16 epochs), else
+    onlstm-eE-seedN / lstm-eE-seedN."""
+    suffix = "" if epochs == 16 else f"-e{epochs}"
+    specs = onlstm_and_lstm_runs(CONFIG, seeds, (*SMALL, f"training.num_epochs={epochs}"), (), False,
+                                 name_suffix=suffix)  # the later num_epochs wins
+    return [spec for model in models for spec in specs if spec.name.startswith(f"{model}{suffix}-seed")]
 
 
 def treebank_split(split: str) -> Path:
@@ -124,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[141, 142, 143])
     parser.add_argument("--models", nargs="+", choices=("onlstm", "lstm"), default=["onlstm", "lstm"])
+    parser.add_argument("--epochs", type=int, default=16, help="epochs a run trains (SGD then NT-ASGD, whose switch "
+                        "does not depend on the length: a longer run continues a shorter one copied to its name)")
     parser.add_argument("--out", type=Path, default=None, help="one workdir per run, and results.jsonl")
     parser.add_argument("--results", type=Path, default=None, help="the runs' scores (default: OUT/results.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table from the results only")
@@ -136,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         from tgjax.train.loop import train
 
         args.out.mkdir(parents=True, exist_ok=True)
-        for spec in runs(args.models, args.seeds):
+        for spec in runs(args.models, args.seeds, args.epochs):
             workdir = args.out / spec.name
             began = time.monotonic()
             result = train(load_config(spec.config, list(spec.overrides)), workdir, quiet=True)  # resumes a run

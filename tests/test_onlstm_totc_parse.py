@@ -21,6 +21,13 @@ def test_runs_are_the_small_totc_config_with_only_the_gates_differing(totc):
     assert onlstm["model"].pop("ordered") is True and lstm["model"].pop("ordered") is False
     assert onlstm == lstm
     assert [s.name for s in totc.runs(["lstm"], [7])] == ["lstm-seed7"]
+    (longer,) = totc.runs(["onlstm"], [141], epochs=24)  # the same run, continued: only the epochs differ
+    assert longer.name == "onlstm-e24-seed141"
+    longer_config = load_config(longer.config, list(longer.overrides)).to_dict()
+    assert longer_config["training"].pop("num_epochs") == 24
+    onlstm["model"]["ordered"] = True
+    del onlstm["training"]["num_epochs"]
+    assert longer_config == onlstm
 
 
 def test_the_layer_is_chosen_by_its_validation_f1_not_its_test_f1(totc):
