@@ -27,10 +27,11 @@ import statistics
 import time
 from pathlib import Path
 
-from tgjax.reproduce.recipes.common import onlstm_and_lstm_runs, run_eval_command
+from tgjax.reproduce.recipes.common import onlstm_and_lstm_runs
+from tgjax.reproduce.recipes.onlstm_parse import layer_scores
 
 CONFIG = "configs/onlstm_totc.py"
-SMALL = ("model.embedding_size=100", "model.hidden_size=200", "training.num_epochs=16")  # the docs' small run
+SMALL = ("model.embedding_size=100", "model.hidden_size=200")  # the docs' small run, trained 16 epochs by default
 MIDDLE_LAYER = "layer 2"  # of 3: the thesis' and the release's fixed choice
 
 
@@ -39,7 +40,7 @@ def runs(models: list[str], seeds: list[int], epochs: int = 16) -> list:
     onlstm-eE-seedN / lstm-eE-seedN."""
     suffix = "" if epochs == 16 else f"-e{epochs}"
     specs = onlstm_and_lstm_runs(CONFIG, seeds, (*SMALL, f"training.num_epochs={epochs}"), (), False,
-                                 name_suffix=suffix)  # the later num_epochs wins
+                                 name_suffix=suffix)
     return [spec for model in models for spec in specs if spec.name.startswith(f"{model}{suffix}-seed")]
 
 
@@ -60,14 +61,10 @@ def choose_layer(valid_f1: dict[str, float | None]) -> str:
 
 def score(workdir: Path) -> dict:
     """Every layer's corpus F1 on validation and test, the layer chosen on validation, and right-branching's."""
-    from tgjax.eval.unsupervised import main_unsupervised_parse
-
     def layers_and_baselines(split: str) -> tuple[dict, dict]:
         argv = ["--workdir", str(workdir), "--step", "best", "--word-form", "raw",
                 "--treebank", str(treebank_split(split))]
-        scores = run_eval_command(main_unsupervised_parse, argv, workdir / f"unsupervised_parse_{split}.json")[
-            "scores"]
-        return {n: s["corpus_f1"] for n, s in scores.items() if n.startswith("layer ")}, scores
+        return layer_scores(argv, workdir / f"unsupervised_parse_{split}.json")
 
     valid_layers, valid_scores = layers_and_baselines("valid")
     test_layers, test_scores = layers_and_baselines("test")
@@ -83,13 +80,10 @@ def score(workdir: Path) -> dict:
 
 def best_validation_perplexity(workdir: Path) -> tuple[int, float]:
     """(step, perplexity) of the run's lowest validation perplexity in metrics.jsonl."""
-    import math
-
     from tgjax.reproduce.recipes.common import metrics_records
 
-    valid = [r for r in metrics_records(workdir) if r.get("split") == "valid"]
-    best = min(valid, key=lambda r: r["loss"])
-    return best["step"], math.exp(best["loss"])
+    best = min((r for r in metrics_records(workdir) if r.get("split") == "valid"), key=lambda r: r["perplexity"])
+    return best["step"], best["perplexity"]
 
 
 def mean_sd(values: list[float]) -> str:
@@ -105,16 +99,16 @@ def summary(rows: list[dict]) -> str:
         layers = " | ".join(f"{r['layers_corpus_f1'][f'layer {i}']:.2f}" for i in (1, 2, 3))
         lines.append(f"| {r['name']} | {r['valid_perplexity']:.1f} | {r['chosen_layer'].split()[-1]} | "
                      f"{r['chosen_layer_corpus_f1']:.2f} | {layers} | {r['right_branching_corpus_f1']:.2f} |")
-    for model in dict.fromkeys(r["name"].split("-seed")[0] for r in rows):
-        group = [r for r in rows if r["name"].startswith(model + "-seed")]
+    groups = {model: [r for r in rows if r["name"].startswith(model + "-seed")]
+              for model in dict.fromkeys(r["name"].split("-seed")[0] for r in rows)}
+    for model, group in groups.items():
         layers = " | ".join(mean_sd([r["layers_corpus_f1"][f"layer {i}"] for r in group]) for i in (1, 2, 3))
         chosen = ", ".join(r["chosen_layer"].split()[-1] for r in group)
         seeds = f"{len(group)} seed" + ("s" if len(group) > 1 else "")
         lines.append(f"| **{model}** ({seeds}) | {mean_sd([r['valid_perplexity'] for r in group])} | "
                      f"{chosen} | {mean_sd([r['chosen_layer_corpus_f1'] for r in group])} | {layers} | "
                      f"{mean_sd([r['right_branching_corpus_f1'] for r in group])} |")
-    for model in dict.fromkeys(r["name"].split("-seed")[0] for r in rows):
-        group = [r for r in rows if r["name"].startswith(model + "-seed")]
+    for model, group in groups.items():
         gaps = [r["chosen_layer_corpus_f1"] - r["right_branching_corpus_f1"] for r in group]
         lines.append(f"\n{model}: the chosen layer minus right-branching, per seed "
                      + " / ".join(f"{g:+.2f}" for g in gaps) + f"; mean {statistics.mean(gaps):+.2f}")

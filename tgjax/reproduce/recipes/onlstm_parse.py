@@ -30,17 +30,22 @@ def runs(tiny: bool) -> list[RunSpec]:
     return onlstm_and_lstm_runs(CONFIG, SEEDS, COMMON, TINY, tiny)
 
 
-def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
+def layer_scores(argv: list[str], output: Path) -> tuple[dict, dict]:
+    """`tgjax eval unsupervised-parse ARGV -o output`: each layer's corpus F1 ({"layer N": F1 or None}), and every
+    score the command wrote (the layers' and the baselines', by name)."""
     from tgjax.eval.unsupervised import main_unsupervised_parse
 
+    scores = run_eval_command(main_unsupervised_parse, argv, output)["scores"]
+    return {name: s["corpus_f1"] for name, s in scores.items() if name.startswith("layer ")}, scores
+
+
+def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     step = checkpoint_to_score(workdir)
     limit = ["--limit", str(TINY_EVAL_SENTENCES)] if tiny else []
 
     def layer_f1(split: str) -> tuple[dict, dict]:
         argv = ["--workdir", str(workdir), "--step", step, "--treebank", "builtin", "--split", split, *limit]
-        scores = run_eval_command(main_unsupervised_parse, argv, workdir / f"unsupervised_parse_{split}.json")[
-            "scores"]
-        return {name: s["corpus_f1"] for name, s in scores.items() if name.startswith("layer ")}, scores
+        return layer_scores(argv, workdir / f"unsupervised_parse_{split}.json")
 
     valid_layers, _ = layer_f1("valid")
     layers, scores = layer_f1("test")
