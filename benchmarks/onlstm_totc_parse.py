@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from tgjax.reproduce.recipes.common import onlstm_and_lstm_runs
-from tgjax.reproduce.recipes.onlstm_parse import layer_scores
+from tgjax.reproduce.recipes.onlstm_parse import choose_layer, layer_scores
 
 CONFIG = "configs/onlstm_totc.py"
 SMALL = ("model.embedding_size=100", "model.hidden_size=200")  # the docs' small run, trained 16 epochs by default
@@ -49,14 +49,6 @@ def treebank_split(split: str) -> Path:
     from tgjax.train.config import load_config
 
     return Path(load_config(CONFIG, []).data.valid_path).with_name(f"{split}.txt")
-
-
-def choose_layer(valid_f1: dict[str, float | None]) -> str:
-    """The layer of highest validation corpus F1 (the first on a tie); a layer without a score never wins."""
-    scored = {name: f1 for name, f1 in valid_f1.items() if f1 is not None}
-    if not scored:
-        raise ValueError("no layer has a validation F1 to choose by")
-    return max(scored, key=scored.__getitem__)
 
 
 def score(workdir: Path) -> dict:

@@ -4,6 +4,7 @@ without training."""
 import pytest
 
 from tests.benchmark_scripts import load_benchmark
+from tgjax.reproduce.recipes import onlstm_parse
 from tgjax.train.config import load_config
 
 
@@ -31,10 +32,11 @@ def test_runs_are_the_small_totc_config_with_only_the_gates_differing(totc):
 
 
 def test_the_layer_is_chosen_by_its_validation_f1_not_its_test_f1(totc):
-    assert totc.choose_layer({"layer 1": 30.0, "layer 2": 41.5, "layer 3": 41.0}) == "layer 2"
-    assert totc.choose_layer({"layer 1": None, "layer 2": 10.0, "layer 3": 12.0}) == "layer 3"
-    with pytest.raises(ValueError, match="no layer"):
-        totc.choose_layer({"layer 1": None})
+    assert totc.choose_layer is onlstm_parse.choose_layer  # the recipe's rule, shared
+    assert onlstm_parse.choose_layer({"layer 1": 30.0, "layer 2": 41.5, "layer 3": 41.0}) == "layer 2"
+    assert onlstm_parse.choose_layer({"layer 1": None, "layer 2": 10.0, "layer 3": 12.0}) == "layer 3"
+    with pytest.raises(ValueError, match="no layer"):  # nothing to choose by: no layer reported over nothing
+        onlstm_parse.choose_layer({"layer 1": None, "layer 2": None})
 
 
 def test_summary_gives_each_model_its_mean_and_sd_and_each_seeds_gap_to_right_branching(totc):

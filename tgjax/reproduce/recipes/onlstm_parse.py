@@ -39,6 +39,15 @@ def layer_scores(argv: list[str], output: Path) -> tuple[dict, dict]:
     return {name: s["corpus_f1"] for name, s in scores.items() if name.startswith("layer ")}, scores
 
 
+def choose_layer(valid_f1: dict[str, float | None]) -> str:
+    """The layer of highest validation corpus F1 (the first on a tie); a layer without a score never wins, and
+    with no layer scored there is nothing to choose by (ValueError)."""
+    scored = {name: f1 for name, f1 in valid_f1.items() if f1 is not None}
+    if not scored:
+        raise ValueError("no layer has a validation F1 to choose by (no validation sentence of two or more words)")
+    return max(scored, key=scored.__getitem__)
+
+
 def evaluate(run: RunSpec, workdir: Path, finished: bool, tiny: bool) -> dict:
     step = checkpoint_to_score(workdir)
     limit = ["--limit", str(TINY_EVAL_SENTENCES)] if tiny else []
