@@ -16,7 +16,9 @@ reported apart. About 15-20 minutes of training a run on one CPU core.
 
 `--models onlstm` or `--models lstm` trains one of the two (two processes, one core each, train both at once).
 `--epochs E` trains runs named onlstm-eE-seedN: the schedule (SGD, then NT-ASGD on a validation criterion) does
-not depend on the run's length, so a 16-epoch workdir copied to that name continues to E epochs.
+not depend on the run's length, so a 16-epoch workdir copied to that name continues to E epochs. `--chunk-size C`
+trains runs named onlstm-cC-seedN whose master gates have one level per C units instead of 10 (C = 2: 100 levels in
+the 200-unit layers, near the thesis' 115).
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ from tgjax.reproduce.recipes.onlstm_parse import choose_layer, layer_scores
 
 CONFIG = "configs/onlstm_totc.py"
 SMALL = ("model.embedding_size=100", "model.hidden_size=200")  # the docs' small run, trained 16 epochs by default
+CHUNK_SIZE = 10  # units per master-gate level, the config's and the thesis' (200 units: 20 levels; 1,150: 115)
 MIDDLE_LAYER = "layer 2"  # of 3: the thesis' and the release's fixed choice
 
 
-def runs(models: list[str], seeds: list[int], epochs: int = 16) -> list:
-    """The runs of `models` ("onlstm", "lstm") and `seeds`, named onlstm-seedN / lstm-seedN (16 epochs), else
-    onlstm-eE-seedN / lstm-eE-seedN."""
-    suffix = "" if epochs == 16 else f"-e{epochs}"
-    specs = onlstm_and_lstm_runs(CONFIG, seeds, (*SMALL, f"training.num_epochs={epochs}"), (), False,
-                                 name_suffix=suffix)
+def runs(models: list[str], seeds: list[int], epochs: int = 16, chunk_size: int = CHUNK_SIZE) -> list:
+    """The runs of `models` ("onlstm", "lstm") and `seeds`, named onlstm-seedN / lstm-seedN (16 epochs, chunks of
+    10 units), else onlstm-cC-eE-seedN / lstm-cC-eE-seedN with the part that differs."""
+    suffix = (f"-c{chunk_size}" if chunk_size != CHUNK_SIZE else "") + (f"-e{epochs}" if epochs != 16 else "")
+    overrides = (*SMALL, f"training.num_epochs={epochs}", *([f"model.chunk_size={chunk_size}"]
+                                                             if chunk_size != CHUNK_SIZE else []))
+    specs = onlstm_and_lstm_runs(CONFIG, seeds, overrides, (), False, name_suffix=suffix)
     return [spec for model in models for spec in specs if spec.name.startswith(f"{model}{suffix}-seed")]
 
 
@@ -117,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=("onlstm", "lstm"), default=["onlstm", "lstm"])
     parser.add_argument("--epochs", type=int, default=16, help="epochs a run trains (SGD then NT-ASGD, whose switch "
                         "does not depend on the length: a longer run continues a shorter one copied to its name)")
+    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="units per master-gate level (it must "
+                        "divide every layer's size: 200, 200, 100); runs named onlstm-cC-seedN")
     parser.add_argument("--out", type=Path, default=None, help="one workdir per run, and results.jsonl")
     parser.add_argument("--results", type=Path, default=None, help="the runs' scores (default: OUT/results.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table from the results only")
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         from tgjax.train.loop import train
 
         args.out.mkdir(parents=True, exist_ok=True)
-        for spec in runs(args.models, args.seeds, args.epochs):
+        for spec in runs(args.models, args.seeds, args.epochs, args.chunk_size):
             workdir = args.out / spec.name
             began = time.monotonic()
             result = train(load_config(spec.config, list(spec.overrides)), workdir, quiet=True)  # resumes a run

@@ -29,6 +29,13 @@ def test_runs_are_the_small_totc_config_with_only_the_gates_differing(totc):
     onlstm["model"]["ordered"] = True
     del onlstm["training"]["num_epochs"]
     assert longer_config == onlstm
+    (finer,) = totc.runs(["onlstm"], [141], chunk_size=2)  # finer master gates: only the chunk size differs
+    assert finer.name == "onlstm-c2-seed141"
+    finer_config = load_config(finer.config, list(finer.overrides)).to_dict()
+    assert finer_config["model"].pop("chunk_size") == 2 and onlstm["model"].pop("chunk_size") == 10
+    del finer_config["training"]["num_epochs"]
+    assert finer_config == onlstm
+    assert totc.runs(["onlstm"], [141], epochs=24, chunk_size=2)[0].name == "onlstm-c2-e24-seed141"
 
 
 def test_the_layer_is_chosen_by_its_validation_f1_not_its_test_f1(totc):
