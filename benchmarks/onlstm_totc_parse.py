@@ -42,8 +42,8 @@ def runs(models: list[str], seeds: list[int], epochs: int = 16, chunk_size: int 
     """The runs of `models` ("onlstm", "lstm") and `seeds`, named onlstm-seedN / lstm-seedN (16 epochs, chunks of
     10 units), else onlstm-cC-eE-seedN / lstm-cC-eE-seedN with the part that differs."""
     suffix = (f"-c{chunk_size}" if chunk_size != CHUNK_SIZE else "") + (f"-e{epochs}" if epochs != 16 else "")
-    overrides = (*SMALL, f"training.num_epochs={epochs}", *([f"model.chunk_size={chunk_size}"]
-                                                             if chunk_size != CHUNK_SIZE else []))
+    chunks = [f"model.chunk_size={chunk_size}"] if chunk_size != CHUNK_SIZE else []
+    overrides = (*SMALL, f"training.num_epochs={epochs}", *chunks)
     specs = onlstm_and_lstm_runs(CONFIG, seeds, overrides, (), False, name_suffix=suffix)
     return [spec for model in models for spec in specs if spec.name.startswith(f"{model}{suffix}-seed")]
 
