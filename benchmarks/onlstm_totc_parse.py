@@ -33,15 +33,16 @@ from tgjax.reproduce.recipes.common import onlstm_and_lstm_runs
 from tgjax.reproduce.recipes.onlstm_parse import choose_layer, layer_scores
 
 CONFIG = "configs/onlstm_totc.py"
-SMALL = ("model.embedding_size=100", "model.hidden_size=200")  # the docs' small run, trained 16 epochs by default
+SMALL = ("model.embedding_size=100", "model.hidden_size=200")  # the docs' small run
+EPOCHS = 16  # the docs' small run's length; other lengths name their runs
 CHUNK_SIZE = 10  # units per master-gate level, the config's and the thesis' (200 units: 20 levels; 1,150: 115)
 MIDDLE_LAYER = "layer 2"  # of 3: the thesis' and the release's fixed choice
 
 
-def runs(models: list[str], seeds: list[int], epochs: int = 16, chunk_size: int = CHUNK_SIZE) -> list:
+def runs(models: list[str], seeds: list[int], epochs: int = EPOCHS, chunk_size: int = CHUNK_SIZE) -> list:
     """The runs of `models` ("onlstm", "lstm") and `seeds`, named onlstm-seedN / lstm-seedN (16 epochs, chunks of
     10 units), else onlstm-cC-eE-seedN / lstm-cC-eE-seedN with the part that differs."""
-    suffix = (f"-c{chunk_size}" if chunk_size != CHUNK_SIZE else "") + (f"-e{epochs}" if epochs != 16 else "")
+    suffix = (f"-c{chunk_size}" if chunk_size != CHUNK_SIZE else "") + (f"-e{epochs}" if epochs != EPOCHS else "")
     chunks = [f"model.chunk_size={chunk_size}"] if chunk_size != CHUNK_SIZE else []
     overrides = (*SMALL, f"training.num_epochs={epochs}", *chunks)
     specs = onlstm_and_lstm_runs(CONFIG, seeds, overrides, (), False, name_suffix=suffix)
@@ -119,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[141, 142, 143])
     parser.add_argument("--models", nargs="+", choices=("onlstm", "lstm"), default=["onlstm", "lstm"])
-    parser.add_argument("--epochs", type=int, default=16, help="epochs a run trains (SGD then NT-ASGD, whose switch "
-                        "does not depend on the length: a longer run continues a shorter one copied to its name)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="epochs a run trains (SGD then NT-ASGD, whose "
+                        "switch ignores the length: a longer run continues a shorter one copied to its name)")
     parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE, help="units per master-gate level (it must "
                         "divide every layer's size: 200, 200, 100); runs named onlstm-cC-seedN")
     parser.add_argument("--out", type=Path, default=None, help="one workdir per run, and results.jsonl")
