@@ -18,7 +18,8 @@ standard deviations; as large the other way is "contradicted".
 
 A cell trained again (`cfl_grid.py --seed S --tasks T --models M` with other settings, e.g. without the time cap
 that stopped it) is given with --rerun: its cells replace the same seed's, and the cells they replace stay in the
-record under the seed's "replaced", with the rerun's source, so no figure is dropped without trace.
+record under the seed's "replaced", with the rerun's source, so no figure is dropped without trace. A cell the seed
+did not have (a model trained later for that seed) is added, and named with the rerun's source under "added".
 
     python benchmarks/cfl_grid_seeds.py --grid OUT_SEED2 --grid OUT_SEED3 --cells RECORD.json --out OUT
     python benchmarks/cfl_grid_seeds.py --cells RECORD.json --rerun OUT_RERUN --out OUT
@@ -117,7 +118,8 @@ def read_seeds(grids: Sequence[Path], records: Sequence[Path]) -> list[dict]:
 
 def apply_reruns(seeds: list[dict], reruns: Sequence[Path]) -> list[dict]:
     """`seeds` with each rerun's cells in place of the same seed's (a rerun of a seed not in `seeds` is refused);
-    each replaced cell is kept under the seed's "replaced"[task][model], with "replaced_by": the rerun's source."""
+    each replaced cell is kept under the seed's "replaced"[task][model], with "replaced_by": the rerun's source;
+    a cell the seed lacked is added, its source under the seed's "added"[task][model]."""
     by_seed = {s["seed"]: s for s in seeds}
     for path in reruns:
         rerun = seed_of_grid(Path(path))
@@ -130,6 +132,8 @@ def apply_reruns(seeds: list[dict], reruns: Sequence[Path]) -> list[dict]:
                 if old is not None:
                     seed.setdefault("replaced", {}).setdefault(task, {})[model] = {**old, "replaced_by":
                                                                                    rerun["source"]}
+                else:
+                    seed.setdefault("added", {}).setdefault(task, {})[model] = rerun["source"]
                 seed["cells"][task][model] = cell
     return seeds
 

@@ -102,7 +102,8 @@ def test_a_seed_given_twice_is_refused_and_a_record_reads_back(seeds_tool, tmp_p
 
 def test_a_rerun_replaces_its_seeds_cells_and_keeps_the_old_ones(seeds_tool, tmp_path):
     first = _grid(tmp_path, 1, {("dyck", "tf"): (0.3, 0.5, 0.25, 90.0), ("dyck", "tf_nd"): (0.4, 0.6, 0.35, 900.0)})
-    rerun = _grid(tmp_path, 1, {("dyck", "tf_nd"): (0.1, 0.2, 0.05, 1500.0)}, name="rerun")
+    rerun = _grid(tmp_path, 1, {("dyck", "tf_nd"): (0.1, 0.2, 0.05, 1500.0),
+                                ("hardest_cfl", "tf_nd"): (0.15, 0.3, 0.1, 1200.0)}, name="rerun")
     out = tmp_path / "out"
     assert seeds_tool.main(["--grid", str(first), "--rerun", str(rerun), "--out", str(out)]) == 0
     (seed,) = json.loads((out / "cfl_seeds_cells.json").read_text())["seeds"]
@@ -111,6 +112,9 @@ def test_a_rerun_replaces_its_seeds_cells_and_keeps_the_old_ones(seeds_tool, tmp
     kept = seed["replaced"]["dyck"]["tf_nd"]
     assert kept["within"] == pytest.approx(0.4) and kept["replaced_by"].endswith("rerun/cfl_grid.json")
     assert list(seed["replaced"]) == ["dyck"] and list(seed["replaced"]["dyck"]) == ["tf_nd"]
+    # A cell the seed lacked is added, and its source named: nothing joins the record without trace.
+    assert seed["cells"]["hardest_cfl"]["tf_nd"]["within"] == pytest.approx(0.15)
+    assert seed["added"] == {"hardest_cfl": {"tf_nd": seed["replaced"]["dyck"]["tf_nd"]["replaced_by"]}}
     # The epochs line reads each cell's trials: the capped trial is gone with the rerun.
     capped = seeds_tool.read_seeds([first], [])
     capped[0]["cells"]["dyck"]["tf_nd"].update(epochs=7, stopped_by_budget=True)
