@@ -93,10 +93,23 @@ def cell_of_result(result: dict) -> dict:
             "by_length": {str(k): v["cross_entropy_difference"] for k, v in bins.items()}}
 
 
+def read_json(path: Path, expected: str, key: str) -> dict:
+    """The JSON object in `path`, which must hold `key`; anything else stops with one line naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"{path}: no such file; expected {expected}") from None
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"{path}:{error.lineno}: invalid JSON ({error.msg}); expected {expected}") from None
+    if not isinstance(data, dict) or key not in data:
+        raise SystemExit(f"{path}: no {key!r} in it; expected {expected}")
+    return data
+
+
 def seed_of_grid(path: Path) -> dict:
     """One cfl_grid.json (or the directory holding it) as {"seed", "source", "scale", "cells"}."""
     path = path / "cfl_grid.json" if path.is_dir() else path
-    grid = json.loads(path.read_text())
+    grid = read_json(path, "a finished benchmarks/cfl_grid.py run's cfl_grid.json", "jobs")
     cells: dict[str, dict[str, dict]] = {}
     for job in grid["jobs"]:
         if job.get("result") is not None:
@@ -108,7 +121,7 @@ def read_seeds(grids: Sequence[Path], records: Sequence[Path]) -> list[dict]:
     """Every seed from the grids and the compact records; a seed given twice is refused (it would count twice)."""
     seeds = [seed_of_grid(Path(g)) for g in grids]
     for record in records:
-        seeds += json.loads(Path(record).read_text())["seeds"]
+        seeds += read_json(Path(record), "a record this script wrote (cfl_seeds_cells.json)", "seeds")["seeds"]
     numbers = [s["seed"] for s in seeds]
     repeated = sorted({n for n in numbers if numbers.count(n) > 1})
     if repeated:

@@ -100,6 +100,20 @@ def test_a_seed_given_twice_is_refused_and_a_record_reads_back(seeds_tool, tmp_p
         seeds_tool.read_seeds([grid], [record])
 
 
+def test_a_missing_or_malformed_input_stops_with_one_line_naming_it(seeds_tool, tmp_path):
+    unfinished = tmp_path / "unfinished"  # a cfl_grid.py --out folder before the run has written its JSON
+    unfinished.mkdir()
+    with pytest.raises(SystemExit, match=rf"^{unfinished}/cfl_grid.json: no such file; expected a finished "):
+        seeds_tool.main(["--grid", str(unfinished), "--out", str(tmp_path / "out")])
+    broken = tmp_path / "cells.json"
+    broken.write_text('{"seeds": [\n')
+    with pytest.raises(SystemExit, match=rf"^{broken}:2: invalid JSON \(Expecting value\); expected a record"):
+        seeds_tool.main(["--cells", str(broken), "--out", str(tmp_path / "out")])
+    broken.write_text('{"cells": {}}')
+    with pytest.raises(SystemExit, match=rf"^{broken}: no 'seeds' in it; expected a record"):
+        seeds_tool.main(["--cells", str(broken), "--out", str(tmp_path / "out")])
+
+
 def test_a_rerun_replaces_its_seeds_cells_and_keeps_the_old_ones(seeds_tool, tmp_path):
     first = _grid(tmp_path, 1, {("dyck", "tf"): (0.3, 0.5, 0.25, 90.0), ("dyck", "tf_nd"): (0.4, 0.6, 0.35, 900.0)})
     rerun = _grid(tmp_path, 1, {("dyck", "tf_nd"): (0.1, 0.2, 0.05, 1500.0),
