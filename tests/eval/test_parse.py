@@ -305,13 +305,17 @@ def test_main_blimp_limit_shards_and_merge(tmp_path, fake_load, capsys):
     assert parse.main_blimp(["--workdir", "txl_terminals", "--data", str(data), "--paradigm", "order"]) == 0
     assert "exact log p(x)" in capsys.readouterr().out
     assert parse.main_blimp(["--workdir", "tg", "--data", str(data), "--paradigm", "nope"]) == 2
-    assert "no BLiMP pairs" in capsys.readouterr().err
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tgjax eval blimp: error: no paradigm ['nope'] among the pairs read; expected a UID")
 
 
 def test_select_pairs_and_shards():
     pairs = [BlimpPair("a", "b", uid, "f", "t", str(k)) for uid in ("x", "y") for k in range(3)]
     assert [p.pair_id for p in parse.select_pairs(pairs, limit=2)] == ["0", "1", "0", "1"]
     assert {p.uid for p in parse.select_pairs(pairs, paradigms=["y"])} == {"y"}
+    # One paradigm right and one misspelt is refused by name, not scored as the one that matched.
+    with pytest.raises(ValueError, match=r"no paradigm \['z'\] among the pairs read; expected a UID such as: x, y$"):
+        parse.select_pairs(pairs, paradigms=["y", "z"])
     assert parse.select_shard(list(range(7)), shards.job_shard("1/3")) == [1, 4]
     with pytest.raises(ValueError, match="I/N"):
         shards.job_shard("1")

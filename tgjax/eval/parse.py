@@ -670,9 +670,18 @@ def run_sg(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def select_pairs(pairs: Sequence[blimp_lib.BlimpPair], *, limit: int | None = None,
                  paradigms: Sequence[str] | None = None) -> list[blimp_lib.BlimpPair]:
-    """The first `limit` pairs of each paradigm (all if None), of the given paradigms (all if None)."""
+    """The first `limit` pairs of each paradigm (all if None), of the given paradigms (all if None).
+
+    A paradigm asked for but not among the pairs is refused by name, with some of those there (a typo would
+    otherwise select nothing, or silently less than asked)."""
     kept, seen = [], collections.Counter()
     wanted = set(paradigms) if paradigms else None
+    if wanted is not None:
+        present = sorted({pair.uid for pair in pairs})
+        missing = sorted(wanted.difference(present))
+        if missing:
+            shown = ", ".join(present[:5]) + (f", ... ({len(present)} in all)" if len(present) > 5 else "")
+            raise ValueError(f"no paradigm {missing} among the pairs read; expected a UID such as: {shown}")
     for pair in pairs:
         if wanted is not None and pair.uid not in wanted:
             continue
