@@ -39,6 +39,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from cfl_grid import MAX_TRAIN_LENGTH, MODEL_LABELS, MODELS, TASK_LABELS, TASKS, range_delta  # noqa: E402
 
+from tgjax.data import text_files  # noqa: E402
 from tgjax.reproduce.verdict import judge, spread  # noqa: E402
 
 DCFLS = ("marked_reversal", "dyck")
@@ -94,13 +95,14 @@ def cell_of_result(result: dict) -> dict:
 
 
 def read_json(path: Path, expected: str, key: str) -> dict:
-    """The JSON object in `path`, which must hold `key`; anything else stops with one line naming the file."""
+    """The JSON object in `path`, which must hold `key`; anything else stops with one line naming the file (and,
+    for bad bytes or invalid JSON, the line and column: `tgjax.data.text_files.read_json`)."""
     try:
-        data = json.loads(path.read_text())
+        data = text_files.read_json(path)
     except FileNotFoundError:
         raise SystemExit(f"{path}: no such file; expected {expected}") from None
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"{path}:{error.lineno}: invalid JSON ({error.msg}); expected {expected}") from None
+    except ValueError as error:
+        raise SystemExit(f"{error}; expected {expected}") from None
     if not isinstance(data, dict) or key not in data:
         raise SystemExit(f"{path}: no {key!r} in it; expected {expected}")
     return data

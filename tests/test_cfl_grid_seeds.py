@@ -107,7 +107,7 @@ def test_a_missing_or_malformed_input_stops_with_one_line_naming_it(seeds_tool, 
         seeds_tool.main(["--grid", str(unfinished), "--out", str(tmp_path / "out")])
     broken = tmp_path / "cells.json"
     broken.write_text('{"seeds": [\n')
-    with pytest.raises(SystemExit, match=rf"^{broken}:2: invalid JSON \(Expecting value\); expected a record"):
+    with pytest.raises(SystemExit, match=rf"^{broken}:2:1: invalid JSON \(Expecting value\); expected a record"):
         seeds_tool.main(["--cells", str(broken), "--out", str(tmp_path / "out")])
     broken.write_text('{"cells": {}}')
     with pytest.raises(SystemExit, match=rf"^{broken}: no 'seeds' in it; expected a record"):
