@@ -256,7 +256,12 @@ def test_main_sg_with_shards_and_merge(tmp_path, fake_load, capsys):
     merged = capsys.readouterr().out
     assert parse.main_sg(["--suites", str(suites), "--merge", str(tmp_path / "all.json")]) == 0
     assert capsys.readouterr().out == merged
-    assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), "--suite", "nope"]) == 2
+    capsys.readouterr()
+    # A misspelt suite beside a right one is refused by name, with the suites that are there.
+    assert parse.main_sg(["--workdir", "tg", "--suites", str(suites), "--suite", "other", "--suite", "nope"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"tgjax eval sg: error: no suite ['nope'] in {suites}; "
+                    "expected a suite name such as: agreement, other")
 
 
 # ---------------------------------------------------------------------------
@@ -316,6 +321,11 @@ def test_select_pairs_and_shards():
     # One paradigm right and one misspelt is refused by name, not scored as the one that matched.
     with pytest.raises(ValueError, match=r"no paradigm \['z'\] among the pairs read; expected a UID such as: x, y$"):
         parse.select_pairs(pairs, paradigms=["y", "z"])
+    many = [f"p{k}" for k in range(7)]
+    with pytest.raises(ValueError, match=r"no paradigm \['q'\] here; expected a UID such as: "
+                                         r"p0, p1, p2, p3, p4, \.\.\. \(7 in all\)$"):
+        parse.refuse_unknown(["p6", "q"], many + many, kind="paradigm", where="here", expected="a UID")
+    parse.refuse_unknown(["p6"], many, kind="paradigm", where="here", expected="a UID")  # all known: no error
     assert parse.select_shard(list(range(7)), shards.job_shard("1/3")) == [1, 4]
     with pytest.raises(ValueError, match="I/N"):
         shards.job_shard("1")

@@ -39,7 +39,7 @@ import inspect
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +81,18 @@ MAX_WORDS = PARSE_MAX_WORDS
 
 # -----------------------------------------------------------------------------
 # Shared helpers.
+
+
+def refuse_unknown(asked: Iterable[str], present: Iterable[str], *, kind: str, where: str, expected: str) -> None:
+    """Raises one line naming what was `asked` for but is not `present`, with the first few that are.
+
+    Shared by `--suite` and `--paradigm`: a misspelt name would otherwise select nothing, or, beside a right
+    one, silently less than asked."""
+    known = sorted(set(present))
+    missing = sorted(set(asked).difference(known))
+    if missing:
+        shown = ", ".join(known[:5]) + (f", ... ({len(known)} in all)" if len(known) > 5 else "")
+        raise ValueError(f"no {kind} {missing} {where}; expected {expected} such as: {shown or 'none (nothing read)'}")
 
 
 def select_shard(items: Sequence, shard: shards.Shard) -> list:
@@ -639,9 +651,8 @@ def run_sg(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         suites = sg.load_suites(args.suites)
         check_sentence_lengths(suites, args.max_words)
         if args.suite:
-            missing = sorted(set(args.suite) - {s.name for s in suites})
-            if missing:
-                raise ValueError(f"no suite(s) {missing} in {args.suites}")
+            refuse_unknown(args.suite, [s.name for s in suites], kind="suite", where=f"in {args.suites}",
+                           expected="a suite name")
             suites = [s for s in suites if s.name in args.suite]
         suites = select_shard(sorted(suites, key=lambda s: s.name), shard)
         if not suites:
@@ -677,11 +688,8 @@ def select_pairs(pairs: Sequence[blimp_lib.BlimpPair], *, limit: int | None = No
     kept, seen = [], collections.Counter()
     wanted = set(paradigms) if paradigms else None
     if wanted is not None:
-        present = sorted({pair.uid for pair in pairs})
-        missing = sorted(wanted.difference(present))
-        if missing:
-            shown = ", ".join(present[:5]) + (f", ... ({len(present)} in all)" if len(present) > 5 else "")
-            raise ValueError(f"no paradigm {missing} among the pairs read; expected a UID such as: {shown}")
+        refuse_unknown(wanted, [pair.uid for pair in pairs], kind="paradigm", where="among the pairs read",
+                       expected="a UID")
     for pair in pairs:
         if wanted is not None and pair.uid not in wanted:
             continue
