@@ -108,6 +108,20 @@ class ActionSpace:
             return None
         return WordGuard(processor, *self.word_pieces, self.vocab.unk_id)
 
+    def action_tokens(self, actions: Sequence[int], words: Sequence[str]) -> list[str]:
+        """Choe–Charniak tokens of recorded actions: a < L opens label a, a < 2L closes label a − L, else a word."""
+        L, labels = self.num_labels, self.labels
+        out, w = [], 0
+        for a in actions:
+            if a < L:
+                out.append(cc.opening(labels[a]))
+            elif a < 2 * L:
+                out.append(cc.closing(labels[a - L]))
+            else:
+                out.append(words[w])
+                w += 1
+        return out
+
     def encode_word(self, word: str) -> tuple[tuple[int, ...], bool]:
         """The ids of one word (one or more terminal pieces), and whether it is unknown (UNK).
 
@@ -236,17 +250,8 @@ class ChoeCharniakFamily:
 
     def tokens(self, state: CCState, words: Sequence[str]) -> list[str]:
         """Choe–Charniak tokens of the state's prefix with the sentence's words, then closes what is open."""
-        L, labels = self.space.num_labels, self.space.labels
-        out, w = [], 0
-        for a in state.actions:
-            if a < L:
-                out.append(cc.opening(labels[a]))
-            elif a < 2 * L:
-                out.append(cc.closing(labels[a - L]))
-            else:
-                out.append(words[w])
-                w += 1
-        out.extend(cc.closing(labels[e >> 1]) for e in reversed(state.stack))
+        out = self.space.action_tokens(state.actions, words)
+        out.extend(cc.closing(self.space.labels[e >> 1]) for e in reversed(state.stack))
         return out
 
 

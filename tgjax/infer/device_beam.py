@@ -185,7 +185,6 @@ from tgjax.infer.choe_charniak import ActionSpace
 from tgjax.infer.ensemble import member_list
 from tgjax.infer.incremental import _Static, project
 from tgjax.models.transformer_lm import TransformerLM
-from tgjax.syntax import actions as cc
 from tgjax.syntax import token_types as tt
 
 EMPTY, FRONTIER, WORD, COMPLETE = 0, 1, 2, 3
@@ -451,17 +450,7 @@ class ChoeCharniakDevice:
         return state.tree.depth == 0
 
     def tokens(self, records: Sequence[int], words: Sequence[str]) -> list[str]:
-        L, labels = self.space.num_labels, self.space.labels
-        out, w = [], 0
-        for a in records:
-            if a < L:
-                out.append(cc.opening(labels[a]))
-            elif a < 2 * L:
-                out.append(cc.closing(labels[a - L]))
-            else:
-                out.append(words[w])
-                w += 1
-        return out
+        return self.space.action_tokens(records, words)
 
 
 def _mix(member_log_probs: list) -> jnp.ndarray:
