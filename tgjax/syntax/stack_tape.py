@@ -60,7 +60,7 @@ Everything here is NumPy / pure Python (no JAX): it runs in input workers.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -338,20 +338,7 @@ def expand_subwords(
         first = int(offsets[word])
         return _fold(list(range(first, first + int(counts[word]))), branching)
 
-    # Iterative rebuild (post-order) to survive deep trees.
-    results: list[Bracketing] = []
-    todo: list[tuple[Bracketing, bool]] = [(tree, False)]
-    while todo:
-        node, expanded = todo.pop()
-        if not isinstance(node, tuple):
-            results.append(leaf(int(node)))
-        elif expanded:
-            right = results.pop()
-            left = results.pop()
-            results.append((left, right))
-        else:
-            todo.extend([(node, True), (node[1], False), (node[0], False)])
-    return results[0]
+    return _map_leaves(tree, leaf)
 
 
 # ---------------------------------------------------------------------------
@@ -498,15 +485,20 @@ def window_stack_tape(
 
 
 def _shift_leaves(tree: Bracketing, offset: int) -> Bracketing:
-    if not isinstance(tree, tuple):
-        return int(tree) + offset
-    # Deep trees: iterate rather than recurse.
+    return _map_leaves(tree, lambda leaf: leaf + offset)
+
+
+def _map_leaves(tree: Bracketing, leaf_to: Callable[[int], Bracketing]) -> Bracketing:
+    """The bracketing with every leaf `i` replaced by `leaf_to(i)` (a leaf or a sub-bracketing), shape kept.
+
+    Rebuilt iteratively (post-order) rather than recursively, so that trees deeper than Python's recursion limit
+    work."""
     results: list[Bracketing] = []
     todo: list[tuple[Bracketing, bool]] = [(tree, False)]
     while todo:
         node, expanded = todo.pop()
         if not isinstance(node, tuple):
-            results.append(int(node) + offset)
+            results.append(leaf_to(int(node)))
         elif expanded:
             right = results.pop()
             left = results.pop()
